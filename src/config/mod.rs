@@ -1,0 +1,94 @@
+//! Configuration: YAML text → raw structs → validated [`Config`].
+//!
+//! Three steps, each with one job:
+//! 1. [`parse`] turns YAML into the raw structs of [`raw`], collecting *every* structural problem
+//!    (syntax, unknown key, wrong type) with its path instead of stopping at the first.
+//! 2. [`validate`] checks the raw structs without any I/O and reports every problem with its path,
+//!    e.g. `connector.push_queue.on_full: expected evict_oldest or block, got "drop"`.
+//! 3. The daemon builds its runtime parts from the validated [`Config`]; only that step touches the
+//!    disk or the network.
+//!
+//! `opex-connector validate FILE` runs steps 1 and 2 alone; systemd runs it before every start.
+
+mod parse;
+pub mod raw;
+mod validate;
+
+use std::fmt;
+use std::path::Path;
+
+pub use parse::parse_raw;
+pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME};
+
+/// The default a newcomer runs: `cargo run --release` with no arguments.
+pub const DEMO_YAML: &str = include_str!("../../config/demo.yaml");
+
+/// One problem in a config, with the path of the key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted path with list indexes, e.g. `ingest.sources[1].token`; empty for the whole file.
+    pub path: String,
+    /// What is wrong, in a short sentence.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in a config; never empty when returned as an error.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Problems(pub Vec<Problem>);
+
+impl Problems {
+    /// Records a problem at `path`.
+    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// Parses and validates YAML text. Pure: no I/O.
+pub fn from_yaml(text: &str) -> Result<Config, Problems> {
+    let raw = parse_raw(text)?;
+    validate(&raw)
+}
+
+/// Reads, parses and validates a config file.
+pub fn load(path: &Path) -> Result<Config, Problems> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => from_yaml(&text),
+        Err(e) => {
+            let mut p = Problems::default();
+            p.push("", format!("cannot read {}: {e}", path.display()));
+            Err(p)
+        }
+    }
+}

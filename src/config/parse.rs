@@ -1,0 +1,203 @@
+//! YAML → raw structs, collecting every structural problem.
+//!
+//! serde stops at the first error, but an operator fixing a config on a box wants the whole list.
+//! So the text is first read into a generic tree; unknown keys are reported through
+//! `serde_ignored` (every one, with its path); a value of the wrong type is reported through
+//! `serde_path_to_error`, removed from the tree, and deserialization is tried again, until it
+//! succeeds. Every raw field is optional, so removing a bad value never causes a second,
+//! misleading "missing field" report: required keys are checked by validation.
+
+use serde_json::Value;
+
+use super::raw::RawConfig;
+use super::Problems;
+
+/// How many wrong-typed values are reported before giving up on the rest.
+const MAX_TYPE_ERRORS: usize = 100;
+
+/// One step of a path into the tree.
+#[derive(Debug, Clone)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn render(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn ignored_path(path: &serde_ignored::Path<'_>, out: &mut Vec<Seg>) {
+    use serde_ignored::Path as P;
+    match path {
+        P::Root => {}
+        P::Seq { parent, index } => {
+            ignored_path(parent, out);
+            out.push(Seg::Index(*index));
+        }
+        P::Map { parent, key } => {
+            ignored_path(parent, out);
+            out.push(Seg::Key(key.clone()));
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            ignored_path(parent, out)
+        }
+    }
+}
+
+fn error_path(path: &serde_path_to_error::Path) -> Vec<Seg> {
+    use serde_path_to_error::Segment as S;
+    path.iter()
+        .filter_map(|s| match s {
+            S::Seq { index } => Some(Seg::Index(*index)),
+            S::Map { key } => Some(Seg::Key(key.clone())),
+            S::Enum { .. } | S::Unknown => None,
+        })
+        .collect()
+}
+
+/// Removes the value at `path`; false when nothing was there to remove.
+fn remove(tree: &mut Value, path: &[Seg]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut node = tree;
+    for seg in parents {
+        node = match (seg, node) {
+            (Seg::Key(k), Value::Object(m)) => match m.get_mut(k) {
+                Some(v) => v,
+                None => return false,
+            },
+            (Seg::Index(i), Value::Array(a)) => match a.get_mut(*i) {
+                Some(v) => v,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match (last, node) {
+        (Seg::Key(k), Value::Object(m)) => m.remove(k).is_some(),
+        // Replace rather than remove, so later indexes keep their meaning in messages.
+        (Seg::Index(i), Value::Array(a)) if *i < a.len() => {
+            a[*i] = Value::Object(Default::default());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Reads YAML text into [`RawConfig`], or every structural problem with its path.
+pub fn parse_raw(text: &str) -> Result<RawConfig, Problems> {
+    let mut problems = Problems::default();
+    let mut tree: Value = match serde_saphyr::from_str(text) {
+        Ok(Value::Null) => Value::Object(Default::default()),
+        Ok(v) => v,
+        Err(e) => {
+            problems.push("", format!("not valid YAML: {e}"));
+            return Err(problems);
+        }
+    };
+    if !tree.is_object() {
+        problems.push(
+            "",
+            "expected a mapping of sections (connector, ingest, ...)",
+        );
+        return Err(problems);
+    }
+
+    let mut unknown: Vec<String> = Vec::new();
+    for _ in 0..=MAX_TYPE_ERRORS {
+        let mut this_pass = Vec::new();
+        let mut note = |p: serde_ignored::Path<'_>| {
+            let mut segs = Vec::new();
+            ignored_path(&p, &mut segs);
+            this_pass.push(render(&segs));
+        };
+        let result: Result<RawConfig, _> = serde_path_to_error::deserialize(
+            serde_ignored::Deserializer::new(tree.clone(), &mut note),
+        );
+        for path in this_pass {
+            if !unknown.contains(&path) {
+                unknown.push(path);
+            }
+        }
+        match result {
+            Ok(raw) => {
+                for path in unknown {
+                    problems.push(path, "unknown key");
+                }
+                return if problems.is_empty() {
+                    Ok(raw)
+                } else {
+                    Err(problems)
+                };
+            }
+            Err(e) => {
+                let segs = error_path(e.path());
+                problems.push(render(&segs), e.into_inner().to_string());
+                if !remove(&mut tree, &segs) {
+                    break;
+                }
+            }
+        }
+    }
+    for path in unknown {
+        problems.push(path, "unknown key");
+    }
+    Err(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wrong_type_and_unknown_key_is_reported_with_its_path() {
+        let text = r#"
+connector:
+  data_dir: /tmp/x
+  colour: blue
+  http:
+    max_body_kb: lots
+  push_queue:
+    max_quota_mb: [1]
+ingest:
+  sources:
+    - name: a
+      token: t
+      extra: 1
+"#;
+        let problems = parse_raw(text).unwrap_err();
+        let paths: Vec<&str> = problems.0.iter().map(|p| p.path.as_str()).collect();
+        assert!(paths.contains(&"connector.http.max_body_kb"), "{problems}");
+        assert!(
+            paths.contains(&"connector.push_queue.max_quota_mb"),
+            "{problems}"
+        );
+        assert!(paths.contains(&"connector.colour"), "{problems}");
+        assert!(paths.contains(&"ingest.sources[0].extra"), "{problems}");
+    }
+
+    #[test]
+    fn yaml_syntax_error_is_one_problem_not_a_panic() {
+        let problems = parse_raw("connector: [unclosed").unwrap_err();
+        assert_eq!(problems.0.len(), 1);
+        assert!(problems.0[0].message.starts_with("not valid YAML"));
+    }
+
+    #[test]
+    fn empty_file_parses_to_defaults() {
+        assert!(parse_raw("").is_ok());
+    }
+}

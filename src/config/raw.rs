@@ -1,0 +1,52 @@
+//! The config file as written: every field optional, so that [`super::parse`] can report every
+//! structural problem and [`super::validate`] every missing or wrong value, each with its path.
+//!
+//! The doc comment of each field is the user documentation of that key.
+
+use serde::Deserialize;
+
+pub use crate::sinks::push::config::{RawPush, RawPushQueue};
+pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawConfig {
+    /// The connector itself: identity, data dir, HTTP server, push queue and its uplink.
+    pub connector: Option<RawConnector>,
+    /// The HTTP ingest API (`POST /api/ingest/{source}/{id}`) and its sources.
+    pub ingest: Option<RawIngest>,
+}
+
+/// `connector:`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawConnector {
+    /// Name shown on the status page and in alerts. Default `opex-connector`.
+    pub name: Option<String>,
+    /// Folder of the durable stores (`push_queue.db`, ...). Required.
+    pub data_dir: Option<String>,
+    /// The HTTP server: status, metrics, ingest API.
+    pub http: Option<RawHttp>,
+    /// The durable LMDB push queue on flash.
+    pub push_queue: Option<RawPushQueue>,
+    /// The uplink that drains the push queue to an upstream HTTP endpoint.
+    pub push: Option<RawPush>,
+}
+
+/// `connector.http:`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawHttp {
+    /// Address and port to listen on. Default `127.0.0.1:8080` (loopback: open it to the plant
+    /// network on purpose, e.g. `0.0.0.0:8080`). Port 0 picks a free port.
+    pub listen: Option<String>,
+    /// Largest request body accepted, in KiB; larger ones get `413`. Default 1024.
+    pub max_body_kb: Option<u64>,
+    /// Most connections served at once; further ones wait in the kernel's backlog. Default 256.
+    pub max_connections: Option<u64>,
+    /// Seconds a client has to send a request's headers, and the most an idle keep-alive
+    /// connection is kept. Default 10.
+    pub header_read_timeout_secs: Option<u64>,
+    /// Seconds a client has to send a request's body; then `408`. Default 30.
+    pub body_read_timeout_secs: Option<u64>,
+    /// Bearer token of the admin endpoints. Without it those endpoints answer `404`.
+    pub admin_token: Option<String>,
+}

@@ -1,0 +1,182 @@
+//! `opex-connector run`: builds every part from a validated config, runs until SIGTERM or
+//! SIGINT, then stops in order: stop accepting, let requests finish, stop the uplink, commit
+//! what the writer holds, close the stores.
+
+use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::alerts::{self, Level};
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::http::{self, AppState, HttpStats};
+use crate::shutdown::Shutdown;
+use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
+use crate::sources::ingest::IngestSource;
+use crate::store::StoreError;
+
+/// Why the daemon could not start or run.
+#[derive(Debug)]
+pub enum DaemonError {
+    /// The data dir or a store could not be opened.
+    Store(StoreError),
+    /// The HTTP listener could not be bound.
+    Bind(std::io::Error),
+    /// The runtime or a thread could not be started.
+    Runtime(std::io::Error),
+}
+
+impl fmt::Display for DaemonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Store(e) => write!(f, "cannot open the push queue: {e}"),
+            Self::Bind(e) => write!(f, "cannot listen: {e}"),
+            Self::Runtime(e) => write!(f, "cannot start: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DaemonError {}
+
+/// Runs the daemon until it is told to stop.
+pub fn run(config: Config) -> Result<(), DaemonError> {
+    let c = &config.connector;
+    std::fs::create_dir_all(&c.data_dir).map_err(|e| {
+        DaemonError::Store(StoreError::Io(format!("{}: {e}", c.data_dir.display())))
+    })?;
+    if !c.push_queue.enabled {
+        log::warn!(
+            "push_queue is not enabled: records wait in a 16 MiB memory buffer that is lost on restart; enable connector.push_queue for anything that matters"
+        );
+    }
+    let push = Arc::new(PushSink::open(&c.push_queue, &c.data_dir).map_err(DaemonError::Store)?);
+    let engine = Arc::new(Engine::new(Arc::clone(&push)));
+    let shutdown = Shutdown::new();
+
+    let uplink_status = c.push.as_ref().map(|_| Arc::new(UplinkStatus::default()));
+    let uplink_thread = match (&c.push, &uplink_status) {
+        (Some(cfg), Some(status)) => Some(
+            Uplink::new(
+                cfg.clone(),
+                push.drain(),
+                Arc::clone(status),
+                shutdown.clone(),
+            )
+            .spawn()
+            .map_err(DaemonError::Runtime)?,
+        ),
+        _ => None,
+    };
+
+    let state = Arc::new(AppState {
+        name: c.name.clone(),
+        started: Instant::now(),
+        http: c.http.clone(),
+        engine,
+        push: Arc::clone(&push),
+        uplink: uplink_status,
+        ingest: config
+            .ingest
+            .sources
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(IngestSource::new(s)))
+            .collect(),
+        stats: HttpStats::default(),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("opex-rt")
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let result = runtime.block_on(serve(Arc::clone(&state), shutdown.clone()));
+    shutdown.trigger();
+    if let Some(t) = uplink_thread {
+        if t.join().is_err() {
+            log::error!("uplink thread panicked");
+        }
+    }
+    push.close();
+    drop(runtime);
+    log::info!("stopped");
+    result
+}
+
+async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonError> {
+    let listener = http::bind(state.http.listen)
+        .await
+        .map_err(DaemonError::Bind)?;
+    let addr = listener.local_addr().map_err(DaemonError::Bind)?;
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "opex-connector listening on http://{addr}/");
+        let _ = out.flush();
+    }
+    log::info!(
+        "started: name={} version={} http={addr}",
+        state.name,
+        crate::VERSION
+    );
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+
+    let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
+    let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
+
+    wait_for_signal().await;
+    log::info!("stopping: finishing requests, committing, closing stores");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    shutdown.trigger();
+    let _ = server.await;
+    let _ = checker.await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+/// Checks the queue levels every few seconds and raises alerts (the log, for now); also feeds
+/// the systemd watchdog while the loop runs.
+async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
+    let mut tick = tokio::time::interval(alerts::CHECK_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {},
+            _ = shutdown.wait() => return,
+        }
+        let q = state.push.status();
+        let losses = q.blocked_total + q.evicted_total + q.dropped_total;
+        if let Some(alert) = state.push.level().check(q.fill_pct, losses, Instant::now()) {
+            let what = match (alert.level, q.on_full) {
+                (Level::Full, "block") => "refusing new records",
+                (Level::Full, _) => "evicting the oldest records, data gap",
+                (Level::High, _) => "the destination is slow or down",
+                (Level::Ok, _) => "back below 80 %",
+            };
+            let line = format!(
+                "alert: queue=push_queue level={} message=\"{what}\" fill_pct={} blocked_total={} evicted_total={} dropped_total={} connector={}",
+                alert.level.as_str(), q.fill_pct, q.blocked_total, q.evicted_total, q.dropped_total, state.name
+            );
+            match alert.level {
+                Level::Full => log::error!("{line}"),
+                Level::High => log::warn!("{line}"),
+                Level::Ok => log::info!("{line}"),
+            }
+        }
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+    }
+}

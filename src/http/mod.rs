@@ -1,0 +1,41 @@
+//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics.
+//!
+//! Bounded on every side, because the plant network is not a friendly place: a cap on
+//! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
+//! idle keep-alive connections, a body-read timeout and a body size limit. A request waits only
+//! on its own settlement.
+
+mod auth;
+mod routes;
+mod server;
+mod status;
+
+pub use server::{bind, serve, HttpStats};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::HttpConfig;
+use crate::engine::Engine;
+use crate::sinks::push::{PushSink, UplinkStatus};
+use crate::sources::ingest::IngestSource;
+
+/// Everything a request handler may look at.
+pub struct AppState {
+    /// `connector.name`.
+    pub name: String,
+    /// When the daemon started.
+    pub started: Instant,
+    /// The server's settings.
+    pub http: HttpConfig,
+    /// The engine every source offers to.
+    pub engine: Arc<Engine>,
+    /// The push sink.
+    pub push: Arc<PushSink>,
+    /// The uplink, when configured.
+    pub uplink: Option<Arc<UplinkStatus>>,
+    /// The ingest sources, in config order.
+    pub ingest: Vec<Arc<IngestSource>>,
+    /// Server counters.
+    pub stats: HttpStats,
+}

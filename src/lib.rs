@@ -1,0 +1,45 @@
+//! opex-connector: an edge gateway for industrial boxes. It takes records from machines and
+//! callers, and delivers them **at least once**: a record is acknowledged to its source only
+//! after it is stored, and when it cannot be stored the source is told to retry in its own
+//! protocol. Every loss the design allows is counted, logged and alerted.
+//!
+//! # Layout
+//!
+//! The rooms mirror the path a record takes:
+//!
+//! | room | owns |
+//! | --- | --- |
+//! | `main.rs` | the command line: `run`, `validate`, `--version`; no behaviour of its own |
+//! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
+//! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API) |
+//! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
+//! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
+//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink) |
+//! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
+//! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
+//! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |
+//! | [`telemetry`] | typed events that log and count; the Prometheus text format |
+//! | [`shutdown`] | the one stop signal every task and thread waits on |
+//! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
+//!
+//! A module never reaches into a sibling's internals: sources talk to the engine through
+//! [`engine::Engine::offer`], and sinks are reached only through the engine.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod admission;
+pub mod alerts;
+pub mod config;
+pub mod daemon;
+pub mod engine;
+pub mod http;
+pub mod record;
+pub mod shutdown;
+pub mod sinks;
+pub mod sources;
+pub mod store;
+pub mod telemetry;
+
+/// The version of this build.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

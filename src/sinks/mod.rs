@@ -1,0 +1,6 @@
+//! Sinks: where records are delivered. Each kind is one folder (`mod.rs`, `config.rs`, the
+//! runtime, tests). Sinks are reached only through the engine.
+//!
+//! - [`push`]: the durable LMDB push queue (or the volatile buffer) and its HTTP uplink.
+
+pub mod push;

@@ -1,0 +1,121 @@
+//! One ingest source: turns a posted JSON body into a record, offers it, and says what the
+//! caller should be told.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use super::config::IngestSourceConfig;
+use crate::engine::Engine;
+use crate::record::{Record, Settlement};
+
+/// Counters of one ingest source, shown in `/api/status` `sources[]`.
+#[derive(Debug, Default, Serialize)]
+pub struct IngestStats {
+    /// Requests that passed the token check.
+    pub received: AtomicU64,
+    /// Records stored (answered 200).
+    pub stored: AtomicU64,
+    /// Records refused and told to retry (503).
+    pub refused: AtomicU64,
+    /// Requests rejected as bad input (400, 413, ...).
+    pub rejected: AtomicU64,
+    /// Requests with a missing or wrong token.
+    pub unauthorized: AtomicU64,
+}
+
+/// What to tell the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IngestOutcome {
+    /// 200: stored under this record id.
+    Stored {
+        /// The record id.
+        id: String,
+    },
+    /// 503: a sink refused under `block`; retry after the given seconds.
+    Retry {
+        /// The refusing sink.
+        sink: String,
+        /// Seconds to wait.
+        after_secs: u64,
+    },
+    /// 503: storing failed; nothing was stored, retry later.
+    Failed {
+        /// The failing sink.
+        sink: String,
+        /// Why.
+        reason: String,
+    },
+    /// 400: the body is not JSON.
+    Malformed {
+        /// The parser's reason.
+        reason: String,
+    },
+}
+
+/// One configured ingest source.
+#[derive(Debug)]
+pub struct IngestSource {
+    cfg: IngestSourceConfig,
+    source: String,
+    /// Its counters.
+    pub stats: IngestStats,
+}
+
+impl IngestSource {
+    /// A source from its config.
+    pub fn new(cfg: IngestSourceConfig) -> Self {
+        Self {
+            source: format!("ingest/{}", cfg.name),
+            cfg,
+            stats: IngestStats::default(),
+        }
+    }
+
+    /// Its name in the path.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// Its name in flows and records: `ingest/<name>`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The token callers must present.
+    pub fn token(&self) -> &str {
+        &self.cfg.token
+    }
+
+    /// Parses `body`, offers the record keyed `key`, and returns what the caller is told.
+    pub async fn ingest(&self, engine: &Engine, key: &str, body: &[u8]) -> IngestOutcome {
+        let payload: serde_json::Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return IngestOutcome::Malformed {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let record = Record::new(self.source.clone(), key, payload);
+        let id = record.id.clone();
+        match engine.offer(record).await {
+            Settlement::Stored | Settlement::Unrouted => {
+                self.stats.stored.fetch_add(1, Ordering::Relaxed);
+                IngestOutcome::Stored { id }
+            }
+            Settlement::Retry { sink, after } => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                IngestOutcome::Retry {
+                    sink,
+                    after_secs: after.as_secs().max(1),
+                }
+            }
+            Settlement::Failed { sink, reason } => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                IngestOutcome::Failed { sink, reason }
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The durable stores: LMDB environments under the data dir, each with one writer thread.
+//!
+//! - [`push_queue`]: `push_queue.db`, the FIFO the uplink drains, and the push dead-letter
+//!   table beside it in the same environment (so moving a row there is one transaction).
+//!
+//! Only [`lmdb`] contains `unsafe` code (opening and resizing a memory map).
+
+pub mod lmdb;
+pub mod push_queue;
+
+pub use push_queue::{DeadLetter, PushQueue, QueueCounters, Row};
+
+use std::fmt;
+
+/// An error of a durable store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The memory map is full (`MDB_MAP_FULL`); the map was grown for the next transaction.
+    MapFull,
+    /// An LMDB or I/O error; the transaction was rolled back and nothing of it is stored.
+    Io(String),
+    /// The writer's channel is full: the local disk is not keeping up. Nothing was stored.
+    Busy,
+    /// The writer has stopped because the process is shutting down. Nothing was stored.
+    Closed,
+}
+
+impl StoreError {
+    /// Every store error leaves the record with its source, which may try again later.
+    pub fn is_retriable(&self) -> bool {
+        true
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MapFull => write!(f, "LMDB map full"),
+            Self::Io(e) => write!(f, "write failed: {e}"),
+            Self::Busy => write!(f, "writer queue full"),
+            Self::Closed => write!(f, "store closed"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<heed::Error> for StoreError {
+    fn from(e: heed::Error) -> Self {
+        match e {
+            heed::Error::Mdb(heed::MdbError::MapFull) => Self::MapFull,
+            other => Self::Io(other.to_string()),
+        }
+    }
+}

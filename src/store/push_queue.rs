@@ -1,0 +1,726 @@
+//! The durable push queue: `push_queue.db` under the data dir.
+//!
+//! On disk (one LMDB environment, one file):
+//! - `rows`: key = big-endian `u64` sequence number, value = the record's uplink line (one JSON
+//!   object, no newline). Big-endian keys make a cursor walk FIFO order and let appends use
+//!   `MDB_APPEND`.
+//! - `dead`: the push dead-letter table, key = big-endian `u64`, value = JSON
+//!   `{"seq":..,"reason":..,"at":..,"record":{..}}`; at most [`DEAD_LETTER_CAP`] rows, the
+//!   oldest trimmed (logged).
+//! - `meta`: `next_seq`, `used_bytes`, `rows` and the counters, written in the same transaction
+//!   as the rows they describe, so a crash can never separate the accounting from the rows.
+//!
+//! Accounting is in logical bytes: key (8) + value + [`ENTRY_OVERHEAD`] per row.
+//!
+//! Ack rule: one writer thread owns every write transaction. It takes every command waiting
+//! on its channel (group commit), applies them in one transaction, commits (the commit syncs),
+//! and only then answers each caller. A failed transaction answers every caller with the
+//! error and stores nothing of it.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use heed::byteorder::BigEndian;
+use heed::types::{Bytes, Str, U64};
+use heed::{CommitOrAbort, Database, Env, PutFlags, RwTxn, WithoutTls};
+use tokio::sync::oneshot;
+
+use super::{lmdb, StoreError};
+use crate::admission::{Gate, OnFull, Reservation};
+use crate::telemetry::events;
+
+/// Fixed logical overhead counted for every row, on top of its key and value.
+pub const ENTRY_OVERHEAD: u64 = 64;
+/// Capacity of the writer's channel; when it is full a record is refused (`dropped_total`).
+pub const WRITER_CHANNEL: usize = 8192;
+/// Rows kept in the push dead-letter table; the oldest are trimmed beyond it.
+pub const DEAD_LETTER_CAP: u64 = 50_000;
+/// Most commands applied in one transaction.
+const MAX_GROUP: usize = 4096;
+/// Most map size on 32-bit boards (armv7): the address space is small.
+const MAX_MAP_32BIT: usize = 1 << 30;
+
+type Seq = U64<BigEndian>;
+
+/// Logical bytes of a row whose value is `value_len` bytes.
+pub fn row_bytes(value_len: usize) -> u64 {
+    8 + value_len as u64 + ENTRY_OVERHEAD
+}
+
+/// Counters of a push buffer (durable or volatile) that are not admission refusals.
+#[derive(Debug, Default)]
+pub struct QueueCounters {
+    /// Rows deleted at the quota under `evict_oldest` (`opex_connector_push_queue_gaps_total`).
+    pub evicted_total: AtomicU64,
+    /// Records refused because the writer's channel was full.
+    pub dropped_total: AtomicU64,
+    /// Failed write transactions (every caller of one got the error).
+    pub write_errors_total: AtomicU64,
+    /// Rows the uplink delivered.
+    pub sent_total: AtomicU64,
+    /// Rows moved to the push dead-letter table.
+    pub dead_lettered_total: AtomicU64,
+    /// Dead letters trimmed at [`DEAD_LETTER_CAP`].
+    pub dead_trimmed_total: AtomicU64,
+    /// Rows in the push dead-letter table now.
+    pub dead_rows: AtomicU64,
+}
+
+/// A row read from the head of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// Its sequence number.
+    pub seq: u64,
+    /// The uplink line.
+    pub line: Vec<u8>,
+}
+
+/// An entry of the push dead-letter table.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// Key in the dead-letter table.
+    pub id: u64,
+    /// The JSON object stored.
+    pub json: Vec<u8>,
+}
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+enum Command {
+    Append {
+        line: Vec<u8>,
+        /// Released after the commit, once the committed bytes are published.
+        _reservation: Reservation,
+        reply: Reply<u64>,
+    },
+    RemoveThrough {
+        seq: u64,
+        reply: Reply<u64>,
+    },
+    DeadLetter {
+        seq: u64,
+        reason: String,
+        at_ms: u64,
+        reply: Reply<bool>,
+    },
+}
+
+/// What the writer knows; published to the gate and the counters after each commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct State {
+    next_seq: u64,
+    used: u64,
+    rows: u64,
+    evicted_total: u64,
+    dropped_total: u64,
+    write_errors_total: u64,
+    blocked_total: u64,
+    sent_total: u64,
+    dead_next: u64,
+    dead_rows: u64,
+    dead_lettered_total: u64,
+    dead_trimmed_total: u64,
+}
+
+const META_KEYS: [&str; 12] = [
+    "next_seq",
+    "used_bytes",
+    "rows",
+    "evicted_total",
+    "dropped_total",
+    "write_errors_total",
+    "blocked_total",
+    "sent_total",
+    "dead_next",
+    "dead_rows",
+    "dead_lettered_total",
+    "dead_trimmed_total",
+];
+
+impl State {
+    fn fields(&mut self) -> [&mut u64; 12] {
+        [
+            &mut self.next_seq,
+            &mut self.used,
+            &mut self.rows,
+            &mut self.evicted_total,
+            &mut self.dropped_total,
+            &mut self.write_errors_total,
+            &mut self.blocked_total,
+            &mut self.sent_total,
+            &mut self.dead_next,
+            &mut self.dead_rows,
+            &mut self.dead_lettered_total,
+            &mut self.dead_trimmed_total,
+        ]
+    }
+}
+
+struct Shared {
+    env: Env<WithoutTls>,
+    rows: Database<'static, Seq, Bytes>,
+    dead: Database<'static, Seq, Bytes>,
+    meta: Database<'static, Str, Seq>,
+    gate: Arc<Gate>,
+    counters: Arc<QueueCounters>,
+    /// Readers hold it for reading while a transaction is open; a map resize holds it for
+    /// writing, because LMDB may only resize while no transaction is open in the process.
+    resize_lock: RwLock<()>,
+    map_size: Mutex<usize>,
+    max_map: usize,
+    /// Bumped after every commit that added rows; the uplink waits on it.
+    appended: (Mutex<u64>, Condvar),
+}
+
+/// The durable push queue. Cheap to share behind an `Arc`.
+pub struct PushQueue {
+    shared: Arc<Shared>,
+    tx: Mutex<Option<SyncSender<Command>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl PushQueue {
+    /// Opens (or creates) `push_queue.db` in `dir` with a quota of `quota` logical bytes.
+    ///
+    /// Rows, order, counters and accounting are those of the last commit. Changing `on_full`
+    /// takes effect here, at start.
+    pub fn open(
+        dir: &Path,
+        on_full: OnFull,
+        quota: u64,
+        counters: Arc<QueueCounters>,
+    ) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        let max_map = if usize::BITS < 64 {
+            MAX_MAP_32BIT
+        } else {
+            usize::MAX / 2
+        };
+        // Room for the rows, the B-tree pages around them, the freelist and the dead letters.
+        let wanted = quota
+            .saturating_mul(2)
+            .saturating_add(64 << 20)
+            .min(max_map as u64) as usize;
+        let map_size = lmdb::round_to_pages(wanted);
+        let env = lmdb::open(&dir.join("push_queue.db"), map_size, 4)?;
+        let (rows, dead, meta) = env
+            .create_databases_and_commit(env.write_txn()?, |opener, wtxn| {
+                Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((
+                    opener.create_database::<Seq, Bytes>(wtxn, Some("rows"))?,
+                    opener.create_database::<Seq, Bytes>(wtxn, Some("dead"))?,
+                    opener.create_database::<Str, Seq>(wtxn, Some("meta"))?,
+                )))
+            })?
+            .unwrap_commit();
+        let mut wtxn = env.write_txn()?;
+        let mut state = State::default();
+        for (key, field) in META_KEYS.iter().zip(state.fields()) {
+            *field = meta.get(&wtxn, key)?.unwrap_or(0);
+        }
+        // The meta keys are committed with the rows, so they agree unless the file was
+        // tampered with; a cheap check of the row count catches that, and a full recount
+        // repairs it.
+        let actual_rows = rows.len(&wtxn)?;
+        if actual_rows != state.rows || (actual_rows == 0 && state.used != 0) {
+            let mut used = 0;
+            let mut last = None;
+            for item in rows.iter(&wtxn)? {
+                let (seq, value) = item?;
+                used += row_bytes(value.len());
+                last = Some(seq);
+            }
+            events::push_queue_accounting_repaired(state.rows, actual_rows, state.used, used);
+            state.rows = actual_rows;
+            state.used = used;
+            state.next_seq = state.next_seq.max(last.map_or(0, |s| s + 1));
+        }
+        state.dead_rows = dead.len(&wtxn)?;
+        write_meta(&meta, &mut wtxn, &mut state)?;
+        wtxn.commit()?;
+
+        for (counter, value) in [
+            (&counters.evicted_total, state.evicted_total),
+            (&counters.dropped_total, state.dropped_total),
+            (&counters.write_errors_total, state.write_errors_total),
+            (&counters.sent_total, state.sent_total),
+            (&counters.dead_lettered_total, state.dead_lettered_total),
+            (&counters.dead_trimmed_total, state.dead_trimmed_total),
+            (&counters.dead_rows, state.dead_rows),
+        ] {
+            counter.store(value, Ordering::Relaxed);
+        }
+        let gate = Arc::new(Gate::new(
+            on_full,
+            quota,
+            state.used,
+            state.rows,
+            state.blocked_total,
+        ));
+        let shared = Arc::new(Shared {
+            env,
+            rows,
+            dead,
+            meta,
+            gate,
+            counters,
+            resize_lock: RwLock::new(()),
+            map_size: Mutex::new(map_size),
+            max_map,
+            appended: (Mutex::new(0), Condvar::new()),
+        });
+        let (tx, rx) = mpsc::sync_channel(WRITER_CHANNEL);
+        let writer_shared = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("push-writer".into())
+            .spawn(move || Writer::new(writer_shared, state).run(rx))
+            .map_err(|e| StoreError::Io(format!("cannot start the writer thread: {e}")))?;
+        Ok(Self {
+            shared,
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// The admission gate of this queue.
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.shared.gate
+    }
+
+    /// The counters of this queue.
+    pub fn counters(&self) -> &Arc<QueueCounters> {
+        &self.shared.counters
+    }
+
+    fn sender(&self) -> Result<SyncSender<Command>, StoreError> {
+        self.tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(StoreError::Closed)
+    }
+
+    /// Appends one uplink line; resolves to its sequence number once the transaction holding it
+    /// has committed. `reservation` must come from this queue's [`gate`](Self::gate).
+    ///
+    /// When the writer's channel is full the record is refused at once ([`StoreError::Busy`],
+    /// counted in `dropped_total`): nothing was stored, the caller tells its source to retry.
+    pub async fn append(&self, line: Vec<u8>, reservation: Reservation) -> Result<u64, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let command = Command::Append {
+            line,
+            _reservation: reservation,
+            reply,
+        };
+        match self.sender()?.try_send(command) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                events::push_writer_channel_full(&self.shared.counters);
+                return Err(StoreError::Busy);
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(StoreError::Closed),
+        }
+        rx.await.unwrap_or(Err(StoreError::Closed))
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.sender()?
+            .send(make(reply))
+            .map_err(|_| StoreError::Closed)?;
+        rx.blocking_recv().unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// Deletes every row up to and including `seq` (delivered by the uplink). Blocking: call it
+    /// from a plain thread. Returns the rows deleted.
+    pub fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
+        self.call(|reply| Command::RemoveThrough { seq, reply })
+    }
+
+    /// Moves row `seq` to the dead-letter table with `reason`. Blocking. False when the row was
+    /// no longer there (evicted meanwhile).
+    pub fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError> {
+        let at_ms = crate::record::now_ms();
+        self.call(|reply| Command::DeadLetter {
+            seq,
+            reason: reason.to_string(),
+            at_ms,
+            reply,
+        })
+    }
+
+    /// Reads up to `max` rows from the head of the queue, oldest first.
+    pub fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
+        let _guard = self
+            .shared
+            .resize_lock
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let rtxn = self.shared.env.read_txn()?;
+        let mut out = Vec::new();
+        for item in self.shared.rows.iter(&rtxn)?.take(max) {
+            let (seq, line) = item?;
+            out.push(Row {
+                seq,
+                line: line.to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads up to `max` dead letters, oldest first, starting after `after`.
+    pub fn dead_letters(
+        &self,
+        after: Option<u64>,
+        max: usize,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let _guard = self
+            .shared
+            .resize_lock
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let rtxn = self.shared.env.read_txn()?;
+        let start = after.map_or(0, |a| a.saturating_add(1));
+        let mut out = Vec::new();
+        for item in self.shared.dead.range(&rtxn, &(start..))?.take(max) {
+            let (id, json) = item?;
+            out.push(DeadLetter {
+                id,
+                json: json.to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Waits up to `timeout` for a commit that adds rows after the one counted in `seen`;
+    /// returns the new count to pass next time.
+    pub fn wait_appended(&self, seen: u64, timeout: Duration) -> u64 {
+        let (lock, cvar) = &self.shared.appended;
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = cvar
+            .wait_timeout_while(guard, timeout, |n| *n == seen)
+            .unwrap_or_else(|e| e.into_inner());
+        *guard
+    }
+
+    /// Stops the writer after it has committed everything already on its channel, and closes
+    /// the environment once every other holder of it is gone. Idempotent.
+    pub fn close(&self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if writer.join().is_err() {
+                log::error!("push queue writer thread panicked");
+            }
+        }
+    }
+
+    /// Closes the queue and waits until LMDB has closed the file, so it can be opened again in
+    /// this process (restart tests).
+    pub fn close_and_wait(self) {
+        self.close();
+        let event = self.shared.env.clone().prepare_for_closing();
+        drop(self);
+        event.wait();
+    }
+}
+
+impl Drop for PushQueue {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn write_meta(
+    meta: &Database<'static, Str, Seq>,
+    wtxn: &mut RwTxn<'_>,
+    state: &mut State,
+) -> heed::Result<()> {
+    for (key, value) in META_KEYS.iter().zip(state.fields()) {
+        meta.put(wtxn, key, value)?;
+    }
+    Ok(())
+}
+
+/// An answer owed to one caller once the transaction ends.
+enum Pending {
+    Seq(Reply<u64>, u64, Reservation),
+    Count(Reply<u64>, u64),
+    Moved(Reply<bool>, bool),
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    state: State,
+}
+
+impl Writer {
+    fn new(shared: Arc<Shared>, state: State) -> Self {
+        Self { shared, state }
+    }
+
+    fn run(mut self, rx: Receiver<Command>) {
+        while let Ok(first) = rx.recv() {
+            let mut group = Vec::with_capacity(64);
+            group.push(first);
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(c) => group.push(c),
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group);
+        }
+    }
+
+    fn commit_group(&mut self, group: Vec<Command>) {
+        let before = self.state;
+        let mut evicted = (0u64, 0u64);
+        let shared = Arc::clone(&self.shared);
+        let result = {
+            let _guard = shared.resize_lock.read().unwrap_or_else(|e| e.into_inner());
+            self.apply(group, &mut evicted)
+        };
+        match result {
+            Ok(pending) => {
+                self.shared.gate.publish(self.state.used, self.state.rows);
+                let c = &self.shared.counters;
+                c.sent_total.store(self.state.sent_total, Ordering::Relaxed);
+                c.dead_lettered_total
+                    .store(self.state.dead_lettered_total, Ordering::Relaxed);
+                c.dead_trimmed_total
+                    .store(self.state.dead_trimmed_total, Ordering::Relaxed);
+                c.dead_rows.store(self.state.dead_rows, Ordering::Relaxed);
+                if evicted.0 > 0 {
+                    events::push_queue_evicted(c, evicted.0, evicted.1);
+                }
+                if self.state.dead_trimmed_total > before.dead_trimmed_total {
+                    events::push_dead_letters_trimmed(
+                        self.state.dead_trimmed_total - before.dead_trimmed_total,
+                    );
+                }
+                let appended = self.state.next_seq > before.next_seq;
+                // Answer only now: the transaction is on disk.
+                for p in pending {
+                    match p {
+                        Pending::Seq(reply, seq, reservation) => {
+                            let _ = reply.send(Ok(seq));
+                            drop(reservation);
+                        }
+                        Pending::Count(reply, n) => {
+                            let _ = reply.send(Ok(n));
+                        }
+                        Pending::Moved(reply, moved) => {
+                            let _ = reply.send(Ok(moved));
+                        }
+                    }
+                }
+                if appended {
+                    let (lock, cvar) = &self.shared.appended;
+                    *lock.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                    cvar.notify_all();
+                }
+            }
+            Err((error, pending)) => {
+                self.state = before;
+                self.state.write_errors_total += 1;
+                events::push_queue_write_failed(&self.shared.counters, &error);
+                for p in pending {
+                    match p {
+                        Pending::Seq(reply, _, _) => {
+                            let _ = reply.send(Err(error.clone()));
+                        }
+                        Pending::Count(reply, _) => {
+                            let _ = reply.send(Err(error.clone()));
+                        }
+                        Pending::Moved(reply, _) => {
+                            let _ = reply.send(Err(error.clone()));
+                        }
+                    }
+                }
+                if error == StoreError::MapFull {
+                    self.grow_map();
+                }
+            }
+        }
+    }
+
+    /// Applies a group in one transaction. On error, every caller is still in the returned list
+    /// so that each gets the error.
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        &mut self,
+        group: Vec<Command>,
+        evicted: &mut (u64, u64),
+    ) -> Result<Vec<Pending>, (StoreError, Vec<Pending>)> {
+        let mut pending = Vec::with_capacity(group.len());
+        let mut failure: Option<StoreError> = None;
+        let shared = Arc::clone(&self.shared);
+        let mut wtxn = match shared.env.write_txn() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                failure = Some(e.into());
+                None
+            }
+        };
+        for command in group {
+            let outcome = match (&mut wtxn, &failure) {
+                (Some(txn), None) => self.apply_one(txn, &command, evicted),
+                _ => Ok(Outcome::None),
+            };
+            let outcome = outcome.unwrap_or_else(|e| {
+                failure = Some(e.into());
+                Outcome::None
+            });
+            pending.push(match command {
+                Command::Append {
+                    _reservation,
+                    reply,
+                    ..
+                } => Pending::Seq(reply, outcome.number(), _reservation),
+                Command::RemoveThrough { reply, .. } => Pending::Count(reply, outcome.number()),
+                Command::DeadLetter { reply, .. } => {
+                    Pending::Moved(reply, matches!(outcome, Outcome::Number(1)))
+                }
+            });
+        }
+        let Some(mut txn) = wtxn else {
+            return Err((failure.unwrap_or(StoreError::Closed), pending));
+        };
+        if let Some(e) = failure {
+            txn.abort();
+            return Err((e, pending));
+        }
+        self.state.blocked_total = self.shared.gate.blocked_total();
+        self.state.dropped_total = self.shared.counters.dropped_total.load(Ordering::Relaxed);
+        let mut state = self.state;
+        if let Err(e) = write_meta(&self.shared.meta, &mut txn, &mut state) {
+            txn.abort();
+            return Err((e.into(), pending));
+        }
+        match txn.commit() {
+            Ok(()) => Ok(pending),
+            Err(e) => Err((e.into(), pending)),
+        }
+    }
+
+    fn apply_one(
+        &mut self,
+        txn: &mut RwTxn<'_>,
+        command: &Command,
+        evicted: &mut (u64, u64),
+    ) -> heed::Result<Outcome> {
+        let s = &self.shared;
+        match command {
+            Command::Append { line, .. } => {
+                let size = row_bytes(line.len());
+                if s.gate.on_full() == OnFull::EvictOldest {
+                    while self.state.used + size > s.gate.quota() && self.state.rows > 0 {
+                        let Some((seq, value)) = s.rows.first(txn)? else {
+                            break;
+                        };
+                        let bytes = row_bytes(value.len());
+                        s.rows.delete(txn, &seq)?;
+                        self.state.used -= bytes;
+                        self.state.rows -= 1;
+                        self.state.evicted_total += 1;
+                        evicted.0 += 1;
+                        evicted.1 += bytes;
+                    }
+                }
+                let seq = self.state.next_seq;
+                s.rows.put_with_flags(txn, PutFlags::APPEND, &seq, line)?;
+                self.state.next_seq += 1;
+                self.state.used += size;
+                self.state.rows += 1;
+                Ok(Outcome::Number(seq))
+            }
+            Command::RemoveThrough { seq, .. } => {
+                let mut bytes = 0;
+                let mut count = 0;
+                for item in s.rows.range(txn, &(..=*seq))? {
+                    let (_, value) = item?;
+                    bytes += row_bytes(value.len());
+                    count += 1;
+                }
+                if count > 0 {
+                    s.rows.delete_range(txn, &(..=*seq))?;
+                }
+                self.state.used -= bytes;
+                self.state.rows -= count;
+                self.state.sent_total += count;
+                Ok(Outcome::Number(count))
+            }
+            Command::DeadLetter {
+                seq, reason, at_ms, ..
+            } => {
+                let Some(line) = s.rows.get(txn, seq)? else {
+                    return Ok(Outcome::Number(0));
+                };
+                let line = line.to_vec();
+                let reason_json =
+                    serde_json::to_string(reason).unwrap_or_else(|_| "\"\"".to_string());
+                let record = String::from_utf8_lossy(&line);
+                let entry = format!(
+                    r#"{{"seq":{seq},"reason":{reason_json},"at":{at_ms},"record":{record}}}"#
+                );
+                let id = self.state.dead_next;
+                s.dead
+                    .put_with_flags(txn, PutFlags::APPEND, &id, entry.as_bytes())?;
+                s.rows.delete(txn, seq)?;
+                self.state.dead_next += 1;
+                self.state.dead_rows += 1;
+                self.state.dead_lettered_total += 1;
+                self.state.used -= row_bytes(line.len());
+                self.state.rows -= 1;
+                while self.state.dead_rows > DEAD_LETTER_CAP {
+                    let Some((oldest, _)) = s.dead.first(txn)? else {
+                        break;
+                    };
+                    s.dead.delete(txn, &oldest)?;
+                    self.state.dead_rows -= 1;
+                    self.state.dead_trimmed_total += 1;
+                }
+                Ok(Outcome::Number(1))
+            }
+        }
+    }
+
+    /// After `MDB_MAP_FULL`: grows the map by half, up to the limit of the board.
+    fn grow_map(&self) {
+        let s = &self.shared;
+        let _guard = s.resize_lock.write().unwrap_or_else(|e| e.into_inner());
+        let mut size = s.map_size.lock().unwrap_or_else(|e| e.into_inner());
+        let new_size = size.saturating_add(*size / 2).min(s.max_map);
+        if new_size <= *size {
+            log::error!("push queue map is at its limit of {} bytes", *size);
+            return;
+        }
+        match lmdb::resize(&s.env, new_size) {
+            Ok(()) => {
+                log::warn!("push queue map grown from {} to {new_size} bytes", *size);
+                *size = new_size;
+            }
+            Err(e) => log::error!("push queue map could not grow: {e}"),
+        }
+    }
+}
+
+enum Outcome {
+    None,
+    Number(u64),
+}
+
+impl Outcome {
+    fn number(&self) -> u64 {
+        match self {
+            Self::None => 0,
+            Self::Number(n) => *n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
