@@ -172,6 +172,8 @@ struct Shared {
     resize_lock: RwLock<()>,
     map_size: Mutex<usize>,
     max_map: usize,
+    /// Rows kept in the dead-letter table: [`DEAD_LETTER_CAP`], smaller in tests.
+    dead_cap: AtomicU64,
     /// Bumped after every commit that added rows; the uplink waits on it.
     appended: (Mutex<u64>, Condvar),
 }
@@ -270,6 +272,7 @@ impl PushQueue {
             resize_lock: RwLock::new(()),
             map_size: Mutex::new(map_size),
             max_map,
+            dead_cap: AtomicU64::new(DEAD_LETTER_CAP),
             appended: (Mutex::new(0), Condvar::new()),
         });
         let (tx, rx) = mpsc::sync_channel(WRITER_CHANNEL);
@@ -406,6 +409,12 @@ impl PushQueue {
         *guard
     }
 
+    /// Lowers the dead-letter cap, so that trimming can be tested without 50 000 rows.
+    #[cfg(test)]
+    fn set_dead_letter_cap(&self, cap: u64) {
+        self.shared.dead_cap.store(cap, Ordering::Relaxed);
+    }
+
     /// Stops the writer after it has committed everything already on its channel, and closes
     /// the environment once every other holder of it is gone. Idempotent.
     pub fn close(&self) {
@@ -473,6 +482,28 @@ impl Writer {
             }
             self.commit_group(group);
         }
+        self.flush_counters();
+    }
+
+    /// Refusals and channel drops are counted outside the writer and reach the disk with the
+    /// next commit; at a clean stop, commit them on their own so a restart keeps them. (After
+    /// a crash, the ones since the last commit are missing from the restored counters.)
+    fn flush_counters(&mut self) {
+        let blocked = self.shared.gate.blocked_total();
+        let dropped = self.shared.counters.dropped_total.load(Ordering::Relaxed);
+        if blocked == self.state.blocked_total && dropped == self.state.dropped_total {
+            return;
+        }
+        self.state.blocked_total = blocked;
+        self.state.dropped_total = dropped;
+        let mut state = self.state;
+        let result = self.shared.env.write_txn().and_then(|mut txn| {
+            write_meta(&self.shared.meta, &mut txn, &mut state)?;
+            txn.commit()
+        });
+        if let Err(e) = result {
+            log::error!("push queue counters not saved at stop: error=\"{e}\"");
+        }
     }
 
     fn commit_group(&mut self, group: Vec<Command>) {
@@ -506,8 +537,9 @@ impl Writer {
                 for p in pending {
                     match p {
                         Pending::Seq(reply, seq, reservation) => {
-                            let _ = reply.send(Ok(seq));
+                            // The committed bytes are published: the reservation can go.
                             drop(reservation);
+                            let _ = reply.send(Ok(seq));
                         }
                         Pending::Count(reply, n) => {
                             let _ = reply.send(Ok(n));
@@ -529,7 +561,8 @@ impl Writer {
                 events::push_queue_write_failed(&self.shared.counters, &error);
                 for p in pending {
                     match p {
-                        Pending::Seq(reply, _, _) => {
+                        Pending::Seq(reply, _, reservation) => {
+                            drop(reservation);
                             let _ = reply.send(Err(error.clone()));
                         }
                         Pending::Count(reply, _) => {
@@ -675,7 +708,7 @@ impl Writer {
                 self.state.dead_lettered_total += 1;
                 self.state.used -= row_bytes(line.len());
                 self.state.rows -= 1;
-                while self.state.dead_rows > DEAD_LETTER_CAP {
+                while self.state.dead_rows > s.dead_cap.load(Ordering::Relaxed) {
                     let Some((oldest, _)) = s.dead.first(txn)? else {
                         break;
                     };

@@ -1,6 +1,6 @@
 //! The HTTP ingest API source.
 
 pub mod config;
-mod ingest;
+mod source;
 
-pub use ingest::{IngestOutcome, IngestSource, IngestStats};
+pub use source::{IngestOutcome, IngestSource, IngestStats};
