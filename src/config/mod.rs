@@ -76,9 +76,22 @@ impl fmt::Display for Problems {
 impl std::error::Error for Problems {}
 
 /// Parses and validates YAML text. Pure: no I/O.
+///
+/// Structural problems (unknown keys, wrong types) and value problems are reported together;
+/// a value left out for its wrong type is not reported a second time as missing.
 pub fn from_yaml(text: &str) -> Result<Config, Problems> {
-    let raw = parse_raw(text)?;
-    validate(&raw)
+    let (raw, mut problems) = parse_raw(text)?;
+    match validate(&raw) {
+        Ok(config) if problems.is_empty() => Ok(config),
+        Ok(_) => Err(problems),
+        Err(more) => {
+            let structural: Vec<String> = problems.0.iter().map(|p| p.path.clone()).collect();
+            problems
+                .0
+                .extend(more.0.into_iter().filter(|p| !structural.contains(&p.path)));
+            Err(problems)
+        }
+    }
 }
 
 /// Reads, parses and validates a config file.

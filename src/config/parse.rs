@@ -97,8 +97,10 @@ fn remove(tree: &mut Value, path: &[Seg]) -> bool {
     }
 }
 
-/// Reads YAML text into [`RawConfig`], or every structural problem with its path.
-pub fn parse_raw(text: &str) -> Result<RawConfig, Problems> {
+/// Reads YAML text into [`RawConfig`]. Wrong-typed values and unknown keys are left out of the
+/// result and listed in the returned problems, so that validation can still check the rest;
+/// `Err` only when the text is not a YAML mapping at all.
+pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
     let mut problems = Problems::default();
     let mut tree: Value = match serde_saphyr::from_str(text) {
         Ok(Value::Null) => Value::Object(Default::default()),
@@ -137,11 +139,7 @@ pub fn parse_raw(text: &str) -> Result<RawConfig, Problems> {
                 for path in unknown {
                     problems.push(path, "unknown key");
                 }
-                return if problems.is_empty() {
-                    Ok(raw)
-                } else {
-                    Err(problems)
-                };
+                return Ok((raw, problems));
             }
             Err(e) => {
                 let segs = error_path(e.path());
@@ -178,7 +176,7 @@ ingest:
       token: t
       extra: 1
 "#;
-        let problems = parse_raw(text).unwrap_err();
+        let (_, problems) = parse_raw(text).unwrap();
         let paths: Vec<&str> = problems.0.iter().map(|p| p.path.as_str()).collect();
         assert!(paths.contains(&"connector.http.max_body_kb"), "{problems}");
         assert!(
@@ -198,6 +196,6 @@ ingest:
 
     #[test]
     fn empty_file_parses_to_defaults() {
-        assert!(parse_raw("").is_ok());
+        assert!(parse_raw("").unwrap().1.is_empty());
     }
 }

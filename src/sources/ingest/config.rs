@@ -75,8 +75,8 @@ impl IngestConfig {
                     p.push(format!("{at}.token"), "is required");
                     continue;
                 }
-                Some(t) if t.len() < 8 => {
-                    p.push(format!("{at}.token"), "must be at least 8 characters");
+                Some("") => {
+                    p.push(format!("{at}.token"), "must not be empty");
                     continue;
                 }
                 Some(t) => t.to_string(),

@@ -1,0 +1,271 @@
+//! The real `opex-connector run` process on a temp data dir.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use super::{to_yaml, Client, Reply, BIN, SOURCE, START_DEADLINE, TOKEN};
+
+/// What the daemon prints on stdout once its HTTP server is bound.
+const LISTENING_PREFIX: &str = "opex-connector listening on http://";
+
+/// The real `opex-connector run` process on a temp data dir.
+pub struct Daemon {
+    dir: TempDir,
+    config_path: PathBuf,
+    stderr_path: PathBuf,
+    child: Option<Child>,
+    addr: String,
+    client: Client,
+    starts: u32,
+}
+
+impl Daemon {
+    /// Writes `config` (with `connector.data_dir` in a new temp dir and, unless given,
+    /// `connector.http.listen: 127.0.0.1:0`) and starts the daemon on it.
+    pub fn start(mut config: Value) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("opex-it-")
+            .tempdir()
+            .expect("create temp dir");
+        let data_dir = dir.path().join("data");
+        config["connector"]["data_dir"] = Value::from(data_dir.to_string_lossy().into_owned());
+        if config["connector"]["http"]["listen"].is_null() {
+            config["connector"]["http"]["listen"] = Value::from("127.0.0.1:0");
+        }
+        let config_path = dir.path().join("config.yaml");
+        std::fs::write(&config_path, to_yaml(&config)).expect("write config");
+        let stderr_path = dir.path().join("stderr.log");
+        let mut daemon = Daemon {
+            dir,
+            config_path,
+            stderr_path,
+            child: None,
+            addr: String::new(),
+            client: Client::new(),
+            starts: 0,
+        };
+        daemon.spawn();
+        daemon
+    }
+
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "daemon is already running");
+        self.starts += 1;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr_path)
+            .expect("open stderr log");
+        // Mark each start in the log so a failure shows which run said what.
+        writeln!(log, "===== harness: start #{} =====", self.starts).expect("write log");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&self.config_path)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let mut child = cmd.spawn().expect("spawn opex-connector");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel::<String>();
+        // Reads the listening line, then keeps draining stdout so the daemon never blocks on it.
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.trim().strip_prefix(LISTENING_PREFIX) {
+                    let _ = tx.send(rest.trim_end_matches('/').to_string());
+                }
+            }
+        });
+        self.child = Some(child);
+        match rx.recv_timeout(START_DEADLINE) {
+            Ok(addr) => {
+                addr.parse::<SocketAddr>()
+                    .unwrap_or_else(|e| panic!("listening line has a bad address {addr:?}: {e}"));
+                self.addr = addr;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.kill_child();
+                panic!(
+                    "no listening line within {START_DEADLINE:?}; stderr:\n{}",
+                    self.stderr_tail(200)
+                );
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = self.kill_child();
+                panic!(
+                    "daemon closed stdout before listening (exit {status:?}); stderr:\n{}",
+                    self.stderr_tail(200)
+                );
+            }
+        }
+    }
+
+    fn kill_child(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// `http://127.0.0.1:PORT` of the current run.
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `base() + path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base(), path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon is not running").id()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Whether the process is still alive.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// SIGKILL (no chance to flush or commit anything), then reap.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("daemon is not running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap killed daemon");
+    }
+
+    /// SIGTERM and wait (30 s) for the graceful exit; returns its status.
+    pub fn stop(&mut self) -> ExitStatus {
+        let pid = self.pid();
+        let sent = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill -TERM");
+        assert!(sent.success(), "kill -TERM {pid} failed: {sent}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let child = self.child.as_mut().expect("daemon is not running");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            if Instant::now() >= deadline {
+                self.kill_child();
+                panic!(
+                    "daemon did not exit within 30 s of SIGTERM; stderr:\n{}",
+                    self.stderr_tail(200)
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts again on the same data dir and config (the port changes: see [`Daemon::base`]).
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+
+    /// Everything the daemon wrote to stderr over all its runs.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn stderr_tail(&self, lines: usize) -> String {
+        let all = self.stderr();
+        let v: Vec<&str> = all.lines().collect();
+        v[v.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// GET `path`; panics (with the daemon's stderr) on a transport error.
+    pub fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        self.client
+            .get(&self.url(path), token)
+            .unwrap_or_else(|e| self.transport_panic("GET", path, e))
+    }
+
+    /// POST `body` to `path`; panics (with the daemon's stderr) on a transport error.
+    pub fn post(&self, path: &str, token: Option<&str>, body: &[u8]) -> Reply {
+        self.client
+            .post(&self.url(path), token, body)
+            .unwrap_or_else(|e| self.transport_panic("POST", path, e))
+    }
+
+    /// POST a record to the test source with its token.
+    pub fn ingest(&self, key: &str, body: &str) -> Reply {
+        self.post(
+            &format!("/api/ingest/{SOURCE}/{key}"),
+            Some(TOKEN),
+            body.as_bytes(),
+        )
+    }
+
+    /// `GET /api/status` as JSON (must answer 200).
+    pub fn status(&self) -> Value {
+        let reply = self.get("/api/status", None);
+        assert_eq!(reply.status, 200, "GET /api/status: {}", reply.body);
+        reply.json()
+    }
+
+    /// `GET /metrics` text (must answer 200).
+    pub fn metrics(&self) -> String {
+        let reply = self.get("/metrics", None);
+        assert_eq!(reply.status, 200, "GET /metrics: {}", reply.body);
+        reply.body
+    }
+
+    fn transport_panic(&self, method: &str, path: &str, e: ureq::Error) -> ! {
+        panic!(
+            "{method} {path} failed: {e}; stderr:\n{}",
+            self.stderr_tail(100)
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill_child();
+        if thread::panicking() {
+            eprintln!(
+                "----- opex-connector stderr (last 150 lines) -----\n{}\n-----",
+                self.stderr_tail(150)
+            );
+        }
+    }
+}
+
+/// Runs the binary with `args` to completion (for `validate` and `--version`).
+pub fn run_cli(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run opex-connector")
+}

@@ -1,0 +1,146 @@
+//! Black-box harness for the `opex-connector` binary.
+//!
+//! - [`Daemon`] (`daemon.rs`) runs the real binary in a temp dir (`run --config`), with
+//!   `http.listen` on port 0, and reads the bound address back from the one stdout line the
+//!   daemon prints once it listens. It can be stopped (SIGTERM), killed (SIGKILL) and
+//!   restarted on the same data dir and config.
+//! - [`Client`] (`client.rs`) is a small blocking HTTP client (ureq 3; 4xx/5xx come back as
+//!   replies), with helpers for payloads and Prometheus text.
+//! - [`Receiver`] (`receiver.rs`) is an uplink receiver: a tiny HTTP/1.1 server on a
+//!   loopback port that records every NDJSON line it accepts, and can answer 503, reject a
+//!   marked record with 400, or really go down (listener closed, open connections cut) and
+//!   come back on the same port.
+//! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
+//!
+//! Each test binary uses a subset of this module.
+#![allow(dead_code)]
+
+mod client;
+mod daemon;
+mod receiver;
+
+// Each test binary uses a subset of these.
+#[allow(unused_imports)]
+pub use client::*;
+#[allow(unused_imports)]
+pub use daemon::*;
+#[allow(unused_imports)]
+pub use receiver::*;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_opex-connector");
+/// The ingest source every test config declares.
+pub const SOURCE: &str = "orders";
+/// Its bearer token. (The interface example's `s3cret` is refused by the implementation's
+/// 8-character minimum; `validate.rs` checks that example separately.)
+pub const TOKEN: &str = "s3cret-t0ken";
+/// One MiB, the unit of `max_quota_mb`.
+pub const MIB: u64 = 1_048_576;
+/// How long a daemon may take to print its listening line (a loaded CI box builds in parallel).
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// Default deadline of a poll for an asynchronous outcome (uplink delivery, drain).
+pub const POLL_DEADLINE: Duration = Duration::from_secs(60);
+
+// Polling
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    if !poll_until(timeout, &mut cond) {
+        panic!("timed out after {timeout:?} waiting for: {what}");
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// Config
+
+/// A config with one ingest source (`orders`/`s3cret`) and a durable push queue of
+/// `quota_mb` MiB with the given `on_full`; no uplink. Tests add keys before starting.
+pub fn queue_config(quota_mb: i64, on_full: &str) -> Value {
+    json!({
+        "connector": {
+            "name": "it",
+            "http": { "max_body_kb": 1024 },
+            "push_queue": { "enabled": true, "max_quota_mb": quota_mb, "on_full": on_full },
+        },
+        "ingest": { "sources": [ { "name": SOURCE, "token": TOKEN } ] },
+    })
+}
+
+/// Renders a JSON value as block-style YAML (what an operator would write).
+pub fn to_yaml(value: &Value) -> String {
+    let mut out = String::new();
+    match value {
+        Value::Object(_) | Value::Array(_) => yaml_block(value, 0, &mut out),
+        scalar => {
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn yaml_scalar(value: &Value) -> String {
+    match value {
+        Value::Object(m) if m.is_empty() => "{}".into(),
+        Value::Array(a) if a.is_empty() => "[]".into(),
+        // A JSON string is a valid YAML double-quoted scalar.
+        other => other.to_string(),
+    }
+}
+
+fn is_block(value: &Value) -> bool {
+    match value {
+        Value::Object(m) => !m.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => false,
+    }
+}
+
+fn yaml_block(value: &Value, indent: usize, out: &mut String) {
+    let pad = " ".repeat(indent);
+    match value {
+        Value::Object(map) => {
+            for (key, val) in map {
+                if is_block(val) {
+                    out.push_str(&format!("{pad}{key}:\n"));
+                    yaml_block(val, indent + 2, out);
+                } else {
+                    out.push_str(&format!("{pad}{key}: {}\n", yaml_scalar(val)));
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                if is_block(item) {
+                    // Render the item two columns in, then put the dash on its first line.
+                    let mut inner = String::new();
+                    yaml_block(item, indent + 2, &mut inner);
+                    out.push_str(&pad);
+                    out.push_str("- ");
+                    out.push_str(&inner[indent + 2..]);
+                } else {
+                    out.push_str(&format!("{pad}- {}\n", yaml_scalar(item)));
+                }
+            }
+        }
+        scalar => out.push_str(&format!("{pad}{}\n", yaml_scalar(scalar))),
+    }
+}

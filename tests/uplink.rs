@@ -1,0 +1,333 @@
+//! The uplink that drains the push queue, against a real HTTP receiver: outages, 503s,
+//! a rejected record, and the NDJSON wire format. Drives the real binary.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::*;
+use serde_json::{json, Value};
+
+const UPLINK_TOKEN: &str = "up-t0ken";
+const ADMIN_TOKEN: &str = "adm1n-t0ken";
+
+/// A block queue of 8 MiB draining to `receiver`, with quick retries.
+fn uplink_config(receiver: &Receiver, batch_rows: u64, token: Option<&str>) -> Value {
+    let mut config = queue_config(8, "block");
+    config["connector"]["push"] = json!({
+        "url": receiver.url(),
+        "batch_rows": batch_rows,
+        "timeout_secs": 5,
+        "retry_initial_ms": 50,
+        "retry_max_ms": 300,
+    });
+    if let Some(token) = token {
+        config["connector"]["push"]["token"] = json!(token);
+    }
+    config
+}
+
+/// Posts `payload` under `key` and returns the acknowledged record id.
+fn post_ok(daemon: &Daemon, key: &str, payload: &str) -> String {
+    let reply = daemon.ingest(key, payload);
+    assert_eq!(reply.status, 200, "post {key}: {reply:?}");
+    reply.json()["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("ack without an id: {reply:?}"))
+        .to_string()
+}
+
+fn post_numbered(daemon: &Daemon, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| post_ok(daemon, &format!("k{i:04}"), &format!(r#"{{"n":{i}}}"#)))
+        .collect()
+}
+
+fn wait_drained(daemon: &Daemon) {
+    wait_until(
+        POLL_DEADLINE,
+        "the push queue drained to 0 rows and 0 bytes",
+        || {
+            let s = daemon.status();
+            u64_at(&s, "/push_queue/rows") == 0 && u64_at(&s, "/push_queue/used_bytes") == 0
+        },
+    );
+}
+
+/// First arrivals of `ids` at the receiver, in arrival order.
+fn arrival_order(receiver: &Receiver, ids: &[String]) -> Vec<String> {
+    receiver
+        .first_arrivals()
+        .into_iter()
+        .filter(|id| ids.contains(id))
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+#[test]
+fn receiver_down_then_up_delivers_everything_in_order() {
+    let receiver = Receiver::start_down();
+    let daemon = Daemon::start(uplink_config(&receiver, 7, None));
+
+    let ids = post_numbered(&daemon, 100);
+    wait_until(
+        POLL_DEADLINE,
+        "uplink.last_error set while the receiver is down",
+        || daemon.status()["uplink"]["last_error"].is_string(),
+    );
+    let status = daemon.status();
+    assert_eq!(status["uplink"]["enabled"], json!(true), "{status:#}");
+    assert_eq!(u64_at(&status, "/push_queue/rows"), 100, "{status:#}");
+    assert_eq!(u64_at(&status, "/uplink/sent_total"), 0, "{status:#}");
+
+    receiver.up();
+    wait_until(POLL_DEADLINE, "all 100 records at the receiver", || {
+        receiver.has_all(&ids)
+    });
+    assert_eq!(arrival_order(&receiver, &ids), ids, "arrival order");
+    wait_drained(&daemon);
+
+    let status = daemon.status();
+    assert!(u64_at(&status, "/uplink/sent_total") >= 100, "{status:#}");
+    assert_eq!(u64_at(&status, "/uplink/dead_letter_rows"), 0, "{status:#}");
+    assert_eq!(
+        u64_at(&status, "/uplink/dead_lettered_total"),
+        0,
+        "{status:#}"
+    );
+    assert!(
+        receiver.bad_lines().is_empty(),
+        "{:?}",
+        receiver.bad_lines()
+    );
+    for req in receiver.requests() {
+        assert_eq!(
+            req.header("authorization"),
+            None,
+            "no push.token, no Authorization"
+        );
+        assert!(
+            req.body.lines().count() <= 7,
+            "a batch of more than batch_rows 7 lines: {}",
+            req.body
+        );
+    }
+}
+
+#[test]
+fn receiver_answering_503_is_retried_until_it_accepts() {
+    let receiver = Receiver::start();
+    receiver.unavailable();
+    let daemon = Daemon::start(uplink_config(&receiver, 5, None));
+
+    let ids = post_numbered(&daemon, 20);
+    wait_until(POLL_DEADLINE, "the uplink retried after a 503", || {
+        receiver
+            .requests()
+            .iter()
+            .filter(|r| r.status == 503)
+            .count()
+            >= 2
+    });
+    assert_eq!(
+        u64_at(&daemon.status(), "/push_queue/rows"),
+        20,
+        "503 deleted rows"
+    );
+    assert!(receiver.records().is_empty());
+
+    receiver.up();
+    wait_until(POLL_DEADLINE, "all 20 records at the receiver", || {
+        receiver.has_all(&ids)
+    });
+    assert_eq!(arrival_order(&receiver, &ids), ids, "arrival order");
+    wait_drained(&daemon);
+    assert_eq!(u64_at(&daemon.status(), "/uplink/dead_letter_rows"), 0);
+}
+
+#[test]
+fn receiver_rejecting_one_record_parks_it_in_push_dead_letters() {
+    // Down first, so the poisoned record shares a batch with the others.
+    let receiver = Receiver::start_down();
+    let mut config = uplink_config(&receiver, 50, Some(UPLINK_TOKEN));
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    let daemon = Daemon::start(config);
+
+    let poison_payload = json!({"n": 7, "note": "POISON-PILL"});
+    let mut good = Vec::new();
+    let mut poison_id = String::new();
+    for i in 0..20 {
+        let key = format!("k{i:04}");
+        if i == 7 {
+            poison_id = post_ok(&daemon, &key, &poison_payload.to_string());
+        } else {
+            good.push(post_ok(&daemon, &key, &format!(r#"{{"n":{i}}}"#)));
+        }
+    }
+    receiver.reject_payloads_containing("POISON-PILL");
+    receiver.up();
+
+    wait_until(POLL_DEADLINE, "the 19 good records at the receiver", || {
+        receiver.has_all(&good)
+    });
+    assert_eq!(
+        arrival_order(&receiver, &good),
+        good,
+        "arrival order of the good ones"
+    );
+    assert!(
+        !receiver.unique_ids().contains(&poison_id),
+        "the poisoned record was accepted"
+    );
+    wait_until(POLL_DEADLINE, "uplink.dead_letter_rows == 1", || {
+        u64_at(&daemon.status(), "/uplink/dead_letter_rows") == 1
+    });
+    wait_drained(&daemon);
+    let status = daemon.status();
+    assert_eq!(
+        u64_at(&status, "/uplink/dead_lettered_total"),
+        1,
+        "{status:#}"
+    );
+
+    // The uplink retried the rejected batch one record at a time.
+    let alone = receiver
+        .requests()
+        .into_iter()
+        .any(|r| r.status == 400 && r.body.lines().count() == 1 && r.body.contains(&poison_id));
+    assert!(alone, "the poisoned record was never sent on its own");
+
+    let reply = daemon.get("/api/push/dead-letters", Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let letters = reply.json();
+    assert_eq!(u64_at(&letters, "/total"), 1, "{letters:#}");
+    let rows = letters["rows"].as_array().expect("rows array");
+    assert_eq!(rows.len(), 1, "{letters:#}");
+    let row = &rows[0];
+    assert!(row["seq"].is_u64(), "seq is a number: {row:#}");
+    assert!(
+        row["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "reason is a non-empty string: {row:#}"
+    );
+    let record = &row["record"];
+    assert_eq!(record["id"], json!(poison_id), "{row:#}");
+    assert_eq!(
+        record["source"],
+        json!(format!("ingest/{SOURCE}")),
+        "{row:#}"
+    );
+    assert_eq!(record["key"], json!("k0007"), "{row:#}");
+    assert_eq!(record["payload"], poison_payload, "{row:#}");
+    assert!(record["ts"].is_i64() || record["ts"].is_u64(), "{row:#}");
+
+    for (token, what) in [(None, "no token"), (Some("wrong"), "wrong token")] {
+        let reply = daemon.get("/api/push/dead-letters", token);
+        assert_eq!(reply.status, 401, "dead letters with {what}: {reply:?}");
+    }
+}
+
+#[test]
+fn uplink_sends_ndjson_lines_with_the_posted_payload_and_the_bearer_token() {
+    let receiver = Receiver::start();
+    let daemon = Daemon::start(uplink_config(&receiver, 3, Some(UPLINK_TOKEN)));
+
+    let payloads = [
+        ("plain", json!({"temp": 21.5, "ok": true, "none": null})),
+        (
+            "nested",
+            json!({"order": {"lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-2", "qty": 1}]}}),
+        ),
+        (
+            "text",
+            json!({"text": "line one\nline two \"quoted\" Grüße ✓ 日本"}),
+        ),
+        (
+            "big-int",
+            json!({"counter": 9_007_199_254_740_993_u64, "neg": -42}),
+        ),
+        ("array", json!([1, "two", {"three": 3}])),
+        ("empty", json!({})),
+    ];
+    let before = now_ms();
+    let mut expected = Vec::new();
+    for (key, payload) in &payloads {
+        let id = post_ok(&daemon, key, &payload.to_string());
+        expected.push((id, *key, payload.clone()));
+    }
+    let after = now_ms();
+    let ids: Vec<String> = expected.iter().map(|(id, _, _)| id.clone()).collect();
+    wait_until(POLL_DEADLINE, "every record at the receiver", || {
+        receiver.has_all(&ids)
+    });
+    assert!(
+        receiver.bad_lines().is_empty(),
+        "{:?}",
+        receiver.bad_lines()
+    );
+
+    let records = receiver.records();
+    for (id, key, payload) in &expected {
+        let record = records
+            .iter()
+            .find(|r| r["id"] == json!(id))
+            .unwrap_or_else(|| panic!("record {id} missing"));
+        let fields: BTreeSet<&str> = record
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            fields,
+            BTreeSet::from(["id", "source", "key", "ts", "payload"]),
+            "{record}"
+        );
+        assert_eq!(
+            record["source"],
+            json!(format!("ingest/{SOURCE}")),
+            "{record}"
+        );
+        assert_eq!(record["key"], json!(key), "{record}");
+        assert_eq!(record["payload"], *payload, "{record}");
+        let ts = record["ts"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("ts is not an integer: {record}"));
+        assert!(
+            (before - 1000..=after + 1000).contains(&ts),
+            "ts {ts} is not the unix ms time of the post ({before}..={after}): {record}"
+        );
+    }
+
+    for req in receiver.requests() {
+        assert_eq!(req.method, "POST");
+        assert_eq!(req.path, "/ingest");
+        assert_eq!(
+            req.header("authorization"),
+            Some(format!("Bearer {UPLINK_TOKEN}").as_str()),
+            "Authorization header"
+        );
+        let content_type = req.header("content-type").unwrap_or("");
+        assert!(
+            content_type.starts_with("application/x-ndjson"),
+            "Content-Type {content_type:?}"
+        );
+        assert!(
+            req.body.ends_with('\n'),
+            "body does not end with a newline: {:?}",
+            req.body
+        );
+        assert!(
+            req.body.lines().count() <= 3,
+            "more than batch_rows 3: {:?}",
+            req.body
+        );
+    }
+    wait_drained(&daemon);
+}
