@@ -131,6 +131,18 @@ pub fn metrics(state: &AppState) -> String {
         "Records the uplink receiver refused for good, moved to push dead letters.",
         c.dead_lettered_total.load(Ordering::Relaxed) as f64,
     );
+    p.single(
+        "opex_connector_push_queue_commits_total",
+        Kind::Counter,
+        "Push queue write transactions committed (each synced to disk).",
+        c.commits_total.load(Ordering::Relaxed) as f64,
+    );
+    p.single(
+        "opex_connector_push_queue_committed_commands_total",
+        Kind::Counter,
+        "Commands applied by those transactions (group commit: their ratio is the mean group).",
+        c.committed_commands_total.load(Ordering::Relaxed) as f64,
+    );
     if let Some(u) = &state.uplink {
         p.single(
             "opex_connector_uplink_failures_total",

@@ -68,6 +68,10 @@ pub struct QueueCounters {
     pub dead_trimmed_total: AtomicU64,
     /// Rows in the push dead-letter table now.
     pub dead_rows: AtomicU64,
+    /// Write transactions committed (each one sync to disk).
+    pub commits_total: AtomicU64,
+    /// Commands applied by those transactions; over `commits_total`, the mean group size.
+    pub committed_commands_total: AtomicU64,
 }
 
 /// A row read from the head of the queue.
@@ -508,6 +512,7 @@ impl Writer {
 
     fn commit_group(&mut self, group: Vec<Command>) {
         let before = self.state;
+        let group_len = group.len() as u64;
         let mut evicted = (0u64, 0u64);
         let shared = Arc::clone(&self.shared);
         let result = {
@@ -518,6 +523,9 @@ impl Writer {
             Ok(pending) => {
                 self.shared.gate.publish(self.state.used, self.state.rows);
                 let c = &self.shared.counters;
+                c.commits_total.fetch_add(1, Ordering::Relaxed);
+                c.committed_commands_total
+                    .fetch_add(group_len, Ordering::Relaxed);
                 c.sent_total.store(self.state.sent_total, Ordering::Relaxed);
                 c.dead_lettered_total
                     .store(self.state.dead_lettered_total, Ordering::Relaxed);

@@ -89,8 +89,8 @@ impl IngestSource {
 
     /// Parses `body`, offers the record keyed `key`, and returns what the caller is told.
     pub async fn ingest(&self, engine: &Engine, key: &str, body: &[u8]) -> IngestOutcome {
-        let payload: serde_json::Value = match serde_json::from_slice(body) {
-            Ok(v) => v,
+        let record = match Record::from_json(self.source.as_str(), key, body) {
+            Ok(r) => r,
             Err(e) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 return IngestOutcome::Malformed {
@@ -98,7 +98,6 @@ impl IngestSource {
                 };
             }
         };
-        let record = Record::new(self.source.clone(), key, payload);
         let id = record.id.clone();
         match engine.offer(record).await {
             Settlement::Stored | Settlement::Unrouted => {
