@@ -33,6 +33,7 @@ pub mod alerts;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+pub mod flow;
 pub mod http;
 pub mod record;
 pub mod shutdown;

@@ -106,6 +106,29 @@ impl Record {
     }
 }
 
+#[derive(serde::Deserialize)]
+struct OwnedLine {
+    id: String,
+    source: String,
+    key: String,
+    ts: u64,
+    payload: Box<RawValue>,
+}
+
+impl Record {
+    /// Reads back a line written by [`Record::to_line`] (dead letters, stores).
+    pub fn from_line(line: &[u8]) -> Result<Self, serde_json::Error> {
+        let l: OwnedLine = serde_json::from_slice(line)?;
+        Ok(Self {
+            id: l.id,
+            source: l.source,
+            key: l.key,
+            ts_ms: l.ts,
+            payload: l.payload,
+        })
+    }
+}
+
 /// What the engine tells a source about a record it offered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
@@ -167,6 +190,7 @@ mod tests {
         let b = Record::from_value("ingest/orders", "o-1", &serde_json::json!({"qty": 2}));
         assert!(!a.to_line().contains(&b'\n'));
         assert_eq!(a.payload_value(), b.payload_value());
+        assert_eq!(Record::from_line(&a.to_line()).unwrap(), a);
         assert_ne!(a.id, b.id);
         let v: Value = serde_json::from_slice(&a.to_line()).unwrap();
         assert_eq!(v["id"], a.id.as_str());

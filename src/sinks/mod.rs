@@ -4,3 +4,4 @@
 //! - [`push`]: the durable LMDB push queue (or the volatile buffer) and its HTTP uplink.
 
 pub mod push;
+pub mod storage;

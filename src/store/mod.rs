@@ -5,6 +5,8 @@
 //!
 //! Only [`lmdb`] contains `unsafe` code (opening and resizing a memory map).
 
+pub mod dead_letters;
+pub mod events;
 pub mod lmdb;
 pub mod push_queue;
 

@@ -1,0 +1,1 @@
+//! Deployed flows: config, validation, compilation into a Plan, node execution. (Being written.)

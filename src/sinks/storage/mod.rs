@@ -1,0 +1,1 @@
+//! The storage sink: the local event history. (Being written.)

@@ -1,0 +1,1 @@
+//! The event history of the storage sink: `events.db`. (Being written.)
