@@ -173,6 +173,25 @@ pub struct Reservation {
     bytes: u64,
 }
 
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// False for the empty reservations of `evict_oldest` gates, which count nothing.
+    pub fn is_counted(&self) -> bool {
+        self.gate.on_full == OnFull::Block
+    }
+
+    /// Takes over the bytes of `other`, a reservation of the same gate.
+    pub fn absorb(&mut self, mut other: Reservation) {
+        debug_assert!(Arc::ptr_eq(&self.gate, &other.gate));
+        self.bytes += other.bytes;
+        other.bytes = 0;
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.bytes > 0 {

@@ -9,11 +9,15 @@ use std::time::Instant;
 
 use crate::alerts::{self, Level};
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{Engine, SinkHandle, Sinks};
+use crate::flow::Plan;
 use crate::http::{self, AppState, HttpStats};
 use crate::shutdown::Shutdown;
 use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
+use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
+use crate::sources::webhook::{self, config::load_secret, WebhookSource};
+use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
 
 /// Why the daemon could not start or run.
@@ -25,14 +29,17 @@ pub enum DaemonError {
     Bind(std::io::Error),
     /// The runtime or a thread could not be started.
     Runtime(std::io::Error),
+    /// A secret file could not be read, or is readable by every user.
+    Secret(String),
 }
 
 impl fmt::Display for DaemonError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Store(e) => write!(f, "cannot open the push queue: {e}"),
+            Self::Store(e) => write!(f, "cannot open a store: {e}"),
             Self::Bind(e) => write!(f, "cannot listen: {e}"),
             Self::Runtime(e) => write!(f, "cannot start: {e}"),
+            Self::Secret(e) => write!(f, "webhook secret: {e}"),
         }
     }
 }
@@ -50,9 +57,48 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             "push_queue is not enabled: records wait in a 16 MiB memory buffer that is lost on restart; enable connector.push_queue for anything that matters"
         );
     }
+    for w in &config.warnings {
+        log::warn!("config: {w}");
+    }
+    let webhooks = config
+        .webhooks
+        .iter()
+        .map(|w| {
+            load_secret(&w.secret)
+                .map(|secret| Arc::new(WebhookSource::new(w.clone(), secret)))
+                .map_err(DaemonError::Secret)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let push = Arc::new(PushSink::open(&c.push_queue, &c.data_dir).map_err(DaemonError::Store)?);
-    let engine = Arc::new(Engine::new(Arc::clone(&push)));
+    let storage = match &config.storage {
+        Some(cfg) => Some(Arc::new(
+            StorageSink::open(cfg, &c.data_dir).map_err(DaemonError::Store)?,
+        )),
+        None => None,
+    };
+    let dlq = Arc::new(
+        DeadLetterQueue::open(&c.data_dir, config.dead_letters_max_rows)
+            .map_err(DaemonError::Store)?,
+    );
+    let mut sinks = Sinks::default();
+    sinks.add(SinkHandle::Push(Arc::clone(&push)));
+    if let Some(s) = &storage {
+        sinks.add(SinkHandle::Storage(Arc::clone(s)));
+    }
+    let plan = if config.flows.is_empty() {
+        Plan::direct(&config.source_names(), "push")
+    } else {
+        Plan::compile(config.flows.clone())
+    };
+    let engine = Arc::new(Engine::new(plan, sinks, dlq));
     let shutdown = Shutdown::new();
+    let sweeper = match &storage {
+        Some(s) => Some(
+            s.start_sweeper(shutdown.clone())
+                .map_err(DaemonError::Runtime)?,
+        ),
+        None => None,
+    };
 
     let uplink_status = c.push.as_ref().map(|_| Arc::new(UplinkStatus::default()));
     let uplink_thread = match (&c.push, &uplink_status) {
@@ -83,6 +129,8 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .cloned()
             .map(|s| Arc::new(IngestSource::new(s)))
             .collect(),
+        webhooks,
+        storage: storage.clone(),
         stats: HttpStats::default(),
     });
 
@@ -99,8 +147,18 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             log::error!("uplink thread panicked");
         }
     }
-    push.close();
+    if let Some(t) = sweeper {
+        if t.join().is_err() {
+            log::error!("storage sweeper thread panicked");
+        }
+    }
+    // Tasks still running (webhook flows after an on_receipt 200) stop here; their requests
+    // stay in the inbox and run again at the next start.
     drop(runtime);
+    push.close();
+    if let Some(s) = &storage {
+        s.close();
+    }
     log::info!("stopped");
     result
 }
@@ -122,6 +180,7 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
     );
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
+    tokio::spawn(webhook::recover_inbox(Arc::clone(&state.engine)));
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
 
@@ -158,25 +217,54 @@ async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
             _ = tick.tick() => {},
             _ = shutdown.wait() => return,
         }
+        let now = Instant::now();
         let q = state.push.status();
         let losses = q.blocked_total + q.evicted_total + q.dropped_total;
-        if let Some(alert) = state.push.level().check(q.fill_pct, losses, Instant::now()) {
-            let what = match (alert.level, q.on_full) {
-                (Level::Full, "block") => "refusing new records",
-                (Level::Full, _) => "evicting the oldest records, data gap",
-                (Level::High, _) => "the destination is slow or down",
-                (Level::Ok, _) => "back below 80 %",
-            };
-            let line = format!(
-                "alert: queue=push_queue level={} message=\"{what}\" fill_pct={} blocked_total={} evicted_total={} dropped_total={} connector={}",
-                alert.level.as_str(), q.fill_pct, q.blocked_total, q.evicted_total, q.dropped_total, state.name
-            );
-            match alert.level {
-                Level::Full => log::error!("{line}"),
-                Level::High => log::warn!("{line}"),
-                Level::Ok => log::info!("{line}"),
-            }
+        let alert = state.push.level().check(q.fill_pct, losses, now);
+        raise(
+            &state.name,
+            "push_queue",
+            alert,
+            q.on_full,
+            q.fill_pct,
+            losses,
+        );
+        if let Some(storage) = &state.storage {
+            let s = storage.status();
+            let losses = s.blocked_total + s.evicted_total + s.dropped_total;
+            let alert = storage.level().check(s.fill_pct, losses, now);
+            raise(&state.name, "storage", alert, s.on_full, s.fill_pct, losses);
         }
         let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+    }
+}
+
+/// Logs an alert of one queue (the log is the only alert channel so far).
+fn raise(
+    connector: &str,
+    queue: &str,
+    alert: Option<alerts::Alert>,
+    on_full: &str,
+    fill_pct: f64,
+    refused_or_evicted_total: u64,
+) {
+    let Some(alert) = alert else {
+        return;
+    };
+    let what = match (alert.level, on_full) {
+        (Level::Full, "block") => "refusing new records",
+        (Level::Full, _) => "evicting the oldest records, data gap",
+        (Level::High, _) => "the destination is slow or down",
+        (Level::Ok, _) => "back below 80 %",
+    };
+    let line = format!(
+        "alert: queue={queue} level={} message=\"{what}\" fill_pct={fill_pct} refused_or_evicted_total={refused_or_evicted_total} repeat={} connector={connector}",
+        alert.level.as_str(),
+        alert.repeat
+    );
+    match alert.level {
+        Level::Full => log::error!("{line}"),
+        Level::High => log::warn!("{line}"),
+        Level::Ok => log::info!("{line}"),
     }
 }

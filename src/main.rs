@@ -28,7 +28,10 @@ fn main() -> ExitCode {
             Err(problems) => report(file, &problems),
         },
         ["validate", file] => match config::load(&PathBuf::from(file)) {
-            Ok(_) => {
+            Ok(cfg) => {
+                for w in &cfg.warnings {
+                    eprintln!("warning: {w}");
+                }
                 println!("{file}: ok");
                 ExitCode::SUCCESS
             }

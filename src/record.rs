@@ -144,6 +144,13 @@ pub enum Settlement {
         /// How long to wait.
         after: Duration,
     },
+    /// A node failed and the record was parked in the pipeline dead-letter queue (entry `id`;
+    /// `None` when a replay failed again and its old entry stays open). It is stored there,
+    /// so the source is acknowledged: retrying would fail the same way.
+    DeadLettered {
+        /// The dead-letter entry.
+        id: Option<u64>,
+    },
     /// A sink failed to store it (write error, writer busy); nothing is acknowledged, the
     /// source keeps the record and tries again.
     Failed {

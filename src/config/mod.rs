@@ -18,7 +18,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use parse::parse_raw;
-pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME};
+pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME, KNOWN_SINKS};
 
 /// The default a newcomer runs: `cargo run --release` with no arguments.
 pub const DEMO_YAML: &str = include_str!("../../config/demo.yaml");

@@ -5,8 +5,11 @@
 
 use serde::Deserialize;
 
+pub use crate::flow::config::RawFlow;
 pub use crate::sinks::push::config::{RawPush, RawPushQueue};
+pub use crate::sinks::storage::config::RawStorage;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
+pub use crate::sources::webhook::config::RawWebhook;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -15,6 +18,22 @@ pub struct RawConfig {
     pub connector: Option<RawConnector>,
     /// The HTTP ingest API (`POST /api/ingest/{source}/{id}`) and its sources.
     pub ingest: Option<RawIngest>,
+    /// Signed webhooks (`POST /api/hooks/{name}`).
+    pub webhooks: Option<Vec<RawWebhook>>,
+    /// The storage sink: the local event history (`events.db`).
+    pub storage: Option<RawStorage>,
+    /// The pipeline dead-letter queue (`dead_letters.db`).
+    pub dead_letters: Option<RawDeadLetters>,
+    /// The deployed flows. Without them every source is wired straight to `push`.
+    pub flows: Option<Vec<RawFlow>>,
+}
+
+/// `dead_letters:`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawDeadLetters {
+    /// Most entries kept; beyond it the oldest resolved entries are trimmed first, then the
+    /// oldest open ones, each trim logged. Default 100000.
+    pub max_rows: Option<u64>,
 }
 
 /// `connector:`

@@ -5,9 +5,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::raw::{RawConfig, RawHttp};
-use super::Problems;
+use super::{Problem, Problems};
+use crate::flow::config::{validate_flows, FlowConfig};
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
+use crate::sinks::storage::config::StorageConfig;
 use crate::sources::ingest::config::IngestConfig;
+use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
+use crate::store::dead_letters::DEFAULT_MAX_ROWS;
+
+/// The sinks a flow can name.
+pub const KNOWN_SINKS: &[&str] = &["push", "storage"];
 
 /// Name of a connector whose config names none.
 pub const DEFAULT_NAME: &str = "opex-connector";
@@ -19,6 +26,32 @@ pub struct Config {
     pub connector: ConnectorConfig,
     /// `ingest:`
     pub ingest: IngestConfig,
+    /// `webhooks:`
+    pub webhooks: Vec<WebhookConfig>,
+    /// `storage:`; `None` when neither configured nor named by a flow.
+    pub storage: Option<StorageConfig>,
+    /// `dead_letters.max_rows`.
+    pub dead_letters_max_rows: u64,
+    /// `flows:`; empty when none are configured (every source then goes to `push`).
+    pub flows: Vec<FlowConfig>,
+    /// Things worth a look that do not stop the connector (e.g. an unwired port).
+    pub warnings: Vec<Problem>,
+}
+
+impl Config {
+    /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`.
+    pub fn source_names(&self) -> Vec<String> {
+        source_names(&self.ingest, &self.webhooks)
+    }
+}
+
+fn source_names(ingest: &IngestConfig, webhooks: &[WebhookConfig]) -> Vec<String> {
+    ingest
+        .sources
+        .iter()
+        .map(|s| format!("ingest/{}", s.name))
+        .chain(webhooks.iter().map(|w| format!("webhook/{}", w.name)))
+        .collect()
 }
 
 /// `connector:`, validated.
@@ -86,6 +119,29 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         .as_ref()
         .and_then(|raw| UplinkConfig::validate(raw, "connector.push", &mut p));
     let ingest = IngestConfig::validate(raw.ingest.as_ref(), "ingest", &mut p);
+    let webhooks = validate_webhooks(raw.webhooks.as_deref(), "webhooks", &mut p);
+    let storage_cfg = StorageConfig::validate(raw.storage.as_ref(), "storage", &mut p);
+    let dead_letters_max_rows = raw
+        .dead_letters
+        .as_ref()
+        .and_then(|d| d.max_rows)
+        .unwrap_or(DEFAULT_MAX_ROWS);
+    if !(1..=10_000_000).contains(&dead_letters_max_rows) {
+        p.push(
+            "dead_letters.max_rows",
+            format!("{dead_letters_max_rows} is outside 1..=10000000"),
+        );
+    }
+    let mut warnings = Vec::new();
+    let flows = validate_flows(
+        raw.flows.as_deref(),
+        &source_names(&ingest, &webhooks),
+        KNOWN_SINKS,
+        &mut p,
+        &mut warnings,
+    );
+    let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
+    let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
 
     if p.is_empty() {
         Ok(Config {
@@ -97,6 +153,11 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
                 push,
             },
             ingest,
+            webhooks,
+            storage,
+            dead_letters_max_rows,
+            flows,
+            warnings,
         })
     } else {
         Err(p)

@@ -5,7 +5,9 @@
 //! idle keep-alive connections, a body-read timeout and a body size limit. A request waits only
 //! on its own settlement.
 
+mod admin;
 mod auth;
+mod respond;
 mod routes;
 mod server;
 mod status;
@@ -18,7 +20,9 @@ use std::time::Instant;
 use crate::config::HttpConfig;
 use crate::engine::Engine;
 use crate::sinks::push::{PushSink, UplinkStatus};
+use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
+use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
 pub struct AppState {
@@ -36,6 +40,10 @@ pub struct AppState {
     pub uplink: Option<Arc<UplinkStatus>>,
     /// The ingest sources, in config order.
     pub ingest: Vec<Arc<IngestSource>>,
+    /// The webhooks, in config order.
+    pub webhooks: Vec<Arc<WebhookSource>>,
+    /// The storage sink, when configured.
+    pub storage: Option<Arc<StorageSink>>,
     /// Server counters.
     pub stats: HttpStats,
 }

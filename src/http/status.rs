@@ -45,6 +45,40 @@ pub fn status(state: &AppState) -> Value {
             })
         })
         .collect();
+    let webhooks: Vec<Value> = state
+        .webhooks
+        .iter()
+        .map(|w| {
+            json!({
+                "name": w.name(),
+                "source": w.source(),
+                "received": w.stats.received.load(Ordering::Relaxed),
+                "accepted": w.stats.accepted.load(Ordering::Relaxed),
+                "backpressured": w.stats.backpressured.load(Ordering::Relaxed),
+                "rejected_signature": w.stats.rejected_signature.load(Ordering::Relaxed),
+                "rejected_body": w.stats.rejected_body.load(Ordering::Relaxed),
+                "failed": w.stats.failed.load(Ordering::Relaxed),
+            })
+        })
+        .collect();
+    let mut sinks = vec![json!({
+        "name": "push",
+        "dropped": q.evicted_total + q.dropped_total,
+        "blocked": q.blocked_total,
+        "queue_rows": q.rows,
+        "durable": q.durable,
+    })];
+    let storage = state.storage.as_ref().map(|s| {
+        let st = s.status();
+        sinks.push(json!({
+            "name": "storage",
+            "dropped": st.evicted_total + st.dropped_total,
+            "blocked": st.blocked_total,
+            "queue_rows": st.rows,
+            "durable": true,
+        }));
+        serde_json::to_value(st).unwrap_or_default()
+    });
     json!({
         "connector": {
             "name": state.name,
@@ -54,15 +88,11 @@ pub fn status(state: &AppState) -> Value {
         "push_queue": queue,
         "push_status": queue,
         "uplink": uplink,
-        "sinks": [{
-            "name": "push",
-            "dropped": q.evicted_total + q.dropped_total,
-            "blocked": q.blocked_total,
-            "queue_rows": q.rows,
-            "durable": q.durable,
-        }],
+        "sinks": sinks,
+        "storage": storage,
+        "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
-        "engine": {"stats": serde_json::to_value(&state.engine.stats).unwrap_or_default()},
+        "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
     })
 }
 
@@ -194,7 +224,29 @@ pub fn metrics(state: &AppState) -> String {
         p.family(metric, Kind::Counter, help, &refs);
     }
     let e = &state.engine.stats;
+    let dlq = state.engine.dead_letters().counts();
+    p.single(
+        "opex_connector_dead_letters_open",
+        Kind::Gauge,
+        "Open entries of the pipeline dead-letter queue.",
+        dlq.open as f64,
+    );
     for (metric, help, v) in [
+        (
+            "opex_connector_engine_unrouted_total",
+            "Records no flow takes (acknowledged by design).",
+            &e.unrouted,
+        ),
+        (
+            "opex_connector_engine_dead_lettered_total",
+            "Records parked in the pipeline dead-letter queue.",
+            &e.dead_lettered,
+        ),
+        (
+            "opex_connector_engine_filtered_total",
+            "Records a filter node stopped, by design.",
+            &e.filtered,
+        ),
         (
             "opex_connector_engine_backpressured_total",
             "Records refused by a full sink under block.",

@@ -5,3 +5,74 @@
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 
 pub mod ingest;
+pub mod webhook;
+
+use crate::record::Settlement;
+
+/// What an HTTP source (ingest API, webhook) tells its caller; the HTTP layer turns it into a
+/// status code and a JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceOutcome {
+    /// 200: stored by every sink it reached (or parked in the dead-letter queue, or taken by
+    /// no flow).
+    Stored {
+        /// The record id.
+        id: String,
+        /// `stored`, `dead_lettered` or `unrouted`.
+        result: &'static str,
+        /// The dead-letter entry, when one was made.
+        dead_letter_id: Option<u64>,
+    },
+    /// 200: durably received; the flow runs after the answer (webhook `on_receipt`).
+    Accepted {
+        /// The record id.
+        id: String,
+    },
+    /// 503 + `Retry-After`: a sink it reaches is full under `block`; nothing happened.
+    Retry {
+        /// The refusing sink.
+        sink: String,
+        /// Seconds to wait.
+        after_secs: u64,
+    },
+    /// 503: storing failed; nothing is acknowledged, retry later.
+    Failed {
+        /// The failing sink.
+        sink: String,
+        /// Why.
+        reason: String,
+    },
+    /// 400: the body is not JSON.
+    Malformed {
+        /// The parser's reason.
+        reason: String,
+    },
+}
+
+impl SourceOutcome {
+    /// The outcome for a settlement of record `id`.
+    pub fn from_settlement(id: String, settlement: Settlement) -> Self {
+        match settlement {
+            Settlement::Stored => Self::Stored {
+                id,
+                result: "stored",
+                dead_letter_id: None,
+            },
+            Settlement::Unrouted => Self::Stored {
+                id,
+                result: "unrouted",
+                dead_letter_id: None,
+            },
+            Settlement::DeadLettered { id: entry } => Self::Stored {
+                id,
+                result: "dead_lettered",
+                dead_letter_id: entry,
+            },
+            Settlement::Retry { sink, after } => Self::Retry {
+                sink,
+                after_secs: after.as_secs().max(1),
+            },
+            Settlement::Failed { sink, reason } => Self::Failed { sink, reason },
+        }
+    }
+}

@@ -1,7 +1,10 @@
-//! The durable stores: LMDB environments under the data dir, each with one writer thread.
+//! The durable stores: LMDB environments under the data dir. The busy ones (push queue, event
+//! history) each have one group-commit writer thread; the dead-letter queue writes directly.
 //!
 //! - [`push_queue`]: `push_queue.db`, the FIFO the uplink drains, and the push dead-letter
 //!   table beside it in the same environment (so moving a row there is one transaction).
+//! - [`dead_letters`]: `dead_letters.db`, the pipeline dead-letter queue and the webhook inbox.
+//! - [`events`]: `events.db`, the event history of the storage sink, by source and time.
 //!
 //! Only [`lmdb`] contains `unsafe` code (opening and resizing a memory map).
 
@@ -10,6 +13,10 @@ pub mod events;
 pub mod lmdb;
 pub mod push_queue;
 
+pub use dead_letters::{
+    DeadLetterEntry, DeadLetterQueue, DlqCounts, DlqFilter, DlqState, NewDeadLetter,
+};
+pub use events::{EventCounters, EventStore};
 pub use push_queue::{DeadLetter, PushQueue, QueueCounters, Row};
 
 use std::fmt;

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::store::{QueueCounters, StoreError};
+use crate::store::{EventCounters, QueueCounters, StoreError};
 
 /// Rows deleted at the quota under `evict_oldest`: a data gap upstream.
 pub fn push_queue_evicted(counters: &QueueCounters, rows: u64, bytes: u64) {
@@ -59,4 +59,66 @@ pub fn uplink_retry(reason: &str, delay_ms: u64) {
 /// The receiver refused a record for good; it moved to the push dead-letter table.
 pub fn uplink_dead_lettered(seq: u64, reason: &str) {
     log::error!("uplink receiver refused a record, moved to push dead letters: seq={seq} reason=\"{reason}\"");
+}
+
+/// The pipeline dead-letter queue was at its cap: entry `id` was deleted (resolved entries go
+/// first, then the oldest open ones). `trimmed_total` counts this one.
+pub fn dead_letter_trimmed(id: u64, state: &str, flow: &str, node: &str, trimmed_total: u64) {
+    log::warn!(
+        "dead letter trimmed at the cap: id={id} state={state} flow={flow} node={node} trimmed_total={trimmed_total}"
+    );
+}
+
+/// The index of the pipeline dead-letter queue did not match its entries and was rebuilt at
+/// open.
+pub fn dead_letter_index_repaired(entries: u64, heads: u64) {
+    log::warn!("dead letter index rebuilt at open: entries={entries} heads={heads}");
+}
+
+/// The event history deleted its oldest rows at its quota (`evict_oldest`).
+pub fn event_store_evicted(counters: &EventCounters, rows: u64, bytes: u64) {
+    let total = counters.evicted_total.fetch_add(rows, Ordering::Relaxed) + rows;
+    log::warn!(
+        "event history evicted the oldest records at its quota: rows={rows} bytes={bytes} evicted_total={total}"
+    );
+}
+
+/// The event history deleted rows older than its retention.
+pub fn event_store_expired(counters: &EventCounters, rows: u64, cutoff_ms: u64) {
+    let total = counters.expired_total.fetch_add(rows, Ordering::Relaxed) + rows;
+    log::info!(
+        "event history expired records past the retention: rows={rows} older_than_ms={cutoff_ms} expired_total={total}"
+    );
+}
+
+/// The event history writer's channel was full: a record was refused and its source told to
+/// retry.
+pub fn event_writer_channel_full(counters: &EventCounters) {
+    let total = counters.dropped_total.fetch_add(1, Ordering::Relaxed) + 1;
+    if total.is_power_of_two() {
+        log::warn!("event history writer channel full, record refused: dropped_total={total}");
+    }
+}
+
+/// A write transaction of the event history failed; every caller in it got the error.
+pub fn event_store_write_failed(counters: &EventCounters, error: &StoreError) {
+    let total = counters.write_errors_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::error!("event history write failed: error=\"{error}\" write_errors_total={total}");
+}
+
+/// The stored accounting of the event history did not match its rows and was recounted.
+pub fn event_store_accounting_repaired(meta_rows: u64, rows: u64, meta_used: u64, used: u64) {
+    log::warn!(
+        "event history accounting repaired at open: meta_rows={meta_rows} rows={rows} meta_used={meta_used} used={used}"
+    );
+}
+
+/// The per-source index of the event history did not match its rows and was rebuilt.
+pub fn event_store_index_rebuilt(index_rows: u64, rows: u64) {
+    log::warn!("event history index rebuilt at open: index_rows={index_rows} rows={rows}");
+}
+
+/// A retention sweep of the storage sink failed; the next one tries again.
+pub fn storage_sweep_failed(error: &StoreError) {
+    log::error!("storage retention sweep failed: error=\"{error}\"");
 }

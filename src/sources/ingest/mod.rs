@@ -3,4 +3,4 @@
 pub mod config;
 mod source;
 
-pub use source::{IngestOutcome, IngestSource, IngestStats};
+pub use source::{IngestSource, IngestStats};

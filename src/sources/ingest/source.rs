@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use super::config::IngestSourceConfig;
 use crate::engine::Engine;
-use crate::record::{Record, Settlement};
+use crate::record::Record;
+use crate::sources::SourceOutcome;
 
 /// Counters of one ingest source, shown in `/api/status` `sources[]`.
 #[derive(Debug, Default, Serialize)]
@@ -22,35 +23,6 @@ pub struct IngestStats {
     pub rejected: AtomicU64,
     /// Requests with a missing or wrong token.
     pub unauthorized: AtomicU64,
-}
-
-/// What to tell the caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IngestOutcome {
-    /// 200: stored under this record id.
-    Stored {
-        /// The record id.
-        id: String,
-    },
-    /// 503: a sink refused under `block`; retry after the given seconds.
-    Retry {
-        /// The refusing sink.
-        sink: String,
-        /// Seconds to wait.
-        after_secs: u64,
-    },
-    /// 503: storing failed; nothing was stored, retry later.
-    Failed {
-        /// The failing sink.
-        sink: String,
-        /// Why.
-        reason: String,
-    },
-    /// 400: the body is not JSON.
-    Malformed {
-        /// The parser's reason.
-        reason: String,
-    },
 }
 
 /// One configured ingest source.
@@ -88,33 +60,24 @@ impl IngestSource {
     }
 
     /// Parses `body`, offers the record keyed `key`, and returns what the caller is told.
-    pub async fn ingest(&self, engine: &Engine, key: &str, body: &[u8]) -> IngestOutcome {
+    pub async fn ingest(&self, engine: &Engine, key: &str, body: &[u8]) -> SourceOutcome {
         let record = match Record::from_json(self.source.as_str(), key, body) {
             Ok(r) => r,
             Err(e) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return IngestOutcome::Malformed {
+                return SourceOutcome::Malformed {
                     reason: e.to_string(),
                 };
             }
         };
         let id = record.id.clone();
-        match engine.offer(record).await {
-            Settlement::Stored | Settlement::Unrouted => {
-                self.stats.stored.fetch_add(1, Ordering::Relaxed);
-                IngestOutcome::Stored { id }
-            }
-            Settlement::Retry { sink, after } => {
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                IngestOutcome::Retry {
-                    sink,
-                    after_secs: after.as_secs().max(1),
-                }
-            }
-            Settlement::Failed { sink, reason } => {
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                IngestOutcome::Failed { sink, reason }
-            }
-        }
+        let outcome = SourceOutcome::from_settlement(id, engine.offer(record).await);
+        let counter = match &outcome {
+            SourceOutcome::Stored { .. } | SourceOutcome::Accepted { .. } => &self.stats.stored,
+            SourceOutcome::Malformed { .. } => &self.stats.rejected,
+            SourceOutcome::Retry { .. } | SourceOutcome::Failed { .. } => &self.stats.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        outcome
     }
 }

@@ -1,0 +1,412 @@
+//! Admission, node execution and delivery of one record.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::sinks::{DeliveryError, Sinks};
+use super::stats::EngineStats;
+use crate::admission::Reservation;
+use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
+use crate::record::{Record, Settlement};
+use crate::store::dead_letters::{DeadLetterQueue, NewDeadLetter};
+
+/// Most node runs for one record: a bound on fan-out, which the graph (acyclic) cannot loop.
+const MAX_STEPS: usize = 10_000;
+
+/// Reason prefix of records a webhook answered 200 for and then could not deliver.
+pub const ACCEPTED_NOT_HANDLED: &str = "accepted (200) but not handled: ";
+
+/// Reservations taken at admission, one per reachable sink; released when dropped.
+#[derive(Default)]
+pub struct Admitted {
+    reservations: Vec<(&'static str, Reservation)>,
+}
+
+impl Admitted {
+    fn take(&mut self, sink: &str) -> Option<Reservation> {
+        let i = self.reservations.iter().position(|(s, _)| *s == sink)?;
+        Some(self.reservations.swap_remove(i).1)
+    }
+}
+
+/// How a run treats failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The source is waiting for the verdict: sink failures go back to it (it retries).
+    Normal,
+    /// The source already answered 200 (webhook `on_receipt`, inbox recovery): a sink failure
+    /// parks the record in the dead-letter queue as "accepted (200) but not handled".
+    Accepted,
+    /// A replay from the dead-letter queue: failures park nothing new; the entry stays open.
+    Replay,
+}
+
+/// Runs records from sources to sinks.
+pub struct Engine {
+    plan: Plan,
+    sinks: Sinks,
+    dlq: Arc<DeadLetterQueue>,
+    /// Its counters.
+    pub stats: EngineStats,
+}
+
+/// One record on its way: the node to run next and the entry node it came in by.
+struct Item {
+    at: NodeRef,
+    entry: NodeRef,
+    record: Record,
+}
+
+/// What happened on the way, folded into a [`Settlement`] at the end.
+#[derive(Default)]
+struct Run {
+    /// The first transient sink failure.
+    failure: Option<Settlement>,
+    /// The first dead-letter entry made (or `Some(None)` for a failure in replay mode).
+    dead_letter: Option<Option<u64>>,
+}
+
+impl Engine {
+    /// An engine running `plan` over `sinks`, parking failures in `dlq`.
+    pub fn new(plan: Plan, sinks: Sinks, dlq: Arc<DeadLetterQueue>) -> Self {
+        Self {
+            plan,
+            sinks,
+            dlq,
+            stats: EngineStats::default(),
+        }
+    }
+
+    /// The compiled flows.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The sinks.
+    pub fn sinks(&self) -> &Sinks {
+        &self.sinks
+    }
+
+    /// The pipeline dead-letter queue.
+    pub fn dead_letters(&self) -> &Arc<DeadLetterQueue> {
+        &self.dlq
+    }
+
+    /// Asks every sink reachable from the record's source to admit it, before any node runs.
+    /// `Ok(None)`: no flow takes this source. `Err`: the settlement to give the source now.
+    pub fn admit(&self, record: &Record) -> Result<Option<Admitted>, Settlement> {
+        if self.plan.entries(&record.source).is_empty() {
+            return Ok(None);
+        }
+        let mut admitted = Admitted::default();
+        for name in self.plan.reachable_sinks(&record.source) {
+            let Some(sink) = self.sinks.get(name) else {
+                continue;
+            };
+            match sink.admit(sink.bytes(record)) {
+                Ok(r) => admitted.reservations.push((sink.name(), r)),
+                Err(refused) => {
+                    self.stats.backpressured.fetch_add(1, Ordering::Relaxed);
+                    return Err(Settlement::Retry {
+                        sink: sink.name().to_string(),
+                        after: refused.after,
+                    });
+                }
+            }
+        }
+        Ok(Some(admitted))
+    }
+
+    /// Offers one record: admission, then the flows. Resolves once every sink it reached
+    /// stored it, or with the reason it must be retried.
+    pub async fn offer(&self, record: Record) -> Settlement {
+        match self.admit(&record) {
+            Err(settlement) => settlement,
+            Ok(None) => self.unrouted(),
+            Ok(Some(admitted)) => {
+                let entries = self.plan.entries(&record.source).to_vec();
+                self.run(record, entries, admitted, Mode::Normal).await
+            }
+        }
+    }
+
+    /// Runs an admitted record from its source nodes in every flow.
+    pub async fn run_admitted(&self, record: Record, admitted: Admitted, mode: Mode) -> Settlement {
+        let entries = self.plan.entries(&record.source).to_vec();
+        if entries.is_empty() {
+            return self.unrouted();
+        }
+        self.run(record, entries, admitted, mode).await
+    }
+
+    /// Offers a dead letter again, from the source node(s) of its flow only.
+    pub async fn replay(&self, flow: &str, record: Record) -> Settlement {
+        let entries = self.plan.flow_entries(flow, &record.source);
+        if entries.is_empty() {
+            return Settlement::Failed {
+                sink: String::new(),
+                reason: format!("flow {flow:?} has no source node for {:?}", record.source),
+            };
+        }
+        match self.admit(&record) {
+            Err(settlement) => settlement,
+            Ok(admitted) => {
+                self.run(record, entries, admitted.unwrap_or_default(), Mode::Replay)
+                    .await
+            }
+        }
+    }
+
+    /// Parks a record that a source already acknowledged but that cannot be delivered now
+    /// (its sinks refuse): "accepted (200) but not handled", never dropped.
+    pub async fn park_unhandled(&self, record: Record, why: &Settlement) {
+        let Some(at) = self.plan.entries(&record.source).first().copied() else {
+            return;
+        };
+        let mut run = Run::default();
+        let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(why));
+        self.park(&mut run, &record, at, at, reason, Mode::Accepted)
+            .await;
+    }
+
+    fn unrouted(&self) -> Settlement {
+        self.stats.unrouted.fetch_add(1, Ordering::Relaxed);
+        Settlement::Unrouted
+    }
+
+    async fn run(
+        &self,
+        original: Record,
+        entries: Vec<NodeRef>,
+        mut admitted: Admitted,
+        mode: Mode,
+    ) -> Settlement {
+        let mut run = Run::default();
+        // Each work item remembers the entry node its record came in by: a dead letter is
+        // replayed from there, even when the failing node sits in a subflow.
+        let mut work: Vec<Item> = entries
+            .iter()
+            .rev()
+            .map(|r| Item {
+                at: *r,
+                entry: *r,
+                record: original.clone(),
+            })
+            .collect();
+        let mut steps = 0;
+        while let Some(Item {
+            at,
+            entry,
+            mut record,
+        }) = work.pop()
+        {
+            let fork = |targets: &[NodeRef], record: &Record| {
+                targets
+                    .iter()
+                    .map(|t| Item {
+                        at: *t,
+                        entry,
+                        record: record.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            };
+            steps += 1;
+            if steps > MAX_STEPS {
+                let reason = format!("more than {MAX_STEPS} node runs for one record");
+                self.park(&mut run, &original, entry, at, reason, mode)
+                    .await;
+                break;
+            }
+            if let NodeKind::Sink { sink } = self.plan.kind(at) {
+                let Err(reason) = self.deliver(sink, &record, &mut admitted).await else {
+                    continue;
+                };
+                self.stats
+                    .node_error(self.plan.flow_id(at), self.plan.node_id(at));
+                let errors = self.plan.targets(at, Port::Error);
+                if !errors.is_empty() {
+                    work.extend(fork(errors, &record));
+                    continue;
+                }
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                match mode {
+                    Mode::Accepted => {
+                        let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(&reason));
+                        self.park(&mut run, &original, entry, at, reason, mode)
+                            .await;
+                    }
+                    Mode::Normal | Mode::Replay => {
+                        run.failure.get_or_insert(reason);
+                    }
+                }
+                continue;
+            }
+            let entered = record.clone();
+            let kind = self.plan.kind(at);
+            match run_node(kind, &mut record) {
+                NodeOutcome::Filtered => {
+                    self.stats.filtered.fetch_add(1, Ordering::Relaxed);
+                }
+                NodeOutcome::Fail(reason) => {
+                    let errors = self.node_failed(at, &reason);
+                    if errors.is_empty() {
+                        self.park(&mut run, &original, entry, at, reason, mode)
+                            .await;
+                    } else {
+                        work.extend(fork(errors, &entered));
+                    }
+                }
+                NodeOutcome::Emit(port) => {
+                    let is_subflow = matches!(kind, NodeKind::Subflow { .. });
+                    if is_subflow {
+                        work.extend(fork(self.plan.subflow_inputs(at), &record));
+                    }
+                    let targets = self.plan.targets(at, port);
+                    if targets.is_empty() && !is_subflow {
+                        let reason = format!("{} is not wired", port_name(port));
+                        let errors = self.node_failed(at, &reason);
+                        if errors.is_empty() {
+                            self.park(&mut run, &original, entry, at, reason, mode)
+                                .await;
+                        } else {
+                            work.extend(fork(errors, &entered));
+                        }
+                    } else {
+                        work.extend(fork(targets, &record));
+                    }
+                }
+            }
+        }
+        drop(admitted);
+        match (run.failure, run.dead_letter) {
+            (Some(failure), _) => failure,
+            (None, Some(id)) => Settlement::DeadLettered { id },
+            (None, None) => Settlement::Stored,
+        }
+    }
+
+    /// Delivers to one sink; the failure, as the settlement the source would get.
+    async fn deliver(
+        &self,
+        sink: &str,
+        record: &Record,
+        admitted: &mut Admitted,
+    ) -> Result<(), Settlement> {
+        let Some(handle) = self.sinks.get(sink) else {
+            return Err(Settlement::Failed {
+                sink: sink.to_string(),
+                reason: "sink not configured".into(),
+            });
+        };
+        let reservation = match admitted.take(handle.name()) {
+            Some(r) => r,
+            // A second delivery to the same sink (fan-out) needs its own room.
+            None => handle
+                .admit(handle.bytes(record))
+                .map_err(|r| Settlement::Retry {
+                    sink: sink.to_string(),
+                    after: r.after,
+                })?,
+        };
+        handle
+            .deliver(record, reservation)
+            .await
+            .map_err(|e| match e {
+                DeliveryError::Refused(r) => Settlement::Retry {
+                    sink: sink.to_string(),
+                    after: r.after,
+                },
+                DeliveryError::Store(e) => Settlement::Failed {
+                    sink: sink.to_string(),
+                    reason: e.to_string(),
+                },
+            })
+    }
+
+    /// A node failed (or emitted on an unwired port): counts it and returns its error wires
+    /// (empty: the record goes to the dead letters).
+    fn node_failed(&self, at: NodeRef, reason: &str) -> &[NodeRef] {
+        let (flow, node) = (self.plan.flow_id(at), self.plan.node_id(at));
+        self.stats.node_error(flow, node);
+        let errors = self.plan.targets(at, Port::Error);
+        if !errors.is_empty() {
+            log::debug!(
+                "node failed, record sent to its error wire: flow={flow} node={node} reason=\"{reason}\""
+            );
+        }
+        errors
+    }
+
+    /// Parks the record as its source produced it, so that a replay from the source node
+    /// runs every node once. In replay mode nothing new is parked.
+    async fn park(
+        &self,
+        run: &mut Run,
+        original: &Record,
+        entry: NodeRef,
+        at: NodeRef,
+        reason: String,
+        mode: Mode,
+    ) {
+        let flow = self.plan.flow_id(entry).to_string();
+        // A node of a called flow is named with its flow: `<flow>/<node>`.
+        let node = if at.flow == entry.flow {
+            self.plan.node_id(at).to_string()
+        } else {
+            format!("{}/{}", self.plan.flow_id(at), self.plan.node_id(at))
+        };
+        if mode == Mode::Replay {
+            log::warn!("replayed record failed again: flow={flow} node={node} reason=\"{reason}\"");
+            run.dead_letter.get_or_insert(None);
+            return;
+        }
+        let new = NewDeadLetter {
+            record: original.clone(),
+            flow: flow.clone(),
+            node: node.clone(),
+            reason: reason.clone(),
+            accepted: mode == Mode::Accepted,
+        };
+        let dlq = Arc::clone(&self.dlq);
+        let parked = tokio::task::spawn_blocking(move || dlq.park(new)).await;
+        match parked {
+            Ok(Ok(id)) => {
+                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                log::error!(
+                    "record parked in the dead-letter queue: flow={flow} node={node} dead_letter_id={id} reason=\"{reason}\""
+                );
+                run.dead_letter.get_or_insert(Some(id));
+            }
+            Ok(Err(e)) => {
+                log::error!(
+                    "dead-letter queue write failed: flow={flow} node={node} error=\"{e}\""
+                );
+                run.failure.get_or_insert(Settlement::Failed {
+                    sink: "dead_letters".into(),
+                    reason: e.to_string(),
+                });
+            }
+            Err(e) => {
+                run.failure.get_or_insert(Settlement::Failed {
+                    sink: "dead_letters".into(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
+fn port_name(port: Port) -> String {
+    match port {
+        Port::Out(n) => format!("output port {n}"),
+        Port::Error => "error port".into(),
+    }
+}
+
+fn describe(s: &Settlement) -> String {
+    match s {
+        Settlement::Retry { sink, .. } => format!("sink {sink} refused (full)"),
+        Settlement::Failed { sink, reason } => format!("sink {sink} failed: {reason}"),
+        other => format!("{other:?}"),
+    }
+}

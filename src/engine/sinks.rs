@@ -1,0 +1,119 @@
+//! The sinks a flow can name, as one closed enum.
+
+use std::sync::Arc;
+
+use crate::admission::{Gate, Refused, Reservation};
+use crate::record::Record;
+use crate::sinks::push::PushSink;
+use crate::sinks::storage::StorageSink;
+use crate::store::events::EventStore;
+use crate::store::push_queue::row_bytes;
+use crate::store::StoreError;
+
+/// One sink the engine delivers to.
+#[derive(Clone)]
+pub enum SinkHandle {
+    /// The push queue and its uplink.
+    Push(Arc<PushSink>),
+    /// The local event history.
+    Storage(Arc<StorageSink>),
+}
+
+impl SinkHandle {
+    /// The name flows use.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Push(_) => "push",
+            Self::Storage(_) => "storage",
+        }
+    }
+
+    /// The logical bytes `record` takes in this sink.
+    pub fn bytes(&self, record: &Record) -> u64 {
+        match self {
+            Self::Push(_) => row_bytes(record.to_line().len()),
+            Self::Storage(_) => EventStore::row_bytes(record),
+        }
+    }
+
+    fn gate(&self) -> &Arc<Gate> {
+        match self {
+            Self::Push(p) => p.gate(),
+            Self::Storage(s) => s.gate(),
+        }
+    }
+
+    /// Asks the sink's gate to admit `bytes`.
+    pub fn admit(&self, bytes: u64) -> Result<Reservation, Refused> {
+        self.gate().admit(bytes)
+    }
+
+    /// Stores `record`; `reservation` covers what admission reserved. When the record grew on
+    /// its way through the nodes, the difference is admitted now (and may be refused).
+    pub async fn deliver(
+        &self,
+        record: &Record,
+        mut reservation: Reservation,
+    ) -> Result<(), DeliveryError> {
+        match self {
+            Self::Push(p) => {
+                let line = record.to_line();
+                self.top_up(&mut reservation, row_bytes(line.len()))?;
+                p.store(line, reservation)
+                    .await
+                    .map(|_| ())
+                    .map_err(DeliveryError::Store)
+            }
+            Self::Storage(s) => {
+                self.top_up(&mut reservation, EventStore::row_bytes(record))?;
+                s.store(record, reservation)
+                    .await
+                    .map_err(DeliveryError::Store)
+            }
+        }
+    }
+
+    fn top_up(&self, reservation: &mut Reservation, needed: u64) -> Result<(), DeliveryError> {
+        let have = reservation.bytes();
+        if needed > have && reservation.is_counted() {
+            let extra = self
+                .gate()
+                .admit(needed - have)
+                .map_err(DeliveryError::Refused)?;
+            reservation.absorb(extra);
+        }
+        Ok(())
+    }
+}
+
+/// Why a delivery failed after admission.
+#[derive(Debug)]
+pub enum DeliveryError {
+    /// The sink refused (it filled up since admission, or the record grew).
+    Refused(Refused),
+    /// The sink could not store it.
+    Store(StoreError),
+}
+
+/// The sinks of this connector, by name.
+#[derive(Clone, Default)]
+pub struct Sinks {
+    list: Vec<SinkHandle>,
+}
+
+impl Sinks {
+    /// Adds one.
+    pub fn add(&mut self, sink: SinkHandle) {
+        self.list.push(sink);
+    }
+
+    /// The sink called `name`.
+    pub fn get(&self, name: &str) -> Option<&SinkHandle> {
+        self.list.iter().find(|s| s.name() == name)
+    }
+
+    /// Every sink.
+    pub fn iter(&self) -> impl Iterator<Item = &SinkHandle> {
+        self.list.iter()
+    }
+}

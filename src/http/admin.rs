@@ -1,0 +1,276 @@
+//! Admin endpoints: dead letters (inspect, correct, replay, resolve) and the event history.
+//! They need `connector.http.admin_token` as a bearer token; without one configured they do
+//! not exist (404), so a forgotten token never leaves them open.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde_json::{json, Value};
+
+use super::respond::{error, json_response, not_allowed, outcome, read_body, Resp};
+use super::routes::percent_decode;
+use super::{auth, AppState};
+use crate::record::Settlement;
+use crate::sources::SourceOutcome;
+use crate::store::dead_letters::{DlqFilter, DlqState};
+use crate::store::StoreError;
+
+/// Most entries one `POST /api/dead-letters/replay` replays.
+const MAX_REPLAY_ALL: usize = 10_000;
+/// Most rows one listing returns.
+const MAX_PAGE: usize = 1000;
+
+/// Serves an admin path (already known to be one).
+pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>) -> Resp {
+    let Some(token) = state.http.admin_token.as_deref() else {
+        return error(StatusCode::NOT_FOUND, "no such endpoint");
+    };
+    if !auth::bearer_ok(req.headers(), token) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong admin token");
+    }
+    let query = Query::parse(req.uri().query().unwrap_or(""));
+    let method = req.method().clone();
+    match (segments, method) {
+        (["api", "push", "dead-letters"], Method::GET) => push_dead_letters(state, &query),
+        (["api", "events"], Method::GET) => events(state, &query).await,
+        (["api", "dead-letters"], Method::GET) => list(state, &query).await,
+        (["api", "dead-letters", "replay"], Method::POST) => replay_all(state, &query).await,
+        (["api", "dead-letters", "replay"], _) => not_allowed("POST"),
+        (["api", "dead-letters", id], m) => {
+            let Some(id) = parse_id(id) else {
+                return error(StatusCode::NOT_FOUND, "no such dead letter");
+            };
+            match m {
+                Method::GET => get(state, id).await,
+                Method::PUT => correct(state, id, req).await,
+                Method::DELETE => resolve(state, id).await,
+                _ => not_allowed("GET, PUT, DELETE"),
+            }
+        }
+        (["api", "dead-letters", id, "replay"], Method::POST) => match parse_id(id) {
+            Some(id) => replay_one(state, id).await,
+            None => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        },
+        (["api", "dead-letters", _, "replay"], _) => not_allowed("POST"),
+        _ => not_allowed("GET"),
+    }
+}
+
+fn parse_id(s: &str) -> Option<u64> {
+    s.parse().ok()
+}
+
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: &str) -> Self {
+        Self(
+            q.split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (percent_decode(k), percent_decode(&v.replace('+', " "))))
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn number(&self, name: &str) -> Option<u64> {
+        self.get(name).and_then(|v| v.parse().ok())
+    }
+}
+
+/// Runs a blocking store call off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, Resp> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
+        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())),
+    }
+}
+
+fn push_dead_letters(state: &AppState, q: &Query) -> Resp {
+    let limit = q.number("limit").unwrap_or(100).clamp(1, MAX_PAGE as u64) as usize;
+    match state.push.dead_letters(q.number("after"), limit) {
+        Ok(rows) => {
+            let rows: Vec<Value> = rows
+                .into_iter()
+                .map(|d| {
+                    let mut v: Value = serde_json::from_slice(&d.json).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("id".into(), d.id.into());
+                    }
+                    v
+                })
+                .collect();
+            let total = state
+                .push
+                .counters()
+                .dead_rows
+                .load(std::sync::atomic::Ordering::Relaxed);
+            json_response(StatusCode::OK, &json!({"rows": rows, "total": total}))
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+async fn events(state: &AppState, q: &Query) -> Resp {
+    let Some(storage) = state.storage.clone() else {
+        return error(StatusCode::NOT_FOUND, "the storage sink is not configured");
+    };
+    let source = q.get("source").map(str::to_string);
+    let since = q.number("since");
+    let limit = q.number("limit").unwrap_or(100).clamp(1, MAX_PAGE as u64) as usize;
+    match blocking(move || storage.query(source.as_deref(), since, limit)).await {
+        Ok(records) => {
+            let rows: Vec<Value> = records
+                .iter()
+                .map(|r| serde_json::from_slice(&r.to_line()).unwrap_or_default())
+                .collect();
+            json_response(StatusCode::OK, &json!({"rows": rows}))
+        }
+        Err(resp) => resp,
+    }
+}
+
+async fn list(state: &AppState, q: &Query) -> Resp {
+    let state_filter = match q.get("state") {
+        None => None,
+        Some("open") => Some(DlqState::Open),
+        Some("resolved") => Some(DlqState::Resolved),
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("state: expected open or resolved, got {other:?}"),
+            )
+        }
+    };
+    let filter = DlqFilter {
+        flow: q.get("flow").map(str::to_string),
+        state: state_filter,
+        after: q.number("after"),
+        limit: q.number("limit").unwrap_or(100).clamp(1, MAX_PAGE as u64) as usize,
+    };
+    let dlq = Arc::clone(state.engine.dead_letters());
+    let counts = dlq.counts();
+    match blocking(move || dlq.list(&filter)).await {
+        Ok(rows) => json_response(StatusCode::OK, &json!({"rows": rows, "counts": counts})),
+        Err(resp) => resp,
+    }
+}
+
+async fn get(state: &AppState, id: u64) -> Resp {
+    let dlq = Arc::clone(state.engine.dead_letters());
+    match blocking(move || dlq.get(id)).await {
+        Ok(Some(entry)) => json_response(StatusCode::OK, &json!(entry)),
+        Ok(None) => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        Err(resp) => resp,
+    }
+}
+
+async fn correct(state: &AppState, id: u64, req: Request<Incoming>) -> Resp {
+    let body = match read_body(state, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let payload = match serde_json::from_slice::<Box<serde_json::value::RawValue>>(&body) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
+    };
+    let dlq = Arc::clone(state.engine.dead_letters());
+    match blocking(move || dlq.update_payload(id, payload)).await {
+        Ok(true) => json_response(StatusCode::OK, &json!({"ok": true})),
+        Ok(false) => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        Err(resp) => resp,
+    }
+}
+
+async fn resolve(state: &AppState, id: u64) -> Resp {
+    let dlq = Arc::clone(state.engine.dead_letters());
+    match blocking(move || dlq.resolve(id, "deleted")).await {
+        Ok(true) => json_response(StatusCode::OK, &json!({"ok": true})),
+        Ok(false) => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        Err(resp) => resp,
+    }
+}
+
+/// Replays entry `id`; `Ok(settlement)` once it ran, `Err` with the answer when it could not.
+async fn replay(state: &AppState, id: u64) -> Result<Settlement, Resp> {
+    let dlq = Arc::clone(state.engine.dead_letters());
+    let entry = blocking(move || dlq.get(id)).await?;
+    match entry {
+        None => return Err(error(StatusCode::NOT_FOUND, "no such dead letter")),
+        Some(e) if e.state == DlqState::Resolved => {
+            return Err(error(StatusCode::CONFLICT, "dead letter already resolved"))
+        }
+        Some(_) => {}
+    }
+    let dlq = Arc::clone(state.engine.dead_letters());
+    let Some((record, flow)) = blocking(move || dlq.record(id)).await? else {
+        return Err(error(StatusCode::NOT_FOUND, "no such dead letter"));
+    };
+    let settlement = state.engine.replay(&flow, record).await;
+    if matches!(settlement, Settlement::Stored | Settlement::Unrouted) {
+        let dlq = Arc::clone(state.engine.dead_letters());
+        blocking(move || dlq.resolve(id, "replayed")).await?;
+    }
+    Ok(settlement)
+}
+
+async fn replay_one(state: &AppState, id: u64) -> Resp {
+    match replay(state, id).await {
+        Ok(Settlement::Stored | Settlement::Unrouted) => {
+            json_response(StatusCode::OK, &json!({"ok": true, "result": "stored"}))
+        }
+        Ok(Settlement::DeadLettered { .. }) => json_response(
+            StatusCode::OK,
+            &json!({"ok": true, "result": "dead_lettered"}),
+        ),
+        Ok(other) => outcome(SourceOutcome::from_settlement(String::new(), other)),
+        Err(resp) => resp,
+    }
+}
+
+async fn replay_all(state: &AppState, q: &Query) -> Resp {
+    let Some(flow) = q.get("flow").map(str::to_string) else {
+        return error(StatusCode::BAD_REQUEST, "flow=<id> is required");
+    };
+    let (mut replayed, mut failed) = (0u64, 0u64);
+    let mut after = None;
+    let mut seen = 0;
+    while seen < MAX_REPLAY_ALL {
+        let filter = DlqFilter {
+            flow: Some(flow.clone()),
+            state: Some(DlqState::Open),
+            after,
+            limit: 100,
+        };
+        let dlq = Arc::clone(state.engine.dead_letters());
+        let page = match blocking(move || dlq.list(&filter)).await {
+            Ok(p) => p,
+            Err(resp) => return resp,
+        };
+        let Some(last) = page.last() else {
+            break;
+        };
+        after = Some(last.id);
+        for entry in page {
+            seen += 1;
+            match replay(state, entry.id).await {
+                Ok(Settlement::Stored | Settlement::Unrouted) => replayed += 1,
+                _ => failed += 1,
+            }
+        }
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({"ok": true, "replayed": replayed, "failed": failed}),
+    )
+}

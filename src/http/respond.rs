@@ -1,0 +1,129 @@
+//! Building responses, and reading bodies within their limits.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+
+use super::AppState;
+use crate::sources::SourceOutcome;
+
+/// Every response the server sends.
+pub type Resp = Response<Full<Bytes>>;
+
+/// Reads a body within `max_body_bytes` and the body-read timeout: 413 and 408 otherwise.
+pub async fn read_body(state: &AppState, req: Request<Incoming>) -> Result<Bytes, Resp> {
+    let max = state.http.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large(max));
+    }
+    let limited = Limited::new(req.into_body(), max);
+    match tokio::time::timeout(state.http.body_read_timeout, limited.collect()).await {
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            "body not received in time",
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(max)),
+        Ok(Err(e)) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("cannot read the body: {e}"),
+        )),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// The answer to an HTTP source's caller.
+pub fn outcome(outcome: SourceOutcome) -> Resp {
+    match outcome {
+        // The id is hex: no escaping needed, and this is the hot path.
+        SourceOutcome::Stored {
+            id,
+            result: "stored",
+            ..
+        } => text(
+            StatusCode::OK,
+            "application/json",
+            format!(r#"{{"ok":true,"result":"stored","id":"{id}"}}"#),
+        ),
+        SourceOutcome::Stored {
+            id,
+            result,
+            dead_letter_id,
+        } => {
+            let mut body = json!({"ok": true, "result": result, "id": id});
+            if let Some(d) = dead_letter_id {
+                body["dead_letter_id"] = d.into();
+            }
+            json_response(StatusCode::OK, &body)
+        }
+        SourceOutcome::Accepted { id } => json_response(
+            StatusCode::OK,
+            &json!({"ok": true, "result": "accepted", "id": id}),
+        ),
+        SourceOutcome::Retry { sink, after_secs } => {
+            let mut r = json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs}),
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(after_secs));
+            r
+        }
+        SourceOutcome::Failed { sink, reason } => {
+            let after = crate::admission::RETRY_AFTER.as_secs();
+            let mut r = json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"ok": false, "result": "error", "sink": sink, "error": reason, "retry_after_secs": after}),
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(after));
+            r
+        }
+        SourceOutcome::Malformed { reason } => error(
+            StatusCode::BAD_REQUEST,
+            &format!("malformed JSON: {reason}"),
+        ),
+    }
+}
+
+/// 413 with the limit.
+pub fn too_large(max: usize) -> Resp {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("body larger than {} KiB", max / 1024),
+    )
+}
+
+/// 405 with `Allow`.
+pub fn not_allowed(allow: &'static str) -> Resp {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, &format!("use {allow}"));
+    r.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// `{"ok":false,"error":message}` with `status`.
+pub fn error(status: StatusCode, message: &str) -> Resp {
+    json_response(status, &json!({"ok": false, "error": message}))
+}
+
+/// A JSON body.
+pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Resp {
+    text(status, "application/json", value.to_string())
+}
+
+/// A text body of `content_type`.
+pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}

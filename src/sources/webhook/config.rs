@@ -1,0 +1,161 @@
+//! `webhooks:`: raw, validated without I/O. A `secret_file` is read when the daemon starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::Problems;
+use crate::sources::ingest::config::valid_name;
+
+/// `webhooks[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawWebhook {
+    /// The `{name}` of `POST /api/hooks/{name}`; records carry `source: webhook/<name>`.
+    pub name: Option<String>,
+    /// The shared secret the sender signs with. Give this or `secret_file`.
+    pub secret: Option<String>,
+    /// A file holding the secret (first line); it must not be readable by other users.
+    pub secret_file: Option<String>,
+    /// `on_done` (default): answer 200 only after the flow finished and every sink accepted, so
+    /// the sender sees the real verdict. `on_receipt`: record the request durably, answer 200,
+    /// then run the flow; a record that then fails transiently is parked in the dead-letter
+    /// queue as "accepted (200) but not handled".
+    pub respond: Option<String>,
+    /// How far the signature's timestamp may be from now, in seconds. Default 300.
+    pub tolerance_secs: Option<u64>,
+}
+
+/// When a webhook answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Respond {
+    /// After the flow finished.
+    OnDone,
+    /// After the request is durably recorded.
+    OnReceipt,
+}
+
+/// Where the secret comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Secret {
+    /// Written in the config.
+    Inline(String),
+    /// Read from this file at start.
+    File(PathBuf),
+}
+
+/// One webhook, validated.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// Its name.
+    pub name: String,
+    /// Its secret.
+    pub secret: Secret,
+    /// When it answers.
+    pub respond: Respond,
+    /// Allowed clock difference and replay window.
+    pub tolerance: Duration,
+}
+
+/// Validates `webhooks:`.
+pub fn validate_webhooks(
+    raw: Option<&[RawWebhook]>,
+    path: &str,
+    p: &mut Problems,
+) -> Vec<WebhookConfig> {
+    let mut out: Vec<WebhookConfig> = Vec::new();
+    for (i, w) in raw.unwrap_or_default().iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let before = p.0.len();
+        let name = match w.name.as_deref() {
+            None => {
+                p.push(format!("{at}.name"), "is required");
+                String::new()
+            }
+            Some(n) if !valid_name(n) => {
+                p.push(
+                    format!("{at}.name"),
+                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
+                );
+                String::new()
+            }
+            Some(n) => {
+                if out.iter().any(|o| o.name == n) {
+                    p.push(format!("{at}.name"), format!("{n:?} is used twice"));
+                }
+                n.to_string()
+            }
+        };
+        let secret = match (w.secret.as_deref(), w.secret_file.as_deref()) {
+            (Some(_), Some(_)) => {
+                p.push(
+                    format!("{at}.secret"),
+                    "give secret or secret_file, not both",
+                );
+                Secret::Inline(String::new())
+            }
+            (Some(""), None) => {
+                p.push(format!("{at}.secret"), "must not be empty");
+                Secret::Inline(String::new())
+            }
+            (Some(s), None) => Secret::Inline(s.to_string()),
+            (None, Some(f)) if !f.is_empty() => Secret::File(PathBuf::from(f)),
+            (None, _) => {
+                p.push(format!("{at}.secret"), "is required (or secret_file)");
+                Secret::Inline(String::new())
+            }
+        };
+        let respond = match w.respond.as_deref() {
+            None | Some("on_done") => Respond::OnDone,
+            Some("on_receipt") => Respond::OnReceipt,
+            Some(other) => {
+                p.push(
+                    format!("{at}.respond"),
+                    format!("expected on_done or on_receipt, got {other:?}"),
+                );
+                Respond::OnDone
+            }
+        };
+        let tolerance = w.tolerance_secs.unwrap_or(300);
+        if !(1..=86_400).contains(&tolerance) {
+            p.push(
+                format!("{at}.tolerance_secs"),
+                format!("{tolerance} is outside 1..=86400"),
+            );
+        }
+        if p.0.len() == before {
+            out.push(WebhookConfig {
+                name,
+                secret,
+                respond,
+                tolerance: Duration::from_secs(tolerance),
+            });
+        }
+    }
+    out
+}
+
+/// Reads a secret: inline, or the first line of its file, refusing a file that other users can
+/// read (a leaked webhook secret lets anyone inject records).
+pub fn load_secret(secret: &Secret) -> Result<Vec<u8>, String> {
+    match secret {
+        Secret::Inline(s) => Ok(s.as_bytes().to_vec()),
+        Secret::File(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if meta.permissions().mode() & 0o004 != 0 {
+                return Err(format!(
+                    "{} is readable by every user; chmod o-r it",
+                    path.display()
+                ));
+            }
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let line = text.lines().next().unwrap_or("").trim();
+            if line.is_empty() {
+                return Err(format!("{} holds no secret", path.display()));
+            }
+            Ok(line.as_bytes().to_vec())
+        }
+    }
+}

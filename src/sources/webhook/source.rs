@@ -1,0 +1,236 @@
+//! One signed webhook: signature first, then admission, then the flow, answered by `respond`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::config::{Respond, WebhookConfig};
+use super::replay::ReplayWindow;
+use super::signature::{self, SigError};
+use crate::engine::{Engine, Mode};
+use crate::record::{Record, Settlement};
+use crate::sources::SourceOutcome;
+
+/// `engine.webhooks[]` in `/api/status`.
+#[derive(Debug, Default)]
+pub struct WebhookStats {
+    /// Requests with a valid signature.
+    pub received: AtomicU64,
+    /// Requests answered 200.
+    pub accepted: AtomicU64,
+    /// Requests refused with 503 because a sink they reach is full (`block`).
+    pub backpressured: AtomicU64,
+    /// Requests refused with 401: missing, malformed, stale, wrong or replayed signature.
+    pub rejected_signature: AtomicU64,
+    /// Requests with a valid signature but a body that is not JSON (400).
+    pub rejected_body: AtomicU64,
+    /// Requests answered 503 because storing failed.
+    pub failed: AtomicU64,
+}
+
+/// A configured webhook.
+pub struct WebhookSource {
+    cfg: WebhookConfig,
+    secret: Vec<u8>,
+    source: String,
+    replay: Mutex<ReplayWindow>,
+    /// Its counters.
+    pub stats: WebhookStats,
+}
+
+impl WebhookSource {
+    /// A webhook with its secret already loaded.
+    pub fn new(cfg: WebhookConfig, secret: Vec<u8>) -> Self {
+        Self {
+            source: format!("webhook/{}", cfg.name),
+            cfg,
+            secret,
+            replay: Mutex::new(ReplayWindow::default()),
+            stats: WebhookStats::default(),
+        }
+    }
+
+    /// Its name in the path.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// Its name in flows and records: `webhook/<name>`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// When it answers.
+    pub fn respond(&self) -> Respond {
+        self.cfg.respond
+    }
+
+    fn window(&self) -> std::sync::MutexGuard<'_, ReplayWindow> {
+        // Plain data, consistent after every call.
+        self.replay.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks the signature header against the raw body at `now` (Unix seconds) and reserves it
+    /// in the replay window. Returns the MAC to [`forget`](Self::handle) if the request is not
+    /// accepted after all.
+    pub fn verify(
+        &self,
+        header: Option<&str>,
+        body: &[u8],
+        now: i64,
+    ) -> Result<[u8; 32], SigError> {
+        let result = (|| {
+            let header = header.ok_or(SigError::Missing)?;
+            let sig = signature::parse(header)?;
+            let tolerance = self.cfg.tolerance.as_secs() as i64;
+            signature::verify(&sig, &self.secret, body, now, tolerance)?;
+            // The matching MAC identifies the request; `verify` succeeded, so one matches.
+            let mac = sig.v1[0];
+            if !self.window().admit(sig.t, mac, now, tolerance) {
+                return Err(SigError::Replayed);
+            }
+            Ok(mac)
+        })();
+        if result.is_err() {
+            self.stats
+                .rejected_signature
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Handles a request whose signature passed: parses the body, then runs it as `respond`
+    /// says. `mac` is forgotten again unless the answer is a 200.
+    pub async fn handle(
+        &self,
+        engine: &Arc<Engine>,
+        mac: [u8; 32],
+        key: Option<&str>,
+        body: &[u8],
+    ) -> SourceOutcome {
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.run(engine, key, body).await;
+        match &outcome {
+            SourceOutcome::Stored { .. } | SourceOutcome::Accepted { .. } => {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            other => {
+                self.window().forget(&mac);
+                match other {
+                    SourceOutcome::Retry { .. } => &self.stats.backpressured,
+                    SourceOutcome::Malformed { .. } => &self.stats.rejected_body,
+                    _ => &self.stats.failed,
+                }
+                .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        outcome
+    }
+
+    async fn run(&self, engine: &Arc<Engine>, key: Option<&str>, body: &[u8]) -> SourceOutcome {
+        let mut record = match Record::from_json(self.source.as_str(), "", body) {
+            Ok(r) => r,
+            Err(e) => {
+                return SourceOutcome::Malformed {
+                    reason: e.to_string(),
+                }
+            }
+        };
+        record.key = key.map_or_else(|| record.id.clone(), str::to_string);
+        let id = record.id.clone();
+        match self.cfg.respond {
+            Respond::OnDone => SourceOutcome::from_settlement(id, engine.offer(record).await),
+            Respond::OnReceipt => {
+                let admitted = match engine.admit(&record) {
+                    Err(settlement) => return SourceOutcome::from_settlement(id, settlement),
+                    Ok(None) => {
+                        engine.stats.unrouted.fetch_add(1, Ordering::Relaxed);
+                        return SourceOutcome::Accepted { id };
+                    }
+                    Ok(Some(a)) => a,
+                };
+                // Durable before the 200: a crash after it is recovered from the inbox.
+                let dlq = Arc::clone(engine.dead_letters());
+                let line = record.to_line();
+                let inbox_id = match tokio::task::spawn_blocking(move || dlq.inbox_put(&line)).await
+                {
+                    Ok(Ok(i)) => i,
+                    Ok(Err(e)) => {
+                        return SourceOutcome::from_settlement(
+                            id,
+                            Settlement::Failed {
+                                sink: "inbox".into(),
+                                reason: e.to_string(),
+                            },
+                        )
+                    }
+                    Err(e) => {
+                        return SourceOutcome::from_settlement(
+                            id,
+                            Settlement::Failed {
+                                sink: "inbox".into(),
+                                reason: e.to_string(),
+                            },
+                        )
+                    }
+                };
+                let engine = Arc::clone(engine);
+                tokio::spawn(async move {
+                    engine.run_admitted(record, admitted, Mode::Accepted).await;
+                    finish_inbox(&engine, inbox_id).await;
+                });
+                SourceOutcome::Accepted { id }
+            }
+        }
+    }
+}
+
+/// Removes a handled request from the inbox.
+async fn finish_inbox(engine: &Arc<Engine>, inbox_id: u64) {
+    let dlq = Arc::clone(engine.dead_letters());
+    match tokio::task::spawn_blocking(move || dlq.inbox_remove(inbox_id)).await {
+        Ok(Ok(())) => {}
+        // It stays in the inbox and runs again at the next start: a duplicate, not a loss.
+        Ok(Err(e)) => {
+            log::error!("webhook inbox entry not removed: inbox_id={inbox_id} error=\"{e}\"")
+        }
+        Err(e) => log::error!("webhook inbox entry not removed: inbox_id={inbox_id} error=\"{e}\""),
+    }
+}
+
+/// At start: runs every request that was answered 200 (`on_receipt`) but not finished before
+/// the process stopped. A record whose sinks are full now is parked in the dead-letter queue as
+/// "accepted (200) but not handled": its sender cannot be told to retry any more.
+pub async fn recover_inbox(engine: Arc<Engine>) {
+    let dlq = Arc::clone(engine.dead_letters());
+    let entries = match tokio::task::spawn_blocking(move || dlq.inbox_all()).await {
+        Ok(Ok(e)) => e,
+        Ok(Err(e)) => {
+            log::error!("webhook inbox unreadable at start: error=\"{e}\"");
+            return;
+        }
+        Err(_) => return,
+    };
+    if !entries.is_empty() {
+        log::warn!(
+            "webhook inbox: resuming {} accepted requests",
+            entries.len()
+        );
+    }
+    for (inbox_id, line) in entries {
+        let Ok(record) = Record::from_line(&line) else {
+            log::error!("webhook inbox entry unreadable, kept: inbox_id={inbox_id}");
+            continue;
+        };
+        match engine.admit(&record) {
+            Ok(admitted) => {
+                engine
+                    .run_admitted(record, admitted.unwrap_or_default(), Mode::Accepted)
+                    .await;
+            }
+            Err(refused) => {
+                engine.park_unhandled(record, &refused).await;
+            }
+        }
+        finish_inbox(&engine, inbox_id).await;
+    }
+}
