@@ -66,6 +66,35 @@ impl Client {
         into_reply(req.call()?)
     }
 
+    /// Any method, with extra headers; `body` (sent as `application/json`) or none.
+    pub fn request(
+        &self,
+        method: &str,
+        url: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Result<Reply, ureq::Error> {
+        let mut builder = ureq::http::Request::builder().method(method).uri(url);
+        if let Some(token) = token {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let resp = match body {
+            Some(body) => {
+                let req = builder
+                    .header("Content-Type", "application/json")
+                    .body(body.to_vec())
+                    .expect("build request");
+                self.agent.run(req)?
+            }
+            None => self.agent.run(builder.body(()).expect("build request"))?,
+        };
+        into_reply(resp)
+    }
+
     pub fn post(&self, url: &str, token: Option<&str>, body: &[u8]) -> Result<Reply, ureq::Error> {
         let mut req = self
             .agent

@@ -218,6 +218,31 @@ impl Daemon {
             .unwrap_or_else(|e| self.transport_panic("POST", path, e))
     }
 
+    /// Any method with extra headers and an optional body; panics (with the daemon's stderr)
+    /// on a transport error.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Reply {
+        self.client
+            .request(method, &self.url(path), token, headers, body)
+            .unwrap_or_else(|e| self.transport_panic(method, path, e))
+    }
+
+    /// PUT `body` to `path`.
+    pub fn put(&self, path: &str, token: Option<&str>, body: &[u8]) -> Reply {
+        self.request("PUT", path, token, &[], Some(body))
+    }
+
+    /// DELETE `path`.
+    pub fn delete(&self, path: &str, token: Option<&str>) -> Reply {
+        self.request("DELETE", path, token, &[], None)
+    }
+
     /// POST a record to the test source with its token.
     pub fn ingest(&self, key: &str, body: &str) -> Reply {
         self.post(

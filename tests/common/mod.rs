@@ -10,22 +10,30 @@
 //!   loopback port that records every NDJSON line it accepts, and can answer 503, reject a
 //!   marked record with 400, or really go down (listener closed, open connections cut) and
 //!   come back on the same port.
+//! - `signing.rs` signs webhook requests (`X-Opex-Signature`, HMAC-SHA256 written out here);
+//!   `api.rs` reads the flow-era API: events, dead letters, refusals, `engine.webhooks[]`.
 //! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
 //!
 //! Each test binary uses a subset of this module.
 #![allow(dead_code)]
 
+mod api;
 mod client;
 mod daemon;
 mod receiver;
+mod signing;
 
 // Each test binary uses a subset of these.
+#[allow(unused_imports)]
+pub use api::*;
 #[allow(unused_imports)]
 pub use client::*;
 #[allow(unused_imports)]
 pub use daemon::*;
 #[allow(unused_imports)]
 pub use receiver::*;
+#[allow(unused_imports)]
+pub use signing::*;
 
 use std::thread;
 use std::time::{Duration, Instant};
