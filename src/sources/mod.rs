@@ -3,8 +3,12 @@
 //! the settlement back in its own protocol.
 //!
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
+//! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
+//! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
 
+pub mod hold;
 pub mod ingest;
+pub mod pollers;
 pub mod webhook;
 
 use crate::record::Settlement;

@@ -1,0 +1,139 @@
+//! Hold-then-drop, for sources that cannot be re-read (polled devices).
+//!
+//! A poll's sample is offered to the engine. While a sink it reaches refuses (`block` at its
+//! quota) or fails, the poll task is held, offering the sample again every
+//! [`RETRY_EVERY`], for up to the hold (10 s by default, the spec's figure). Then the sample
+//! is dropped, counted in `engine.stats.backpressure_lost`, and logged as an alert. The sample
+//! keeps its source timestamp throughout.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::record::{Record, Settlement};
+
+/// How long a poller is held by default before a sample is dropped.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(10);
+/// How often a held sample is offered again.
+pub const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// How a held offer ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// Stored by every sink it reached (or parked in the dead-letter queue, or unrouted).
+    Stored,
+    /// Still refused when the hold ran out: dropped and counted.
+    Lost {
+        /// The last refusing or failing sink.
+        sink: String,
+    },
+}
+
+/// Offers `record`, holding the caller up to `hold` while a sink refuses it.
+pub async fn offer_with_hold(engine: &Engine, record: Record, hold: Duration) -> Held {
+    let started = tokio::time::Instant::now();
+    loop {
+        let sink = match engine.offer(record.clone()).await {
+            Settlement::Stored | Settlement::Unrouted | Settlement::DeadLettered { .. } => {
+                return Held::Stored
+            }
+            Settlement::Retry { sink, .. } | Settlement::Failed { sink, .. } => sink,
+        };
+        if started.elapsed() + RETRY_EVERY > hold {
+            let total = engine
+                .stats
+                .backpressure_lost
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            log::error!(
+                "alert: sample dropped after the poller's hold: source={} key={} sink={sink} held_ms={} backpressure_lost={total}",
+                record.source,
+                record.key,
+                started.elapsed().as_millis()
+            );
+            return Held::Lost { sink };
+        }
+        tokio::time::sleep(RETRY_EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::admission::OnFull;
+    use crate::engine::{SinkHandle, Sinks};
+    use crate::flow::Plan;
+    use crate::sinks::push::config::PushQueueConfig;
+    use crate::sinks::push::PushSink;
+    use crate::store::dead_letters::DeadLetterQueue;
+
+    fn engine(dir: &std::path::Path) -> (Engine, Arc<PushSink>) {
+        let cfg = PushQueueConfig {
+            enabled: true,
+            quota_bytes: 1 << 20,
+            on_full: OnFull::Block,
+        };
+        let push = Arc::new(PushSink::open(&cfg, dir).unwrap());
+        let mut sinks = Sinks::default();
+        sinks.add(SinkHandle::Push(Arc::clone(&push)));
+        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).unwrap());
+        let plan = Plan::direct(&["modbus/press".to_string()], "push");
+        (Engine::new(plan, sinks, dlq), push)
+    }
+
+    fn sample(bytes: usize) -> Record {
+        let v = serde_json::json!({"temp": 21.5, "pad": "x".repeat(bytes)});
+        Record::from_value("modbus/press", "temp", &v)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_sample_is_held_for_the_hold_then_dropped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _push) = engine(dir.path());
+        // One record larger than the whole quota fills the empty queue.
+        assert_eq!(
+            offer_with_hold(&engine, sample(2 << 20), DEFAULT_HOLD).await,
+            Held::Stored
+        );
+        let started = tokio::time::Instant::now();
+        let held = offer_with_hold(&engine, sample(10), DEFAULT_HOLD).await;
+        assert_eq!(
+            held,
+            Held::Lost {
+                sink: "push".into()
+            }
+        );
+        let waited = started.elapsed();
+        assert!(
+            waited >= DEFAULT_HOLD - RETRY_EVERY && waited <= DEFAULT_HOLD,
+            "{waited:?}"
+        );
+        assert_eq!(engine.stats.backpressure_lost.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_sample_is_stored_once_the_queue_drains_within_the_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, push) = engine(dir.path());
+        assert_eq!(
+            offer_with_hold(&engine, sample(2 << 20), DEFAULT_HOLD).await,
+            Held::Stored
+        );
+        let drain = push.drain();
+        let uplink = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tokio::task::spawn_blocking(move || drain.remove_through(u64::MAX))
+                .await
+                .unwrap()
+                .unwrap();
+        });
+        assert_eq!(
+            offer_with_hold(&engine, sample(10), DEFAULT_HOLD).await,
+            Held::Stored
+        );
+        uplink.await.unwrap();
+        assert_eq!(engine.stats.backpressure_lost.load(Ordering::Relaxed), 0);
+    }
+}
