@@ -35,15 +35,15 @@
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, RwTxn, WithoutTls};
 use tokio::sync::oneshot;
 
+use super::writer::{next_group, read_meta, write_meta, Meta, WriterThread};
 use super::{lmdb, StoreError};
 use crate::admission::{Gate, OnFull, Reservation};
 use crate::record::Record;
@@ -188,7 +188,7 @@ struct Shared {
     env: Env<WithoutTls>,
     rows: Database<'static, Bytes, Bytes>,
     by_source: Database<'static, Bytes, Bytes>,
-    meta: Database<'static, Str, U64<BigEndian>>,
+    meta: Meta,
     gate: Arc<Gate>,
     counters: Arc<EventCounters>,
     /// Readers hold it for reading while a transaction is open; a map resize holds it for
@@ -202,8 +202,7 @@ struct Shared {
 pub struct EventStore {
     shared: Arc<Shared>,
     retention_ms: u64,
-    tx: Mutex<Option<SyncSender<Command>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    writer: WriterThread<Command>,
 }
 
 impl EventStore {
@@ -241,9 +240,7 @@ impl EventStore {
             .unwrap_commit();
         let mut wtxn = env.write_txn()?;
         let mut state = State::default();
-        for (key, field) in META_KEYS.iter().zip(state.fields()) {
-            *field = meta.get(&wtxn, key)?.unwrap_or(0);
-        }
+        read_meta(&meta, &wtxn, &META_KEYS, state.fields())?;
         // The meta keys are committed with the rows, so they agree unless the file was touched
         // outside LMDB; a cheap check of the counts catches that, and a recount repairs it.
         let actual_rows = rows.len(&wtxn)?;
@@ -277,7 +274,7 @@ impl EventStore {
             }
             events::event_store_index_rebuilt(index_rows, actual_rows);
         }
-        write_meta(&meta, &mut wtxn, &mut state)?;
+        write_meta(&meta, &mut wtxn, &META_KEYS, state.fields())?;
         wtxn.commit()?;
 
         for (counter, value) in [
@@ -307,17 +304,14 @@ impl EventStore {
             map_size: Mutex::new(map_size),
             max_map,
         });
-        let (tx, rx) = mpsc::sync_channel(WRITER_CHANNEL);
         let writer_shared = Arc::clone(&shared);
-        let writer = std::thread::Builder::new()
-            .name("events-writer".into())
-            .spawn(move || Writer::new(writer_shared, state).run(rx))
-            .map_err(|e| StoreError::Io(format!("cannot start the writer thread: {e}")))?;
+        let writer = WriterThread::spawn("events-writer", WRITER_CHANNEL, move |rx| {
+            Writer::new(writer_shared, state).run(rx)
+        })?;
         Ok(Self {
             shared,
             retention_ms,
-            tx: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
+            writer,
         })
     }
 
@@ -343,11 +337,7 @@ impl EventStore {
     }
 
     fn sender(&self) -> Result<SyncSender<Command>, StoreError> {
-        self.tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or(StoreError::Closed)
+        self.writer.sender()
     }
 
     /// Stores one record; resolves once the transaction holding it has committed.
@@ -469,12 +459,7 @@ impl EventStore {
     /// Stops the writer after it has committed everything already on its channel, and closes
     /// the environment once every other holder of it is gone. Idempotent.
     pub fn close(&self) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            if writer.join().is_err() {
-                log::error!("event history writer thread panicked");
-            }
-        }
+        self.writer.close();
     }
 
     /// Closes the store and waits until LMDB has closed the file, so it can be opened again in
@@ -499,17 +484,6 @@ fn decode_record(key: &[u8], value: &[u8]) -> Option<Record> {
         log::warn!("event history row unreadable, skipped: key={key:02x?}");
     }
     record
-}
-
-fn write_meta(
-    meta: &Database<'static, Str, U64<BigEndian>>,
-    wtxn: &mut RwTxn<'_>,
-    state: &mut State,
-) -> heed::Result<()> {
-    for (key, value) in META_KEYS.iter().zip(state.fields()) {
-        meta.put(wtxn, key, value)?;
-    }
-    Ok(())
 }
 
 /// Rows deleted by one transaction, logged and counted after its commit.
@@ -550,15 +524,7 @@ impl Writer {
     }
 
     fn run(mut self, rx: Receiver<Command>) {
-        while let Ok(first) = rx.recv() {
-            let mut group = Vec::with_capacity(64);
-            group.push(first);
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(c) => group.push(c),
-                    Err(_) => break,
-                }
-            }
+        while let Some(group) = next_group(&rx, MAX_GROUP) {
             self.commit_group(group);
         }
         self.flush_counters();
@@ -576,7 +542,7 @@ impl Writer {
         self.state.dropped_total = dropped;
         let mut state = self.state;
         let result = self.shared.env.write_txn().and_then(|mut txn| {
-            write_meta(&self.shared.meta, &mut txn, &mut state)?;
+            write_meta(&self.shared.meta, &mut txn, &META_KEYS, state.fields())?;
             txn.commit()
         });
         if let Err(e) = result {
@@ -683,7 +649,7 @@ impl Writer {
         self.state.blocked_total = shared.gate.blocked_total();
         self.state.dropped_total = shared.counters.dropped_total.load(Ordering::Relaxed);
         let mut state = self.state;
-        if let Err(e) = write_meta(&shared.meta, &mut txn, &mut state) {
+        if let Err(e) = write_meta(&shared.meta, &mut txn, &META_KEYS, state.fields()) {
             txn.abort();
             return Err(e.into());
         }

@@ -12,6 +12,7 @@ pub mod dead_letters;
 pub mod events;
 pub mod lmdb;
 pub mod push_queue;
+pub mod writer;
 
 pub use dead_letters::{
     DeadLetterEntry, DeadLetterQueue, DlqCounts, DlqFilter, DlqState, NewDeadLetter,

@@ -19,9 +19,8 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use heed::byteorder::BigEndian;
@@ -29,6 +28,7 @@ use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, PutFlags, RwTxn, WithoutTls};
 use tokio::sync::oneshot;
 
+use super::writer::{next_group, read_meta, write_meta, Meta, WriterThread};
 use super::{lmdb, StoreError};
 use crate::admission::{Gate, OnFull, Reservation};
 use crate::telemetry::events;
@@ -168,7 +168,7 @@ struct Shared {
     env: Env<WithoutTls>,
     rows: Database<'static, Seq, Bytes>,
     dead: Database<'static, Seq, Bytes>,
-    meta: Database<'static, Str, Seq>,
+    meta: Meta,
     gate: Arc<Gate>,
     counters: Arc<QueueCounters>,
     /// Readers hold it for reading while a transaction is open; a map resize holds it for
@@ -185,8 +185,7 @@ struct Shared {
 /// The durable push queue. Cheap to share behind an `Arc`.
 pub struct PushQueue {
     shared: Arc<Shared>,
-    tx: Mutex<Option<SyncSender<Command>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    writer: WriterThread<Command>,
 }
 
 impl PushQueue {
@@ -224,9 +223,7 @@ impl PushQueue {
             .unwrap_commit();
         let mut wtxn = env.write_txn()?;
         let mut state = State::default();
-        for (key, field) in META_KEYS.iter().zip(state.fields()) {
-            *field = meta.get(&wtxn, key)?.unwrap_or(0);
-        }
+        read_meta(&meta, &wtxn, &META_KEYS, state.fields())?;
         // The meta keys are committed with the rows, so they agree unless the file was
         // tampered with; a cheap check of the row count catches that, and a full recount
         // repairs it.
@@ -245,7 +242,7 @@ impl PushQueue {
             state.next_seq = state.next_seq.max(last.map_or(0, |s| s + 1));
         }
         state.dead_rows = dead.len(&wtxn)?;
-        write_meta(&meta, &mut wtxn, &mut state)?;
+        write_meta(&meta, &mut wtxn, &META_KEYS, state.fields())?;
         wtxn.commit()?;
 
         for (counter, value) in [
@@ -279,17 +276,11 @@ impl PushQueue {
             dead_cap: AtomicU64::new(DEAD_LETTER_CAP),
             appended: (Mutex::new(0), Condvar::new()),
         });
-        let (tx, rx) = mpsc::sync_channel(WRITER_CHANNEL);
         let writer_shared = Arc::clone(&shared);
-        let writer = std::thread::Builder::new()
-            .name("push-writer".into())
-            .spawn(move || Writer::new(writer_shared, state).run(rx))
-            .map_err(|e| StoreError::Io(format!("cannot start the writer thread: {e}")))?;
-        Ok(Self {
-            shared,
-            tx: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
-        })
+        let writer = WriterThread::spawn("push-writer", WRITER_CHANNEL, move |rx| {
+            Writer::new(writer_shared, state).run(rx)
+        })?;
+        Ok(Self { shared, writer })
     }
 
     /// The admission gate of this queue.
@@ -303,11 +294,7 @@ impl PushQueue {
     }
 
     fn sender(&self) -> Result<SyncSender<Command>, StoreError> {
-        self.tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or(StoreError::Closed)
+        self.writer.sender()
     }
 
     /// Appends one uplink line; resolves to its sequence number once the transaction holding it
@@ -422,12 +409,7 @@ impl PushQueue {
     /// Stops the writer after it has committed everything already on its channel, and closes
     /// the environment once every other holder of it is gone. Idempotent.
     pub fn close(&self) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            if writer.join().is_err() {
-                log::error!("push queue writer thread panicked");
-            }
-        }
+        self.writer.close();
     }
 
     /// Closes the queue and waits until LMDB has closed the file, so it can be opened again in
@@ -444,17 +426,6 @@ impl Drop for PushQueue {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-fn write_meta(
-    meta: &Database<'static, Str, Seq>,
-    wtxn: &mut RwTxn<'_>,
-    state: &mut State,
-) -> heed::Result<()> {
-    for (key, value) in META_KEYS.iter().zip(state.fields()) {
-        meta.put(wtxn, key, value)?;
-    }
-    Ok(())
 }
 
 /// An answer owed to one caller once the transaction ends.
@@ -475,15 +446,7 @@ impl Writer {
     }
 
     fn run(mut self, rx: Receiver<Command>) {
-        while let Ok(first) = rx.recv() {
-            let mut group = Vec::with_capacity(64);
-            group.push(first);
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(c) => group.push(c),
-                    Err(_) => break,
-                }
-            }
+        while let Some(group) = next_group(&rx, MAX_GROUP) {
             self.commit_group(group);
         }
         self.flush_counters();
@@ -502,7 +465,7 @@ impl Writer {
         self.state.dropped_total = dropped;
         let mut state = self.state;
         let result = self.shared.env.write_txn().and_then(|mut txn| {
-            write_meta(&self.shared.meta, &mut txn, &mut state)?;
+            write_meta(&self.shared.meta, &mut txn, &META_KEYS, state.fields())?;
             txn.commit()
         });
         if let Err(e) = result {
@@ -637,7 +600,7 @@ impl Writer {
         self.state.blocked_total = self.shared.gate.blocked_total();
         self.state.dropped_total = self.shared.counters.dropped_total.load(Ordering::Relaxed);
         let mut state = self.state;
-        if let Err(e) = write_meta(&self.shared.meta, &mut txn, &mut state) {
+        if let Err(e) = write_meta(&self.shared.meta, &mut txn, &META_KEYS, state.fields()) {
             txn.abort();
             return Err((e.into(), pending));
         }
