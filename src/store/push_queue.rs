@@ -199,18 +199,25 @@ impl PushQueue {
         quota: u64,
         counters: Arc<QueueCounters>,
     ) -> Result<Self, StoreError> {
+        // Room for the rows, the B-tree pages around them, the freelist and the dead letters.
+        let wanted = quota.saturating_mul(2).saturating_add(64 << 20);
+        Self::open_with_map(dir, on_full, quota, counters, wanted)
+    }
+
+    fn open_with_map(
+        dir: &Path,
+        on_full: OnFull,
+        quota: u64,
+        counters: Arc<QueueCounters>,
+        wanted_map: u64,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
         let max_map = if usize::BITS < 64 {
             MAX_MAP_32BIT
         } else {
             usize::MAX / 2
         };
-        // Room for the rows, the B-tree pages around them, the freelist and the dead letters.
-        let wanted = quota
-            .saturating_mul(2)
-            .saturating_add(64 << 20)
-            .min(max_map as u64) as usize;
-        let map_size = lmdb::round_to_pages(wanted);
+        let map_size = lmdb::round_to_pages(wanted_map.min(max_map as u64) as usize);
         let env = lmdb::open(&dir.join("push_queue.db"), map_size, 4)?;
         let (rows, dead, meta) = env
             .create_databases_and_commit(env.write_txn()?, |opener, wtxn| {

@@ -159,3 +159,53 @@ pub fn load_secret(secret: &Secret) -> Result<Vec<u8>, String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_secret_file_readable_by_every_user_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "whsec_abc\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = load_secret(&Secret::File(path.clone())).unwrap_err();
+        assert!(err.contains("readable by every user"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(load_secret(&Secret::File(path)).unwrap(), b"whsec_abc");
+    }
+
+    #[test]
+    fn webhook_problems_are_reported_with_their_paths() {
+        let raw = vec![
+            RawWebhook {
+                name: Some("a b".into()),
+                respond: Some("later".into()),
+                ..Default::default()
+            },
+            RawWebhook {
+                name: Some("ok".into()),
+                secret: Some("s".into()),
+                secret_file: Some("/f".into()),
+                tolerance_secs: Some(0),
+                ..Default::default()
+            },
+        ];
+        let mut p = Problems::default();
+        assert!(validate_webhooks(Some(&raw), "webhooks", &mut p).is_empty());
+        let paths: Vec<&str> = p.0.iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "webhooks[0].name",
+                "webhooks[0].secret",
+                "webhooks[0].respond",
+                "webhooks[1].secret",
+                "webhooks[1].tolerance_secs"
+            ]
+        );
+    }
+}

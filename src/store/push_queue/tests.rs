@@ -234,3 +234,43 @@ fn dead_letter_table_is_trimmed_oldest_first_at_its_cap() {
     assert_eq!(v["seq"], 3, "the three oldest were trimmed");
     assert_eq!(v["record"]["i"], 3);
 }
+
+#[test]
+fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let counters = Arc::new(QueueCounters::default());
+    // A 256 KiB map cannot hold a 400 KB record; the quota itself would admit it.
+    let q = PushQueue::open_with_map(
+        dir.path(),
+        OnFull::EvictOldest,
+        64 << 20,
+        Arc::clone(&counters),
+        256 << 10,
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let big = vec![b'x'; 400 << 10];
+    let r = q.gate().admit(0).unwrap();
+    let first = rt.block_on(q.append(big.clone(), r));
+    assert_eq!(first, Err(StoreError::MapFull));
+    assert_eq!(counters.write_errors_total.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        q.gate().usage().1,
+        0,
+        "nothing of the failed transaction is stored"
+    );
+    // The map grew by half after each failure; within a few tries the record fits.
+    let mut tries = 1;
+    loop {
+        let r = q.gate().admit(0).unwrap();
+        match rt.block_on(q.append(big.clone(), r)) {
+            Ok(_) => break,
+            Err(StoreError::MapFull) if tries < 8 => tries += 1,
+            Err(e) => panic!("after {tries} tries: {e}"),
+        }
+    }
+    assert_eq!(q.gate().usage().1, 1);
+    assert_eq!(counters.write_errors_total.load(Ordering::Relaxed), tries);
+}
