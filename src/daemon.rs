@@ -118,6 +118,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     let state = Arc::new(AppState {
         name: c.name.clone(),
         started: Instant::now(),
+        previous_version: crate::release::previous_version(),
         http: c.http.clone(),
         engine,
         push: Arc::clone(&push),
@@ -235,7 +236,9 @@ async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
             let alert = storage.level().check(s.fill_pct, losses, now);
             raise(&state.name, "storage", alert, s.on_full, s.fill_pct, losses);
         }
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+        if http::healthy(&state) {
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
+//! | [`release`] | release artifacts: ed25519 signature checks, the previous version of an OTA install |
 //!
 //! A module never reaches into a sibling's internals: sources talk to the engine through
 //! [`engine::Engine::offer`], and sinks are reached only through the engine.
@@ -36,6 +37,7 @@ pub mod engine;
 pub mod flow;
 pub mod http;
 pub mod record;
+pub mod release;
 pub mod shutdown;
 pub mod sinks;
 pub mod sources;

@@ -4,13 +4,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use opex_connector::{config, daemon, VERSION};
+use opex_connector::{config, daemon, release, VERSION};
 
 const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
   opex-connector run --config FILE     run the daemon
   opex-connector validate FILE         check a config; print every problem with its path
-  opex-connector --version";
+  opex-connector --version
+  opex-connector verify-artifact FILE SIG PUBKEY   check a release artifact's ed25519 signature
+  opex-connector sign-artifact FILE KEY            sign one (release tooling)
+  opex-connector keygen DIR                        new release.key / release.pub in DIR";
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
@@ -20,8 +23,40 @@ fn main() -> ExitCode {
         [] => run_demo(),
         ["--version" | "-V" | "version"] => {
             println!("opex-connector {VERSION}");
+            if let Some(previous) = release::previous_version() {
+                println!("previous {previous}");
+            }
             ExitCode::SUCCESS
         }
+        ["verify-artifact", file, sig, key] => {
+            match release::verify_artifact(file.as_ref(), sig.as_ref(), key.as_ref()) {
+                Ok(sha) => {
+                    println!("{file}: signature ok sha256={sha}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{file}: refused: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        ["sign-artifact", file, key] => match release::sign_artifact(file.as_ref(), key.as_ref()) {
+            Ok(sig) => {
+                println!("{sig}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{file}: {e}");
+                ExitCode::from(1)
+            }
+        },
+        ["keygen", dir] => match release::keygen(dir.as_ref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
         ["run", "--config", file] | ["run", "-c", file] => match config::load(&PathBuf::from(file))
         {
             Ok(cfg) => run(cfg),

@@ -13,6 +13,7 @@ mod server;
 mod status;
 
 pub use server::{bind, serve, HttpStats};
+pub use status::healthy;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub name: String,
     /// When the daemon started.
     pub started: Instant,
+    /// The version an over-the-air update replaced, when installed that way.
+    pub previous_version: Option<String>,
     /// The server's settings.
     pub http: HttpConfig,
     /// The engine every source offers to.

@@ -7,6 +7,13 @@ use serde_json::{json, Value};
 use super::AppState;
 use crate::telemetry::prometheus::{Kind, Page};
 
+/// True while the connector does its job: the push queue's writer takes records. Over-the-air
+/// updates wait for it before keeping a new version; the systemd watchdog is fed only while it
+/// holds.
+pub fn healthy(state: &AppState) -> bool {
+    state.push.accepting()
+}
+
 /// The `/api/status` document.
 pub fn status(state: &AppState) -> Value {
     let queue = serde_json::to_value(state.push.status()).unwrap_or_default();
@@ -83,6 +90,8 @@ pub fn status(state: &AppState) -> Value {
         "connector": {
             "name": state.name,
             "version": crate::VERSION,
+            "previous_version": state.previous_version,
+            "healthy": healthy(state),
             "uptime_secs": state.started.elapsed().as_secs(),
         },
         "push_queue": queue,

@@ -304,6 +304,11 @@ impl PushQueue {
         self.writer.sender()
     }
 
+    /// True while the writer takes records (until [`close`](Self::close)).
+    pub fn accepting(&self) -> bool {
+        self.writer.sender().is_ok()
+    }
+
     /// Appends one uplink line; resolves to its sequence number once the transaction holding it
     /// has committed. `reservation` must come from this queue's [`gate`](Self::gate).
     ///

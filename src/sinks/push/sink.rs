@@ -188,6 +188,14 @@ impl PushSink {
         }
     }
 
+    /// True while records can be stored (the durable writer runs; the volatile buffer always).
+    pub fn accepting(&self) -> bool {
+        match &self.buffer {
+            Buffer::Durable(q) => q.accepting(),
+            Buffer::Volatile(_) => true,
+        }
+    }
+
     /// Stops the writer after it committed what it holds. Idempotent.
     pub fn close(&self) {
         if let Buffer::Durable(q) = &self.buffer {
