@@ -13,7 +13,8 @@ const USAGE: &str = "usage:
   opex-connector --version
   opex-connector verify-artifact FILE SIG PUBKEY   check a release artifact's ed25519 signature
   opex-connector sign-artifact FILE KEY            sign one (release tooling)
-  opex-connector keygen DIR                        new release.key / release.pub in DIR";
+  opex-connector keygen DIR                        new release.key / release.pub in DIR
+  opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay";
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
@@ -50,6 +51,22 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        ["overlay", site, board] => {
+            let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
+            match read(site)
+                .and_then(|s| read(board).map(|b| (s, b)))
+                .and_then(|(s, b)| config::overlay(&s, &b))
+            {
+                Ok(merged) => {
+                    print!("{merged}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         ["keygen", dir] => match release::keygen(dir.as_ref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

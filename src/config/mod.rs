@@ -10,6 +10,7 @@
 //!
 //! `opex-connector validate FILE` runs steps 1 and 2 alone; systemd runs it before every start.
 
+mod overlay;
 mod parse;
 pub mod raw;
 mod validate;
@@ -17,6 +18,7 @@ mod validate;
 use std::fmt;
 use std::path::Path;
 
+pub use overlay::overlay;
 pub use parse::parse_raw;
 pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME, KNOWN_SINKS};
 

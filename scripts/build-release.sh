@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
+# SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
+#
+# Usage: scripts/build-release.sh [--sign KEY] [TARGET...]
+#   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
+#                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
+#   --sign KEY          also write <artifact>.sig (ed25519, `opex-connector keygen` makes KEY)
+#
+# With a container engine and `cross` on PATH it uses `cross build` (cross/Cross.toml).
+# Without: cargo with Debian's cross linkers (installed here when missing) and, for
+# aarch64-unknown-linux-musl (no Debian cross gcc for musl), cargo-zigbuild with zig from
+# PyPI. Honours CARGO_TARGET_DIR.
+set -euo pipefail
+
+ZIG_VERSION=0.13.0
+ZIGBUILD_VERSION=0.19.8
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+sign_key=""
+targets=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --sign) sign_key="$2"; shift 2 ;;
+        -h | --help)
+            sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) targets+=("$1"); shift ;;
+    esac
+done
+((${#targets[@]})) || targets=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
+    armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+apt_updated=0
+apt_install() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+    done
+    ((${#missing[@]})) || return 0
+    if ((!apt_updated)); then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    log "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+use_cross=0
+if command -v cross >/dev/null && { docker info >/dev/null 2>&1 || podman info >/dev/null 2>&1; }; then
+    use_cross=1
+fi
+
+build() { # TARGET
+    local t="$1"
+    if ((use_cross)); then
+        log "cross build --release --target $t"
+        CROSS_CONFIG=cross/Cross.toml cross build --release --target "$t"
+        return
+    fi
+    rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    case "$t" in
+        aarch64-unknown-linux-gnu) apt_install gcc-aarch64-linux-gnu ;;
+        armv7-unknown-linux-gnueabihf) apt_install gcc-arm-linux-gnueabihf ;;
+        x86_64-unknown-linux-musl) apt_install musl-tools ;;
+        aarch64-unknown-linux-musl)
+            python3 -m pip show ziglang >/dev/null 2>&1 ||
+                python3 -m pip install --quiet --root-user-action=ignore "ziglang==$ZIG_VERSION"
+            command -v cargo-zigbuild >/dev/null ||
+                cargo install --quiet --locked "cargo-zigbuild@$ZIGBUILD_VERSION"
+            log "cargo zigbuild --release --target $t"
+            cargo zigbuild --release --target "$t"
+            return
+            ;;
+    esac
+    log "cargo build --release --target $t"
+    cargo build --release --config cross/cargo-config.toml --target "$t"
+}
+
+signer=""
+if [ -n "$sign_key" ]; then
+    # The artifacts are for other machines: sign with a build for this one.
+    cargo build --release
+    signer="$target_dir/release/opex-connector"
+fi
+mkdir -p dist
+artifacts=()
+for t in "${targets[@]}"; do
+    build "$t"
+    out="opex-connector-$version-$t"
+    cp "$target_dir/$t/release/opex-connector" "dist/$out"
+    artifacts+=("$out")
+    if [ -n "$signer" ]; then
+        "$signer" sign-artifact "dist/$out" "$sign_key" >"dist/$out.sig"
+    fi
+done
+(cd dist && sha256sum "${artifacts[@]}" >SHA256SUMS)
+
+printf '\n%-36s %12s\n' "artifact" "bytes" >&2
+for t in "${targets[@]}"; do
+    f="dist/opex-connector-$version-$t"
+    printf '%-36s %12s\n' "$(basename "$f")" "$(stat -c %s "$f")" >&2
+done

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Installs opex-connector on a box, for one board profile of boards/.
+#
+# Usage:
+#   scripts/install.sh --board rpi4 --config site.yaml [options]
+#
+# Options (defaults in brackets):
+#   --board NAME      a profile in boards/ (rpi3, rpi4, rpi5, x86_64-ipc); required
+#   --config FILE     the site config; the board's overlay is merged over it. Needed on the
+#                     first install; later installs keep the config already in place
+#   --binary FILE     the binary [dist/opex-connector-<version>-<board target>]
+#   --root DIR        install root [/opt/opex-connector]: DIR/releases/<version>-<sha8>/,
+#                     DIR/current (symlink), the layout scripts/ota-update.sh updates
+#   --etc DIR         config folder [/etc/opex-connector]
+#   --bin-dir DIR     where the `opex-connector` command is linked [/usr/local/bin]
+#   --pubkey FILE     release public key for OTA updates, copied to --etc
+#   --no-systemd      do not install, enable and start the systemd unit
+#   --no-user         do not create the `opex-connector` system user
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+board=""
+site=""
+binary=""
+root=/opt/opex-connector
+etc=/etc/opex-connector
+bin_dir=/usr/local/bin
+pubkey=""
+systemd=1
+user=1
+
+say() { echo "install: $*" >&2; }
+die() {
+    say "$*"
+    exit 1
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --board) board="$2"; shift 2 ;;
+        --config) site="$2"; shift 2 ;;
+        --binary) binary="$2"; shift 2 ;;
+        --root) root="$2"; shift 2 ;;
+        --etc) etc="$2"; shift 2 ;;
+        --bin-dir) bin_dir="$2"; shift 2 ;;
+        --pubkey) pubkey="$2"; shift 2 ;;
+        --no-systemd) systemd=0; shift ;;
+        --no-user) user=0; shift ;;
+        -h | --help)
+            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) die "unknown argument $1" ;;
+    esac
+done
+
+profile="$repo/boards/$board.yaml"
+if [ -z "$board" ] || [ ! -f "$profile" ]; then
+    known=$(for f in "$repo"/boards/*.yaml; do basename "$f" .yaml; done | tr '\n' ' ')
+    die "--board must name a profile in boards/: $known"
+fi
+target=$(sed -n 's/^target: *//p' "$profile")
+data_dir=$(sed -n 's/^data_dir: *//p' "$profile")
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n1)
+[ -n "$binary" ] || binary="$repo/dist/opex-connector-$version-$target"
+[ -x "$binary" ] || die "no binary at $binary (scripts/build-release.sh $target, or --binary)"
+
+sha=$(sha256sum "$binary" | cut -d' ' -f1)
+release="$version-${sha:0:8}"
+mkdir -p "$root/releases/$release" "$etc" "$bin_dir"
+install -m 0755 "$binary" "$root/releases/$release/opex-connector"
+ln -sfn "releases/$release" "$root/.current.tmp"
+mv -T "$root/.current.tmp" "$root/current"
+ln -sfn "$root/current/opex-connector" "$bin_dir/opex-connector"
+say "installed $release for $board ($target) in $root"
+
+if [ ! -f "$etc/config.yaml" ]; then
+    [ -n "$site" ] || die "first install: give the site config with --config"
+    merged=$(mktemp)
+    "$root/current/opex-connector" overlay "$site" "$profile" >"$merged"
+    install -m 0640 "$merged" "$etc/config.yaml"
+    rm -f "$merged"
+    say "wrote $etc/config.yaml (site config + $board overlay); data_dir for this board: $data_dir"
+fi
+"$root/current/opex-connector" validate "$etc/config.yaml" >&2 || die "$etc/config.yaml is not valid"
+if [ -n "$pubkey" ]; then
+    install -m 0644 "$pubkey" "$etc/release.pub"
+fi
+
+if [ "$user" = 1 ] && ! id opex-connector >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin opex-connector
+    say "created the system user opex-connector"
+fi
+if [ "$user" = 1 ]; then
+    chgrp opex-connector "$etc/config.yaml"
+fi
+if [ "$systemd" = 1 ]; then
+    install -m 0644 "$repo/systemd/opex-connector.service" /etc/systemd/system/opex-connector.service
+    systemctl daemon-reload
+    systemctl enable --now opex-connector
+    say "service enabled and started: systemctl status opex-connector"
+fi
