@@ -66,8 +66,8 @@ build() { # TARGET
     fi
     rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     case "$t" in
-        aarch64-unknown-linux-gnu) apt_install gcc-aarch64-linux-gnu ;;
-        armv7-unknown-linux-gnueabihf) apt_install gcc-arm-linux-gnueabihf ;;
+        aarch64-unknown-linux-gnu) apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross ;;
+        armv7-unknown-linux-gnueabihf) apt_install gcc-arm-linux-gnueabihf libc6-dev-armhf-cross ;;
         x86_64-unknown-linux-musl) apt_install musl-tools ;;
         aarch64-unknown-linux-musl)
             python3 -m pip show ziglang >/dev/null 2>&1 ||

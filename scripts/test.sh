@@ -138,7 +138,7 @@ cross_smoke() {
             return 0
         fi
     fi
-    apt_install gcc-aarch64-linux-gnu qemu-user-static
+    apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
     log "cargo build --target $t (debug, with cross/cargo-config.toml)"
     cargo build --quiet --config cross/cargo-config.toml --target "$t" --bin opex-connector
     local bin="${CARGO_TARGET_DIR:-$repo/target}/$t/debug/opex-connector"
