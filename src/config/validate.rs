@@ -7,6 +7,8 @@ use std::time::Duration;
 use super::raw::{RawConfig, RawHttp};
 use super::{Problem, Problems};
 use crate::flow::config::{validate_flows, FlowConfig};
+use crate::sinks::clickhouse::config::ClickHouseConfig;
+use crate::sinks::postgres::config::PostgresConfig;
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
 use crate::sinks::storage::config::StorageConfig;
 use crate::sources::ingest::config::IngestConfig;
@@ -14,7 +16,7 @@ use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
 
 /// The sinks a flow can name.
-pub const KNOWN_SINKS: &[&str] = &["push", "storage"];
+pub const KNOWN_SINKS: &[&str] = &["push", "storage", "clickhouse", "postgres"];
 
 /// Name of a connector whose config names none.
 pub const DEFAULT_NAME: &str = "opex-connector";
@@ -32,6 +34,10 @@ pub struct Config {
     pub storage: Option<StorageConfig>,
     /// `dead_letters.max_rows`.
     pub dead_letters_max_rows: u64,
+    /// `clickhouse:`; `None` when not configured.
+    pub clickhouse: Option<ClickHouseConfig>,
+    /// `postgres:`; `None` when not configured.
+    pub postgres: Option<PostgresConfig>,
     /// `flows:`; empty when none are configured (every source then goes to `push`).
     pub flows: Vec<FlowConfig>,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
@@ -140,6 +146,27 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         &mut p,
         &mut warnings,
     );
+    let clickhouse = raw
+        .clickhouse
+        .as_ref()
+        .map(|c| ClickHouseConfig::validate(c, "clickhouse", &mut p));
+    let postgres = raw
+        .postgres
+        .as_ref()
+        .map(|c| PostgresConfig::validate(c, "postgres", &mut p));
+    for (name, configured) in [
+        ("clickhouse", clickhouse.is_some()),
+        ("postgres", postgres.is_some()),
+    ] {
+        if let Some(i) = flows.iter().position(|f| f.uses_sink(name)) {
+            if !configured {
+                p.push(
+                    format!("flows[{i}]"),
+                    format!("a sink node names {name}, but there is no {name}: section"),
+                );
+            }
+        }
+    }
     let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
     let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
 
@@ -156,6 +183,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             webhooks,
             storage,
             dead_letters_max_rows,
+            clickhouse,
+            postgres,
             flows,
             warnings,
         })
