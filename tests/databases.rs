@@ -159,7 +159,10 @@ fn clickhouse_rows_arrive_with_the_right_columns_and_types() {
         let n = i + 1;
         assert_eq!(f[0], sent[i].0, "id of row {n}");
         let ts: u64 = f[1].parse().expect("ts is a number");
-        assert!((before..=after).contains(&ts), "ts {ts} is the ingest time in ms");
+        assert!(
+            (before..=after).contains(&ts),
+            "ts {ts} is the ingest time in ms"
+        );
         assert_eq!(f[2], format!("ingest/{SOURCE}"));
         assert_eq!(f[3], format!("press-{n}"));
         // TabSeparated escapes nothing in this JSON: it is the original text.
@@ -173,7 +176,10 @@ fn clickhouse_rows_arrive_with_the_right_columns_and_types() {
     assert_eq!(st["inserted_total"], 3);
     assert_eq!(st["backlog"], "memory");
     assert!(
-        st["note"].as_str().unwrap_or("").contains("lost if the process crashes"),
+        st["note"]
+            .as_str()
+            .unwrap_or("")
+            .contains("lost if the process crashes"),
         "{st:#}"
     );
     let sink = named(&d.status(), "/sinks", "clickhouse").clone();
@@ -207,10 +213,15 @@ fn postgres_rows_arrive_with_the_right_columns_and_types() {
     let mut ids = Vec::new();
     for n in 1..=3 {
         let body = format!(r#"{{"temp":21.{n},"n":{n},"ok":true,"meta":{{"line":"L{n}"}}}}"#);
-        ids.push(assert_stored(&d.ingest(&format!("press-{n}"), &body), "ingest"));
+        ids.push(assert_stored(
+            &d.ingest(&format!("press-{n}"), &body),
+            "ingest",
+        ));
     }
     let after = unix_ms();
-    wait_until(POLL_DEADLINE, "3 rows in postgres", || pg.keys("typed").len() == 3);
+    wait_until(POLL_DEADLINE, "3 rows in postgres", || {
+        pg.keys("typed").len() == 3
+    });
     let rows = lines(&pg.sql(
         "SELECT id, (extract(epoch from ts) * 1000)::bigint, source, key, payload->'meta'->>'line', \
          temp, n, ok, line, raw, pg_typeof(ts) FROM typed ORDER BY n",
@@ -228,7 +239,11 @@ fn postgres_rows_arrive_with_the_right_columns_and_types() {
         assert_eq!(f[6], n.to_string());
         assert_eq!(f[7], "t");
         assert_eq!(f[8], format!("L{n}"));
-        assert_eq!(f[9], format!(r#"{{"line":"L{n}"}}"#), "an object into text is JSON");
+        assert_eq!(
+            f[9],
+            format!(r#"{{"line":"L{n}"}}"#),
+            "an object into text is JSON"
+        );
         assert_eq!(f[10], "timestamp with time zone");
     }
     assert_eq!(sink_status(&d, "postgres")["inserted_total"], 3);
@@ -248,17 +263,23 @@ fn rows_are_kept_while_the_server_is_down_and_arrive_after_restart<D: Db>() {
         assert_stored(&d.ingest(&key, r#"{"v":1}"#), "before the outage");
         sent.push(key);
     }
-    wait_until(POLL_DEADLINE, "the first 10 rows", || db.keys("events").len() == 10);
+    wait_until(POLL_DEADLINE, "the first 10 rows", || {
+        db.keys("events").len() == 10
+    });
     db.down();
     for i in 0..20 {
         let key = format!("b{i:03}");
         assert_stored(&d.ingest(&key, r#"{"v":2}"#), "during the outage");
         sent.push(key);
     }
-    wait_until(POLL_DEADLINE, "a failed insert while the server is down", || {
-        let st = sink_status(&d, D::SINK);
-        st["insert_failures_total"].as_u64().unwrap_or(0) >= 1 && st["backlog_rows"] == 20
-    });
+    wait_until(
+        POLL_DEADLINE,
+        "a failed insert while the server is down",
+        || {
+            let st = sink_status(&d, D::SINK);
+            st["insert_failures_total"].as_u64().unwrap_or(0) >= 1 && st["backlog_rows"] == 20
+        },
+    );
     let st = sink_status(&d, D::SINK);
     assert_eq!(st["healthy"], false, "{st:#}");
     assert!(st["last_error"].is_string(), "{st:#}");
@@ -314,12 +335,17 @@ fn a_small_block_backlog_refuses_sources_and_drops_nothing<D: Db>() {
     assert_eq!(sink["dropped"], 0);
     let metrics = d.metrics();
     assert!(
-        metrics.contains(&format!(r#"opex_connector_sink_blocked_total{{sink="{}"}} 3"#, D::SINK)),
+        metrics.contains(&format!(
+            r#"opex_connector_sink_blocked_total{{sink="{}"}} 3"#,
+            D::SINK
+        )),
         "{metrics}"
     );
 
     db.up();
-    wait_until(POLL_DEADLINE, "the 6 kept rows", || db.keys("events").len() >= 6);
+    wait_until(POLL_DEADLINE, "the 6 kept rows", || {
+        db.keys("events").len() >= 6
+    });
     // Room again: the source is taken once the backlog has drained.
     wait_until(POLL_DEADLINE, "a new record accepted", || {
         d.ingest("after", r#"{"v":2}"#).status == 200
@@ -328,7 +354,11 @@ fn a_small_block_backlog_refuses_sources_and_drops_nothing<D: Db>() {
     wait_until(POLL_DEADLINE, "the record after the outage", || {
         db.keys("events").len() >= 7
     });
-    assert_eq!(db.keys("events"), sorted(&stored), "nothing dropped, nothing twice");
+    assert_eq!(
+        db.keys("events"),
+        sorted(&stored),
+        "nothing dropped, nothing twice"
+    );
     assert_eq!(sink_status(&d, D::SINK)["dropped_total"], 0);
 }
 
@@ -366,7 +396,10 @@ fn evict_oldest_counts_its_drops_exactly<D: Db>() {
     assert_eq!(named(&d.status(), "/sinks", D::SINK)["dropped"], 7);
     let metrics = d.metrics();
     assert!(
-        metrics.contains(&format!(r#"opex_connector_sink_dropped_total{{sink="{}"}} 7"#, D::SINK)),
+        metrics.contains(&format!(
+            r#"opex_connector_sink_dropped_total{{sink="{}"}} 7"#,
+            D::SINK
+        )),
         "{metrics}"
     );
 
@@ -439,7 +472,10 @@ fn a_schema_error_parks_the_batch_with_the_servers_message<D: Db>(
             reason.starts_with(&format!("{} refused the batch: ", D::SINK)),
             "{reason}"
         );
-        assert!(reason.contains(message), "the server's message {message:?} in {reason:?}");
+        assert!(
+            reason.contains(message),
+            "the server's message {message:?} in {reason:?}"
+        );
     }
     let st = sink_status(&d, D::SINK);
     assert_eq!(st["dead_lettered_total"], 3, "{st:#}");
@@ -506,5 +542,8 @@ fn postgres_not_null_violation_parks_the_batch_with_the_servers_message() {
     });
     let rows = dead_letter_rows(&d, "state=open");
     let last = rows[3]["reason"].as_str().unwrap_or("");
-    assert!(last.contains(r#"column "v" (int4) cannot take "abc""#), "{last}");
+    assert!(
+        last.contains(r#"column "v" (int4) cannot take "abc""#),
+        "{last}"
+    );
 }

@@ -78,16 +78,19 @@ impl Postgres {
             dir,
         };
         run(
-            &mut pg.cmd("initdb", &[
-                "-D",
-                &pg.data().to_string_lossy(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ]),
+            &mut pg.cmd(
+                "initdb",
+                &[
+                    "-D",
+                    &pg.data().to_string_lossy(),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
+            ),
             "initdb",
         );
         pg.up();
@@ -108,7 +111,9 @@ impl Postgres {
             }
             None => Command::new(&exe),
         };
-        c.args(args).stdin(Stdio::null()).current_dir(self.dir.path());
+        c.args(args)
+            .stdin(Stdio::null())
+            .current_dir(self.dir.path());
         c
     }
 
@@ -123,18 +128,21 @@ impl Postgres {
         let data = self.data();
         let secs = START_DEADLINE.as_secs().to_string();
         let out = self
-            .cmd("pg_ctl", &[
-                "-D",
-                &data.to_string_lossy(),
-                "-l",
-                &log.to_string_lossy(),
-                "-o",
-                &opts,
-                "-w",
-                "-t",
-                &secs,
-                "start",
-            ])
+            .cmd(
+                "pg_ctl",
+                &[
+                    "-D",
+                    &data.to_string_lossy(),
+                    "-l",
+                    &log.to_string_lossy(),
+                    "-o",
+                    &opts,
+                    "-w",
+                    "-t",
+                    &secs,
+                    "start",
+                ],
+            )
             .output()
             .expect("run pg_ctl start");
         assert!(
@@ -149,7 +157,10 @@ impl Postgres {
     pub fn down(&self) {
         let data = self.data();
         run(
-            &mut self.cmd("pg_ctl", &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"]),
+            &mut self.cmd(
+                "pg_ctl",
+                &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"],
+            ),
             "pg_ctl stop",
         );
     }
@@ -163,11 +174,31 @@ impl Postgres {
     pub fn sql(&self, sql: &str) -> String {
         let psql = self.bin.join("psql");
         let out = run(
-            Command::new(if psql.exists() { psql } else { PathBuf::from("psql") })
-                .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
-                .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", "postgres"])
-                .args(["-c", sql])
-                .stdin(Stdio::null()),
+            Command::new(if psql.exists() {
+                psql
+            } else {
+                PathBuf::from("psql")
+            })
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-c", sql])
+            .stdin(Stdio::null()),
             &format!("psql -c {sql:?}"),
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -198,7 +229,17 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         let data = self.data();
         let _ = self
-            .cmd("pg_ctl", &["-D", &data.to_string_lossy(), "-m", "immediate", "-w", "stop"])
+            .cmd(
+                "pg_ctl",
+                &[
+                    "-D",
+                    &data.to_string_lossy(),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -315,7 +356,10 @@ impl ClickHouse {
         assert!(self.child.is_none(), "clickhouse is already running");
         let out = fs::File::create(self.dir.path().join("stdout.log")).expect("log file");
         let child = Command::new(&self.bin)
-            .arg(format!("--config-file={}", self.dir.path().join("config.xml").display()))
+            .arg(format!(
+                "--config-file={}",
+                self.dir.path().join("config.xml").display()
+            ))
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone().expect("clone log")))
@@ -333,10 +377,7 @@ impl ClickHouse {
                 return;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!(
-                    "clickhouse-server exited ({status}):\n{}",
-                    self.logs()
-                );
+                panic!("clickhouse-server exited ({status}):\n{}", self.logs());
             }
             assert!(
                 Instant::now() < deadline,
@@ -383,7 +424,10 @@ impl ClickHouse {
             .send(body)
             .unwrap_or_else(|e| panic!("clickhouse insert: {e}"));
         let status = reply.status().as_u16();
-        (status, reply.body_mut().read_to_string().unwrap_or_default())
+        (
+            status,
+            reply.body_mut().read_to_string().unwrap_or_default(),
+        )
     }
 
     fn logs(&self) -> String {
@@ -407,7 +451,11 @@ pub fn basic(user: &str, password: &str) -> String {
     let data = format!("{user}:{password}").into_bytes();
     let mut out = String::new();
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
