@@ -300,6 +300,30 @@ mod tests {
     }
 
     #[test]
+    fn a_flow_naming_a_database_sink_needs_its_section_and_the_section_is_checked() {
+        let flow = "flows:\n  - id: f\n    nodes:\n      - { id: in, kind: source, source: ingest/a }\n      - { id: db, kind: sink, sink: postgres }\n    wires:\n      - { from: in, to: db }\n";
+        let base = "connector:\n  data_dir: /d\ningest:\n  sources:\n    - { name: a, token: tokentoken }\n";
+        let errs = paths(&format!("{base}{flow}"));
+        assert_eq!(
+            errs,
+            vec!["flows[0]: a sink node names postgres, but there is no postgres: section"]
+        );
+        let errs = paths(&format!(
+            "{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_batch: {{ on_full: later }}\n"
+        ));
+        assert_eq!(
+            errs,
+            vec![
+                "postgres.sink_table: is required",
+                r#"postgres.sink_batch.on_full: expected evict_oldest or block, got "later""#,
+            ]
+        );
+        let ok = format!("{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_table: events\n");
+        let cfg = super::super::from_yaml(&ok).unwrap();
+        assert_eq!(cfg.postgres.unwrap().table, ["events"]);
+    }
+
+    #[test]
     fn the_demo_config_is_valid() {
         from_yaml(super::super::DEMO_YAML).unwrap();
     }

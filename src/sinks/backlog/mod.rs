@@ -10,3 +10,6 @@ pub use queue::{
     Backlog, BacklogCounters, BacklogStatus, InsertError, Inserter, PushError, Row, MEMORY_NOTE,
     RETRY_INITIAL, RETRY_MAX, STOP_DEADLINE,
 };
+
+#[cfg(test)]
+mod tests;

@@ -380,7 +380,7 @@ impl<T: Send> Backlog<T> {
     fn finish(&self) {
         let mut s = self.lock();
         s.in_flight = 0;
-        let total = (s.waiting.len()) as u64;
+        let total = s.waiting.len() as u64;
         self.gate.publish(total, total);
     }
 
