@@ -73,7 +73,8 @@ install_socat() { apt_install socat; }
 # PostgreSQL 15 from bookworm (initdb, pg_ctl, postgres and psql under
 # /usr/lib/postgresql/15/bin). The tests run them as the `postgres` user the
 # package creates when they run as root; they never use the packaged cluster.
-install_postgresql() { apt_install postgresql postgresql-client; }
+# openssl makes the certificates of the TLS test.
+install_postgresql() { apt_install postgresql postgresql-client openssl; }
 
 # ClickHouse: Debian 12 ships 18.16.1 (/usr/sbin/clickhouse-server; HTTP
 # interface, JSONEachRow). About 15 s to install, 0.5 s to start here.

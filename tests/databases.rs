@@ -547,3 +547,45 @@ fn postgres_not_null_violation_parks_the_batch_with_the_servers_message() {
         "{last}"
     );
 }
+
+// ------------------------------------------------------------------ TLS
+
+#[test]
+fn postgres_with_sslmode_require_copies_over_tls_checked_against_the_ca_file() {
+    let (pg, ca) = Postgres::start_tls();
+    pg.create_default("events");
+    let mut section = json!({
+        "url": format!("{}?sslmode=require", pg.url()),
+        "ca_file": ca.display().to_string(),
+        "sink_table": "events",
+    });
+    section["sink_batch"] = json!({ "sink_batch_rows": 2, "flush_interval_ms": 50 });
+    let d = Daemon::start(config("postgres", section));
+    assert_stored(&d.ingest("tls-1", r#"{"v":1}"#), "ingest");
+    assert_stored(&d.ingest("tls-2", r#"{"v":2}"#), "ingest");
+    wait_until(POLL_DEADLINE, "2 rows over TLS", || {
+        pg.keys("events").len() == 2
+    });
+    let tls = pg.sql(
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.application_name = 'opex-connector' AND s.ssl",
+    );
+    assert_eq!(tls, "1", "the connector's connection uses TLS");
+
+    // Without the CA the server's certificate is refused: nothing is sent, the rows are kept.
+    let mut section =
+        json!({ "url": format!("{}?sslmode=require", pg.url()), "sink_table": "events" });
+    section["sink_batch"] = json!({ "sink_batch_rows": 1, "flush_interval_ms": 50 });
+    let d2 = Daemon::start(config("postgres", section));
+    assert_stored(&d2.ingest("untrusted", r#"{"v":3}"#), "ingest");
+    wait_until(POLL_DEADLINE, "a failed TLS handshake", || {
+        sink_status(&d2, "postgres")["insert_failures_total"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let st = sink_status(&d2, "postgres");
+    assert_eq!(st["backlog_rows"], 1, "{st:#}");
+    assert_eq!(st["dead_lettered_total"], 0, "{st:#}");
+    assert_eq!(pg.keys("events").len(), 2);
+}

@@ -318,7 +318,9 @@ mod tests {
                 r#"postgres.sink_batch.on_full: expected evict_oldest or block, got "later""#,
             ]
         );
-        let ok = format!("{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_table: events\n");
+        let ok = format!(
+            "{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_table: events\n"
+        );
         let cfg = super::super::from_yaml(&ok).unwrap();
         assert_eq!(cfg.postgres.unwrap().table, ["events"]);
     }

@@ -54,11 +54,25 @@ pub struct Postgres {
     port: u16,
     /// `Some("postgres")` when the tests run as root (the server refuses to run as root).
     user: Option<String>,
+    /// Extra server options (TLS).
+    opts: String,
 }
 
 impl Postgres {
     /// `initdb` and start a server on a free port.
     pub fn start() -> Postgres {
+        Self::init(false)
+    }
+
+    /// Like [`Postgres::start`] with TLS on (`ssl=on`, a server certificate for `127.0.0.1`
+    /// signed by a CA made here with the `openssl` tool); returns the CA's PEM file too.
+    pub fn start_tls() -> (Postgres, PathBuf) {
+        let pg = Self::init(true);
+        let ca = pg.dir.path().join("ca.pem");
+        (pg, ca)
+    }
+
+    fn init(tls: bool) -> Postgres {
         let bin = pg_bin();
         let dir = tempfile::Builder::new()
             .prefix("opex-pg-")
@@ -71,12 +85,16 @@ impl Postgres {
                 "chown the temp dir to the postgres user",
             );
         }
-        let pg = Postgres {
+        let mut pg = Postgres {
             bin,
             port: free_port(),
             user,
             dir,
+            opts: String::new(),
         };
+        if tls {
+            pg.make_certificates();
+        }
         run(
             &mut pg.cmd(
                 "initdb",
@@ -95,6 +113,100 @@ impl Postgres {
         );
         pg.up();
         pg
+    }
+
+    fn make_certificates(&mut self) {
+        let d = self.dir.path();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let openssl = |args: &[&str], what: &str| {
+            run(Command::new("openssl").args(args).current_dir(d), what);
+        };
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec[..],
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=opex test CA",
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                ],
+            ]
+            .concat(),
+            "openssl: the test CA",
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec[..],
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+            "openssl: the server key",
+        );
+        fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("write server.ext");
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
+            ],
+            "openssl: the server certificate",
+        );
+        if let Some(u) = &self.user {
+            for f in ["server.key", "server.crt"] {
+                run(
+                    Command::new("chown").arg(format!("{u}:")).arg(d.join(f)),
+                    "chown the server key",
+                );
+            }
+        }
+        run(
+            Command::new("chmod").arg("600").arg(d.join("server.key")),
+            "chmod the server key",
+        );
+        self.opts = format!(
+            " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            d.join("server.crt").display(),
+            d.join("server.key").display()
+        );
     }
 
     fn data(&self) -> PathBuf {
@@ -120,9 +232,10 @@ impl Postgres {
     /// Starts the server (again) on its port; returns once it accepts connections.
     pub fn up(&self) {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off{}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.opts
         );
         let log = self.dir.path().join("server.log");
         let data = self.data();

@@ -232,6 +232,15 @@ impl<T: Send> Backlog<T> {
         &self.cfg
     }
 
+    /// The rows waiting (not in flight), oldest first: for tests.
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> Vec<T>
+    where
+        T: Clone,
+    {
+        self.lock().waiting.iter().map(|s| s.row.data.clone()).collect()
+    }
+
     /// Takes one row; returns once it is in the backlog. `reservation` is what admission
     /// reserved for it, released once the row is counted.
     pub fn push(&self, row: Row<T>, reservation: Reservation) -> Result<(), PushError> {

@@ -83,16 +83,18 @@ fn evict_oldest_drops_the_oldest_waiting_rows_and_counts_each() {
     assert_eq!(st.backlog_rows, 5);
     assert_eq!(st.fill_pct, 100.0);
     assert_eq!(st.accepted_total, 8);
-    let s = b.lock();
-    let keys: Vec<&str> = s.waiting.iter().map(|x| x.row.data.as_str()).collect();
-    assert_eq!(keys, ["k3", "k4", "k5", "k6", "k7"]);
+    assert_eq!(b.waiting(), ["k3", "k4", "k5", "k6", "k7"]);
 }
 
 #[test]
 fn block_refuses_at_the_bound_through_the_gate_until_rows_leave() {
     let dir = tempfile::tempdir().unwrap();
     let eng = engine(dir.path());
-    let b = Arc::new(Backlog::<String>::new("postgres", "t".into(), cfg(2, 4, OnFull::Block)));
+    let b = Arc::new(Backlog::<String>::new(
+        "postgres",
+        "t".into(),
+        cfg(2, 4, OnFull::Block),
+    ));
     let script = Script::default();
     // The database is down for the first insert.
     script
@@ -125,11 +127,19 @@ fn block_refuses_at_the_bound_through_the_gate_until_rows_leave() {
 fn a_permanent_error_parks_the_batch_in_the_dead_letter_queue_and_the_next_batch_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let eng = engine(dir.path());
-    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), cfg(2, 10, OnFull::EvictOldest)));
+    let b = Arc::new(Backlog::<String>::new(
+        "clickhouse",
+        "t".into(),
+        cfg(2, 10, OnFull::EvictOldest),
+    ));
     let script = Script::default();
-    script.answers.lock().unwrap().push_back(Err(InsertError::Permanent(
-        "Code: 16. DB::Exception: No such column nope".into(),
-    )));
+    script
+        .answers
+        .lock()
+        .unwrap()
+        .push_back(Err(InsertError::Permanent(
+            "Code: 16. DB::Exception: No such column nope".into(),
+        )));
     push(&b, "a").unwrap();
     push(&b, "b").unwrap();
     let (b2, mut s2, e2) = (Arc::clone(&b), script.clone(), Arc::clone(&eng));
@@ -161,7 +171,11 @@ fn a_permanent_error_parks_the_batch_in_the_dead_letter_queue_and_the_next_batch
 fn a_clean_stop_with_the_database_down_counts_what_is_left_as_lost() {
     let dir = tempfile::tempdir().unwrap();
     let eng = engine(dir.path());
-    let b = Arc::new(Backlog::<String>::new("postgres", "t".into(), cfg(100, 1000, OnFull::Block)));
+    let b = Arc::new(Backlog::<String>::new(
+        "postgres",
+        "t".into(),
+        cfg(100, 1000, OnFull::Block),
+    ));
     let script = Script::default();
     for _ in 0..100 {
         script
@@ -179,7 +193,10 @@ fn a_clean_stop_with_the_database_down_counts_what_is_left_as_lost() {
     let stopping = Instant::now();
     b.close();
     t.join().unwrap();
-    assert!(stopping.elapsed() < STOP_DEADLINE, "the backoff does not delay the stop");
+    assert!(
+        stopping.elapsed() < STOP_DEADLINE,
+        "the backoff does not delay the stop"
+    );
     let st = b.status();
     assert_eq!(st.lost_at_stop_total, 7);
     assert_eq!(st.backlog_rows, 0);
