@@ -238,7 +238,11 @@ impl<T: Send> Backlog<T> {
     where
         T: Clone,
     {
-        self.lock().waiting.iter().map(|s| s.row.data.clone()).collect()
+        self.lock()
+            .waiting
+            .iter()
+            .map(|s| s.row.data.clone())
+            .collect()
     }
 
     /// Takes one row; returns once it is in the backlog. `reservation` is what admission
