@@ -5,20 +5,27 @@
 #   ingest   raw LMDB group-commit rate vs records/s acknowledged by the
 #            daemon's ingest API (64 keep-alive connections, 1 KB bodies),
 #            ack latency p50/p99 and RSS idle/under load (benches/ingest.rs)
+#   databases rows/s into PostgreSQL and ClickHouse (servers started in temp
+#            dirs) through the connector's sinks and end to end through the
+#            daemon, against a raw bulk load of the same rows (psql \copy,
+#            one HTTP JSONEachRow insert) in the same run (benches/databases.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
-# 64), BENCH_DIR (temp folder, default under the target dir), RUST_LOG for the
-# daemon (default warn). Honours CARGO_TARGET_DIR.
+# 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
+# folder, default under the target dir), RUST_LOG for the daemon (default
+# warn). Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
-bench_ingest() {
+# Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
+# `cargo bench` rebuilds into the same folder with the bench profile.
+release_daemon() {
     local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
     case "$target_dir" in
         /*) ;;
@@ -31,19 +38,30 @@ bench_ingest() {
     mkdir -p "$target_dir/bench-bin"
     cp -f "$target_dir/release/opex-connector" "$target_dir/bench-bin/opex-connector"
     export OPEX_CONNECTOR_BIN="$target_dir/bench-bin/opex-connector"
+}
+
+bench_ingest() {
+    release_daemon
     echo "==> cargo bench --bench ingest (BENCH_SECS=${BENCH_SECS:-10})"
     cargo bench --bench ingest
 }
 
+bench_databases() {
+    release_daemon
+    echo "==> cargo bench --bench databases (BENCH_ROWS=${BENCH_ROWS:-100000})"
+    cargo bench --bench databases
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
+    databases) bench_databases ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest)" >&2
+        echo "unknown benchmark: $1 (known: ingest databases)" >&2
         exit 2
         ;;
 esac

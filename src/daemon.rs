@@ -13,6 +13,8 @@ use crate::engine::{Engine, SinkHandle, Sinks};
 use crate::flow::Plan;
 use crate::http::{self, AppState, HttpStats};
 use crate::shutdown::Shutdown;
+use crate::sinks::clickhouse::ClickHouseSink;
+use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
@@ -85,6 +87,20 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     if let Some(s) = &storage {
         sinks.add(SinkHandle::Storage(Arc::clone(s)));
     }
+    let clickhouse = config
+        .clickhouse
+        .clone()
+        .map(|c| Arc::new(ClickHouseSink::new(c)));
+    if let Some(c) = &clickhouse {
+        sinks.add(SinkHandle::ClickHouse(Arc::clone(c)));
+    }
+    let postgres = config
+        .postgres
+        .clone()
+        .map(|c| Arc::new(PostgresSink::new(c)));
+    if let Some(p) = &postgres {
+        sinks.add(SinkHandle::Postgres(Arc::clone(p)));
+    }
     let plan = if config.flows.is_empty() {
         Plan::direct(&config.source_names(), "push")
     } else {
@@ -92,6 +108,15 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     };
     let engine = Arc::new(Engine::new(plan, sinks, dlq));
     let shutdown = Shutdown::new();
+    // The database sinks' threads end when their sink is closed, after the runtime (and with
+    // it every task that could still deliver) is gone.
+    let mut db_threads = Vec::new();
+    if let Some(c) = &clickhouse {
+        db_threads.push(c.start(Arc::clone(&engine)).map_err(DaemonError::Runtime)?);
+    }
+    if let Some(p) = &postgres {
+        db_threads.push(p.start(Arc::clone(&engine)).map_err(DaemonError::Runtime)?);
+    }
     let sweeper = match &storage {
         Some(s) => Some(
             s.start_sweeper(shutdown.clone())
@@ -120,7 +145,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         started: Instant::now(),
         previous_version: crate::release::previous_version(),
         http: c.http.clone(),
-        engine,
+        engine: Arc::clone(&engine),
         push: Arc::clone(&push),
         uplink: uplink_status,
         ingest: config
@@ -156,6 +181,18 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     // Tasks still running (webhook flows after an on_receipt 200) stop here; their requests
     // stay in the inbox and run again at the next start.
     drop(runtime);
+    // Insert what the database backlogs hold (bounded by their stop deadline).
+    if let Some(c) = &clickhouse {
+        c.close();
+    }
+    if let Some(p) = &postgres {
+        p.close();
+    }
+    for t in db_threads {
+        if t.join().is_err() {
+            log::error!("database sink thread panicked");
+        }
+    }
     push.close();
     if let Some(s) = &storage {
         s.close();
@@ -235,6 +272,23 @@ async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
             let losses = s.blocked_total + s.evicted_total + s.dropped_total;
             let alert = storage.level().check(s.fill_pct, losses, now);
             raise(&state.name, "storage", alert, s.on_full, s.fill_pct, losses);
+        }
+        for sink in state.engine.sinks().iter() {
+            let (level, st) = match sink {
+                SinkHandle::ClickHouse(c) => (c.level(), c.status()),
+                SinkHandle::Postgres(p) => (p.level(), p.status()),
+                _ => continue,
+            };
+            let losses = st.blocked_total + st.dropped_total;
+            let alert = level.check(st.fill_pct, losses, now);
+            raise(
+                &state.name,
+                sink.name(),
+                alert,
+                st.on_full,
+                st.fill_pct,
+                losses,
+            );
         }
         if http::healthy(&state) {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);

@@ -15,7 +15,7 @@
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API) |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
-//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink) |
+//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]) |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
 //! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |

@@ -6,6 +6,8 @@
 use serde::Deserialize;
 
 pub use crate::flow::config::RawFlow;
+pub use crate::sinks::clickhouse::config::RawClickHouse;
+pub use crate::sinks::postgres::config::RawPostgres;
 pub use crate::sinks::push::config::{RawPush, RawPushQueue};
 pub use crate::sinks::storage::config::RawStorage;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
@@ -24,6 +26,10 @@ pub struct RawConfig {
     pub storage: Option<RawStorage>,
     /// The pipeline dead-letter queue (`dead_letters.db`).
     pub dead_letters: Option<RawDeadLetters>,
+    /// The ClickHouse sink: a table fed over HTTP through a bounded memory backlog.
+    pub clickhouse: Option<RawClickHouse>,
+    /// The Postgres sink: a table fed with binary COPY through a bounded memory backlog.
+    pub postgres: Option<RawPostgres>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
 }

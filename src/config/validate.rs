@@ -7,6 +7,8 @@ use std::time::Duration;
 use super::raw::{RawConfig, RawHttp};
 use super::{Problem, Problems};
 use crate::flow::config::{validate_flows, FlowConfig};
+use crate::sinks::clickhouse::config::ClickHouseConfig;
+use crate::sinks::postgres::config::PostgresConfig;
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
 use crate::sinks::storage::config::StorageConfig;
 use crate::sources::ingest::config::IngestConfig;
@@ -14,7 +16,7 @@ use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
 
 /// The sinks a flow can name.
-pub const KNOWN_SINKS: &[&str] = &["push", "storage"];
+pub const KNOWN_SINKS: &[&str] = &["push", "storage", "clickhouse", "postgres"];
 
 /// Name of a connector whose config names none.
 pub const DEFAULT_NAME: &str = "opex-connector";
@@ -32,6 +34,10 @@ pub struct Config {
     pub storage: Option<StorageConfig>,
     /// `dead_letters.max_rows`.
     pub dead_letters_max_rows: u64,
+    /// `clickhouse:`; `None` when not configured.
+    pub clickhouse: Option<ClickHouseConfig>,
+    /// `postgres:`; `None` when not configured.
+    pub postgres: Option<PostgresConfig>,
     /// `flows:`; empty when none are configured (every source then goes to `push`).
     pub flows: Vec<FlowConfig>,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
@@ -140,6 +146,27 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         &mut p,
         &mut warnings,
     );
+    let clickhouse = raw
+        .clickhouse
+        .as_ref()
+        .map(|c| ClickHouseConfig::validate(c, "clickhouse", &mut p));
+    let postgres = raw
+        .postgres
+        .as_ref()
+        .map(|c| PostgresConfig::validate(c, "postgres", &mut p));
+    for (name, configured) in [
+        ("clickhouse", clickhouse.is_some()),
+        ("postgres", postgres.is_some()),
+    ] {
+        if let Some(i) = flows.iter().position(|f| f.uses_sink(name)) {
+            if !configured {
+                p.push(
+                    format!("flows[{i}]"),
+                    format!("a sink node names {name}, but there is no {name}: section"),
+                );
+            }
+        }
+    }
     let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
     let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
 
@@ -156,6 +183,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             webhooks,
             storage,
             dead_letters_max_rows,
+            clickhouse,
+            postgres,
             flows,
             warnings,
         })
@@ -268,6 +297,32 @@ mod tests {
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert!(errs[0].starts_with("connector.data_dir"));
         assert!(errs[1].starts_with("connector.http.listen"));
+    }
+
+    #[test]
+    fn a_flow_naming_a_database_sink_needs_its_section_and_the_section_is_checked() {
+        let flow = "flows:\n  - id: f\n    nodes:\n      - { id: in, kind: source, source: ingest/a }\n      - { id: db, kind: sink, sink: postgres }\n    wires:\n      - { from: in, to: db }\n";
+        let base = "connector:\n  data_dir: /d\ningest:\n  sources:\n    - { name: a, token: tokentoken }\n";
+        let errs = paths(&format!("{base}{flow}"));
+        assert_eq!(
+            errs,
+            vec!["flows[0]: a sink node names postgres, but there is no postgres: section"]
+        );
+        let errs = paths(&format!(
+            "{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_batch: {{ on_full: later }}\n"
+        ));
+        assert_eq!(
+            errs,
+            vec![
+                "postgres.sink_table: is required",
+                r#"postgres.sink_batch.on_full: expected evict_oldest or block, got "later""#,
+            ]
+        );
+        let ok = format!(
+            "{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_table: events\n"
+        );
+        let cfg = super::super::from_yaml(&ok).unwrap();
+        assert_eq!(cfg.postgres.unwrap().table, ["events"]);
     }
 
     #[test]

@@ -4,6 +4,9 @@ use std::sync::Arc;
 
 use crate::admission::{Gate, Refused, Reservation};
 use crate::record::Record;
+use crate::sinks::backlog::PushError;
+use crate::sinks::clickhouse::ClickHouseSink;
+use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::PushSink;
 use crate::sinks::storage::StorageSink;
 use crate::store::events::EventStore;
@@ -17,6 +20,10 @@ pub enum SinkHandle {
     Push(Arc<PushSink>),
     /// The local event history.
     Storage(Arc<StorageSink>),
+    /// A ClickHouse table, through a memory backlog bounded in rows.
+    ClickHouse(Arc<ClickHouseSink>),
+    /// A Postgres table, through a memory backlog bounded in rows.
+    Postgres(Arc<PostgresSink>),
 }
 
 impl SinkHandle {
@@ -25,6 +32,8 @@ impl SinkHandle {
         match self {
             Self::Push(_) => "push",
             Self::Storage(_) => "storage",
+            Self::ClickHouse(_) => "clickhouse",
+            Self::Postgres(_) => "postgres",
         }
     }
 
@@ -33,6 +42,8 @@ impl SinkHandle {
         match self {
             Self::Push(_) => row_bytes(record.to_line().len()),
             Self::Storage(_) => EventStore::row_bytes(record),
+            // The database backlogs are bounded in rows: their gates count one per record.
+            Self::ClickHouse(_) | Self::Postgres(_) => 1,
         }
     }
 
@@ -40,6 +51,8 @@ impl SinkHandle {
         match self {
             Self::Push(p) => p.gate(),
             Self::Storage(s) => s.gate(),
+            Self::ClickHouse(c) => c.gate(),
+            Self::Postgres(p) => p.gate(),
         }
     }
 
@@ -70,6 +83,9 @@ impl SinkHandle {
                     .await
                     .map_err(DeliveryError::Store)
             }
+            // Returns once the row is in the memory backlog, not once it is inserted.
+            Self::ClickHouse(c) => c.deliver(record, reservation).map_err(DeliveryError::from),
+            Self::Postgres(p) => p.deliver(record, reservation).map_err(DeliveryError::from),
         }
     }
 
@@ -93,6 +109,15 @@ pub enum DeliveryError {
     Refused(Refused),
     /// The sink could not store it.
     Store(StoreError),
+}
+
+impl From<PushError> for DeliveryError {
+    fn from(e: PushError) -> Self {
+        match e {
+            PushError::Refused(r) => Self::Refused(r),
+            PushError::Closed => Self::Store(StoreError::Closed),
+        }
+    }
 }
 
 /// The sinks of this connector, by name.

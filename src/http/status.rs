@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 
 use super::AppState;
+use crate::engine::SinkHandle;
 use crate::telemetry::prometheus::{Kind, Page};
 
 /// True while the connector does its job: the push queue's writer takes records. Over-the-air
@@ -86,6 +87,28 @@ pub fn status(state: &AppState) -> Value {
         }));
         serde_json::to_value(st).unwrap_or_default()
     });
+    // The database sinks: memory backlogs, said plainly.
+    let mut databases = serde_json::Map::new();
+    for sink in state.engine.sinks().iter() {
+        let st = match sink {
+            SinkHandle::ClickHouse(c) => c.status(),
+            SinkHandle::Postgres(p) => p.status(),
+            _ => continue,
+        };
+        sinks.push(json!({
+            "name": sink.name(),
+            "dropped": st.dropped_total + st.lost_at_stop_total,
+            "blocked": st.blocked_total,
+            "queue_rows": st.backlog_rows,
+            "durable": false,
+            "backlog": st.backlog,
+            "note": st.note,
+        }));
+        databases.insert(
+            sink.name().to_string(),
+            serde_json::to_value(st).unwrap_or_default(),
+        );
+    }
     json!({
         "connector": {
             "name": state.name,
@@ -99,6 +122,8 @@ pub fn status(state: &AppState) -> Value {
         "uplink": uplink,
         "sinks": sinks,
         "storage": storage,
+        "clickhouse": databases.remove("clickhouse"),
+        "postgres": databases.remove("postgres"),
         "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
@@ -274,6 +299,7 @@ pub fn metrics(state: &AppState) -> String {
             v.load(Ordering::Relaxed) as f64,
         );
     }
+    database_metrics(state, &mut p);
     p.single(
         "opex_connector_http_connections_total",
         Kind::Counter,
@@ -293,6 +319,83 @@ pub fn metrics(state: &AppState) -> String {
         state.started.elapsed().as_secs_f64(),
     );
     p.finish()
+}
+
+/// The database sinks' families, labelled `sink="clickhouse"` / `sink="postgres"`.
+fn database_metrics(state: &AppState, p: &mut Page) {
+    let list: Vec<(&'static str, crate::sinks::backlog::BacklogStatus)> = state
+        .engine
+        .sinks()
+        .iter()
+        .filter_map(|s| match s {
+            SinkHandle::ClickHouse(c) => Some((s.name(), c.status())),
+            SinkHandle::Postgres(pg) => Some((s.name(), pg.status())),
+            _ => None,
+        })
+        .collect();
+    if list.is_empty() {
+        return;
+    }
+    type Pick = fn(&crate::sinks::backlog::BacklogStatus) -> u64;
+    let families: [(&str, Kind, &str, Pick); 8] = [
+        (
+            "opex_connector_sink_backlog_rows",
+            Kind::Gauge,
+            "Rows in a database sink's memory backlog (lost if the process crashes).",
+            |s| s.backlog_rows,
+        ),
+        (
+            "opex_connector_sink_backlog_max_rows",
+            Kind::Gauge,
+            "Bound of a database sink's memory backlog in rows.",
+            |s| s.max_backlog_rows,
+        ),
+        (
+            "opex_connector_sink_dropped_total",
+            Kind::Counter,
+            "Rows a database sink dropped at its bound (evict_oldest): data gaps.",
+            |s| s.dropped_total,
+        ),
+        (
+            "opex_connector_sink_blocked_total",
+            Kind::Counter,
+            "Records refused at a database sink's bound (block); their sources retry.",
+            |s| s.blocked_total,
+        ),
+        (
+            "opex_connector_sink_inserted_rows_total",
+            Kind::Counter,
+            "Rows a database confirmed.",
+            |s| s.inserted_total,
+        ),
+        (
+            "opex_connector_sink_insert_failures_total",
+            Kind::Counter,
+            "Failed inserts of a database sink (each retried).",
+            |s| s.insert_failures_total,
+        ),
+        (
+            "opex_connector_sink_dead_lettered_rows_total",
+            Kind::Counter,
+            "Rows a database refused for good, parked in the dead-letter queue.",
+            |s| s.dead_lettered_total,
+        ),
+        (
+            "opex_connector_sink_lost_at_stop_total",
+            Kind::Counter,
+            "Rows a clean stop could not insert.",
+            |s| s.lost_at_stop_total,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        let labels: Vec<[(&str, &str); 1]> = list.iter().map(|(n, _)| [("sink", *n)]).collect();
+        let samples: Vec<(&[(&str, &str)], f64)> = list
+            .iter()
+            .zip(&labels)
+            .map(|((_, st), l)| (l.as_slice(), pick(st) as f64))
+            .collect();
+        p.family(name, kind, help, &samples);
+    }
 }
 
 /// A small self-contained page for a technician's browser (no scripts, no external assets).

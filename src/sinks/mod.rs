@@ -2,6 +2,12 @@
 //! runtime, tests). Sinks are reached only through the engine.
 //!
 //! - [`push`]: the durable LMDB push queue (or the volatile buffer) and its HTTP uplink.
+//! - [`storage`]: the local event history.
+//! - [`clickhouse`], [`postgres`]: database tables, through a bounded memory backlog
+//!   ([`backlog`]) that is lost if the process crashes.
 
+pub mod backlog;
+pub mod clickhouse;
+pub mod postgres;
 pub mod push;
 pub mod storage;

@@ -1,7 +1,8 @@
 //! Typed internal events: each one logs a short sentence with fields and bumps its counter.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::record::Record;
 use crate::store::{EventCounters, QueueCounters, StoreError};
 
 /// Rows deleted at the quota under `evict_oldest`: a data gap upstream.
@@ -121,4 +122,47 @@ pub fn event_store_index_rebuilt(index_rows: u64, rows: u64) {
 /// A retention sweep of the storage sink failed; the next one tries again.
 pub fn storage_sweep_failed(error: &StoreError) {
     log::error!("storage retention sweep failed: error=\"{error}\"");
+}
+
+/// A database sink's backlog was at its bound under `evict_oldest`: `record` (the oldest
+/// waiting row, or the arriving one when every row was in flight) was dropped. Logged at the
+/// first drop and at every power of two after it; the alert checker raises the rest.
+pub fn db_sink_evicted(sink: &str, dropped_total: &AtomicU64, record: &Record) {
+    let total = dropped_total.fetch_add(1, Ordering::Relaxed) + 1;
+    if total.is_power_of_two() {
+        log::warn!(
+            "{sink} backlog full, dropped the oldest row, data gap: record_id={} source={} dropped_total={total}",
+            record.id,
+            record.source
+        );
+    }
+}
+
+/// A database sink inserted a batch.
+pub fn db_sink_inserted(sink: &str, rows: u64) {
+    log::debug!("{sink} inserted a batch: rows={rows}");
+}
+
+/// A database sink's insert failed; the rows are kept and retried after `delay`.
+pub fn db_sink_retry(sink: &str, rows: u64, error: &str, delay: std::time::Duration) {
+    log::warn!(
+        "{sink} insert failed, rows kept, will retry: rows={rows} retry_in_ms={} error=\"{error}\"",
+        delay.as_millis()
+    );
+}
+
+/// A database sink's server refused a batch for good (bad column, type); it goes to the
+/// pipeline dead-letter queue.
+pub fn db_sink_rejected(sink: &str, rows: u64, error: &str) {
+    log::error!(
+        "{sink} refused a batch, moving it to the dead-letter queue: rows={rows} error=\"{error}\""
+    );
+}
+
+/// A clean stop could not insert what was left in a database sink's memory backlog.
+pub fn db_sink_lost_at_stop(sink: &str, lost_total: &AtomicU64, rows: u64) {
+    let total = lost_total.fetch_add(rows, Ordering::Relaxed) + rows;
+    log::error!(
+        "{sink} stopped with rows it could not insert, they are lost: rows={rows} lost_at_stop_total={total}"
+    );
 }

@@ -1,0 +1,591 @@
+//! Database sink benchmark: rows/s into PostgreSQL and ClickHouse through the connector,
+//! against a raw bulk load of the same rows into the same server in the same run.
+//!
+//! For each database, one server (started here on a free loopback port in a temp dir, like the
+//! tests do) and three tables of the same shape (`ts, source, key, payload`):
+//!
+//! 1. **Raw bulk load**: Postgres `psql -c "\copy ... FROM file (FORMAT csv)"`; ClickHouse one
+//!    HTTP `INSERT ... FORMAT JSONEachRow` of the same rows as a file. The ceiling.
+//! 2. **Sink**: the library's sink (`PostgresSink` / `ClickHouseSink`) with its defaults
+//!    (`sink_batch_rows` 1000) and a backlog as large as the run; every record admitted and
+//!    delivered from one thread, timed until the database confirmed the last row
+//!    (`inserted_total`). What the sink itself costs: encoding, batching, COPY / HTTP.
+//! 3. **End to end**: the release daemon with an ingest source flowing into the sink; client
+//!    threads on keep-alive connections post one record per request, timed from the first
+//!    request until the sink reports the last row inserted. Bounded by the ingest API.
+//!
+//! Printed per database: rows/s of each and the ratios to the raw load, with the absolute
+//! times. Under `cargo test --all-targets` (no `--bench`) it makes a smoke run of 300 rows that
+//! fails unless every row arrives.
+//!
+//! Environment: `BENCH_ROWS` (default 100000), `BENCH_CONNS` (default 16) client threads for
+//! the end-to-end run, `OPEX_CONNECTOR_BIN` (the daemon; `scripts/bench.sh databases` passes the
+//! release build).
+
+#[path = "../tests/peers/mod.rs"]
+mod peers;
+
+use std::error::Error;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use opex_connector::engine::{Engine, SinkHandle, Sinks};
+use opex_connector::flow::Plan;
+use opex_connector::record::Record;
+use opex_connector::sinks::backlog::SinkBatchConfig;
+use opex_connector::sinks::clickhouse::{encode_row, ClickHouseConfig, ClickHouseSink};
+use opex_connector::sinks::postgres::{PostgresConfig, PostgresSink};
+use opex_connector::store::dead_letters::DeadLetterQueue;
+use peers::{ClickHouse, Postgres, CH_PASSWORD};
+use serde_json::{json, Value};
+
+type BoxResult<T> = Result<T, Box<dyn Error>>;
+
+const SOURCE: &str = "ingest/bench";
+const TOKEN: &str = "bench-token-0123";
+const DEADLINE: Duration = Duration::from_secs(600);
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench databases: {e}");
+        std::process::exit(1);
+    }
+}
+
+struct Setup {
+    bench: bool,
+    rows: usize,
+    conns: usize,
+}
+
+fn env_usize(name: &str, default: usize) -> BoxResult<usize> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|e| format!("{name}={v:?}: {e}").into()),
+        Err(_) => Ok(default),
+    }
+}
+
+fn run() -> BoxResult<()> {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let setup = if bench {
+        Setup {
+            bench,
+            rows: env_usize("BENCH_ROWS", 100_000)?.max(1000),
+            conns: env_usize("BENCH_CONNS", 16)?.clamp(1, 256),
+        }
+    } else {
+        Setup {
+            bench,
+            rows: 300,
+            conns: 2,
+        }
+    };
+    let records = make_records(setup.rows);
+    let bytes: usize = records.iter().map(|r| r.payload.get().len()).sum();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "databases{}: {} rows, payload {} B on average, columns ts, source, key, payload; {} client connections end to end",
+        if setup.bench { "" } else { " (smoke run)" },
+        setup.rows,
+        bytes / setup.rows.max(1),
+        setup.conns
+    );
+    let pg = Postgres::start();
+    let pg_version = pg.sql("SHOW server_version");
+    let pg_rates = postgres(&pg, &records, &setup)?;
+    drop(pg);
+    report(
+        &mut out,
+        &format!("postgres {pg_version}"),
+        "psql \\copy",
+        &pg_rates,
+    );
+    let ch = ClickHouse::start();
+    let ch_version = ch.sql("SELECT version()").trim().to_string();
+    let ch_rates = clickhouse(&ch, &records, &setup)?;
+    drop(ch);
+    report(
+        &mut out,
+        &format!("clickhouse {ch_version}"),
+        "HTTP JSONEachRow insert",
+        &ch_rates,
+    );
+    print!("{out}");
+    Ok(())
+}
+
+/// Seconds taken by the raw load, the sink, and the daemon end to end.
+struct Rates {
+    rows: usize,
+    raw: Duration,
+    sink: Duration,
+    e2e: Duration,
+}
+
+fn report(out: &mut String, db: &str, raw_name: &str, r: &Rates) {
+    let rate = |d: Duration| r.rows as f64 / d.as_secs_f64().max(1e-9);
+    let raw = rate(r.raw);
+    let _ = writeln!(out, "{db}:");
+    let _ = writeln!(
+        out,
+        "  raw bulk load ({raw_name}): {:>10.0} rows/s ({:.3} s)",
+        raw,
+        r.raw.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "  connector sink (library):   {:>10.0} rows/s ({:.3} s)  ratio {:.2} of raw",
+        rate(r.sink),
+        r.sink.as_secs_f64(),
+        rate(r.sink) / raw
+    );
+    let _ = writeln!(
+        out,
+        "  end to end (ingest API):    {:>10.0} rows/s ({:.3} s)  ratio {:.2} of raw",
+        rate(r.e2e),
+        r.e2e.as_secs_f64(),
+        rate(r.e2e) / raw
+    );
+}
+
+fn make_records(n: usize) -> Vec<Record> {
+    (0..n)
+        .map(|i| {
+            let body = format!(
+                r#"{{"temp_c":{}.{},"count":{i},"line":"L{}","state":"running","pad":"{}"}}"#,
+                20 + i % 10,
+                i % 100,
+                i % 7,
+                "x".repeat(48)
+            );
+            // A payload built here is always valid JSON.
+            Record::from_json(SOURCE, format!("k{i:09}"), body.as_bytes())
+                .unwrap_or_else(|_| Record::from_value(SOURCE, "bad", &Value::Null))
+        })
+        .collect()
+}
+
+fn batch(rows: usize) -> SinkBatchConfig {
+    SinkBatchConfig {
+        batch_rows: 1000,
+        flush_interval: Duration::from_millis(200),
+        max_backlog_rows: rows.max(1000),
+        on_full: opex_connector::admission::OnFull::Block,
+    }
+}
+
+fn wait(what: &str, mut done: impl FnMut() -> bool) -> BoxResult<()> {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+fn engine(dir: &Path, sink: SinkHandle) -> BoxResult<Arc<Engine>> {
+    let dlq = Arc::new(DeadLetterQueue::open(dir, 1000)?);
+    let mut sinks = Sinks::default();
+    let name = sink.name();
+    sinks.add(sink);
+    Ok(Arc::new(Engine::new(
+        Plan::direct(&[SOURCE.to_string()], name),
+        sinks,
+        dlq,
+    )))
+}
+
+// ------------------------------------------------------------------ postgres
+
+fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates> {
+    for t in ["bench_raw", "bench_sink", "bench_e2e"] {
+        pg.sql(&format!(
+            "CREATE UNLOGGED TABLE {t} (ts timestamptz, source text, key text, payload jsonb)"
+        ));
+    }
+    // 1. psql \copy of the same rows as CSV.
+    let csv = pg.dir().join("rows.csv");
+    let mut text = String::with_capacity(records.len() * 200);
+    for r in records {
+        let _ = writeln!(
+            text,
+            "{},{},{},\"{}\"",
+            iso_ms(r.ts_ms),
+            r.source,
+            r.key,
+            r.payload.get().replace('"', "\"\"")
+        );
+    }
+    std::fs::write(&csv, text)?;
+    let started = Instant::now();
+    let status = Command::new(pg.psql())
+        .args(["-X", "-q", "-h", "127.0.0.1", "-p", &pg.port().to_string()])
+        .args([
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+        ])
+        .arg(format!(
+            "\\copy bench_raw FROM '{}' (FORMAT csv)",
+            csv.display()
+        ))
+        .status()?;
+    let raw = started.elapsed();
+    if !status.success() {
+        return Err("psql \\copy failed".into());
+    }
+    check_count(
+        &pg.sql("SELECT count(*) FROM bench_raw"),
+        records.len(),
+        "bench_raw",
+    )?;
+
+    // 2. The sink, from the library.
+    let mut p = opex_connector::config::Problems::default();
+    let raw_cfg = opex_connector::sinks::postgres::RawPostgres {
+        url: Some(pg.url()),
+        sink_table: Some("bench_sink".into()),
+        ..Default::default()
+    };
+    let mut cfg = PostgresConfig::validate(&raw_cfg, "postgres", &mut p);
+    if !p.is_empty() {
+        return Err(p.to_string().into());
+    }
+    cfg.batch = batch(records.len());
+    let sink = Arc::new(PostgresSink::new(cfg));
+    let dir = tempfile::tempdir()?;
+    let eng = engine(dir.path(), SinkHandle::Postgres(Arc::clone(&sink)))?;
+    let thread = sink.start(Arc::clone(&eng))?;
+    let started = Instant::now();
+    for r in records {
+        let reservation = sink.gate().admit(1).map_err(|_| "refused")?;
+        sink.deliver(r, reservation).map_err(|e| format!("{e:?}"))?;
+    }
+    wait("the sink's rows", || {
+        sink.status().inserted_total as usize >= records.len()
+    })?;
+    let sink_time = started.elapsed();
+    sink.close();
+    let _ = thread.join();
+    check_count(
+        &pg.sql("SELECT count(*) FROM bench_sink"),
+        records.len(),
+        "bench_sink",
+    )?;
+
+    // 3. End to end through the daemon.
+    let section = json!({ "url": pg.url(), "sink_table": "bench_e2e",
+        "sink_batch": { "sink_batch_rows": 1000, "flush_interval_ms": 200,
+                        "max_backlog_rows": records.len().max(1000), "on_full": "block" } });
+    let e2e = end_to_end("postgres", section, records, setup)?;
+    check_count(
+        &pg.sql("SELECT count(*) FROM bench_e2e"),
+        records.len(),
+        "bench_e2e",
+    )?;
+    Ok(Rates {
+        rows: records.len(),
+        raw,
+        sink: sink_time,
+        e2e,
+    })
+}
+
+// ------------------------------------------------------------------ clickhouse
+
+fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<Rates> {
+    for t in ["bench_raw", "bench_sink", "bench_e2e"] {
+        ch.sql(&format!(
+            "CREATE TABLE {t} (ts UInt64, source String, key String, payload String) ENGINE = MergeTree ORDER BY ts"
+        ));
+    }
+    let columns = opex_connector::sinks::backlog::config::default_columns();
+    // 1. One HTTP insert of the same rows as a JSONEachRow file.
+    let mut body = Vec::with_capacity(records.len() * 200);
+    for r in records {
+        body.extend_from_slice(encode_row(r, &columns).as_bytes());
+        body.push(b'\n');
+    }
+    std::fs::write(std::env::temp_dir().join("opex-bench-rows.jsonl"), &body)?;
+    let started = Instant::now();
+    let (status, text) = ch.insert_raw("INSERT%20INTO%20bench_raw%20FORMAT%20JSONEachRow", &body);
+    let raw = started.elapsed();
+    let _ = std::fs::remove_file(std::env::temp_dir().join("opex-bench-rows.jsonl"));
+    if status != 200 {
+        return Err(format!("raw insert: {status} {text}").into());
+    }
+    check_count(
+        &ch.sql("SELECT count() FROM bench_raw"),
+        records.len(),
+        "bench_raw",
+    )?;
+
+    // 2. The sink, from the library.
+    let mut p = opex_connector::config::Problems::default();
+    let raw_cfg = opex_connector::sinks::clickhouse::RawClickHouse {
+        url: Some(ch.url()),
+        password: Some(CH_PASSWORD.into()),
+        sink_table: Some("bench_sink".into()),
+        ..Default::default()
+    };
+    let mut cfg = ClickHouseConfig::validate(&raw_cfg, "clickhouse", &mut p);
+    if !p.is_empty() {
+        return Err(p.to_string().into());
+    }
+    cfg.batch = batch(records.len());
+    let sink = Arc::new(ClickHouseSink::new(cfg));
+    let dir = tempfile::tempdir()?;
+    let eng = engine(dir.path(), SinkHandle::ClickHouse(Arc::clone(&sink)))?;
+    let thread = sink.start(Arc::clone(&eng))?;
+    let started = Instant::now();
+    for r in records {
+        let reservation = sink.gate().admit(1).map_err(|_| "refused")?;
+        sink.deliver(r, reservation).map_err(|e| format!("{e:?}"))?;
+    }
+    wait("the sink's rows", || {
+        sink.status().inserted_total as usize >= records.len()
+    })?;
+    let sink_time = started.elapsed();
+    sink.close();
+    let _ = thread.join();
+    check_count(
+        &ch.sql("SELECT count() FROM bench_sink"),
+        records.len(),
+        "bench_sink",
+    )?;
+
+    // 3. End to end through the daemon.
+    let section = json!({ "url": ch.url(), "password": CH_PASSWORD, "sink_table": "bench_e2e",
+        "sink_batch": { "sink_batch_rows": 1000, "flush_interval_ms": 200,
+                        "max_backlog_rows": records.len().max(1000), "on_full": "block" } });
+    let e2e = end_to_end("clickhouse", section, records, setup)?;
+    check_count(
+        &ch.sql("SELECT count() FROM bench_e2e"),
+        records.len(),
+        "bench_e2e",
+    )?;
+    Ok(Rates {
+        rows: records.len(),
+        raw,
+        sink: sink_time,
+        e2e,
+    })
+}
+
+fn check_count(got: &str, want: usize, table: &str) -> BoxResult<()> {
+    if got.trim() == want.to_string() {
+        Ok(())
+    } else {
+        Err(format!("{table} has {} rows, expected {want}", got.trim()).into())
+    }
+}
+
+// ------------------------------------------------------------------ end to end
+
+fn end_to_end(
+    sink: &str,
+    section: Value,
+    records: &[Record],
+    setup: &Setup,
+) -> BoxResult<Duration> {
+    let dir = tempfile::tempdir()?;
+    let config = json!({
+        "connector": { "name": "bench", "data_dir": dir.path().join("data"),
+                       "http": { "listen": "127.0.0.1:0", "max_connections": 512 } },
+        "ingest": { "sources": [ { "name": "bench", "token": TOKEN } ] },
+        sink: section,
+        "flows": [{ "id": "db", "nodes": [
+            { "id": "in", "kind": "source", "source": SOURCE },
+            { "id": "out", "kind": "sink", "sink": sink } ],
+            "wires": [ { "from": "in", "to": "out" } ] }],
+    });
+    // JSON is YAML.
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+    let mut daemon = Daemon::start(&path, dir.path())?;
+    let base = daemon.base.clone();
+    let next = Arc::new(AtomicUsize::new(0));
+    let bodies: Arc<Vec<(String, String)>> = Arc::new(
+        records
+            .iter()
+            .map(|r| (r.key.clone(), r.payload.get().to_string()))
+            .collect(),
+    );
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..setup.conns {
+        let next = Arc::clone(&next);
+        let bodies = Arc::clone(&bodies);
+        let base = base.clone();
+        clients.push(thread::spawn(move || -> Result<(), String> {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(30)))
+                .build()
+                .into();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((key, body)) = bodies.get(i) else {
+                    return Ok(());
+                };
+                loop {
+                    let reply = agent
+                        .post(format!("{base}/api/ingest/bench/{key}"))
+                        .header("Authorization", format!("Bearer {TOKEN}"))
+                        .header("Content-Type", "application/json")
+                        .send(body.as_str())
+                        .map_err(|e| e.to_string())?;
+                    match reply.status().as_u16() {
+                        200 => break,
+                        // Refused at the bound (block): try again shortly.
+                        503 => thread::sleep(Duration::from_millis(5)),
+                        s => return Err(format!("ingest {key}: HTTP {s}")),
+                    }
+                }
+            }
+        }));
+    }
+    for c in clients {
+        c.join().map_err(|_| "client panicked")??;
+    }
+    let status_agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let want = records.len() as u64;
+    wait("the daemon's rows", || {
+        status_agent
+            .get(format!("{base}/api/status"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|v| v[sink]["inserted_total"].as_u64())
+            .is_some_and(|n| n >= want)
+    })?;
+    let took = started.elapsed();
+    daemon.stop();
+    Ok(took)
+}
+
+struct Daemon {
+    child: Child,
+    base: String,
+}
+
+impl Daemon {
+    fn start(config: &Path, dir: &Path) -> BoxResult<Daemon> {
+        let mut child = Command::new(daemon_binary()?)
+            .args(["run", "--config"])
+            .arg(config)
+            .current_dir(dir)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(rest) = line.strip_prefix("opex-connector listening on ") {
+                        break rest.trim_end_matches('/').to_string();
+                    }
+                }
+                _ => {
+                    let _ = child.kill();
+                    return Err("the daemon ended before listening".into());
+                }
+            }
+        };
+        // Keep draining stdout so the daemon never blocks on it.
+        thread::spawn(move || for _ in lines {});
+        Ok(Daemon { child, base })
+    }
+
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `OPEX_CONNECTOR_BIN`, else the binary cargo built next to this bench.
+fn daemon_binary() -> BoxResult<PathBuf> {
+    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_opex-connector") {
+        if Path::new(bin).is_file() {
+            return Ok(PathBuf::from(bin));
+        }
+    }
+    let exe = std::env::current_exe()?;
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot find the target folder")?
+        .join("opex-connector");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "no daemon binary at {}: set OPEX_CONNECTOR_BIN",
+            bin.display()
+        )
+        .into())
+    }
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM:SS.mmm+00` (what Postgres reads for timestamptz).
+fn iso_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}+00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}

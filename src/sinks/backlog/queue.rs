@@ -1,0 +1,537 @@
+//! The memory backlog of a database sink, and the thread that empties it into the database.
+//!
+//! A row enters when the engine delivers a record ([`Backlog::push`]): the record is then
+//! acknowledged to its source. The **backlog is memory only**: rows still in it are lost if the
+//! process crashes (spec, "Per-sink queue quotas"); data that must survive a crash goes through
+//! NATS JetStream or the push queue.
+//!
+//! Invariants:
+//! - Rows waiting plus rows in the batch being inserted never exceed `max_backlog_rows`.
+//! - Under `block` the engine's admission enforces the bound: each record reserves one row
+//!   against the sink's [`Gate`] (the gate counts rows here, not bytes) before any node runs,
+//!   and the reservation is released only after the row is counted in the published usage.
+//! - Under `evict_oldest` a row arriving at the bound drops the oldest *waiting* row; rows of
+//!   the insert in flight are never dropped, because that insert may still succeed. So every
+//!   row counted in `dropped_total` was never inserted, and every row pushed is either inserted,
+//!   parked in the dead-letter queue, counted dropped, or counted lost at stop: the counts are
+//!   exact. When every row is in flight (only when `max_backlog_rows` equals
+//!   `sink_batch_rows`) the arriving row itself is the one dropped.
+//! - A batch leaves when `sink_batch_rows` rows wait, or when its oldest row has waited
+//!   `flush_interval`. A failed insert puts the batch back at the head, in order, and is retried
+//!   with backoff ([`RETRY_INITIAL`] doubling to [`RETRY_MAX`]); while it waits the rows are
+//!   ordinary waiting rows (and may be evicted). A permanent error (bad column, type) moves the
+//!   batch to the pipeline dead-letter queue with the server's message.
+//! - At a clean stop the thread inserts what is left for up to [`STOP_DEADLINE`]; rows it could
+//!   not insert are counted in `lost_at_stop_total` and logged.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::config::SinkBatchConfig;
+use crate::admission::{Gate, OnFull, Refused, Reservation, RETRY_AFTER};
+use crate::alerts::{Level, LevelTracker};
+use crate::engine::Engine;
+use crate::flow::{NodeKind, NodeRef};
+use crate::record::Record;
+use crate::store::dead_letters::NewDeadLetter;
+use crate::telemetry::events;
+
+/// First retry delay after a failed insert.
+pub const RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// Longest retry delay.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long a clean stop keeps inserting what is left.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest error text kept for `last_error` and dead-letter reasons.
+const MAX_REASON: usize = 1000;
+
+/// A record and its row, encoded for one database.
+#[derive(Debug)]
+pub struct Row<T> {
+    /// The record, kept for the dead-letter queue.
+    pub record: Record,
+    /// The row as the database takes it.
+    pub data: T,
+}
+
+/// Why an insert failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertError {
+    /// Connection refused or lost, timeout, server busy or starting: retried, rows kept.
+    Transient(String),
+    /// The server refused the rows themselves (unknown column or table, wrong type): retrying
+    /// would fail the same way, so the batch goes to the dead-letter queue with this message.
+    Permanent(String),
+}
+
+impl InsertError {
+    /// True when retrying may succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, Self::Transient(_))
+    }
+}
+
+/// What inserts a batch: one per database.
+pub trait Inserter<T>: Send {
+    /// Inserts every row of `rows` (in one statement where the database allows), or fails.
+    fn insert(&mut self, rows: &[Row<T>]) -> Result<(), InsertError>;
+}
+
+/// Why a row could not enter the backlog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushError {
+    /// At the bound under `block` (normally refused at admission already).
+    Refused(Refused),
+    /// The sink is stopping: nothing was taken.
+    Closed,
+}
+
+/// The counters of one backlog.
+#[derive(Debug, Default)]
+pub struct BacklogCounters {
+    /// Rows taken into the backlog (each acknowledged to its source).
+    pub accepted_total: AtomicU64,
+    /// Rows the database confirmed.
+    pub inserted_total: AtomicU64,
+    /// Inserts that succeeded.
+    pub batches_total: AtomicU64,
+    /// Inserts that failed and were retried.
+    pub failures_total: AtomicU64,
+    /// Rows dropped at the bound under `evict_oldest`: lost.
+    pub dropped_total: AtomicU64,
+    /// Rows the server refused for good, parked in the pipeline dead-letter queue.
+    pub dead_lettered_total: AtomicU64,
+    /// Rows still in the backlog when a clean stop gave up on the database: lost.
+    pub lost_at_stop_total: AtomicU64,
+}
+
+/// The status of one database sink (`/api/status`, under the sink's name).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BacklogStatus {
+    /// Always `"memory"`: the backlog is lost if the process crashes.
+    pub backlog: &'static str,
+    /// The plain warning shown next to it.
+    pub note: &'static str,
+    /// The table written.
+    pub table: String,
+    /// `evict_oldest` or `block`.
+    pub on_full: &'static str,
+    /// The bound in rows.
+    pub max_backlog_rows: u64,
+    /// Rows waiting plus rows being inserted now.
+    pub backlog_rows: u64,
+    /// Rows of the insert in flight.
+    pub in_flight_rows: u64,
+    /// `backlog_rows / max_backlog_rows` in percent.
+    pub fill_pct: f64,
+    /// Refusing new records now (`block`).
+    pub blocking: bool,
+    /// Records refused at the bound (`block`), not lost: their sources retry.
+    pub blocked_total: u64,
+    /// Rows dropped at the bound (`evict_oldest`): lost.
+    pub dropped_total: u64,
+    /// Rows taken into the backlog.
+    pub accepted_total: u64,
+    /// Rows the database confirmed.
+    pub inserted_total: u64,
+    /// Inserts that succeeded.
+    pub batches_total: u64,
+    /// Inserts that failed and were retried.
+    pub insert_failures_total: u64,
+    /// Rows refused for good by the server, parked in the dead-letter queue.
+    pub dead_lettered_total: u64,
+    /// Rows lost because a clean stop could not insert them.
+    pub lost_at_stop_total: u64,
+    /// False after a failed insert, until one succeeds.
+    pub healthy: bool,
+    /// The last insert error, cleared by a success.
+    pub last_error: Option<String>,
+    /// `ok`, `high` (80 % or more) or `full`.
+    pub level: Level,
+}
+
+/// The warning `/api/status` and the README show next to these backlogs.
+pub const MEMORY_NOTE: &str = "memory only: rows waiting here are lost if the process crashes; route data that must survive a crash through NATS JetStream or the push queue";
+
+struct Slot<T> {
+    row: Row<T>,
+    /// When its batch is due at the latest (arrival + `flush_interval`).
+    due: Instant,
+}
+
+struct State<T> {
+    waiting: VecDeque<Slot<T>>,
+    in_flight: usize,
+    closing: bool,
+    /// When a clean stop gives up.
+    stop_by: Option<Instant>,
+}
+
+/// The bounded memory backlog of one database sink.
+pub struct Backlog<T> {
+    sink: &'static str,
+    table: String,
+    cfg: SinkBatchConfig,
+    gate: Arc<Gate>,
+    state: Mutex<State<T>>,
+    /// Wakes the insert thread: a batch is due, or the sink is closing.
+    wake: Condvar,
+    counters: BacklogCounters,
+    level: LevelTracker,
+    last_error: Mutex<Option<String>>,
+}
+
+impl<T: Send> Backlog<T> {
+    /// An empty backlog of sink `sink` writing `table`.
+    pub fn new(sink: &'static str, table: String, cfg: SinkBatchConfig) -> Self {
+        let quota = cfg.max_backlog_rows as u64;
+        Self {
+            sink,
+            table,
+            gate: Arc::new(Gate::new(cfg.on_full, quota, 0, 0, 0)),
+            cfg,
+            state: Mutex::new(State {
+                waiting: VecDeque::new(),
+                in_flight: 0,
+                closing: false,
+                stop_by: None,
+            }),
+            wake: Condvar::new(),
+            counters: BacklogCounters::default(),
+            level: LevelTracker::default(),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // Poisoned only if a thread panicked while holding it; the queue itself stays usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The admission gate; it counts rows (each record admits 1).
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &BacklogCounters {
+        &self.counters
+    }
+
+    /// The level tracker the alert checker advances.
+    pub fn level(&self) -> &LevelTracker {
+        &self.level
+    }
+
+    /// The batch settings.
+    pub fn config(&self) -> &SinkBatchConfig {
+        &self.cfg
+    }
+
+    /// The rows waiting (not in flight), oldest first: for tests.
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> Vec<T>
+    where
+        T: Clone,
+    {
+        self.lock()
+            .waiting
+            .iter()
+            .map(|s| s.row.data.clone())
+            .collect()
+    }
+
+    /// Takes one row; returns once it is in the backlog. `reservation` is what admission
+    /// reserved for it, released once the row is counted.
+    pub fn push(&self, row: Row<T>, reservation: Reservation) -> Result<(), PushError> {
+        let mut s = self.lock();
+        if s.closing {
+            return Err(PushError::Closed);
+        }
+        let mut dropped = None;
+        if s.waiting.len() + s.in_flight >= self.cfg.max_backlog_rows {
+            match self.cfg.on_full {
+                OnFull::Block => {
+                    return Err(PushError::Refused(Refused { after: RETRY_AFTER }));
+                }
+                OnFull::EvictOldest => {
+                    dropped = Some(match s.waiting.pop_front() {
+                        Some(old) => old.row.record,
+                        None => row.record.clone(),
+                    });
+                }
+            }
+        }
+        let keep_new = dropped.as_ref().is_none_or(|d| d.id != row.record.id);
+        if keep_new {
+            s.waiting.push_back(Slot {
+                row,
+                due: Instant::now() + self.cfg.flush_interval,
+            });
+        }
+        let total = (s.waiting.len() + s.in_flight) as u64;
+        self.gate.publish(total, total);
+        let waiting = s.waiting.len();
+        drop(s);
+        drop(reservation);
+        self.counters.accepted_total.fetch_add(1, Ordering::Relaxed);
+        if waiting == 1 || waiting >= self.cfg.batch_rows {
+            self.wake.notify_all();
+        }
+        if let Some(d) = dropped {
+            events::db_sink_evicted(self.sink, &self.counters.dropped_total, &d);
+        }
+        Ok(())
+    }
+
+    /// Stops taking rows and tells the insert thread to insert what is left (for up to
+    /// [`STOP_DEADLINE`]) and end. Idempotent.
+    pub fn close(&self) {
+        let mut s = self.lock();
+        if !s.closing {
+            s.closing = true;
+            s.stop_by = Some(Instant::now() + STOP_DEADLINE);
+        }
+        drop(s);
+        self.wake.notify_all();
+    }
+
+    /// The status now.
+    pub fn status(&self) -> BacklogStatus {
+        let s = self.lock();
+        let rows = (s.waiting.len() + s.in_flight) as u64;
+        let in_flight = s.in_flight as u64;
+        drop(s);
+        let max = self.cfg.max_backlog_rows as u64;
+        let fill_pct = (rows as f64 * 10_000.0 / max.max(1) as f64).round() / 100.0;
+        let c = &self.counters;
+        let blocked_total = self.gate.blocked_total();
+        let dropped_total = c.dropped_total.load(Ordering::Relaxed);
+        let last_error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        BacklogStatus {
+            backlog: "memory",
+            note: MEMORY_NOTE,
+            table: self.table.clone(),
+            on_full: self.cfg.on_full.as_str(),
+            max_backlog_rows: max,
+            backlog_rows: rows,
+            in_flight_rows: in_flight,
+            fill_pct,
+            blocking: self.gate.blocking(),
+            blocked_total,
+            dropped_total,
+            accepted_total: c.accepted_total.load(Ordering::Relaxed),
+            inserted_total: c.inserted_total.load(Ordering::Relaxed),
+            batches_total: c.batches_total.load(Ordering::Relaxed),
+            insert_failures_total: c.failures_total.load(Ordering::Relaxed),
+            dead_lettered_total: c.dead_lettered_total.load(Ordering::Relaxed),
+            lost_at_stop_total: c.lost_at_stop_total.load(Ordering::Relaxed),
+            healthy: last_error.is_none(),
+            last_error,
+            level: self.level.peek(fill_pct, blocked_total + dropped_total),
+        }
+    }
+
+    /// Waits for the next batch: `batch_rows` rows waiting, or the oldest waiting for
+    /// `flush_interval`, or the sink closing (then whatever waits). `None`: closing and empty,
+    /// or the stop deadline passed.
+    fn next_batch(&self) -> Option<Vec<Row<T>>> {
+        let mut s = self.lock();
+        loop {
+            if s.closing {
+                if s.waiting.is_empty() || s.stop_by.is_some_and(|t| Instant::now() >= t) {
+                    return None;
+                }
+                break;
+            }
+            let due = match s.waiting.front() {
+                None => None,
+                Some(_) if s.waiting.len() >= self.cfg.batch_rows => break,
+                Some(front) => {
+                    if Instant::now() >= front.due {
+                        break;
+                    }
+                    Some(front.due)
+                }
+            };
+            s = match due {
+                None => self.wake.wait(s).unwrap_or_else(|e| e.into_inner()),
+                Some(due) => {
+                    let left = due.saturating_duration_since(Instant::now());
+                    self.wake
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+        let n = s.waiting.len().min(self.cfg.batch_rows);
+        s.in_flight = n;
+        Some(s.waiting.drain(..n).map(|slot| slot.row).collect())
+    }
+
+    /// Puts a failed batch back at the head, in order: it is due again as soon as the backoff
+    /// ends.
+    fn put_back(&self, batch: Vec<Row<T>>) {
+        let mut s = self.lock();
+        let due = Instant::now();
+        for row in batch.into_iter().rev() {
+            s.waiting.push_front(Slot { row, due });
+        }
+        s.in_flight = 0;
+    }
+
+    /// The batch in flight is gone (inserted or parked).
+    fn finish(&self) {
+        let mut s = self.lock();
+        s.in_flight = 0;
+        let total = s.waiting.len() as u64;
+        self.gate.publish(total, total);
+    }
+
+    /// Waits `delay` unless the sink closes first; returns true when closing.
+    fn backoff(&self, delay: Duration) -> bool {
+        let s = self.lock();
+        if s.closing {
+            return true;
+        }
+        let (s, _) = self
+            .wake
+            .wait_timeout_while(s, delay, |s| !s.closing)
+            .unwrap_or_else(|e| e.into_inner());
+        s.closing
+    }
+
+    fn set_error(&self, e: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = e;
+    }
+
+    /// Runs the insert loop until the sink is closed and emptied (or the stop deadline
+    /// passed). Call it on the sink's own thread; `engine` takes the dead letters.
+    pub fn run(&self, inserter: &mut dyn Inserter<T>, engine: &Engine) {
+        let mut delay = RETRY_INITIAL;
+        while let Some(batch) = self.next_batch() {
+            let n = batch.len() as u64;
+            match inserter.insert(&batch) {
+                Ok(()) => {
+                    self.finish();
+                    self.counters.inserted_total.fetch_add(n, Ordering::Relaxed);
+                    self.counters.batches_total.fetch_add(1, Ordering::Relaxed);
+                    self.set_error(None);
+                    delay = RETRY_INITIAL;
+                    events::db_sink_inserted(self.sink, n);
+                }
+                Err(InsertError::Permanent(msg)) => {
+                    let msg = truncate(&msg);
+                    self.set_error(Some(msg.clone()));
+                    events::db_sink_rejected(self.sink, n, &msg);
+                    self.park(engine, batch, &msg);
+                    self.finish();
+                }
+                Err(InsertError::Transient(msg)) => {
+                    let msg = truncate(&msg);
+                    self.counters.failures_total.fetch_add(1, Ordering::Relaxed);
+                    self.set_error(Some(msg.clone()));
+                    events::db_sink_retry(self.sink, n, &msg, delay);
+                    self.put_back(batch);
+                    if self.lock().closing {
+                        // A clean stop with the database unreachable: give up now.
+                        break;
+                    }
+                    if self.backoff(delay) {
+                        // Closing: one more try of what is left, then give up.
+                        continue;
+                    }
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+            }
+        }
+        let mut s = self.lock();
+        let lost = s.waiting.len() as u64;
+        s.waiting.clear();
+        s.in_flight = 0;
+        drop(s);
+        self.gate.publish(0, 0);
+        if lost > 0 {
+            events::db_sink_lost_at_stop(self.sink, &self.counters.lost_at_stop_total, lost);
+        }
+    }
+
+    /// Parks every row of a refused batch in the pipeline dead-letter queue. Blocking.
+    fn park(&self, engine: &Engine, batch: Vec<Row<T>>, msg: &str) {
+        let reason = format!("{} refused the batch: {msg}", self.sink);
+        for row in batch {
+            let (flow, node) = origin(engine, &row.record.source, self.sink);
+            let entry = NewDeadLetter {
+                record: row.record,
+                flow: flow.clone(),
+                node: node.clone(),
+                reason: reason.clone(),
+                accepted: false,
+            };
+            match engine.dead_letters().park(entry) {
+                Ok(id) => {
+                    self.counters
+                        .dead_lettered_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    engine.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    log::error!(
+                        "record parked in the dead-letter queue: flow={flow} node={node} dead_letter_id={id} reason=\"{reason}\""
+                    );
+                }
+                Err(e) => {
+                    // Nowhere left to keep it: count it as lost at the bound, loudly.
+                    log::error!(
+                        "dead-letter queue write failed, record lost: sink={} flow={flow} error=\"{e}\"",
+                        self.sink
+                    );
+                    self.counters.dropped_total.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// The flow and node a record reached this sink by: the first flow taking `source` that has
+/// a sink node for `sink` (a replay runs that flow again from its source node).
+fn origin(engine: &Engine, source: &str, sink: &str) -> (String, String) {
+    let plan = engine.plan();
+    let entries = plan.entries(source);
+    for entry in entries {
+        // Node indexes are dense: the first index without an id ends the flow.
+        for node in 0.. {
+            let r = NodeRef {
+                flow: entry.flow,
+                node,
+            };
+            if plan.node_id(r).is_empty() {
+                break;
+            }
+            if matches!(plan.kind(r), NodeKind::Sink { sink: s } if s == sink) {
+                return (plan.flow_id(r).to_string(), plan.node_id(r).to_string());
+            }
+        }
+    }
+    let flow = entries.first().map_or("", |r| plan.flow_id(*r));
+    (flow.to_string(), sink.to_string())
+}
+
+fn truncate(s: &str) -> String {
+    let s = s.trim();
+    if s.len() <= MAX_REASON {
+        return s.to_string();
+    }
+    let mut end = MAX_REASON;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}

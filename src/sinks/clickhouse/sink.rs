@@ -1,0 +1,330 @@
+//! The ClickHouse sink's runtime: encode a record as one `JSONEachRow` line when it is
+//! delivered, and insert batches of lines from the sink's thread.
+//!
+//! Errors: ClickHouse answers a failed query with a non-200 status and a body starting with
+//! `Code: N. DB::Exception: ...` (18.16 and current; current ones also send the code in
+//! `X-ClickHouse-Exception-Code`). Codes that say the rows themselves are wrong (unknown
+//! column or table, a value that does not parse as the column's type) are permanent: the batch
+//! goes to the dead-letter queue with that message. Everything else (connection refused,
+//! timeout, authentication, too many parts, memory limit, server starting) is retried.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use serde_json::Value;
+
+use super::config::ClickHouseConfig;
+use crate::admission::{Gate, Reservation};
+use crate::alerts::LevelTracker;
+use crate::engine::Engine;
+use crate::record::Record;
+use crate::sinks::backlog::columns::{extract, text};
+use crate::sinks::backlog::{
+    Backlog, BacklogStatus, Column, InsertError, Inserter, PushError, Row,
+};
+
+/// The name flows use.
+pub const NAME: &str = "clickhouse";
+/// Most bytes of an error body read.
+const MAX_ERROR_BODY: u64 = 16 * 1024;
+
+/// ClickHouse error codes that mean the rows or the table's shape are wrong, so that the
+/// same insert can never succeed: moved to the dead-letter queue instead of retried.
+const PERMANENT_CODES: &[u32] = &[
+    6,   // CANNOT_PARSE_TEXT
+    8,   // THERE_IS_NO_COLUMN
+    16,  // NO_SUCH_COLUMN_IN_TABLE
+    25,  // CANNOT_PARSE_ESCAPE_SEQUENCE
+    26,  // CANNOT_PARSE_QUOTED_STRING
+    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    32,  // ATTEMPT_TO_READ_AFTER_EOF
+    38,  // CANNOT_PARSE_DATE
+    41,  // CANNOT_PARSE_DATETIME
+    47,  // UNKNOWN_IDENTIFIER
+    53,  // TYPE_MISMATCH
+    60,  // UNKNOWN_TABLE
+    62,  // SYNTAX_ERROR
+    69,  // ARGUMENT_OUT_OF_BOUND
+    70,  // CANNOT_CONVERT_TYPE
+    72,  // CANNOT_PARSE_NUMBER
+    81,  // UNKNOWN_DATABASE
+    117, // INCORRECT_DATA
+    131, // TOO_LARGE_STRING_SIZE
+    349, // CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+    467, // CANNOT_PARSE_BOOL
+];
+
+/// The ClickHouse sink.
+pub struct ClickHouseSink {
+    cfg: ClickHouseConfig,
+    backlog: Backlog<String>,
+}
+
+impl ClickHouseSink {
+    /// A sink with an empty backlog; [`ClickHouseSink::start`] starts inserting.
+    pub fn new(cfg: ClickHouseConfig) -> Self {
+        let backlog = Backlog::new(NAME, cfg.table.join("."), cfg.batch.clone());
+        Self { cfg, backlog }
+    }
+
+    /// The admission gate (counts rows).
+    pub fn gate(&self) -> &Arc<Gate> {
+        self.backlog.gate()
+    }
+
+    /// Takes one record into the backlog; returns once it is there (not yet inserted).
+    pub fn deliver(&self, record: &Record, reservation: Reservation) -> Result<(), PushError> {
+        let data = encode_row(record, &self.cfg.columns);
+        self.backlog.push(
+            Row {
+                record: record.clone(),
+                data,
+            },
+            reservation,
+        )
+    }
+
+    /// The status now.
+    pub fn status(&self) -> BacklogStatus {
+        self.backlog.status()
+    }
+
+    /// The level tracker the alert checker advances.
+    pub fn level(&self) -> &LevelTracker {
+        self.backlog.level()
+    }
+
+    /// Starts the insert thread. It runs until [`ClickHouseSink::close`], then inserts what is
+    /// left (bounded by the stop deadline) and ends.
+    pub fn start(self: &Arc<Self>, engine: Arc<Engine>) -> std::io::Result<JoinHandle<()>> {
+        let sink = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("clickhouse-sink".into())
+            .spawn(move || {
+                let mut inserter = HttpInserter::new(&sink.cfg);
+                sink.backlog.run(&mut inserter, &engine);
+            })
+    }
+
+    /// Stops taking rows and lets the thread finish. Idempotent.
+    pub fn close(&self) {
+        self.backlog.close();
+    }
+}
+
+/// One `JSONEachRow` line (without the newline): `{"col":value,...}`. Objects and arrays
+/// become JSON text (the whole payload keeps its original text); a pointer that finds
+/// nothing leaves the column out, so ClickHouse writes its default.
+pub fn encode_row(record: &Record, columns: &[Column]) -> String {
+    let values = extract(record, columns);
+    let mut line = String::with_capacity(64 + record.payload.get().len());
+    line.push('{');
+    let mut first = true;
+    for (c, v) in columns.iter().zip(values) {
+        let Some(v) = v else { continue };
+        if !first {
+            line.push(',');
+        }
+        first = false;
+        // Column names are plain identifiers (validated): no escaping needed.
+        line.push('"');
+        line.push_str(&c.name);
+        line.push_str("\":");
+        match &v {
+            Value::Object(_) | Value::Array(_) => {
+                line.push_str(&Value::String(text(record, c, &v)).to_string());
+            }
+            other => line.push_str(&other.to_string()),
+        }
+    }
+    line.push('}');
+    line
+}
+
+struct HttpInserter {
+    agent: ureq::Agent,
+    url: String,
+    auth: String,
+}
+
+impl HttpInserter {
+    fn new(cfg: &ClickHouseConfig) -> Self {
+        let table: Vec<String> = cfg.table.iter().map(|t| format!("`{t}`")).collect();
+        let cols: Vec<String> = cfg
+            .columns
+            .iter()
+            .map(|c| format!("`{}`", c.name))
+            .collect();
+        let query = format!(
+            "INSERT INTO {} ({}) FORMAT JSONEachRow",
+            table.join("."),
+            cols.join(",")
+        );
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(cfg.timeout))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build()
+            .into();
+        Self {
+            agent,
+            url: format!("{}/?query={}", cfg.url, percent_encode(&query)),
+            auth: format!(
+                "Basic {}",
+                base64(format!("{}:{}", cfg.user, cfg.password).as_bytes())
+            ),
+        }
+    }
+}
+
+impl Inserter<String> for HttpInserter {
+    fn insert(&mut self, rows: &[Row<String>]) -> Result<(), InsertError> {
+        let mut body = Vec::with_capacity(rows.iter().map(|r| r.data.len() + 1).sum());
+        for r in rows {
+            body.extend_from_slice(r.data.as_bytes());
+            body.push(b'\n');
+        }
+        let reply = self
+            .agent
+            .post(&self.url)
+            .header("Authorization", &self.auth)
+            .header("Content-Type", "application/x-ndjson")
+            .send(&body[..]);
+        let mut reply = match reply {
+            Ok(r) => r,
+            Err(e) => return Err(InsertError::Transient(format!("request failed: {e}"))),
+        };
+        let status = reply.status().as_u16();
+        let header_code = reply
+            .headers()
+            .get("X-ClickHouse-Exception-Code")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        let mut text = String::new();
+        let _ = reply
+            .body_mut()
+            .as_reader()
+            .take(MAX_ERROR_BODY)
+            .read_to_string(&mut text);
+        if status == 200 && header_code.is_none() {
+            return Ok(());
+        }
+        Err(classify(status, header_code, text.trim()))
+    }
+}
+
+/// Sorts a failed insert into retried or refused for good.
+fn classify(status: u16, header_code: Option<u32>, body: &str) -> InsertError {
+    let code = header_code.or_else(|| body_code(body));
+    let msg = if body.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {body}")
+    };
+    match code {
+        Some(c) if PERMANENT_CODES.contains(&c) => InsertError::Permanent(msg),
+        _ => InsertError::Transient(msg),
+    }
+}
+
+/// The `N` of a body starting `Code: N.`.
+fn body_code(body: &str) -> Option<u32> {
+    let rest = body.strip_prefix("Code: ")?;
+    let end = rest.find(|c: char| !c.is_ascii_digit())?;
+    rest[..end].parse().ok()
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ABC[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::sinks::backlog::config::default_columns;
+
+    #[test]
+    fn a_row_is_one_json_object_with_the_payload_as_its_original_text() {
+        let mut r = Record::from_json("ingest/line", "p1", br#"{"z":1,"a":[true]}"#).unwrap();
+        r.ts_ms = 42;
+        let line = encode_row(&r, &default_columns());
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v,
+            json!({"ts": 42, "source": "ingest/line", "key": "p1", "payload": r#"{"z":1,"a":[true]}"#})
+        );
+    }
+
+    #[test]
+    fn a_missing_field_leaves_its_column_to_the_default() {
+        let r = Record::from_value("s", "k", &json!({"a": 1}));
+        let cols = vec![
+            Column {
+                name: "a".into(),
+                field: "/payload/a".into(),
+            },
+            Column {
+                name: "b".into(),
+                field: "/payload/b".into(),
+            },
+        ];
+        assert_eq!(encode_row(&r, &cols), r#"{"a":1}"#);
+    }
+
+    #[test]
+    fn schema_errors_are_permanent_and_the_rest_is_retried() {
+        let bad = "Code: 16. DB::Exception: No such column nope in table default.events.";
+        assert!(
+            matches!(classify(500, None, bad), InsertError::Permanent(m) if m.contains("No such column"))
+        );
+        assert!(matches!(
+            classify(400, Some(117), "x"),
+            InsertError::Permanent(_)
+        ));
+        assert!(classify(500, None, "Code: 241. DB::Exception: Memory limit").is_retriable());
+        assert!(
+            classify(516, None, "Code: 516. DB::Exception: Authentication failed").is_retriable()
+        );
+        assert!(classify(503, None, "").is_retriable());
+    }
+
+    #[test]
+    fn basic_auth_and_the_query_are_encoded() {
+        assert_eq!(base64(b"default:"), "ZGVmYXVsdDo=");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+        assert_eq!(percent_encode("INSERT INTO `t`"), "INSERT%20INTO%20%60t%60");
+    }
+}

@@ -1,0 +1,330 @@
+//! The Postgres sink's runtime: a record's column values are taken when it is delivered; the
+//! sink's thread copies batches with binary `COPY ... FROM STDIN (FORMAT binary)` on its own
+//! single-threaded runtime, so a slow database never occupies the daemon's runtime.
+//!
+//! The column types are read once per connection (`SELECT <columns> FROM <table> LIMIT 0`),
+//! which also finds a missing table or column before any row is sent. Errors with an SQLSTATE
+//! of class 22 (data exception), 23 (integrity constraint) or 42 (syntax error or undefined
+//! object; not 42501, a missing privilege, which an operator fixes), and values that do not fit
+//! their column's type, are permanent: the batch goes to the dead-letter queue with the
+//! message. Everything else (connection refused or lost, timeout, shutdown, authentication) is
+//! retried on a new connection.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use futures_util::pin_mut;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use serde_json::Value;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::config::PostgresConfig;
+use super::encode::{cell, Cell};
+use crate::admission::{Gate, Reservation};
+use crate::alerts::LevelTracker;
+use crate::engine::Engine;
+use crate::record::Record;
+use crate::sinks::backlog::columns::extract;
+use crate::sinks::backlog::{Backlog, BacklogStatus, InsertError, Inserter, PushError, Row};
+
+/// The name flows use.
+pub const NAME: &str = "postgres";
+
+/// The Postgres sink.
+pub struct PostgresSink {
+    cfg: PostgresConfig,
+    backlog: Backlog<Vec<Option<Value>>>,
+}
+
+impl PostgresSink {
+    /// A sink with an empty backlog; [`PostgresSink::start`] starts copying.
+    pub fn new(cfg: PostgresConfig) -> Self {
+        let backlog = Backlog::new(NAME, cfg.table.join("."), cfg.batch.clone());
+        Self { cfg, backlog }
+    }
+
+    /// The admission gate (counts rows).
+    pub fn gate(&self) -> &Arc<Gate> {
+        self.backlog.gate()
+    }
+
+    /// Takes one record into the backlog; returns once it is there (not yet written).
+    pub fn deliver(&self, record: &Record, reservation: Reservation) -> Result<(), PushError> {
+        let data = extract(record, &self.cfg.columns);
+        self.backlog.push(
+            Row {
+                record: record.clone(),
+                data,
+            },
+            reservation,
+        )
+    }
+
+    /// The status now.
+    pub fn status(&self) -> BacklogStatus {
+        self.backlog.status()
+    }
+
+    /// The level tracker the alert checker advances.
+    pub fn level(&self) -> &LevelTracker {
+        self.backlog.level()
+    }
+
+    /// Starts the copy thread. It runs until [`PostgresSink::close`], then writes what is left
+    /// (bounded by the stop deadline) and ends.
+    pub fn start(self: &Arc<Self>, engine: Arc<Engine>) -> std::io::Result<JoinHandle<()>> {
+        let sink = Arc::clone(self);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("postgres-sink".into())
+            .spawn(move || {
+                let mut inserter = CopyInserter::new(&sink.cfg, rt);
+                sink.backlog.run(&mut inserter, &engine);
+            })
+    }
+
+    /// Stops taking rows and lets the thread finish. Idempotent.
+    pub fn close(&self) {
+        self.backlog.close();
+    }
+}
+
+struct CopyInserter {
+    rt: tokio::runtime::Runtime,
+    link: Link,
+}
+
+/// The connection side, apart from the runtime that drives it.
+struct Link {
+    cfg: PostgresConfig,
+    pg: Result<tokio_postgres::Config, String>,
+    tls: Result<Option<MakeRustlsConnect>, String>,
+    client: Option<Client>,
+    /// The column types, read once per connection.
+    types: Option<Vec<Type>>,
+    select: String,
+    copy: String,
+}
+
+impl CopyInserter {
+    fn new(cfg: &PostgresConfig, rt: tokio::runtime::Runtime) -> Self {
+        let table: Vec<String> = cfg.table.iter().map(|t| format!("\"{t}\"")).collect();
+        let table = table.join(".");
+        let cols: Vec<String> = cfg
+            .columns
+            .iter()
+            .map(|c| format!("\"{}\"", c.name))
+            .collect();
+        let cols = cols.join(", ");
+        let pg = tokio_postgres::Config::from_str(&cfg.url)
+            .map(|mut pg| {
+                if pg.get_connect_timeout().is_none() {
+                    pg.connect_timeout(cfg.timeout);
+                }
+                if pg.get_application_name().is_none() {
+                    pg.application_name("opex-connector");
+                }
+                pg
+            })
+            .map_err(|e| format!("bad url: {e}"));
+        let tls = match &pg {
+            Ok(pg) if pg.get_ssl_mode() == SslMode::Require => tls(cfg).map(Some),
+            _ => Ok(None),
+        };
+        Self {
+            rt,
+            link: Link {
+                cfg: cfg.clone(),
+                pg,
+                tls,
+                client: None,
+                types: None,
+                select: format!("SELECT {cols} FROM {table} LIMIT 0"),
+                copy: format!("COPY {table} ({cols}) FROM STDIN (FORMAT binary)"),
+            },
+        }
+    }
+}
+
+impl Inserter<Vec<Option<Value>>> for CopyInserter {
+    fn insert(&mut self, rows: &[Row<Vec<Option<Value>>>]) -> Result<(), InsertError> {
+        let timeout = self.link.cfg.timeout;
+        let link = &mut self.link;
+        let result = self
+            .rt
+            .block_on(async { tokio::time::timeout(timeout, link.copy(rows)).await });
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                if e.is_retriable() {
+                    link.client = None;
+                }
+                link.types = None;
+                Err(e)
+            }
+            Err(_) => {
+                link.client = None;
+                link.types = None;
+                Err(InsertError::Transient(format!(
+                    "no answer within {}s",
+                    timeout.as_secs()
+                )))
+            }
+        }
+    }
+}
+
+impl Link {
+    async fn connect(&mut self) -> Result<(), InsertError> {
+        if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(());
+        }
+        self.types = None;
+        let pg = self
+            .pg
+            .as_ref()
+            .map_err(|e| InsertError::Transient(e.clone()))?;
+        let tls = self
+            .tls
+            .as_ref()
+            .map_err(|e| InsertError::Transient(e.clone()))?;
+        let client = match tls {
+            Some(tls) => {
+                let (client, conn) = pg.connect(tls.clone()).await.map_err(|e| classify(&e))?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        log::debug!("postgres connection ended: error=\"{e}\"");
+                    }
+                });
+                client
+            }
+            None => {
+                let (client, conn) = pg.connect(NoTls).await.map_err(|e| classify(&e))?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        log::debug!("postgres connection ended: error=\"{e}\"");
+                    }
+                });
+                client
+            }
+        };
+        self.client = Some(client);
+        Ok(())
+    }
+
+    async fn copy(&mut self, rows: &[Row<Vec<Option<Value>>>]) -> Result<(), InsertError> {
+        self.connect().await?;
+        let Some(client) = &self.client else {
+            return Err(InsertError::Transient("not connected".into()));
+        };
+        if self.types.is_none() {
+            let stmt = client
+                .prepare(&self.select)
+                .await
+                .map_err(|e| classify(&e))?;
+            self.types = Some(stmt.columns().iter().map(|c| c.type_().clone()).collect());
+        }
+        let types = self.types.as_deref().unwrap_or_default();
+        let mut cells: Vec<Vec<Cell>> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let values = self
+                .cfg
+                .columns
+                .iter()
+                .zip(types)
+                .enumerate()
+                .map(|(i, (c, ty))| {
+                    let v = row.data.get(i).and_then(Option::as_ref);
+                    cell(&row.record, c, v, ty)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(InsertError::Permanent)?;
+            cells.push(values);
+        }
+        let sink = client.copy_in(&self.copy).await.map_err(|e| classify(&e))?;
+        let writer = BinaryCopyInWriter::new(sink, types);
+        pin_mut!(writer);
+        for row in &cells {
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                row.iter().map(|c| c as &(dyn ToSql + Sync)).collect();
+            writer
+                .as_mut()
+                .write(&refs)
+                .await
+                .map_err(|e| classify(&e))?;
+        }
+        writer.finish().await.map_err(|e| classify(&e))?;
+        Ok(())
+    }
+}
+
+/// Sorts a failed statement into retried or refused for good, with the server's message.
+fn classify(e: &tokio_postgres::Error) -> InsertError {
+    let Some(db) = e.as_db_error() else {
+        return InsertError::Transient(full_error(e));
+    };
+    let code = db.code().code();
+    let mut msg = format!("{} {code}: {}", db.severity(), db.message());
+    if let Some(d) = db.detail() {
+        msg.push_str(&format!(" (detail: {d})"));
+    }
+    if let Some(w) = db.where_() {
+        msg.push_str(&format!(" (where: {w})"));
+    }
+    let permanent = matches!(code.get(..2), Some("22" | "23" | "42")) && code != "42501";
+    if permanent {
+        InsertError::Permanent(msg)
+    } else {
+        InsertError::Transient(msg)
+    }
+}
+
+/// The error and its causes on one line (`tokio_postgres::Error` shows only its kind).
+fn full_error(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cause = c.source();
+    }
+    s
+}
+
+/// The rustls connector for `sslmode=require`: ring, and `ca_file` or the Mozilla roots.
+fn tls(cfg: &PostgresConfig) -> Result<MakeRustlsConnect, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &cfg.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("{}: no certificate in it", path.display()));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}

@@ -1,0 +1,591 @@
+//! The `clickhouse` and `postgres` sinks against real servers, each started by the test on a
+//! free loopback port in a temp dir: rows arrive with the right columns and types; rows are
+//! kept while the server is down and arrive after it is back; a small `block` backlog refuses
+//! sources and drops nothing; an `evict_oldest` backlog counts its drops exactly; a schema
+//! error parks the batch in the dead-letter queue with the server's message.
+
+mod common;
+#[path = "peers/mod.rs"]
+mod peers;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+use peers::{ClickHouse, Postgres, CH_PASSWORD};
+use serde_json::{json, Value};
+
+/// One database under test.
+trait Db: Sized {
+    /// The sink's name.
+    const SINK: &'static str;
+    fn start() -> Self;
+    /// Creates `table` with the default columns `ts, source, key, payload`.
+    fn create_default(&self, table: &str);
+    /// The sink's config section (without `sink_batch`/`columns`).
+    fn section(&self, table: &str) -> Value;
+    /// The `key` column of every row, sorted.
+    fn keys(&self, table: &str) -> Vec<String>;
+    fn down(&mut self);
+    fn up(&mut self);
+}
+
+impl Db for ClickHouse {
+    const SINK: &'static str = "clickhouse";
+    fn start() -> Self {
+        ClickHouse::start()
+    }
+    fn create_default(&self, table: &str) {
+        self.sql(&format!(
+            "CREATE TABLE {table} (ts UInt64, source String, key String, payload String) ENGINE = MergeTree ORDER BY ts"
+        ));
+    }
+    fn section(&self, table: &str) -> Value {
+        json!({ "url": self.url(), "user": "default", "password": CH_PASSWORD, "sink_table": table })
+    }
+    fn keys(&self, table: &str) -> Vec<String> {
+        lines(&self.sql(&format!(
+            "SELECT key FROM {table} ORDER BY key FORMAT TabSeparated"
+        )))
+    }
+    fn down(&mut self) {
+        ClickHouse::down(self);
+    }
+    fn up(&mut self) {
+        ClickHouse::up(self);
+    }
+}
+
+impl Db for Postgres {
+    const SINK: &'static str = "postgres";
+    fn start() -> Self {
+        Postgres::start()
+    }
+    fn create_default(&self, table: &str) {
+        self.sql(&format!(
+            "CREATE TABLE {table} (ts timestamptz, source text, key text, payload jsonb)"
+        ));
+    }
+    fn section(&self, table: &str) -> Value {
+        json!({ "url": self.url(), "sink_table": table })
+    }
+    fn keys(&self, table: &str) -> Vec<String> {
+        lines(&self.sql(&format!("SELECT key FROM {table} ORDER BY key")))
+    }
+    fn down(&mut self) {
+        Postgres::down(self);
+    }
+    fn up(&mut self) {
+        Postgres::up(self);
+    }
+}
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A connector whose ingest source `orders` flows into `sink` (flow `to-db`, node `db`).
+fn config(sink: &str, section: Value) -> Value {
+    let mut c = queue_config(64, "evict_oldest");
+    c["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    c[sink] = section;
+    c["flows"] = json!([{
+        "id": "to-db",
+        "nodes": [
+            { "id": "in", "kind": "source", "source": format!("ingest/{SOURCE}") },
+            { "id": "db", "kind": "sink", "sink": sink },
+        ],
+        "wires": [ { "from": "in", "to": "db" } ],
+    }]);
+    c
+}
+
+/// The sink's object in `/api/status` (`clickhouse` or `postgres`).
+fn sink_status(d: &Daemon, sink: &str) -> Value {
+    let st = d.status();
+    let v = st[sink].clone();
+    assert!(v.is_object(), "no {sink} object in /api/status: {st:#}");
+    v
+}
+
+fn sorted(keys: &[String]) -> Vec<String> {
+    let mut k = keys.to_vec();
+    k.sort();
+    k
+}
+
+// ------------------------------------------------------------------ rows and types
+
+#[test]
+fn clickhouse_rows_arrive_with_the_right_columns_and_types() {
+    let ch = ClickHouse::start();
+    ch.sql(
+        "CREATE TABLE typed (id String, ts UInt64, source String, key String, payload String, \
+         temp Float64, n UInt32, line String) ENGINE = MergeTree ORDER BY n",
+    );
+    let mut section = ch.section("typed");
+    section["sink_batch"] = json!({ "sink_batch_rows": 3, "flush_interval_ms": 100 });
+    section["columns"] = json!([
+        { "column": "id", "field": "/id" },
+        { "column": "ts", "field": "/ts" },
+        { "column": "source", "field": "/source" },
+        { "column": "key", "field": "/key" },
+        { "column": "payload", "field": "/payload" },
+        { "column": "temp", "field": "/payload/temp" },
+        { "column": "n", "field": "/payload/n" },
+        { "column": "line", "field": "/payload/meta/line" },
+    ]);
+    let d = Daemon::start(config("clickhouse", section));
+    let before = unix_ms();
+    let mut sent = Vec::new();
+    for n in 1..=3 {
+        let body = format!(r#"{{"temp":21.{n},"n":{n},"meta":{{"line":"L{n}"}}}}"#);
+        let id = assert_stored(&d.ingest(&format!("press-{n}"), &body), "ingest");
+        sent.push((id, body));
+    }
+    let after = unix_ms();
+    wait_until(POLL_DEADLINE, "3 rows in clickhouse", || {
+        ch.keys("typed").len() == 3
+    });
+    let rows = lines(&ch.sql(
+        "SELECT id, ts, source, key, payload, temp, n, line, toTypeName(temp) FROM typed ORDER BY n FORMAT TabSeparated",
+    ));
+    for (i, row) in rows.iter().enumerate() {
+        let f: Vec<&str> = row.split('\t').collect();
+        let n = i + 1;
+        assert_eq!(f[0], sent[i].0, "id of row {n}");
+        let ts: u64 = f[1].parse().expect("ts is a number");
+        assert!(
+            (before..=after).contains(&ts),
+            "ts {ts} is the ingest time in ms"
+        );
+        assert_eq!(f[2], format!("ingest/{SOURCE}"));
+        assert_eq!(f[3], format!("press-{n}"));
+        // TabSeparated escapes nothing in this JSON: it is the original text.
+        assert_eq!(f[4], sent[i].1, "payload keeps its original JSON text");
+        assert_eq!(f[5], format!("21.{n}"));
+        assert_eq!(f[6], n.to_string());
+        assert_eq!(f[7], format!("L{n}"));
+        assert_eq!(f[8], "Float64");
+    }
+    let st = sink_status(&d, "clickhouse");
+    assert_eq!(st["inserted_total"], 3);
+    assert_eq!(st["backlog"], "memory");
+    assert!(
+        st["note"]
+            .as_str()
+            .unwrap_or("")
+            .contains("lost if the process crashes"),
+        "{st:#}"
+    );
+    let sink = named(&d.status(), "/sinks", "clickhouse").clone();
+    assert_eq!(sink["durable"], false);
+    assert_eq!(sink["dropped"], 0);
+}
+
+#[test]
+fn postgres_rows_arrive_with_the_right_columns_and_types() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE typed (id text, ts timestamptz, source text, key text, payload jsonb, \
+         temp float8, n int4, ok bool, line varchar(20), raw text)",
+    );
+    let mut section = pg.section("typed");
+    section["sink_batch"] = json!({ "sink_batch_rows": 3, "flush_interval_ms": 100 });
+    section["columns"] = json!([
+        { "column": "id", "field": "/id" },
+        { "column": "ts", "field": "/ts" },
+        { "column": "source", "field": "/source" },
+        { "column": "key", "field": "/key" },
+        { "column": "payload", "field": "/payload" },
+        { "column": "temp", "field": "/payload/temp" },
+        { "column": "n", "field": "/payload/n" },
+        { "column": "ok", "field": "/payload/ok" },
+        { "column": "line", "field": "/payload/meta/line" },
+        { "column": "raw", "field": "/payload/meta" },
+    ]);
+    let d = Daemon::start(config("postgres", section));
+    let before = unix_ms();
+    let mut ids = Vec::new();
+    for n in 1..=3 {
+        let body = format!(r#"{{"temp":21.{n},"n":{n},"ok":true,"meta":{{"line":"L{n}"}}}}"#);
+        ids.push(assert_stored(
+            &d.ingest(&format!("press-{n}"), &body),
+            "ingest",
+        ));
+    }
+    let after = unix_ms();
+    wait_until(POLL_DEADLINE, "3 rows in postgres", || {
+        pg.keys("typed").len() == 3
+    });
+    let rows = lines(&pg.sql(
+        "SELECT id, (extract(epoch from ts) * 1000)::bigint, source, key, payload->'meta'->>'line', \
+         temp, n, ok, line, raw, pg_typeof(ts) FROM typed ORDER BY n",
+    ));
+    for (i, row) in rows.iter().enumerate() {
+        let f: Vec<&str> = row.split('|').collect();
+        let n = i + 1;
+        assert_eq!(f[0], ids[i], "id of row {n}");
+        let ts: u64 = f[1].parse().expect("ts in ms");
+        assert!((before..=after).contains(&ts), "ts {ts} is the ingest time");
+        assert_eq!(f[2], format!("ingest/{SOURCE}"));
+        assert_eq!(f[3], format!("press-{n}"));
+        assert_eq!(f[4], format!("L{n}"), "payload is jsonb");
+        assert_eq!(f[5], format!("21.{n}"));
+        assert_eq!(f[6], n.to_string());
+        assert_eq!(f[7], "t");
+        assert_eq!(f[8], format!("L{n}"));
+        assert_eq!(
+            f[9],
+            format!(r#"{{"line":"L{n}"}}"#),
+            "an object into text is JSON"
+        );
+        assert_eq!(f[10], "timestamp with time zone");
+    }
+    assert_eq!(sink_status(&d, "postgres")["inserted_total"], 3);
+}
+
+// ------------------------------------------------------------------ outage
+
+fn rows_are_kept_while_the_server_is_down_and_arrive_after_restart<D: Db>() {
+    let mut db = D::start();
+    db.create_default("events");
+    let mut section = db.section("events");
+    section["sink_batch"] = json!({ "sink_batch_rows": 5, "flush_interval_ms": 50 });
+    let d = Daemon::start(config(D::SINK, section));
+    let mut sent = Vec::new();
+    for i in 0..10 {
+        let key = format!("a{i:03}");
+        assert_stored(&d.ingest(&key, r#"{"v":1}"#), "before the outage");
+        sent.push(key);
+    }
+    wait_until(POLL_DEADLINE, "the first 10 rows", || {
+        db.keys("events").len() == 10
+    });
+    db.down();
+    for i in 0..20 {
+        let key = format!("b{i:03}");
+        assert_stored(&d.ingest(&key, r#"{"v":2}"#), "during the outage");
+        sent.push(key);
+    }
+    wait_until(
+        POLL_DEADLINE,
+        "a failed insert while the server is down",
+        || {
+            let st = sink_status(&d, D::SINK);
+            st["insert_failures_total"].as_u64().unwrap_or(0) >= 1 && st["backlog_rows"] == 20
+        },
+    );
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["healthy"], false, "{st:#}");
+    assert!(st["last_error"].is_string(), "{st:#}");
+    db.up();
+    wait_until(POLL_DEADLINE, "every row after the restart", || {
+        db.keys("events").len() >= 30
+    });
+    assert_eq!(db.keys("events"), sorted(&sent), "each row exactly once");
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["dropped_total"], 0);
+    assert_eq!(st["backlog_rows"], 0);
+    assert_eq!(st["healthy"], true);
+}
+
+#[test]
+fn clickhouse_keeps_rows_while_the_server_is_down_and_inserts_them_after_restart() {
+    rows_are_kept_while_the_server_is_down_and_arrive_after_restart::<ClickHouse>();
+}
+
+#[test]
+fn postgres_keeps_rows_while_the_server_is_down_and_copies_them_after_restart() {
+    rows_are_kept_while_the_server_is_down_and_arrive_after_restart::<Postgres>();
+}
+
+// ------------------------------------------------------------------ block
+
+fn a_small_block_backlog_refuses_sources_and_drops_nothing<D: Db>() {
+    let mut db = D::start();
+    db.create_default("events");
+    db.down();
+    let mut section = db.section("events");
+    section["sink_batch"] = json!({
+        "sink_batch_rows": 2, "flush_interval_ms": 50, "max_backlog_rows": 6, "on_full": "block",
+    });
+    let d = Daemon::start(config(D::SINK, section));
+    let mut stored = Vec::new();
+    for i in 0..6 {
+        let key = format!("k{i:03}");
+        assert_stored(&d.ingest(&key, r#"{"v":1}"#), "below the bound");
+        stored.push(key);
+    }
+    for i in 0..3 {
+        let reply = d.ingest(&format!("refused{i}"), r#"{"v":1}"#);
+        assert_retry(&reply, D::SINK, "at the bound");
+    }
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["backlog_rows"], 6, "{st:#}");
+    assert_eq!(st["blocked_total"], 3, "{st:#}");
+    assert_eq!(st["blocking"], true, "{st:#}");
+    assert_eq!(st["dropped_total"], 0, "{st:#}");
+    let sink = named(&d.status(), "/sinks", D::SINK).clone();
+    assert_eq!(sink["blocked"], 3);
+    assert_eq!(sink["dropped"], 0);
+    let metrics = d.metrics();
+    assert!(
+        metrics.contains(&format!(
+            r#"opex_connector_sink_blocked_total{{sink="{}"}} 3"#,
+            D::SINK
+        )),
+        "{metrics}"
+    );
+
+    db.up();
+    wait_until(POLL_DEADLINE, "the 6 kept rows", || {
+        db.keys("events").len() >= 6
+    });
+    // Room again: the source is taken once the backlog has drained.
+    wait_until(POLL_DEADLINE, "a new record accepted", || {
+        d.ingest("after", r#"{"v":2}"#).status == 200
+    });
+    stored.push("after".into());
+    wait_until(POLL_DEADLINE, "the record after the outage", || {
+        db.keys("events").len() >= 7
+    });
+    assert_eq!(
+        db.keys("events"),
+        sorted(&stored),
+        "nothing dropped, nothing twice"
+    );
+    assert_eq!(sink_status(&d, D::SINK)["dropped_total"], 0);
+}
+
+#[test]
+fn clickhouse_block_refuses_at_a_small_backlog_and_drops_nothing() {
+    a_small_block_backlog_refuses_sources_and_drops_nothing::<ClickHouse>();
+}
+
+#[test]
+fn postgres_block_refuses_at_a_small_backlog_and_drops_nothing() {
+    a_small_block_backlog_refuses_sources_and_drops_nothing::<Postgres>();
+}
+
+// ------------------------------------------------------------------ evict_oldest
+
+fn evict_oldest_counts_its_drops_exactly<D: Db>() {
+    let mut db = D::start();
+    db.create_default("events");
+    db.down();
+    let mut section = db.section("events");
+    section["sink_batch"] = json!({
+        "sink_batch_rows": 5, "flush_interval_ms": 50, "max_backlog_rows": 5, "on_full": "evict_oldest",
+    });
+    let d = Daemon::start(config(D::SINK, section));
+    let mut sent = BTreeSet::new();
+    for i in 0..12 {
+        let key = format!("k{i:03}");
+        assert_stored(&d.ingest(&key, r#"{"v":1}"#), "evict_oldest never refuses");
+        sent.insert(key);
+    }
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["dropped_total"], 7, "12 rows into a bound of 5: {st:#}");
+    assert_eq!(st["backlog_rows"], 5, "{st:#}");
+    assert_eq!(st["blocked_total"], 0, "{st:#}");
+    assert_eq!(named(&d.status(), "/sinks", D::SINK)["dropped"], 7);
+    let metrics = d.metrics();
+    assert!(
+        metrics.contains(&format!(
+            r#"opex_connector_sink_dropped_total{{sink="{}"}} 7"#,
+            D::SINK
+        )),
+        "{metrics}"
+    );
+
+    db.up();
+    wait_until(POLL_DEADLINE, "the 5 kept rows", || {
+        sink_status(&d, D::SINK)["inserted_total"] == 5
+    });
+    let arrived = db.keys("events");
+    assert_eq!(arrived.len(), 5, "{arrived:?}");
+    assert!(arrived.iter().all(|k| sent.contains(k)), "{arrived:?}");
+    assert_eq!(
+        arrived.iter().collect::<BTreeSet<_>>().len(),
+        5,
+        "no row twice: {arrived:?}"
+    );
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["dropped_total"], 7);
+    assert_eq!(st["backlog_rows"], 0);
+    assert!(
+        d.stderr().contains("backlog full, dropped the oldest row"),
+        "the drop is logged"
+    );
+}
+
+#[test]
+fn clickhouse_evict_oldest_counts_every_dropped_row() {
+    evict_oldest_counts_its_drops_exactly::<ClickHouse>();
+}
+
+#[test]
+fn postgres_evict_oldest_counts_every_dropped_row() {
+    evict_oldest_counts_its_drops_exactly::<Postgres>();
+}
+
+// ------------------------------------------------------------------ schema errors
+
+fn a_schema_error_parks_the_batch_with_the_servers_message<D: Db>(
+    columns: Value,
+    body: &str,
+    message: &str,
+) {
+    let db = D::start();
+    db.create_default("events");
+    let mut section = db.section("events");
+    section["sink_batch"] = json!({ "sink_batch_rows": 3, "flush_interval_ms": 50 });
+    section["columns"] = columns;
+    let d = Daemon::start(config(D::SINK, section));
+    let mut keys = Vec::new();
+    for i in 0..3 {
+        let key = format!("bad{i}");
+        assert_stored(&d.ingest(&key, body), "taken into the backlog");
+        keys.push(key);
+    }
+    let started = Instant::now();
+    wait_until(POLL_DEADLINE, "3 dead letters", || {
+        dead_letters(&d, "state=open")["counts"]["open"] == 3
+    });
+    let rows = dead_letter_rows(&d, "state=open");
+    let mut parked: Vec<String> = rows
+        .iter()
+        .map(|r| r["record"]["key"].as_str().unwrap_or("").to_string())
+        .collect();
+    parked.sort();
+    assert_eq!(parked, keys);
+    for r in &rows {
+        assert_eq!(r["flow"], "to-db", "{r:#}");
+        assert_eq!(r["node"], "db", "{r:#}");
+        let reason = r["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.starts_with(&format!("{} refused the batch: ", D::SINK)),
+            "{reason}"
+        );
+        assert!(
+            reason.contains(message),
+            "the server's message {message:?} in {reason:?}"
+        );
+    }
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["dead_lettered_total"], 3, "{st:#}");
+    assert_eq!(st["backlog_rows"], 0, "{st:#}");
+    assert_eq!(st["insert_failures_total"], 0, "not retried: {st:#}");
+    assert!(db.keys("events").is_empty());
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn clickhouse_unknown_column_parks_the_batch_in_the_dead_letter_queue() {
+    a_schema_error_parks_the_batch_with_the_servers_message::<ClickHouse>(
+        json!([{ "column": "key", "field": "/key" }, { "column": "nope", "field": "/payload/v" }]),
+        r#"{"v":1}"#,
+        "No such column nope",
+    );
+}
+
+#[test]
+fn clickhouse_wrong_type_parks_the_batch_in_the_dead_letter_queue() {
+    a_schema_error_parks_the_batch_with_the_servers_message::<ClickHouse>(
+        json!([{ "column": "key", "field": "/key" }, { "column": "ts", "field": "/payload/v" }]),
+        r#"{"v":"not a number"}"#,
+        "Cannot parse input",
+    );
+}
+
+#[test]
+fn postgres_unknown_column_parks_the_batch_in_the_dead_letter_queue() {
+    a_schema_error_parks_the_batch_with_the_servers_message::<Postgres>(
+        json!([{ "column": "key", "field": "/key" }, { "column": "nope", "field": "/payload/v" }]),
+        r#"{"v":1}"#,
+        r#"ERROR 42703: column "nope" does not exist"#,
+    );
+}
+
+#[test]
+fn postgres_not_null_violation_parks_the_batch_with_the_servers_message() {
+    let pg = Postgres::start();
+    pg.sql("CREATE TABLE strict (key text, v int4 NOT NULL)");
+    let mut section = pg.section("strict");
+    section["sink_batch"] = json!({ "sink_batch_rows": 2, "flush_interval_ms": 50 });
+    section["columns"] = json!([
+        { "column": "key", "field": "/key" },
+        { "column": "v", "field": "/payload/v" },
+    ]);
+    let d = Daemon::start(config("postgres", section));
+    assert_stored(&d.ingest("ok", r#"{"v":1}"#), "good row");
+    assert_stored(&d.ingest("missing", r#"{"w":1}"#), "row without v");
+    wait_until(POLL_DEADLINE, "2 dead letters", || {
+        dead_letters(&d, "state=open")["counts"]["open"] == 2
+    });
+    let reason = dead_letter_rows(&d, "state=open")[0]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(reason.contains("ERROR 23502"), "{reason}");
+    assert!(reason.contains("violates not-null constraint"), "{reason}");
+    // A value that cannot be written into its column's type is refused before sending.
+    assert_stored(&d.ingest("text", r#"{"v":"abc"}"#), "row with a text v");
+    assert_stored(&d.ingest("fine", r#"{"v":2}"#), "good row");
+    wait_until(POLL_DEADLINE, "4 dead letters", || {
+        dead_letters(&d, "state=open")["counts"]["open"] == 4
+    });
+    let rows = dead_letter_rows(&d, "state=open");
+    let last = rows[3]["reason"].as_str().unwrap_or("");
+    assert!(
+        last.contains(r#"column "v" (int4) cannot take "abc""#),
+        "{last}"
+    );
+}
+
+// ------------------------------------------------------------------ TLS
+
+#[test]
+fn postgres_with_sslmode_require_copies_over_tls_checked_against_the_ca_file() {
+    let (pg, ca) = Postgres::start_tls();
+    pg.create_default("events");
+    let mut section = json!({
+        "url": format!("{}?sslmode=require", pg.url()),
+        "ca_file": ca.display().to_string(),
+        "sink_table": "events",
+    });
+    section["sink_batch"] = json!({ "sink_batch_rows": 2, "flush_interval_ms": 50 });
+    let d = Daemon::start(config("postgres", section));
+    assert_stored(&d.ingest("tls-1", r#"{"v":1}"#), "ingest");
+    assert_stored(&d.ingest("tls-2", r#"{"v":2}"#), "ingest");
+    wait_until(POLL_DEADLINE, "2 rows over TLS", || {
+        pg.keys("events").len() == 2
+    });
+    let tls = pg.sql(
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.application_name = 'opex-connector' AND s.ssl",
+    );
+    assert_eq!(tls, "1", "the connector's connection uses TLS");
+
+    // Without the CA the server's certificate is refused: nothing is sent, the rows are kept.
+    let mut section =
+        json!({ "url": format!("{}?sslmode=require", pg.url()), "sink_table": "events" });
+    section["sink_batch"] = json!({ "sink_batch_rows": 1, "flush_interval_ms": 50 });
+    let d2 = Daemon::start(config("postgres", section));
+    assert_stored(&d2.ingest("untrusted", r#"{"v":3}"#), "ingest");
+    wait_until(POLL_DEADLINE, "a failed TLS handshake", || {
+        sink_status(&d2, "postgres")["insert_failures_total"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let st = sink_status(&d2, "postgres");
+    assert_eq!(st["backlog_rows"], 1, "{st:#}");
+    assert_eq!(st["dead_lettered_total"], 0, "{st:#}");
+    assert_eq!(pg.keys("events").len(), 2);
+}
