@@ -208,3 +208,151 @@ pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_yaml;
+    use crate::sources::modbus::config::{DataType, Order, RegisterKind, Transport};
+
+    fn problems(text: &str) -> Vec<String> {
+        from_yaml(&format!("connector:\n  data_dir: /d\n{text}"))
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn every_problem_of_a_modbus_device_is_reported_with_its_path() {
+        let errs = problems(
+            r#"
+devices:
+  - name: press-1
+    protocol: modbus_tcp
+    port: 70000
+    baud: 9600
+    groups: [{name: fast, interval_ms: 5}, {name: slow}]
+    points:
+      - {name: a, register: 70000, group: fast}
+      - {name: b, register: 1, type: f16, group: slow}
+      - {name: c, register: 65535, type: u32, group: fast}
+      - {name: d, register: 2, kind: coil, type: u16, group: fast}
+      - {name: e, register: 3, type: string, group: fast}
+      - {name: f, register: 4}
+      - {name: a, register: 5, group: nope, word_order: middle}
+  - name: press-1
+    protocol: profibus
+"#,
+        );
+        for want in [
+            "devices[0].host: is required for modbus_tcp",
+            "devices[0].port: 70000 is outside 1..=65535",
+            "devices[0].baud: is a modbus_rtu setting",
+            "devices[0].groups[0].interval_ms: 5 is outside 10..=86400000",
+            "devices[0].points[0].register: 70000 is outside 0..=65535",
+            "devices[0].points[1].type: expected bool, u16, i16, u32, i32, u64, i64, f32, f64 or string, got \"f16\"",
+            "devices[0].points[2].register: the point ends at 65536, past 65535",
+            "devices[0].points[3].type: coils and discrete inputs are bool, got \"u16\"",
+            "devices[0].points[4].length: is required for a string",
+            "devices[0].points[5].group: is required when the device has more than one group",
+            "devices[0].points[6].name: \"a\" is used twice",
+            "devices[0].points[6].group: no group is named \"nope\"",
+            "devices[0].points[6].word_order: expected big or little, got \"middle\"",
+            "devices[1].name: \"press-1\" is used twice",
+            "devices[1].protocol: expected modbus_tcp or modbus_rtu, got \"profibus\"",
+        ] {
+            assert!(errs.iter().any(|e| e == want), "missing {want:?} in {errs:#?}");
+        }
+    }
+
+    #[test]
+    fn a_point_ending_exactly_at_65535_is_fine() {
+        // Regression guard for the range check above: 65534 + 2 registers ends at 65535.
+        let cfg = from_yaml(
+            "connector:\n  data_dir: /d\ndevices:\n  - {name: x, protocol: modbus_tcp, host: h, points: [{name: a, register: 65534, type: u16}, {name: b, register: 65532, type: u32}]}\n",
+        );
+        assert!(cfg.is_ok(), "{cfg:?}");
+    }
+
+    #[test]
+    fn rtu_devices_on_one_line_must_agree_on_its_settings_and_differ_in_unit() {
+        let errs = problems(
+            r#"
+devices:
+  - {name: a, protocol: modbus_rtu, port: /dev/ttyUSB0, unit: 1, baud: 9600, points: [{name: p, register: 0}]}
+  - {name: b, protocol: modbus_rtu, port: /dev/ttyUSB0, unit: 1, baud: 19200, points: [{name: p, register: 0}]}
+  - {name: c, protocol: modbus_rtu, port: 502, host: x, unit: 248, points: [{name: p, register: 0}]}
+"#,
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("share /dev/ttyUSB0 but not its settings")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("share /dev/ttyUSB0 and unit 1")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("devices[2].port: expected a serial device")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.contains(&"devices[2].host: is a modbus_tcp setting".to_string()),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.contains(&"devices[2].unit: 248 is outside 0..=247".to_string()),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn a_valid_device_gets_its_defaults_and_names_a_flow_source() {
+        let cfg = from_yaml(
+            r#"
+connector: {data_dir: /d}
+devices:
+  - name: press-1
+    protocol: modbus_tcp
+    host: 10.0.0.5
+    points:
+      - {name: temp, register: 10, type: f32, word_order: little, unit: "°C"}
+      - {name: run, register: 3, kind: discrete}
+"#,
+        )
+        .expect("valid");
+        let d = &cfg.devices.modbus[0];
+        assert_eq!(
+            d.transport,
+            Transport::Tcp {
+                host: "10.0.0.5".into(),
+                port: 502
+            }
+        );
+        assert_eq!(d.unit, 1);
+        assert_eq!(d.hold, crate::sources::hold::DEFAULT_HOLD);
+        assert_eq!(d.groups.len(), 1);
+        assert_eq!(d.groups[0].name, "default");
+        assert_eq!(d.points[0].data_type, DataType::F32);
+        assert_eq!(d.points[0].word_order, Order::Little);
+        assert_eq!(d.points[1].kind, RegisterKind::Discrete);
+        assert_eq!(d.points[1].data_type, DataType::Bool);
+        assert!(cfg.source_names().contains(&"modbus/press-1".to_string()));
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_point_is_reported() {
+        let errs = problems(
+            "devices:\n  - {name: x, protocol: modbus_tcp, host: h, points: [{name: a, register: 1, regster: 2}]}\n",
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("devices[0].points[0].regster")),
+            "{errs:#?}"
+        );
+    }
+}
