@@ -5,6 +5,10 @@
 #   ingest   raw LMDB group-commit rate vs records/s acknowledged by the
 #            daemon's ingest API (64 keep-alive connections, 1 KB bodies),
 #            ack latency p50/p99 and RSS idle/under load (benches/ingest.rs)
+#   modbus   read requests/s (125 registers) on one connection to the
+#            simulator vs a libmodbus C client on the same simulator, their
+#            ratio; poll-start jitter p99 under ingest load; RSS with 50
+#            simulated devices (benches/modbus.rs, benches/modbus_client.c)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64), BENCH_DIR (temp folder, default under the target dir), RUST_LOG for the
@@ -15,7 +19,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 bench_ingest() {
@@ -35,15 +39,47 @@ bench_ingest() {
     cargo bench --bench ingest
 }
 
+# The release binary, copied out of the way of `cargo bench`'s rebuild.
+release_bin() {
+    local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+    case "$target_dir" in
+        /*) ;;
+        *) target_dir="$repo/$target_dir" ;;
+    esac
+    echo "==> cargo build --release" >&2
+    cargo build --release >&2
+    mkdir -p "$target_dir/bench-bin"
+    cp -f "$target_dir/release/opex-connector" "$target_dir/bench-bin/opex-connector"
+    echo "$target_dir/bench-bin"
+}
+
+bench_modbus() {
+    if ! dpkg-query -W -f='${Status}' libmodbus-dev 2>/dev/null | grep -q 'install ok installed'; then
+        echo "==> apt-get install libmodbus-dev (the reference client)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libmodbus-dev pkg-config
+    fi
+    local bin_dir
+    bin_dir="$(release_bin)"
+    echo "==> cc benches/modbus_client.c -lmodbus"
+    # shellcheck disable=SC2046 # pkg-config prints several flags
+    cc -O2 -o "$bin_dir/modbus_client" benches/modbus_client.c $(pkg-config --cflags --libs libmodbus)
+    export OPEX_CONNECTOR_BIN="$bin_dir/opex-connector"
+    export MODBUS_C_CLIENT="$bin_dir/modbus_client"
+    echo "==> cargo bench --bench modbus (BENCH_SECS=${BENCH_SECS:-10})"
+    cargo bench --bench modbus
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
+    modbus) bench_modbus ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest)" >&2
+        echo "unknown benchmark: $1 (known: ingest, modbus)" >&2
         exit 2
         ;;
 esac
