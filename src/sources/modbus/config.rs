@@ -382,6 +382,16 @@ pub fn validate_modbus_device(
     );
     let groups = validate_groups(d.groups.as_deref(), at, p);
     let points = validate_points(d.points.as_deref(), &groups, at, p);
+    if !points.is_empty() {
+        for (g, group) in groups.iter().enumerate() {
+            if !points.iter().any(|pt| pt.group == g) {
+                p.push(
+                    format!("{at}.groups[{g}]"),
+                    format!("no point is in group {:?}", group.name),
+                );
+            }
+        }
+    }
     (p.0.len() == before).then(|| ModbusDeviceConfig {
         name,
         transport,

@@ -14,7 +14,9 @@
 //!   to `backoff_max_secs`: the line keeps polling its healthy devices on time, and a dead
 //!   unit costs the line at most one timeout per backoff step.
 //! - A poll's samples are one record per group (key: the group name, timestamp: the poll's
-//!   start), offered through hold-then-drop: the line waits up to the device's hold.
+//!   start), offered through hold-then-drop by the line's offer task: the next poll does not
+//!   wait for the previous sample's commit, but while a sample is held (a sink refuses it, up
+//!   to the device's hold) the line waits with its next one.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -184,6 +186,13 @@ struct Member {
     breaker: Breaker,
 }
 
+/// A poll's record on its way to the engine.
+struct Sample {
+    record: Record,
+    hold: Duration,
+    status: Arc<DeviceStatus>,
+}
+
 /// A line to run: its devices share one link.
 pub struct Line {
     opener: Opener,
@@ -245,6 +254,32 @@ impl Line {
 
     /// Polls until `shutdown`.
     pub async fn run(mut self, engine: Arc<Engine>, shutdown: Shutdown) {
+        // The samples go to the engine from a task of their own, through a channel of one:
+        // a slow commit does not delay the next poll's start, while a refused sample (held,
+        // up to the device's hold) still holds the line once the next one is ready.
+        let (samples, mut pending) = tokio::sync::mpsc::channel::<Sample>(1);
+        let offerer = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    let sample = tokio::select! {
+                        s = pending.recv() => match s {
+                            Some(s) => s,
+                            None => return,
+                        },
+                        _ = shutdown.wait() => return,
+                    };
+                    tokio::select! {
+                        held = offer_with_hold(&engine, sample.record, sample.hold) => {
+                            if let Held::Lost { .. } = held {
+                                sample.status.lost_total.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        _ = shutdown.wait() => return,
+                    }
+                }
+            })
+        };
         let mut link: Option<Context> = None;
         loop {
             // The earliest due (device, group), the breaker's wait included.
@@ -295,18 +330,21 @@ impl Line {
                     let mut record =
                         Record::from_value(member.cfg.source(), &member.cfg.groups[g].name, &value);
                     record.ts_ms = started_ms;
-                    let hold = member.cfg.hold;
-                    let status = Arc::clone(&member.status);
+                    let sample = Sample {
+                        record,
+                        hold: member.cfg.hold,
+                        status: Arc::clone(&member.status),
+                    };
                     tokio::select! {
-                        held = offer_with_hold(&engine, record, hold) => {
-                            if let Held::Lost { .. } = held {
-                                status.lost_total.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
+                        sent = samples.send(sample) => if sent.is_err() { break },
                         _ = shutdown.wait() => break,
                     }
                 }
             }
+        }
+        drop(samples);
+        if let Err(e) = offerer.await {
+            log::error!("modbus offer task ended abnormally: {e}");
         }
         for member in &self.members {
             member.status.set_state(ConnState::Stopped);
