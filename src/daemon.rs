@@ -13,11 +13,14 @@ use crate::engine::{Engine, SinkHandle, Sinks};
 use crate::flow::Plan;
 use crate::http::{self, AppState, HttpStats};
 use crate::shutdown::Shutdown;
+use crate::simulator::Simulator;
 use crate::sinks::clickhouse::ClickHouseSink;
 use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
+use crate::sources::modbus::ModbusPollers;
+use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
@@ -117,6 +120,19 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     if let Some(p) = &postgres {
         db_threads.push(p.start(Arc::clone(&engine)).map_err(DaemonError::Runtime)?);
     }
+    // Bound before the pollers start, so the demo's first poll finds its device.
+    let simulator = Simulator::bind(&config.simulator).map_err(DaemonError::Bind)?;
+    if let Some(addr) = simulator.modbus_addr() {
+        log::info!("simulator: Modbus TCP plant on {addr}");
+    }
+    let pollers = if config.devices.modbus.is_empty() {
+        None
+    } else {
+        Some(PollerRuntime::start().map_err(DaemonError::Runtime)?)
+    };
+    let modbus = pollers
+        .as_ref()
+        .map(|rt| ModbusPollers::start(&config.devices.modbus, &engine, rt, &shutdown));
     let sweeper = match &storage {
         Some(s) => Some(
             s.start_sweeper(shutdown.clone())
@@ -157,6 +173,10 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .collect(),
         webhooks,
         storage: storage.clone(),
+        devices: modbus
+            .as_ref()
+            .map(|m| m.devices.clone())
+            .unwrap_or_default(),
         stats: HttpStats::default(),
     });
 
@@ -166,8 +186,24 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
+    let simulator_tasks = {
+        let _entered = runtime.enter();
+        simulator.spawn(shutdown.clone())
+    };
     let result = runtime.block_on(serve(Arc::clone(&state), shutdown.clone()));
     shutdown.trigger();
+    // The poll tasks end on the signal; a sample held at that moment is not offered again.
+    if let Some(m) = modbus {
+        runtime.block_on(m.join());
+    }
+    if let Some(rt) = pollers {
+        rt.stop();
+    }
+    runtime.block_on(async {
+        for t in simulator_tasks {
+            let _ = t.await;
+        }
+    });
     if let Some(t) = uplink_thread {
         if t.join().is_err() {
             log::error!("uplink thread panicked");
@@ -231,7 +267,8 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or SIGINT.
+pub(crate) async fn wait_for_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {

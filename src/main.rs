@@ -4,12 +4,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use opex_connector::{config, daemon, release, VERSION};
+use opex_connector::{config, daemon, release, simulator, VERSION};
 
 const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
   opex-connector run --config FILE     run the daemon
   opex-connector validate FILE         check a config; print every problem with its path
+  opex-connector simulate [--modbus ADDR]
+                                       serve the simulated plant (Modbus TCP, default 127.0.0.1:5020)
   opex-connector --version
   opex-connector verify-artifact FILE SIG PUBKEY   check a release artifact's ed25519 signature
   opex-connector sign-artifact FILE KEY            sign one (release tooling)
@@ -89,6 +91,8 @@ fn main() -> ExitCode {
             }
             Err(problems) => report(file, &problems),
         },
+        ["simulate"] => simulate("127.0.0.1:5020"),
+        ["simulate", "--modbus", addr] => simulate(addr),
         ["help" | "--help" | "-h"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -96,6 +100,24 @@ fn main() -> ExitCode {
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn simulate(modbus: &str) -> ExitCode {
+    let raw = simulator::RawSimulator {
+        modbus: Some(modbus.to_string()),
+    };
+    let mut problems = config::Problems::default();
+    let cfg = simulator::SimulatorConfig::validate(Some(&raw), "--modbus", &mut problems);
+    if !problems.is_empty() {
+        return report("simulate", &problems);
+    }
+    match simulator::run(&cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("opex-connector simulate: {e}");
+            ExitCode::FAILURE
         }
     }
 }

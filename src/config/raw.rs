@@ -6,10 +6,12 @@
 use serde::Deserialize;
 
 pub use crate::flow::config::RawFlow;
+pub use crate::simulator::RawSimulator;
 pub use crate::sinks::clickhouse::config::RawClickHouse;
 pub use crate::sinks::postgres::config::RawPostgres;
 pub use crate::sinks::push::config::{RawPush, RawPushQueue};
 pub use crate::sinks::storage::config::RawStorage;
+pub use crate::sources::devices::RawDevice;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
 pub use crate::sources::webhook::config::RawWebhook;
 
@@ -32,6 +34,10 @@ pub struct RawConfig {
     pub postgres: Option<RawPostgres>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
+    /// The field devices the pollers read (Modbus TCP and RTU, ...).
+    pub devices: Option<Vec<RawDevice>>,
+    /// The built-in simulator, started inside the process (the demo polls it).
+    pub simulator: Option<RawSimulator>,
 }
 
 /// `dead_letters:`

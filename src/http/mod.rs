@@ -23,6 +23,7 @@ use crate::engine::Engine;
 use crate::sinks::push::{PushSink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
+use crate::sources::modbus::DeviceStatus;
 use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
@@ -47,6 +48,8 @@ pub struct AppState {
     pub webhooks: Vec<Arc<WebhookSource>>,
     /// The storage sink, when configured.
     pub storage: Option<Arc<StorageSink>>,
+    /// The polled devices' figures, in config order.
+    pub devices: Vec<Arc<DeviceStatus>>,
     /// Server counters.
     pub stats: HttpStats,
 }

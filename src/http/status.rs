@@ -126,6 +126,7 @@ pub fn status(state: &AppState) -> Value {
         "postgres": databases.remove("postgres"),
         "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
+        "devices": state.devices.iter().map(|d| d.to_json()).collect::<Vec<_>>(),
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
     })
 }
@@ -300,6 +301,7 @@ pub fn metrics(state: &AppState) -> String {
         );
     }
     database_metrics(state, &mut p);
+    crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     p.single(
         "opex_connector_http_connections_total",
         Kind::Counter,
@@ -417,6 +419,44 @@ pub fn page(state: &AppState) -> String {
             s.stats.rejected.load(Ordering::Relaxed),
         ));
     }
+    let mut devices = String::new();
+    for d in &state.devices {
+        let (_, p99) = d.jitter();
+        let mut values = String::new();
+        for (group, v) in d.values() {
+            let Value::Object(points) = v else { continue };
+            for (point, pv) in points {
+                let shown = match pv.get("value") {
+                    Some(Value::Number(n)) => match n.as_f64() {
+                        Some(f) if !n.is_i64() && !n.is_u64() => format!("{f:.2}"),
+                        _ => n.to_string(),
+                    },
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v) if pv.get("quality") == Some(&json!("good")) => v.to_string(),
+                    _ => "bad".to_string(),
+                };
+                let unit = pv.get("unit").and_then(Value::as_str).unwrap_or("");
+                values.push_str(&format!(
+                    "{}.{} = <b>{}</b> {}<br>",
+                    esc(&group),
+                    esc(&point),
+                    esc(&shown),
+                    esc(unit)
+                ));
+            }
+        }
+        devices.push_str(&format!(
+            "<tr><td>{}<br><small>{}</small></td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&d.name),
+            esc(&d.address),
+            d.state().as_str(),
+            values,
+            p99.as_secs_f64() * 1000.0,
+            d.requests_per_cycle(),
+            d.errors_total.load(Ordering::Relaxed) + d.timeouts_total.load(Ordering::Relaxed),
+            d.exceptions_total.load(Ordering::Relaxed),
+        ));
+    }
     let uplink = match &state.uplink {
         None => "not configured".to_string(),
         Some(u) => match &*u.last_error.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -433,6 +473,7 @@ pub fn page(state: &AppState) -> String {
 <h2>Push queue</h2><div class="bar"><div class="fill" style="width:{fill_w}%"></div></div>
 <p>{fill:.1} % of {quota} bytes · level <b>{level}</b> · on_full {on_full} · {rows} rows<br>
 blocked {blocked} · evicted {evicted} · dropped {dropped} · durable {durable}</p>
+<h2>Devices</h2><table><tr><th>device</th><th>state</th><th>last values</th><th>jitter p99 ms</th><th>requests/cycle</th><th>errors</th><th>exceptions</th></tr>{devices}</table>
 <h2>Uplink</h2><p>{uplink}</p>
 <h2>Ingest sources</h2><table><tr><th>source</th><th>stored</th><th>refused</th><th>rejected</th></tr>{sources}</table>
 </body></html>"#,

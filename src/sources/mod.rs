@@ -4,10 +4,14 @@
 //!
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
+//! - [`devices`]: the `devices:` list shared by the polled protocols; [`modbus`]: Modbus TCP
+//!   and RTU polling.
 //! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
 
+pub mod devices;
 pub mod hold;
 pub mod ingest;
+pub mod modbus;
 pub mod pollers;
 pub mod webhook;
 

@@ -1,0 +1,358 @@
+//! `devices:`: the field devices the pollers read, one list for every protocol.
+//!
+//! One raw struct, [`RawDevice`], holds the fields of every protocol, each `Option`: the
+//! `protocol` key picks which validator reads the entry, and that validator reports the keys
+//! of another protocol as problems (an `endpoint` on a Modbus device is a mistake worth a
+//! message, not a silent no-op). Poll groups are shared: each names an interval, and points
+//! (Modbus) or nodes (OPC-UA) say which group polls them.
+
+use serde::Deserialize;
+
+use crate::config::Problems;
+use crate::sources::ingest::config::valid_name;
+use crate::sources::modbus::config::{
+    check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusPoint, RawPort,
+};
+
+/// `devices[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawDevice {
+    /// The device's name; its records carry `source: <protocol family>/<name>`, e.g.
+    /// `modbus/press-1`. 1 to 64 letters, digits, '-' or '_', unique among devices.
+    pub name: Option<String>,
+    /// `modbus_tcp`, `modbus_rtu` (or `opcua`). Required.
+    pub protocol: Option<String>,
+    /// Poll groups: each polls its points on its own interval. Without groups, one group
+    /// `default` polls every point each second.
+    pub groups: Option<Vec<RawGroup>>,
+
+    // ---- Modbus (TCP and RTU) ----
+    /// Modbus TCP: the device's host name or IP address.
+    pub host: Option<String>,
+    /// Modbus TCP: the TCP port (default 502). Modbus RTU: the serial device, e.g.
+    /// `/dev/ttyUSB0`; devices with the same port share the line.
+    pub port: Option<RawPort>,
+    /// Modbus unit id (slave address), 0 to 247; default 1 (TCP: 255 also allowed).
+    pub unit: Option<u64>,
+    /// Modbus RTU: baud rate, default 9600. Every device of a line must agree.
+    pub baud: Option<u64>,
+    /// Modbus RTU: `none` (default), `even` or `odd`.
+    pub parity: Option<String>,
+    /// Modbus RTU: 5 to 8 data bits, default 8.
+    pub data_bits: Option<u64>,
+    /// Modbus RTU: 1 (default) or 2 stop bits.
+    pub stop_bits: Option<u64>,
+    /// Modbus RTU: quiet time between two frames on the line, in milliseconds. Default 0
+    /// (the 3.5 character times of the standard are kept by the serial timing itself).
+    pub inter_frame_delay_ms: Option<u64>,
+    /// Modbus: how long one request may take, in milliseconds; then the connection (or the
+    /// serial port) is dropped and reopened. Default 1000.
+    pub timeout_ms: Option<u64>,
+    /// Modbus: registers (or bits) that may lie unread between two points read in one
+    /// request. Default 8; 0 coalesces only contiguous points.
+    pub max_gap: Option<u64>,
+    /// Modbus: the most the circuit breaker waits before trying a failing device again, in
+    /// seconds (it starts at 1 s and doubles). Default 60.
+    pub backoff_max_secs: Option<u64>,
+    /// How long a poll is held, in milliseconds, while a sink refuses its sample (`block` at
+    /// the quota); then the sample is dropped and counted. Default 10000.
+    pub hold_ms: Option<u64>,
+    /// Modbus: the registers and bits to read.
+    pub points: Option<Vec<RawModbusPoint>>,
+}
+
+/// `devices[].groups[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawGroup {
+    /// The group's name: the key of its records. Unique within the device.
+    pub name: Option<String>,
+    /// How often the group is polled, in milliseconds (10 to 86400000). Default 1000.
+    pub interval_ms: Option<u64>,
+}
+
+/// A poll group, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupConfig {
+    /// Its name.
+    pub name: String,
+    /// Its interval.
+    pub interval: std::time::Duration,
+}
+
+/// `devices:`, validated, by protocol.
+#[derive(Debug, Clone, Default)]
+pub struct DevicesConfig {
+    /// The Modbus TCP and RTU devices.
+    pub modbus: Vec<ModbusDeviceConfig>,
+}
+
+impl DevicesConfig {
+    /// Every device's source name, as flows name it: `modbus/<name>`.
+    pub fn source_names(&self) -> Vec<String> {
+        self.modbus
+            .iter()
+            .map(|d| format!("modbus/{}", d.name))
+            .collect()
+    }
+}
+
+/// The Modbus keys an entry has, to report them on a device of another protocol.
+pub fn modbus_keys(d: &RawDevice) -> Vec<&'static str> {
+    [
+        ("host", d.host.is_some()),
+        ("port", d.port.is_some()),
+        ("unit", d.unit.is_some()),
+        ("baud", d.baud.is_some()),
+        ("parity", d.parity.is_some()),
+        ("data_bits", d.data_bits.is_some()),
+        ("stop_bits", d.stop_bits.is_some()),
+        ("inter_frame_delay_ms", d.inter_frame_delay_ms.is_some()),
+        ("timeout_ms", d.timeout_ms.is_some()),
+        ("max_gap", d.max_gap.is_some()),
+        ("backoff_max_secs", d.backoff_max_secs.is_some()),
+        ("points", d.points.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, present)| present.then_some(k))
+    .collect()
+}
+
+/// Validates `devices:`.
+pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems) -> DevicesConfig {
+    let mut out = DevicesConfig::default();
+    let mut names: Vec<String> = Vec::new();
+    for (i, d) in raw.unwrap_or_default().iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let name = match d.name.as_deref() {
+            None => {
+                p.push(format!("{at}.name"), "is required");
+                String::new()
+            }
+            Some(n) if !valid_name(n) => {
+                p.push(
+                    format!("{at}.name"),
+                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
+                );
+                String::new()
+            }
+            Some(n) => {
+                if names.iter().any(|o| o == n) {
+                    p.push(format!("{at}.name"), format!("{n:?} is used twice"));
+                }
+                names.push(n.to_string());
+                n.to_string()
+            }
+        };
+        match d.protocol.as_deref() {
+            Some(proto @ ("modbus_tcp" | "modbus_rtu")) => {
+                if let Some(dev) = validate_modbus_device(d, name, proto, &at, p) {
+                    out.modbus.push(dev);
+                }
+            }
+            None => p.push(format!("{at}.protocol"), "is required"),
+            Some(other) => p.push(
+                format!("{at}.protocol"),
+                format!("expected modbus_tcp or modbus_rtu, got {other:?}"),
+            ),
+        }
+    }
+    check_lines(&out.modbus, path, p);
+    out
+}
+
+/// Validates `groups:` of one device: every problem with its path. Without groups, one group
+/// `default` every second.
+pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> Vec<GroupConfig> {
+    let Some(raw) = raw else {
+        return vec![GroupConfig {
+            name: "default".into(),
+            interval: std::time::Duration::from_secs(1),
+        }];
+    };
+    if raw.is_empty() {
+        p.push(format!("{at}.groups"), "must not be empty when given");
+    }
+    let mut out: Vec<GroupConfig> = Vec::new();
+    for (i, g) in raw.iter().enumerate() {
+        let gat = format!("{at}.groups[{i}]");
+        let name = match g.name.as_deref() {
+            None => {
+                p.push(format!("{gat}.name"), "is required");
+                String::new()
+            }
+            Some(n) if !valid_name(n) => {
+                p.push(
+                    format!("{gat}.name"),
+                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
+                );
+                String::new()
+            }
+            Some(n) => {
+                if out.iter().any(|o| o.name == n) {
+                    p.push(format!("{gat}.name"), format!("{n:?} is used twice"));
+                }
+                n.to_string()
+            }
+        };
+        let ms = g.interval_ms.unwrap_or(1000);
+        if !(10..=86_400_000).contains(&ms) {
+            p.push(
+                format!("{gat}.interval_ms"),
+                format!("{ms} is outside 10..=86400000"),
+            );
+        }
+        out.push(GroupConfig {
+            name,
+            interval: std::time::Duration::from_millis(ms),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_yaml;
+    use crate::sources::modbus::config::{DataType, Order, RegisterKind, Transport};
+
+    fn problems(text: &str) -> Vec<String> {
+        from_yaml(&format!("connector:\n  data_dir: /d\n{text}"))
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn every_problem_of_a_modbus_device_is_reported_with_its_path() {
+        let errs = problems(
+            r#"
+devices:
+  - name: press-1
+    protocol: modbus_tcp
+    port: 70000
+    baud: 9600
+    groups: [{name: fast, interval_ms: 5}, {name: slow}]
+    points:
+      - {name: a, register: 70000, group: fast}
+      - {name: b, register: 1, type: f16, group: slow}
+      - {name: c, register: 65535, type: u32, group: fast}
+      - {name: d, register: 2, kind: coil, type: u16, group: fast}
+      - {name: e, register: 3, type: string, group: fast}
+      - {name: f, register: 4}
+      - {name: a, register: 5, group: nope, word_order: middle}
+  - name: press-1
+    protocol: profibus
+"#,
+        );
+        for want in [
+            "devices[0].host: is required for modbus_tcp",
+            "devices[0].port: 70000 is outside 1..=65535",
+            "devices[0].baud: is a modbus_rtu setting",
+            "devices[0].groups[0].interval_ms: 5 is outside 10..=86400000",
+            "devices[0].points[0].register: 70000 is outside 0..=65535",
+            "devices[0].points[1].type: expected bool, u16, i16, u32, i32, u64, i64, f32, f64 or string, got \"f16\"",
+            "devices[0].points[2].register: the point ends at 65536, past 65535",
+            "devices[0].points[3].type: coils and discrete inputs are bool, got \"u16\"",
+            "devices[0].points[4].length: is required for a string",
+            "devices[0].points[5].group: is required when the device has more than one group",
+            "devices[0].points[6].name: \"a\" is used twice",
+            "devices[0].points[6].group: no group is named \"nope\"",
+            "devices[0].points[6].word_order: expected big or little, got \"middle\"",
+            "devices[1].name: \"press-1\" is used twice",
+            "devices[1].protocol: expected modbus_tcp or modbus_rtu, got \"profibus\"",
+        ] {
+            assert!(errs.iter().any(|e| e == want), "missing {want:?} in {errs:#?}");
+        }
+    }
+
+    #[test]
+    fn a_point_ending_exactly_at_65535_is_fine() {
+        // Regression guard for the range check above: 65534 + 2 registers ends at 65535.
+        let cfg = from_yaml(
+            "connector:\n  data_dir: /d\ndevices:\n  - {name: x, protocol: modbus_tcp, host: h, points: [{name: a, register: 65534, type: u16}, {name: b, register: 65532, type: u32}]}\n",
+        );
+        assert!(cfg.is_ok(), "{cfg:?}");
+    }
+
+    #[test]
+    fn rtu_devices_on_one_line_must_agree_on_its_settings_and_differ_in_unit() {
+        let errs = problems(
+            r#"
+devices:
+  - {name: a, protocol: modbus_rtu, port: /dev/ttyUSB0, unit: 1, baud: 9600, points: [{name: p, register: 0}]}
+  - {name: b, protocol: modbus_rtu, port: /dev/ttyUSB0, unit: 1, baud: 19200, points: [{name: p, register: 0}]}
+  - {name: c, protocol: modbus_rtu, port: 502, host: x, unit: 248, points: [{name: p, register: 0}]}
+"#,
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("share /dev/ttyUSB0 but not its settings")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("share /dev/ttyUSB0 and unit 1")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("devices[2].port: expected a serial device")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.contains(&"devices[2].host: is a modbus_tcp setting".to_string()),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.contains(&"devices[2].unit: 248 is outside 0..=247".to_string()),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn a_valid_device_gets_its_defaults_and_names_a_flow_source() {
+        let cfg = from_yaml(
+            r#"
+connector: {data_dir: /d}
+devices:
+  - name: press-1
+    protocol: modbus_tcp
+    host: 10.0.0.5
+    points:
+      - {name: temp, register: 10, type: f32, word_order: little, unit: "°C"}
+      - {name: run, register: 3, kind: discrete}
+"#,
+        )
+        .expect("valid");
+        let d = &cfg.devices.modbus[0];
+        assert_eq!(
+            d.transport,
+            Transport::Tcp {
+                host: "10.0.0.5".into(),
+                port: 502
+            }
+        );
+        assert_eq!(d.unit, 1);
+        assert_eq!(d.hold, crate::sources::hold::DEFAULT_HOLD);
+        assert_eq!(d.groups.len(), 1);
+        assert_eq!(d.groups[0].name, "default");
+        assert_eq!(d.points[0].data_type, DataType::F32);
+        assert_eq!(d.points[0].word_order, Order::Little);
+        assert_eq!(d.points[1].kind, RegisterKind::Discrete);
+        assert_eq!(d.points[1].data_type, DataType::Bool);
+        assert!(cfg.source_names().contains(&"modbus/press-1".to_string()));
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_point_is_reported() {
+        let errs = problems(
+            "devices:\n  - {name: x, protocol: modbus_tcp, host: h, points: [{name: a, register: 1, regster: 2}]}\n",
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("devices[0].points[0].regster")),
+            "{errs:#?}"
+        );
+    }
+}

@@ -1,0 +1,596 @@
+//! Modbus devices: the point list and the line settings, validated without I/O. The device
+//! entry itself is [`crate::sources::devices::RawDevice`], shared with the other protocols.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::Problems;
+use crate::sources::devices::{validate_groups, GroupConfig, RawDevice};
+use crate::sources::hold::DEFAULT_HOLD;
+
+/// Most registers one read request may carry (the protocol's limit for function 3 and 4).
+pub const MAX_REGISTERS: u16 = 125;
+/// Most bits one read request may carry (the protocol's limit for function 1 and 2).
+pub const MAX_BITS: u16 = 2000;
+
+/// `devices[].port`: a TCP port number or a serial device path.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawPort {
+    /// Modbus TCP.
+    Number(u64),
+    /// Modbus RTU.
+    Path(String),
+}
+
+/// `devices[].points[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawModbusPoint {
+    /// The point's name: its key in the record's payload. Unique within the device.
+    pub name: Option<String>,
+    /// The poll group that reads it; may be left out when the device has one group.
+    pub group: Option<String>,
+    /// The address of its first register or bit, 0 to 65535 (protocol addresses, starting at 0).
+    pub register: Option<u64>,
+    /// `holding` (default), `input`, `coil` or `discrete`.
+    pub kind: Option<String>,
+    /// `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f32`, `f64` or `string`. Default `u16`
+    /// for registers and `bool` for coils and discrete inputs (which can only be `bool`). A
+    /// `bool` register is true when it is not 0.
+    #[serde(rename = "type")]
+    pub data_type: Option<String>,
+    /// For `string`: its length in bytes (2 per register), 1 to 250.
+    pub length: Option<u64>,
+    /// `big` (default: the first register holds the high word) or `little`.
+    pub word_order: Option<String>,
+    /// `big` (default: the high byte first within a register, as the standard says) or `little`.
+    pub byte_order: Option<String>,
+    /// Multiplies the raw number (after which the value is a float). Default 1.
+    pub scale: Option<f64>,
+    /// Added after `scale`. Default 0.
+    pub offset: Option<f64>,
+    /// The engineering unit, copied into the record (e.g. `°C`).
+    pub unit: Option<String>,
+}
+
+/// How a device is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// Modbus TCP.
+    Tcp {
+        /// Host name or address.
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// Modbus RTU on a serial line.
+    Rtu(LineConfig),
+}
+
+/// A serial line's settings; every device on the line shares them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineConfig {
+    /// The serial device.
+    pub path: String,
+    /// Baud rate.
+    pub baud: u32,
+    /// `none`, `even` or `odd`.
+    pub parity: Parity,
+    /// 5 to 8.
+    pub data_bits: u8,
+    /// 1 or 2.
+    pub stop_bits: u8,
+    /// Quiet time between two frames.
+    pub inter_frame_delay: Duration,
+}
+
+/// Serial parity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parity {
+    /// No parity bit.
+    None,
+    /// Even parity.
+    Even,
+    /// Odd parity.
+    Odd,
+}
+
+/// The four Modbus tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RegisterKind {
+    /// Holding registers (function 3).
+    Holding,
+    /// Input registers (function 4).
+    Input,
+    /// Coils (function 1).
+    Coil,
+    /// Discrete inputs (function 2).
+    Discrete,
+}
+
+impl RegisterKind {
+    /// True for coils and discrete inputs.
+    pub fn is_bits(self) -> bool {
+        matches!(self, Self::Coil | Self::Discrete)
+    }
+
+    /// Most units one request may read.
+    pub fn max_per_request(self) -> u16 {
+        if self.is_bits() {
+            MAX_BITS
+        } else {
+            MAX_REGISTERS
+        }
+    }
+}
+
+/// How the registers of a point are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    /// One bit, or a register that is not 0.
+    Bool,
+    /// One register.
+    U16,
+    /// One register, two's complement.
+    I16,
+    /// Two registers.
+    U32,
+    /// Two registers.
+    I32,
+    /// Four registers.
+    U64,
+    /// Four registers.
+    I64,
+    /// Two registers, IEEE 754.
+    F32,
+    /// Four registers, IEEE 754.
+    F64,
+    /// `length` bytes, two per register; trailing NUL and spaces are trimmed.
+    String(u16),
+}
+
+impl DataType {
+    /// Registers (or bits) the point spans.
+    pub fn width(self) -> u16 {
+        match self {
+            Self::Bool | Self::U16 | Self::I16 => 1,
+            Self::U32 | Self::I32 | Self::F32 => 2,
+            Self::U64 | Self::I64 | Self::F64 => 4,
+            Self::String(len) => len.div_ceil(2),
+        }
+    }
+}
+
+/// Word or byte order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Most significant first.
+    Big,
+    /// Least significant first.
+    Little,
+}
+
+/// One point, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointConfig {
+    /// Its name.
+    pub name: String,
+    /// Index into the device's groups.
+    pub group: usize,
+    /// First register or bit.
+    pub register: u16,
+    /// Its table.
+    pub kind: RegisterKind,
+    /// Its type.
+    pub data_type: DataType,
+    /// Word order of multi-register values.
+    pub word_order: Order,
+    /// Byte order within a register.
+    pub byte_order: Order,
+    /// Multiplier.
+    pub scale: Option<f64>,
+    /// Offset after the multiplier.
+    pub offset: Option<f64>,
+    /// Engineering unit.
+    pub unit: Option<String>,
+}
+
+/// One Modbus device, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModbusDeviceConfig {
+    /// Its name.
+    pub name: String,
+    /// How it is reached.
+    pub transport: Transport,
+    /// Unit id.
+    pub unit: u8,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Largest unread gap inside one request.
+    pub max_gap: u16,
+    /// Longest circuit-breaker wait.
+    pub backoff_max: Duration,
+    /// How long a refused sample holds the poll.
+    pub hold: Duration,
+    /// Its poll groups.
+    pub groups: Vec<GroupConfig>,
+    /// Its points.
+    pub points: Vec<PointConfig>,
+}
+
+impl ModbusDeviceConfig {
+    /// The source name of its records.
+    pub fn source(&self) -> String {
+        format!("modbus/{}", self.name)
+    }
+}
+
+fn order(raw: Option<&str>, path: String, p: &mut Problems) -> Order {
+    match raw {
+        None | Some("big") => Order::Big,
+        Some("little") => Order::Little,
+        Some(o) => {
+            p.push(path, format!("expected big or little, got {o:?}"));
+            Order::Big
+        }
+    }
+}
+
+fn in_range(
+    v: Option<u64>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    path: String,
+    p: &mut Problems,
+) -> u64 {
+    let v = v.unwrap_or(default);
+    if !range.contains(&v) {
+        p.push(
+            path,
+            format!("{v} is outside {}..={}", range.start(), range.end()),
+        );
+        return default;
+    }
+    v
+}
+
+/// Validates the Modbus fields of a `devices[]` entry; `None` when a problem was found.
+pub fn validate_modbus_device(
+    d: &RawDevice,
+    name: String,
+    protocol: &str,
+    at: &str,
+    p: &mut Problems,
+) -> Option<ModbusDeviceConfig> {
+    let before = p.0.len();
+    let tcp = protocol == "modbus_tcp";
+    let transport = if tcp {
+        let host = match d.host.as_deref() {
+            Some(h) if !h.trim().is_empty() => h.to_string(),
+            Some(_) => {
+                p.push(format!("{at}.host"), "must not be empty");
+                String::new()
+            }
+            None => {
+                p.push(format!("{at}.host"), "is required for modbus_tcp");
+                String::new()
+            }
+        };
+        let port = match &d.port {
+            None => 502,
+            Some(RawPort::Number(n)) if (1..=65_535).contains(n) => *n as u16,
+            Some(RawPort::Number(n)) => {
+                p.push(format!("{at}.port"), format!("{n} is outside 1..=65535"));
+                502
+            }
+            Some(RawPort::Path(s)) => {
+                p.push(
+                    format!("{at}.port"),
+                    format!("expected a TCP port number for modbus_tcp, got {s:?}"),
+                );
+                502
+            }
+        };
+        for (key, present) in [
+            ("baud", d.baud.is_some()),
+            ("parity", d.parity.is_some()),
+            ("data_bits", d.data_bits.is_some()),
+            ("stop_bits", d.stop_bits.is_some()),
+            ("inter_frame_delay_ms", d.inter_frame_delay_ms.is_some()),
+        ] {
+            if present {
+                p.push(format!("{at}.{key}"), "is a modbus_rtu setting");
+            }
+        }
+        Transport::Tcp { host, port }
+    } else {
+        let path = match &d.port {
+            Some(RawPort::Path(s)) if !s.trim().is_empty() => s.clone(),
+            Some(_) => {
+                p.push(
+                    format!("{at}.port"),
+                    "expected a serial device like /dev/ttyUSB0 for modbus_rtu",
+                );
+                String::new()
+            }
+            None => {
+                p.push(
+                    format!("{at}.port"),
+                    "is required for modbus_rtu (e.g. /dev/ttyUSB0)",
+                );
+                String::new()
+            }
+        };
+        if d.host.is_some() {
+            p.push(format!("{at}.host"), "is a modbus_tcp setting");
+        }
+        let baud = in_range(d.baud, 9600, 50..=4_000_000, format!("{at}.baud"), p) as u32;
+        let parity = match d.parity.as_deref() {
+            None | Some("none") => Parity::None,
+            Some("even") => Parity::Even,
+            Some("odd") => Parity::Odd,
+            Some(o) => {
+                p.push(
+                    format!("{at}.parity"),
+                    format!("expected none, even or odd, got {o:?}"),
+                );
+                Parity::None
+            }
+        };
+        let data_bits = in_range(d.data_bits, 8, 5..=8, format!("{at}.data_bits"), p) as u8;
+        let stop_bits = in_range(d.stop_bits, 1, 1..=2, format!("{at}.stop_bits"), p) as u8;
+        let delay = in_range(
+            d.inter_frame_delay_ms,
+            0,
+            0..=1000,
+            format!("{at}.inter_frame_delay_ms"),
+            p,
+        );
+        Transport::Rtu(LineConfig {
+            path,
+            baud,
+            parity,
+            data_bits,
+            stop_bits,
+            inter_frame_delay: Duration::from_millis(delay),
+        })
+    };
+    let max_unit = if tcp { 255 } else { 247 };
+    let unit = in_range(d.unit, 1, 0..=max_unit, format!("{at}.unit"), p) as u8;
+    let timeout = in_range(
+        d.timeout_ms,
+        1000,
+        10..=60_000,
+        format!("{at}.timeout_ms"),
+        p,
+    );
+    let max_gap = in_range(d.max_gap, 8, 0..=124, format!("{at}.max_gap"), p) as u16;
+    let backoff_max = in_range(
+        d.backoff_max_secs,
+        60,
+        1..=3600,
+        format!("{at}.backoff_max_secs"),
+        p,
+    );
+    let hold = in_range(
+        d.hold_ms,
+        DEFAULT_HOLD.as_millis() as u64,
+        0..=600_000,
+        format!("{at}.hold_ms"),
+        p,
+    );
+    let groups = validate_groups(d.groups.as_deref(), at, p);
+    let points = validate_points(d.points.as_deref(), &groups, at, p);
+    if !points.is_empty() {
+        for (g, group) in groups.iter().enumerate() {
+            if !points.iter().any(|pt| pt.group == g) {
+                p.push(
+                    format!("{at}.groups[{g}]"),
+                    format!("no point is in group {:?}", group.name),
+                );
+            }
+        }
+    }
+    (p.0.len() == before).then(|| ModbusDeviceConfig {
+        name,
+        transport,
+        unit,
+        timeout: Duration::from_millis(timeout),
+        max_gap,
+        backoff_max: Duration::from_secs(backoff_max),
+        hold: Duration::from_millis(hold),
+        groups,
+        points,
+    })
+}
+
+fn validate_points(
+    raw: Option<&[RawModbusPoint]>,
+    groups: &[GroupConfig],
+    at: &str,
+    p: &mut Problems,
+) -> Vec<PointConfig> {
+    let raw = raw.unwrap_or_default();
+    if raw.is_empty() {
+        p.push(
+            format!("{at}.points"),
+            "a Modbus device needs at least one point",
+        );
+    }
+    let mut out: Vec<PointConfig> = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let pat = format!("{at}.points[{i}]");
+        let name = match r.name.as_deref() {
+            None => {
+                p.push(format!("{pat}.name"), "is required");
+                String::new()
+            }
+            Some(n) if n.is_empty() || n.len() > 64 => {
+                p.push(format!("{pat}.name"), "must be 1 to 64 characters");
+                String::new()
+            }
+            Some(n) => {
+                if out.iter().any(|o| o.name == n) {
+                    p.push(format!("{pat}.name"), format!("{n:?} is used twice"));
+                }
+                n.to_string()
+            }
+        };
+        let group = match r.group.as_deref() {
+            None if groups.len() <= 1 => 0,
+            None => {
+                p.push(
+                    format!("{pat}.group"),
+                    "is required when the device has more than one group",
+                );
+                0
+            }
+            Some(g) => match groups.iter().position(|c| c.name == g) {
+                Some(i) => i,
+                None => {
+                    p.push(format!("{pat}.group"), format!("no group is named {g:?}"));
+                    0
+                }
+            },
+        };
+        let kind = match r.kind.as_deref() {
+            None | Some("holding") => RegisterKind::Holding,
+            Some("input") => RegisterKind::Input,
+            Some("coil") => RegisterKind::Coil,
+            Some("discrete") => RegisterKind::Discrete,
+            Some(k) => {
+                p.push(
+                    format!("{pat}.kind"),
+                    format!("expected holding, input, coil or discrete, got {k:?}"),
+                );
+                RegisterKind::Holding
+            }
+        };
+        let data_type = match (r.data_type.as_deref(), kind.is_bits()) {
+            (None, true) | (Some("bool"), _) => DataType::Bool,
+            (Some(t), true) => {
+                p.push(
+                    format!("{pat}.type"),
+                    format!("coils and discrete inputs are bool, got {t:?}"),
+                );
+                DataType::Bool
+            }
+            (None, false) | (Some("u16"), false) => DataType::U16,
+            (Some("i16"), false) => DataType::I16,
+            (Some("u32"), false) => DataType::U32,
+            (Some("i32"), false) => DataType::I32,
+            (Some("u64"), false) => DataType::U64,
+            (Some("i64"), false) => DataType::I64,
+            (Some("f32"), false) => DataType::F32,
+            (Some("f64"), false) => DataType::F64,
+            (Some("string"), false) => match r.length {
+                Some(n @ 1..=250) => DataType::String(n as u16),
+                Some(n) => {
+                    p.push(format!("{pat}.length"), format!("{n} is outside 1..=250"));
+                    DataType::String(1)
+                }
+                None => {
+                    p.push(format!("{pat}.length"), "is required for a string");
+                    DataType::String(1)
+                }
+            },
+            (Some(t), false) => {
+                p.push(
+                    format!("{pat}.type"),
+                    format!("expected bool, u16, i16, u32, i32, u64, i64, f32, f64 or string, got {t:?}"),
+                );
+                DataType::U16
+            }
+        };
+        if r.length.is_some() && !matches!(data_type, DataType::String(_)) {
+            p.push(format!("{pat}.length"), "is only for type string");
+        }
+        let register = match r.register {
+            None => {
+                p.push(format!("{pat}.register"), "is required");
+                0
+            }
+            Some(a) if a > 65_535 => {
+                p.push(
+                    format!("{pat}.register"),
+                    format!("{a} is outside 0..=65535"),
+                );
+                0
+            }
+            Some(a) => {
+                let end = a + u64::from(data_type.width()) - 1;
+                if end > 65_535 {
+                    p.push(
+                        format!("{pat}.register"),
+                        format!("the point ends at {end}, past 65535"),
+                    );
+                }
+                a as u16
+            }
+        };
+        let word_order = order(r.word_order.as_deref(), format!("{pat}.word_order"), p);
+        let byte_order = order(r.byte_order.as_deref(), format!("{pat}.byte_order"), p);
+        for (key, v) in [("scale", r.scale), ("offset", r.offset)] {
+            if v.is_some_and(|v| !v.is_finite()) {
+                p.push(format!("{pat}.{key}"), "must be a finite number");
+            }
+        }
+        let numeric = !kind.is_bits() && !matches!(data_type, DataType::String(_) | DataType::Bool);
+        if !numeric && (r.scale.is_some() || r.offset.is_some()) {
+            p.push(
+                format!("{pat}.scale"),
+                "scale and offset are for numbers only",
+            );
+        }
+        out.push(PointConfig {
+            name,
+            group,
+            register,
+            kind,
+            data_type,
+            word_order,
+            byte_order,
+            scale: r.scale,
+            offset: r.offset,
+            unit: r.unit.clone(),
+        });
+    }
+    out
+}
+
+/// Checks what devices on one serial line must agree on: the line settings and distinct
+/// unit ids.
+pub fn check_lines(devices: &[ModbusDeviceConfig], path: &str, p: &mut Problems) {
+    for (i, a) in devices.iter().enumerate() {
+        let Transport::Rtu(la) = &a.transport else {
+            continue;
+        };
+        for b in &devices[..i] {
+            let Transport::Rtu(lb) = &b.transport else {
+                continue;
+            };
+            if la.path != lb.path {
+                continue;
+            }
+            if la != lb {
+                p.push(
+                    path,
+                    format!(
+                        "devices {:?} and {:?} share {} but not its settings (baud, parity, data_bits, stop_bits, inter_frame_delay_ms)",
+                        b.name, a.name, la.path
+                    ),
+                );
+            }
+            if a.unit == b.unit {
+                p.push(
+                    path,
+                    format!(
+                        "devices {:?} and {:?} share {} and unit {}",
+                        b.name, a.name, la.path, a.unit
+                    ),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Modbus TCP and RTU polling: `devices:` entries with `protocol: modbus_tcp` or `modbus_rtu`.
+//!
+//! - [`config`]: the point list and line settings, validated without I/O.
+//! - [`plan`]: request coalescing (at most 125 registers or 2000 bits per request).
+//! - [`decode`]: registers → values (types, word and byte order, scale and offset).
+//! - [`poller`]: the line tasks: timeouts, drop-and-reopen, exceptions as data, circuit breaker.
+//! - [`status`]: what each device shows in `/api/status` `devices[]` and `/metrics`.
+
+pub mod config;
+pub mod decode;
+pub mod plan;
+pub mod poller;
+pub mod status;
+
+pub use poller::{Breaker, LinkError, ModbusPollers};
+pub use status::{ConnState, DeviceStatus};
