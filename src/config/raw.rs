@@ -9,6 +9,8 @@ pub use crate::flow::config::RawFlow;
 pub use crate::sinks::push::config::{RawPush, RawPushQueue};
 pub use crate::sinks::storage::config::RawStorage;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
+pub use crate::sources::mqtt::config::RawMqtt;
+pub use crate::sources::nats::config::RawNats;
 pub use crate::sources::webhook::config::RawWebhook;
 
 /// The whole file.
@@ -26,6 +28,10 @@ pub struct RawConfig {
     pub dead_letters: Option<RawDeadLetters>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
+    /// NATS: connections, JetStream sources (`nats/<name>`) and the `nats` sink.
+    pub nats: Option<RawNats>,
+    /// MQTT: connections, sources (`mqtt/<name>`, acked on receipt) and the `mqtt` sink.
+    pub mqtt: Option<RawMqtt>,
 }
 
 /// `dead_letters:`

@@ -10,11 +10,13 @@ use crate::flow::config::{validate_flows, FlowConfig};
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
 use crate::sinks::storage::config::StorageConfig;
 use crate::sources::ingest::config::IngestConfig;
+use crate::sources::mqtt::config::MqttConfig;
+use crate::sources::nats::config::NatsConfig;
 use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
 
 /// The sinks a flow can name.
-pub const KNOWN_SINKS: &[&str] = &["push", "storage"];
+pub const KNOWN_SINKS: &[&str] = &["push", "storage", "nats", "mqtt"];
 
 /// Name of a connector whose config names none.
 pub const DEFAULT_NAME: &str = "opex-connector";
@@ -34,14 +36,21 @@ pub struct Config {
     pub dead_letters_max_rows: u64,
     /// `flows:`; empty when none are configured (every source then goes to `push`).
     pub flows: Vec<FlowConfig>,
+    /// `nats:`
+    pub nats: NatsConfig,
+    /// `mqtt:`
+    pub mqtt: MqttConfig,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
     pub warnings: Vec<Problem>,
 }
 
 impl Config {
-    /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`.
+    /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`,
+    /// `nats/<name>`, `mqtt/<name>`.
     pub fn source_names(&self) -> Vec<String> {
-        source_names(&self.ingest, &self.webhooks)
+        let mut names = source_names(&self.ingest, &self.webhooks);
+        names.extend(messaging_source_names(&self.nats, &self.mqtt));
+        names
     }
 }
 
@@ -51,6 +60,14 @@ fn source_names(ingest: &IngestConfig, webhooks: &[WebhookConfig]) -> Vec<String
         .iter()
         .map(|s| format!("ingest/{}", s.name))
         .chain(webhooks.iter().map(|w| format!("webhook/{}", w.name)))
+        .collect()
+}
+
+fn messaging_source_names(nats: &NatsConfig, mqtt: &MqttConfig) -> Vec<String> {
+    nats.sources
+        .iter()
+        .map(|s| format!("nats/{}", s.name))
+        .chain(mqtt.sources.iter().map(|s| format!("mqtt/{}", s.name)))
         .collect()
 }
 
@@ -132,16 +149,32 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             format!("{dead_letters_max_rows} is outside 1..=10000000"),
         );
     }
+    let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
+    let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
     let mut warnings = Vec::new();
+    let mut all_sources = source_names(&ingest, &webhooks);
+    all_sources.extend(messaging_source_names(&nats, &mqtt));
     let flows = validate_flows(
         raw.flows.as_deref(),
-        &source_names(&ingest, &webhooks),
+        &all_sources,
         KNOWN_SINKS,
         &mut p,
         &mut warnings,
     );
     let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
     let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
+    if flows.iter().any(|f| f.uses_sink("nats")) && nats.sink.is_none() {
+        p.push(
+            "nats.sink",
+            "a flow delivers to sink nats: configure nats.sink",
+        );
+    }
+    if flows.iter().any(|f| f.uses_sink("mqtt")) && mqtt.sink.is_none() {
+        p.push(
+            "mqtt.sink",
+            "a flow delivers to sink mqtt: configure mqtt.sink",
+        );
+    }
 
     if p.is_empty() {
         Ok(Config {
@@ -157,6 +190,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             storage,
             dead_letters_max_rows,
             flows,
+            nats,
+            mqtt,
             warnings,
         })
     } else {

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use crate::admission::{Gate, Refused, Reservation};
 use crate::record::Record;
+use crate::sinks::mqtt::MqttSink;
+use crate::sinks::nats::{NatsSink, SinkError};
 use crate::sinks::push::PushSink;
 use crate::sinks::storage::StorageSink;
 use crate::store::events::EventStore;
@@ -17,6 +19,10 @@ pub enum SinkHandle {
     Push(Arc<PushSink>),
     /// The local event history.
     Storage(Arc<StorageSink>),
+    /// Publishes to NATS.
+    Nats(Arc<NatsSink>),
+    /// Publishes to an MQTT broker.
+    Mqtt(Arc<MqttSink>),
 }
 
 impl SinkHandle {
@@ -25,6 +31,8 @@ impl SinkHandle {
         match self {
             Self::Push(_) => "push",
             Self::Storage(_) => "storage",
+            Self::Nats(_) => "nats",
+            Self::Mqtt(_) => "mqtt",
         }
     }
 
@@ -33,6 +41,7 @@ impl SinkHandle {
         match self {
             Self::Push(_) => row_bytes(record.to_line().len()),
             Self::Storage(_) => EventStore::row_bytes(record),
+            Self::Nats(_) | Self::Mqtt(_) => record.to_line().len() as u64,
         }
     }
 
@@ -40,11 +49,18 @@ impl SinkHandle {
         match self {
             Self::Push(p) => p.gate(),
             Self::Storage(s) => s.gate(),
+            Self::Nats(n) => n.gate(),
+            Self::Mqtt(m) => m.gate(),
         }
     }
 
     /// Asks the sink's gate to admit `bytes`.
     pub fn admit(&self, bytes: u64) -> Result<Reservation, Refused> {
+        match self {
+            Self::Nats(n) => n.admit()?,
+            Self::Mqtt(m) => m.admit()?,
+            Self::Push(_) | Self::Storage(_) => {}
+        }
         self.gate().admit(bytes)
     }
 
@@ -70,6 +86,8 @@ impl SinkHandle {
                     .await
                     .map_err(DeliveryError::Store)
             }
+            Self::Nats(n) => n.deliver(record).await.map_err(DeliveryError::from),
+            Self::Mqtt(m) => m.deliver(record).await.map_err(DeliveryError::from),
         }
     }
 
@@ -93,6 +111,17 @@ pub enum DeliveryError {
     Refused(Refused),
     /// The sink could not store it.
     Store(StoreError),
+    /// A messaging sink could not publish it (after its retries).
+    Publish(String),
+}
+
+impl From<SinkError> for DeliveryError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            SinkError::Refused(r) => Self::Refused(r),
+            SinkError::Failed(reason) => Self::Publish(reason),
+        }
+    }
 }
 
 /// The sinks of this connector, by name.

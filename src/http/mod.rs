@@ -19,9 +19,13 @@ use std::time::Instant;
 
 use crate::config::HttpConfig;
 use crate::engine::Engine;
+use crate::sinks::mqtt::MqttSink;
+use crate::sinks::nats::NatsSink;
 use crate::sinks::push::{PushSink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
+use crate::sources::mqtt::MqttSource;
+use crate::sources::nats::NatsSource;
 use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
@@ -46,4 +50,12 @@ pub struct AppState {
     pub storage: Option<Arc<StorageSink>>,
     /// Server counters.
     pub stats: HttpStats,
+    /// NATS JetStream sources, in config order.
+    pub nats_sources: Vec<Arc<NatsSource>>,
+    /// MQTT sources, in config order.
+    pub mqtt_sources: Vec<Arc<MqttSource>>,
+    /// The `nats` sink, when configured.
+    pub nats_sink: Option<Arc<NatsSink>>,
+    /// The `mqtt` sink, when configured.
+    pub mqtt_sink: Option<Arc<MqttSink>>,
 }

@@ -4,10 +4,16 @@
 //!
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
+//! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
+//! - [`mqtt`]: MQTT subscriptions (acked on receipt; losses counted).
+//! - [`buffers`]: the per-device buffers of the message sources.
 //! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
 
+pub mod buffers;
 pub mod hold;
 pub mod ingest;
+pub mod mqtt;
+pub mod nats;
 pub mod pollers;
 pub mod webhook;
 
