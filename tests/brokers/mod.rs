@@ -148,6 +148,14 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         stop(&mut self.child, false);
+        if thread::panicking() {
+            let log = fs::read_to_string(self.dir.path().join("nats.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!(
+                "nats-server log (last lines):\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
     }
 }
 
@@ -176,10 +184,21 @@ impl Mosquitto {
 
     fn spawn(&mut self) {
         let conf = self.dir.path().join("mosquitto.conf");
+        // Started as root, mosquitto drops to the user `mosquitto`, which cannot write the
+        // persistence file into our temp dir: keep the user that runs the test.
+        let user = Command::new("id")
+            .arg("-un")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|u| u.trim().to_string())
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "root".into());
         fs::write(
             &conf,
             format!(
-                "listener {} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nautosave_interval 1\nmax_queued_messages 100000\nlog_dest stderr\n",
+                "user {}\nlistener {} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nautosave_interval 1\nmax_queued_messages 100000\nlog_dest stderr\n",
+                user,
                 self.port,
                 self.dir.path().display()
             ),
@@ -226,6 +245,14 @@ impl Mosquitto {
 impl Drop for Mosquitto {
     fn drop(&mut self) {
         stop(&mut self.child, false);
+        if thread::panicking() {
+            let log = fs::read_to_string(self.dir.path().join("mosquitto.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!(
+                "mosquitto log (last lines):\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
     }
 }
 

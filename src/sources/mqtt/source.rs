@@ -127,6 +127,12 @@ impl MqttSource {
         let _ = worker.await;
     }
 
+    /// Runs the client alone: messages are received, acked and buffered, but nothing offers
+    /// them (the state of a source whose pipeline is stalled). For tests of the buffer cap.
+    pub async fn receive_only(&self, shutdown: Shutdown) {
+        self.client(&shutdown).await;
+    }
+
     async fn client(&self, shutdown: &Shutdown) {
         let opts = match options(&self.cfg.connection, &self.cfg.name) {
             Ok(o) => o,
