@@ -12,10 +12,10 @@
 //! | `main.rs` | the command line: `run`, `validate`, `--version`; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
-//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API) |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`] |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
-//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink) |
+//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`], [`sinks::nats`], [`sinks::mqtt`] |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
 //! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |

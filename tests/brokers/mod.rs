@@ -346,12 +346,15 @@ impl Js {
     }
 }
 
+/// Topic and payload of each message a test client received.
+type Inbox = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// An MQTT test client (rumqttc on its own runtime) that keeps what it receives and
 /// reconnects after a broker restart.
 pub struct MqttClient {
     pub rt: tokio::runtime::Runtime,
     pub client: rumqttc::AsyncClient,
-    received: std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>,
+    received: Inbox,
 }
 
 impl MqttClient {
@@ -367,7 +370,7 @@ impl MqttClient {
             .set_keep_alive(Duration::from_secs(5))
             .set_inflight(1000);
         let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 100_000);
-        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let received: Inbox = Default::default();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         {
             let received = received.clone();
