@@ -151,7 +151,10 @@ impl NatsSource {
             match self.consume(&js, &engine, &shutdown).await {
                 Ok(()) => attempt = 0,
                 Err(e) => {
-                    self.stats.consuming.store(false, Ordering::Relaxed);
+                    // A consumer that ran before failed: start the back-off over.
+                    if self.stats.consuming.swap(false, Ordering::Relaxed) {
+                        attempt = 1;
+                    }
                     let wait = reconnect_delay(attempt, self.cfg.connection.reconnect_max);
                     log::warn!(
                         "nats source paused, retrying: source={} stream={} retry_in_ms={} error=\"{e}\"",
