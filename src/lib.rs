@@ -12,10 +12,10 @@
 //! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
-//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], the pollers of [`sources::devices`] ([`sources::modbus`]) on their own runtime |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`]) on their own runtime |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
-//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]) |
+//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
 //! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |

@@ -13,6 +13,8 @@ pub use crate::sinks::push::config::{RawPush, RawPushQueue};
 pub use crate::sinks::storage::config::RawStorage;
 pub use crate::sources::devices::RawDevice;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
+pub use crate::sources::mqtt::config::RawMqtt;
+pub use crate::sources::nats::config::RawNats;
 pub use crate::sources::webhook::config::RawWebhook;
 
 /// The whole file.
@@ -38,6 +40,10 @@ pub struct RawConfig {
     pub devices: Option<Vec<RawDevice>>,
     /// The built-in simulator, started inside the process (the demo polls it).
     pub simulator: Option<RawSimulator>,
+    /// NATS: connections, JetStream sources (`nats/<name>`) and the `nats` sink.
+    pub nats: Option<RawNats>,
+    /// MQTT: connections, sources (`mqtt/<name>`, acked on receipt) and the `mqtt` sink.
+    pub mqtt: Option<RawMqtt>,
 }
 
 /// `dead_letters:`

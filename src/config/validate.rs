@@ -14,11 +14,13 @@ use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
 use crate::sinks::storage::config::StorageConfig;
 use crate::sources::devices::{validate_devices, DevicesConfig};
 use crate::sources::ingest::config::IngestConfig;
+use crate::sources::mqtt::config::MqttConfig;
+use crate::sources::nats::config::NatsConfig;
 use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
 
 /// The sinks a flow can name.
-pub const KNOWN_SINKS: &[&str] = &["push", "storage", "clickhouse", "postgres"];
+pub const KNOWN_SINKS: &[&str] = &["push", "storage", "clickhouse", "postgres", "nats", "mqtt"];
 
 /// Name of a connector whose config names none.
 pub const DEFAULT_NAME: &str = "opex-connector";
@@ -46,15 +48,21 @@ pub struct Config {
     pub devices: DevicesConfig,
     /// `simulator:`
     pub simulator: SimulatorConfig,
+    /// `nats:`
+    pub nats: NatsConfig,
+    /// `mqtt:`
+    pub mqtt: MqttConfig,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
     pub warnings: Vec<Problem>,
 }
 
 impl Config {
     /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`,
-    /// `modbus/<name>`.
+    /// `modbus/<name>`, `nats/<name>`, `mqtt/<name>`.
     pub fn source_names(&self) -> Vec<String> {
-        source_names(&self.ingest, &self.webhooks, &self.devices)
+        let mut names = source_names(&self.ingest, &self.webhooks, &self.devices);
+        names.extend(messaging_source_names(&self.nats, &self.mqtt));
+        names
     }
 }
 
@@ -69,6 +77,14 @@ fn source_names(
         .map(|s| format!("ingest/{}", s.name))
         .chain(webhooks.iter().map(|w| format!("webhook/{}", w.name)))
         .chain(devices.source_names())
+        .collect()
+}
+
+fn messaging_source_names(nats: &NatsConfig, mqtt: &MqttConfig) -> Vec<String> {
+    nats.sources
+        .iter()
+        .map(|s| format!("nats/{}", s.name))
+        .chain(mqtt.sources.iter().map(|s| format!("mqtt/{}", s.name)))
         .collect()
 }
 
@@ -152,10 +168,14 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     }
     let devices = validate_devices(raw.devices.as_deref(), "devices", &mut p);
     let simulator = SimulatorConfig::validate(raw.simulator.as_ref(), "simulator", &mut p);
+    let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
+    let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
     let mut warnings = Vec::new();
+    let mut all_sources = source_names(&ingest, &webhooks, &devices);
+    all_sources.extend(messaging_source_names(&nats, &mqtt));
     let flows = validate_flows(
         raw.flows.as_deref(),
-        &source_names(&ingest, &webhooks, &devices),
+        &all_sources,
         KNOWN_SINKS,
         &mut p,
         &mut warnings,
@@ -183,6 +203,18 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     }
     let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
     let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
+    if flows.iter().any(|f| f.uses_sink("nats")) && nats.sink.is_none() {
+        p.push(
+            "nats.sink",
+            "a flow delivers to sink nats: configure nats.sink",
+        );
+    }
+    if flows.iter().any(|f| f.uses_sink("mqtt")) && mqtt.sink.is_none() {
+        p.push(
+            "mqtt.sink",
+            "a flow delivers to sink mqtt: configure mqtt.sink",
+        );
+    }
 
     if p.is_empty() {
         Ok(Config {
@@ -202,6 +234,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             flows,
             devices,
             simulator,
+            nats,
+            mqtt,
             warnings,
         })
     } else {

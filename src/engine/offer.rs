@@ -320,6 +320,10 @@ impl Engine {
                     sink: sink.to_string(),
                     reason: e.to_string(),
                 },
+                DeliveryError::Publish(reason) => Settlement::Failed {
+                    sink: sink.to_string(),
+                    reason,
+                },
             })
     }
 

@@ -6,6 +6,8 @@ use crate::admission::{Gate, Refused, Reservation};
 use crate::record::Record;
 use crate::sinks::backlog::PushError;
 use crate::sinks::clickhouse::ClickHouseSink;
+use crate::sinks::mqtt::MqttSink;
+use crate::sinks::nats::{NatsSink, SinkError};
 use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::PushSink;
 use crate::sinks::storage::StorageSink;
@@ -24,6 +26,10 @@ pub enum SinkHandle {
     ClickHouse(Arc<ClickHouseSink>),
     /// A Postgres table, through a memory backlog bounded in rows.
     Postgres(Arc<PostgresSink>),
+    /// Publishes to NATS.
+    Nats(Arc<NatsSink>),
+    /// Publishes to an MQTT broker.
+    Mqtt(Arc<MqttSink>),
 }
 
 impl SinkHandle {
@@ -34,6 +40,8 @@ impl SinkHandle {
             Self::Storage(_) => "storage",
             Self::ClickHouse(_) => "clickhouse",
             Self::Postgres(_) => "postgres",
+            Self::Nats(_) => "nats",
+            Self::Mqtt(_) => "mqtt",
         }
     }
 
@@ -44,6 +52,7 @@ impl SinkHandle {
             Self::Storage(_) => EventStore::row_bytes(record),
             // The database backlogs are bounded in rows: their gates count one per record.
             Self::ClickHouse(_) | Self::Postgres(_) => 1,
+            Self::Nats(_) | Self::Mqtt(_) => record.to_line().len() as u64,
         }
     }
 
@@ -53,11 +62,18 @@ impl SinkHandle {
             Self::Storage(s) => s.gate(),
             Self::ClickHouse(c) => c.gate(),
             Self::Postgres(p) => p.gate(),
+            Self::Nats(n) => n.gate(),
+            Self::Mqtt(m) => m.gate(),
         }
     }
 
     /// Asks the sink's gate to admit `bytes`.
     pub fn admit(&self, bytes: u64) -> Result<Reservation, Refused> {
+        match self {
+            Self::Nats(n) => n.admit()?,
+            Self::Mqtt(m) => m.admit()?,
+            Self::Push(_) | Self::Storage(_) | Self::ClickHouse(_) | Self::Postgres(_) => {}
+        }
         self.gate().admit(bytes)
     }
 
@@ -86,6 +102,8 @@ impl SinkHandle {
             // Returns once the row is in the memory backlog, not once it is inserted.
             Self::ClickHouse(c) => c.deliver(record, reservation).map_err(DeliveryError::from),
             Self::Postgres(p) => p.deliver(record, reservation).map_err(DeliveryError::from),
+            Self::Nats(n) => n.deliver(record).await.map_err(DeliveryError::from),
+            Self::Mqtt(m) => m.deliver(record).await.map_err(DeliveryError::from),
         }
     }
 
@@ -109,6 +127,17 @@ pub enum DeliveryError {
     Refused(Refused),
     /// The sink could not store it.
     Store(StoreError),
+    /// A messaging sink could not publish it (after its retries).
+    Publish(String),
+}
+
+impl From<SinkError> for DeliveryError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            SinkError::Refused(r) => Self::Refused(r),
+            SinkError::Failed(reason) => Self::Publish(reason),
+        }
+    }
 }
 
 impl From<PushError> for DeliveryError {

@@ -20,10 +20,14 @@ use std::time::Instant;
 
 use crate::config::HttpConfig;
 use crate::engine::Engine;
+use crate::sinks::mqtt::MqttSink;
+use crate::sinks::nats::NatsSink;
 use crate::sinks::push::{PushSink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::DeviceStatus;
+use crate::sources::mqtt::MqttSource;
+use crate::sources::nats::NatsSource;
 use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
@@ -52,4 +56,12 @@ pub struct AppState {
     pub devices: Vec<Arc<DeviceStatus>>,
     /// Server counters.
     pub stats: HttpStats,
+    /// NATS JetStream sources, in config order.
+    pub nats_sources: Vec<Arc<NatsSource>>,
+    /// MQTT sources, in config order.
+    pub mqtt_sources: Vec<Arc<MqttSource>>,
+    /// The `nats` sink, when configured.
+    pub nats_sink: Option<Arc<NatsSink>>,
+    /// The `mqtt` sink, when configured.
+    pub mqtt_sink: Option<Arc<MqttSink>>,
 }

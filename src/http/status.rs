@@ -39,7 +39,7 @@ pub fn status(state: &AppState) -> Value {
         }),
     };
     let q = state.push.status();
-    let sources: Vec<Value> = state
+    let mut sources: Vec<Value> = state
         .ingest
         .iter()
         .map(|s| {
@@ -53,6 +53,8 @@ pub fn status(state: &AppState) -> Value {
             })
         })
         .collect();
+    sources.extend(state.nats_sources.iter().map(|s| s.status()));
+    sources.extend(state.mqtt_sources.iter().map(|s| s.status()));
     let webhooks: Vec<Value> = state
         .webhooks
         .iter()
@@ -108,6 +110,12 @@ pub fn status(state: &AppState) -> Value {
             sink.name().to_string(),
             serde_json::to_value(st).unwrap_or_default(),
         );
+    }
+    if let Some(n) = &state.nats_sink {
+        sinks.push(n.status());
+    }
+    if let Some(m) = &state.mqtt_sink {
+        sinks.push(m.status());
     }
     json!({
         "connector": {
@@ -302,6 +310,7 @@ pub fn metrics(state: &AppState) -> String {
     }
     database_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
+    messaging_metrics(state, &mut p);
     p.single(
         "opex_connector_http_connections_total",
         Kind::Counter,
@@ -339,7 +348,7 @@ fn database_metrics(state: &AppState, p: &mut Page) {
         return;
     }
     type Pick = fn(&crate::sinks::backlog::BacklogStatus) -> u64;
-    let families: [(&str, Kind, &str, Pick); 8] = [
+    let families: [(&str, Kind, &str, Pick); 6] = [
         (
             "opex_connector_sink_backlog_rows",
             Kind::Gauge,
@@ -351,18 +360,6 @@ fn database_metrics(state: &AppState, p: &mut Page) {
             Kind::Gauge,
             "Bound of a database sink's memory backlog in rows.",
             |s| s.max_backlog_rows,
-        ),
-        (
-            "opex_connector_sink_dropped_total",
-            Kind::Counter,
-            "Rows a database sink dropped at its bound (evict_oldest): data gaps.",
-            |s| s.dropped_total,
-        ),
-        (
-            "opex_connector_sink_blocked_total",
-            Kind::Counter,
-            "Records refused at a database sink's bound (block); their sources retry.",
-            |s| s.blocked_total,
         ),
         (
             "opex_connector_sink_inserted_rows_total",
@@ -398,6 +395,234 @@ fn database_metrics(state: &AppState, p: &mut Page) {
             .collect();
         p.family(name, kind, help, &samples);
     }
+}
+
+/// Counters of the NATS and MQTT sources and sinks.
+fn messaging_metrics(state: &AppState, p: &mut Page) {
+    let names: Vec<String> = state
+        .nats_sources
+        .iter()
+        .map(|s| s.source().to_string())
+        .collect();
+    type Pick = fn(&crate::sources::nats::NatsSourceStats) -> &std::sync::atomic::AtomicU64;
+    let nats: [(&str, &str, Pick); 5] = [
+        (
+            "opex_connector_nats_acked_total",
+            "JetStream messages acked after their record was stored.",
+            |s| &s.acked,
+        ),
+        (
+            "opex_connector_nats_refused_total",
+            "JetStream messages nak'd with backoff because a sink refused before any node ran.",
+            |s| &s.refused,
+        ),
+        (
+            "opex_connector_nats_returned_total",
+            "JetStream messages returned (nak) because their subject's buffer was full.",
+            |s| &s.returned,
+        ),
+        (
+            "opex_connector_nats_replaced_total",
+            "JetStream messages replaced by a newer one in latest mode (acked by design).",
+            |s| &s.replaced,
+        ),
+        (
+            "opex_connector_nats_redelivered_total",
+            "JetStream messages received again after an earlier delivery.",
+            |s| &s.redelivered,
+        ),
+    ];
+    for (metric, help, pick) in nats {
+        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
+            .nats_sources
+            .iter()
+            .zip(&names)
+            .map(|(s, n)| {
+                (
+                    vec![("source", n.as_str())],
+                    pick(&s.stats).load(Ordering::Relaxed) as f64,
+                )
+            })
+            .collect();
+        let refs: Vec<(&[(&str, &str)], f64)> =
+            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        p.family(metric, Kind::Counter, help, &refs);
+    }
+    let names: Vec<String> = state
+        .mqtt_sources
+        .iter()
+        .map(|s| s.source().to_string())
+        .collect();
+    type PickM = fn(&crate::sources::mqtt::MqttSourceStats) -> &std::sync::atomic::AtomicU64;
+    let mqtt: [(&str, &str, PickM); 4] = [
+        (
+            "opex_connector_mqtt_received_total",
+            "MQTT messages received (acked on receipt).",
+            |s| &s.received,
+        ),
+        (
+            "opex_connector_mqtt_dropped_total",
+            "MQTT messages dropped because their subscription's buffer was full.",
+            |s| &s.dropped,
+        ),
+        (
+            "opex_connector_mqtt_refused_total",
+            "MQTT records a full sink refused: lost, MQTT acks on receipt.",
+            |s| &s.refused,
+        ),
+        (
+            "opex_connector_mqtt_failed_total",
+            "MQTT records a sink failed to store: lost.",
+            |s| &s.failed,
+        ),
+    ];
+    for (metric, help, pick) in mqtt {
+        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
+            .mqtt_sources
+            .iter()
+            .zip(&names)
+            .map(|(s, n)| {
+                (
+                    vec![("source", n.as_str())],
+                    pick(&s.stats).load(Ordering::Relaxed) as f64,
+                )
+            })
+            .collect();
+        let refs: Vec<(&[(&str, &str)], f64)> =
+            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        p.family(metric, Kind::Counter, help, &refs);
+    }
+    // Sinks with a queue in memory: (name, dropped, blocked, failed, queue depth); `failed`
+    // only means something for the messaging sinks, whose publishes give up after retries.
+    let mut sinks: Vec<(&str, u64, u64, Option<u64>, f64)> = Vec::new();
+    for sink in state.engine.sinks().iter() {
+        let st = match sink {
+            SinkHandle::ClickHouse(c) => c.status(),
+            SinkHandle::Postgres(p) => p.status(),
+            _ => continue,
+        };
+        sinks.push((
+            sink.name(),
+            st.dropped_total,
+            st.blocked_total,
+            None,
+            st.backlog_rows as f64,
+        ));
+    }
+    if let Some(n) = &state.nats_sink {
+        let s = &n.stats;
+        sinks.push((
+            "nats",
+            s.dropped.load(Ordering::Relaxed),
+            s.blocked.load(Ordering::Relaxed),
+            Some(s.failed.load(Ordering::Relaxed)),
+            n.queue_depth() as f64,
+        ));
+    }
+    if let Some(m) = &state.mqtt_sink {
+        let s = &m.stats;
+        sinks.push((
+            "mqtt",
+            s.dropped.load(Ordering::Relaxed),
+            s.blocked.load(Ordering::Relaxed),
+            Some(s.failed.load(Ordering::Relaxed)),
+            m.queue_depth() as f64,
+        ));
+    }
+    if sinks.is_empty() {
+        return;
+    }
+    for (metric, kind, help, pick) in [
+        ("opex_connector_sink_dropped_total", Kind::Counter, "Records a sink with a memory queue lost (database backlog at its bound under evict_oldest) or refused at delivery (messaging queue full; the source retries).", 0),
+        ("opex_connector_sink_blocked_total", Kind::Counter, "Records a sink refused at admission (full under block, or not connected); their sources retry.", 1),
+        ("opex_connector_sink_failed_total", Kind::Counter, "Records a messaging sink failed to publish after its retries.", 2),
+        ("opex_connector_sink_queue_depth", Kind::Gauge, "Records waiting in a sink's memory queue or backlog.", 3),
+    ] {
+        let samples: Vec<(Vec<(&str, &str)>, f64)> = sinks
+            .iter()
+            .filter_map(|(name, d, b, f, q)| {
+                let v = match pick {
+                    0 => *d as f64,
+                    1 => *b as f64,
+                    2 => (*f)? as f64,
+                    _ => *q,
+                };
+                Some((vec![("sink", *name)], v))
+            })
+            .collect();
+        if samples.is_empty() {
+            continue;
+        }
+        let refs: Vec<(&[(&str, &str)], f64)> =
+            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        p.family(metric, kind, help, &refs);
+    }
+}
+
+/// The status page's NATS and MQTT part: sources, sinks, and the MQTT loss warning.
+fn messaging_section(state: &AppState, esc: &dyn Fn(&str) -> String) -> String {
+    if state.nats_sources.is_empty()
+        && state.mqtt_sources.is_empty()
+        && state.nats_sink.is_none()
+        && state.mqtt_sink.is_none()
+    {
+        return String::new();
+    }
+    let mut rows = String::new();
+    for s in &state.nats_sources {
+        let st = &s.stats;
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>acked {} · nak'd {} · returned {} · replaced {}</td></tr>",
+            esc(s.source()),
+            if st.consuming.load(Ordering::Relaxed) { "consuming" } else { "not consuming" },
+            st.acked.load(Ordering::Relaxed),
+            st.refused.load(Ordering::Relaxed) + st.failed.load(Ordering::Relaxed),
+            st.returned.load(Ordering::Relaxed),
+            st.replaced.load(Ordering::Relaxed),
+        ));
+    }
+    for s in &state.mqtt_sources {
+        let st = &s.stats;
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>stored {} · lost: refused {}, failed {}, buffer full {}</td></tr>",
+            esc(s.source()),
+            if st.connected.load(Ordering::Relaxed) { "connected" } else { "disconnected" },
+            st.stored.load(Ordering::Relaxed),
+            st.refused.load(Ordering::Relaxed),
+            st.failed.load(Ordering::Relaxed),
+            st.dropped.load(Ordering::Relaxed),
+        ));
+    }
+    if let Some(n) = &state.nats_sink {
+        let st = &n.stats;
+        rows.push_str(&format!(
+            "<tr><td>sink nats</td><td>{}</td><td>published {} · queue {} · dropped {} · blocked {} · failed {}</td></tr>",
+            if st.connected.load(Ordering::Relaxed) { "connected" } else { "disconnected" },
+            st.published.load(Ordering::Relaxed),
+            n.queue_depth(),
+            st.dropped.load(Ordering::Relaxed),
+            st.blocked.load(Ordering::Relaxed),
+            st.failed.load(Ordering::Relaxed),
+        ));
+    }
+    if let Some(m) = &state.mqtt_sink {
+        let st = &m.stats;
+        rows.push_str(&format!(
+            "<tr><td>sink mqtt</td><td>{}</td><td>sent {} · queue {} · dropped {} · blocked {} · failed {}</td></tr>",
+            if st.connected.load(Ordering::Relaxed) { "connected" } else { "disconnected" },
+            st.sent.load(Ordering::Relaxed),
+            m.queue_depth(),
+            st.dropped.load(Ordering::Relaxed),
+            st.blocked.load(Ordering::Relaxed),
+            st.failed.load(Ordering::Relaxed),
+        ));
+    }
+    let warning = if state.mqtt_sources.is_empty() {
+        ""
+    } else {
+        "<p><b>MQTT is acked on receipt</b>: records a full sink refuses are lost (counted above). Use NATS JetStream when MQTT data must not be lost.</p>"
+    };
+    format!("<h2>NATS and MQTT</h2>{warning}<table>{rows}</table>")
 }
 
 /// A small self-contained page for a technician's browser (no scripts, no external assets).
@@ -475,8 +700,9 @@ pub fn page(state: &AppState) -> String {
 blocked {blocked} · evicted {evicted} · dropped {dropped} · durable {durable}</p>
 <h2>Devices</h2><table><tr><th>device</th><th>state</th><th>last values</th><th>jitter p99 ms</th><th>requests/cycle</th><th>errors</th><th>exceptions</th></tr>{devices}</table>
 <h2>Uplink</h2><p>{uplink}</p>
-<h2>Ingest sources</h2><table><tr><th>source</th><th>stored</th><th>refused</th><th>rejected</th></tr>{sources}</table>
+<h2>Ingest sources</h2><table><tr><th>source</th><th>stored</th><th>refused</th><th>rejected</th></tr>{sources}</table>{messaging}
 </body></html>"#,
+        messaging = messaging_section(state, &esc),
         name = esc(&state.name),
         version = crate::VERSION,
         uptime = state.started.elapsed().as_secs(),

@@ -5,9 +5,13 @@
 //! - [`storage`]: the local event history.
 //! - [`clickhouse`], [`postgres`]: database tables, through a bounded memory backlog
 //!   ([`backlog`]) that is lost if the process crashes.
+//! - [`nats`]: publishes to NATS (JetStream with ack, or core + flush); [`mqtt`]: publishes to
+//!   an MQTT broker through a bounded client queue.
 
 pub mod backlog;
 pub mod clickhouse;
+pub mod mqtt;
+pub mod nats;
 pub mod postgres;
 pub mod push;
 pub mod storage;

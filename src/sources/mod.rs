@@ -6,12 +6,18 @@
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
 //! - [`devices`]: the `devices:` list shared by the polled protocols; [`modbus`]: Modbus TCP
 //!   and RTU polling.
+//! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
+//! - [`mqtt`]: MQTT subscriptions (acked on receipt; losses counted).
+//! - [`buffers`]: the per-device buffers of the message sources.
 //! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
 
+pub mod buffers;
 pub mod devices;
 pub mod hold;
 pub mod ingest;
 pub mod modbus;
+pub mod mqtt;
+pub mod nats;
 pub mod pollers;
 pub mod webhook;
 

@@ -6,6 +6,8 @@ use std::fmt::Write;
 #[derive(Debug, Default)]
 pub struct Page {
     out: String,
+    /// Families written so far: a family written twice makes the page invalid.
+    names: Vec<String>,
 }
 
 /// Metric types.
@@ -26,6 +28,11 @@ impl Page {
         help: &str,
         samples: &[(&[(&str, &str)], f64)],
     ) {
+        debug_assert!(
+            !self.names.iter().any(|n| n == name),
+            "metric family {name} written twice"
+        );
+        self.names.push(name.to_string());
         let kind = match kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",

@@ -1,0 +1,350 @@
+//! The `nats` sink: records go through a memory channel of [`CHANNEL`] (4096) to one publisher
+//! task, which publishes each to its subject and answers the engine once the server confirmed
+//! it: a JetStream publish ack when the subject belongs to a stream, a flush (the server's
+//! PONG after the message) for a core subject.
+//!
+//! Refusals tell the source to retry, nothing is lost silently:
+//! - at admission, before any node runs, while the channel is full or the server is not
+//!   connected: counted `blocked`;
+//! - at delivery, when the channel filled up since admission: counted `dropped` (the spec's
+//!   "the call returns failure");
+//! - a publish that still fails after `retries` backed-off attempts: counted `failed`, logged
+//!   as an alert, and the source is told to retry.
+//!
+//! Each message carries the record as one JSON line (`{"id",..,"payload"}`) and the header
+//! `Nats-Msg-Id: <record id>`, so JetStream's duplicate window drops a record the source
+//! delivered twice.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::config::{NatsSinkConfig, CHANNEL};
+use crate::admission::{Gate, OnFull, Refused};
+use crate::flow::path::Fields;
+use crate::record::Record;
+use crate::shutdown::Shutdown;
+use crate::sources::nats::connect::connect;
+
+/// How long a refused source is told to wait.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Most records published before their acks are awaited.
+const BATCH: usize = 256;
+/// How long a subject's stream membership is remembered.
+const SUBJECT_TTL: Duration = Duration::from_secs(60);
+/// Most subjects remembered; the cache is cleared beyond it.
+const SUBJECT_CACHE: usize = 10_000;
+
+/// Counters of the `nats` sink.
+#[derive(Debug, Default)]
+pub struct NatsSinkStats {
+    /// Records the server confirmed.
+    pub published: AtomicU64,
+    /// Records refused at delivery because the channel was full (the source retries).
+    pub dropped: AtomicU64,
+    /// Records refused at admission (channel full or not connected; the source retries).
+    pub blocked: AtomicU64,
+    /// Records that failed after their retries (the source retries).
+    pub failed: AtomicU64,
+    /// Publish attempts that were retried.
+    pub retries: AtomicU64,
+    /// True while the client is connected.
+    pub connected: AtomicBool,
+    /// The last publish error.
+    pub last_error: Mutex<Option<String>>,
+}
+
+struct Job {
+    subject: String,
+    id: String,
+    payload: Bytes,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// The `nats` sink.
+pub struct NatsSink {
+    cfg: NatsSinkConfig,
+    tx: mpsc::Sender<Job>,
+    rx: Mutex<Option<mpsc::Receiver<Job>>>,
+    gate: Arc<Gate>,
+    /// Its counters.
+    pub stats: NatsSinkStats,
+}
+
+impl NatsSink {
+    /// A sink from its config; [`NatsSink::run`] publishes.
+    pub fn new(cfg: NatsSinkConfig) -> Self {
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        Self {
+            cfg,
+            tx,
+            rx: Mutex::new(Some(rx)),
+            // The channel is the bound; the gate only hands out (empty) reservations.
+            gate: Arc::new(Gate::new(OnFull::EvictOldest, u64::MAX, 0, 0, 0)),
+            stats: NatsSinkStats::default(),
+        }
+    }
+
+    /// Its admission gate (never refuses; the channel does).
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// Records waiting in the channel.
+    pub fn queue_depth(&self) -> usize {
+        CHANNEL - self.tx.capacity()
+    }
+
+    /// Refuses, before any node runs, while the channel is full or the server is down.
+    pub fn admit(&self) -> Result<(), Refused> {
+        if self.tx.capacity() == 0 || !self.stats.connected.load(Ordering::Relaxed) {
+            self.stats.blocked.fetch_add(1, Ordering::Relaxed);
+            return Err(Refused { after: RETRY_AFTER });
+        }
+        Ok(())
+    }
+
+    /// Hands `record` to the publisher and waits for the server's confirmation.
+    pub async fn deliver(&self, record: &Record) -> Result<(), SinkError> {
+        let subject = self.subject(record).map_err(SinkError::Failed)?;
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            subject,
+            id: record.id.clone(),
+            payload: Bytes::from(record.to_line()),
+            done,
+        };
+        if self.tx.try_send(job).is_err() {
+            let total = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if total.is_power_of_two() {
+                log::warn!("nats sink channel full, record refused: dropped_total={total}");
+            }
+            return Err(SinkError::Refused(Refused { after: RETRY_AFTER }));
+        }
+        match answer.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(SinkError::Failed(e)),
+            Err(_) => Err(SinkError::Failed("nats sink stopped".into())),
+        }
+    }
+
+    fn subject(&self, record: &Record) -> Result<String, String> {
+        let fields = Fields::read(record);
+        let subject = match self.cfg.subject.render(&fields)? {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        if subject.is_empty() || subject.chars().any(char::is_whitespace) {
+            return Err(format!("subject {subject:?} is not valid"));
+        }
+        Ok(subject)
+    }
+
+    /// `sinks[]` entry of `/api/status`.
+    pub fn status(&self) -> Value {
+        let s = &self.stats;
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        json!({
+            "name": "nats",
+            "dropped": l(&s.dropped),
+            "blocked": l(&s.blocked),
+            "failed": l(&s.failed),
+            "published": l(&s.published),
+            "retries": l(&s.retries),
+            "queue_depth": self.queue_depth(),
+            "queue_capacity": CHANNEL,
+            "connected": s.connected.load(Ordering::Relaxed),
+            "durable": false,
+            "last_error": *s.last_error.lock().unwrap_or_else(|e| e.into_inner()),
+        })
+    }
+
+    /// The publisher: runs until shutdown, then fails what is left so the sources retry.
+    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+        let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let Some(client) = connect(&self.cfg.connection, "opex-connector sink", &shutdown).await
+        else {
+            fail_all(&mut rx, "shutting down");
+            return;
+        };
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(self.cfg.timeout);
+        let mut streams: HashMap<String, (bool, Instant)> = HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.wait() => break,
+                _ = tick.tick() => {
+                    let up = client.connection_state() == async_nats::connection::State::Connected;
+                    self.stats.connected.store(up, Ordering::Relaxed);
+                    continue;
+                }
+                job = rx.recv() => match job {
+                    Some(j) => j,
+                    None => break,
+                },
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(j) => batch.push(j),
+                    Err(_) => break,
+                }
+            }
+            self.publish_batch(&client, &js, &mut streams, batch, &shutdown)
+                .await;
+        }
+        fail_all(&mut rx, "shutting down");
+    }
+
+    async fn publish_batch(
+        &self,
+        client: &async_nats::Client,
+        js: &jetstream::Context,
+        streams: &mut HashMap<String, (bool, Instant)>,
+        batch: Vec<Job>,
+        shutdown: &Shutdown,
+    ) {
+        let mut pending = batch;
+        let mut attempt: u32 = 0;
+        loop {
+            let mut failed = Vec::new();
+            let mut acks = Vec::new();
+            let mut core = Vec::new();
+            for job in pending {
+                let in_stream = match in_stream(js, streams, &job.subject).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        failed.push((job, e));
+                        continue;
+                    }
+                };
+                if in_stream {
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", job.id.as_str());
+                    match js
+                        .publish_with_headers(job.subject.clone(), headers, job.payload.clone())
+                        .await
+                    {
+                        Ok(ack) => acks.push((job, ack)),
+                        Err(e) => failed.push((job, e.to_string())),
+                    }
+                } else {
+                    match client
+                        .publish(job.subject.clone(), job.payload.clone())
+                        .await
+                    {
+                        Ok(()) => core.push(job),
+                        Err(e) => failed.push((job, e.to_string())),
+                    }
+                }
+            }
+            if !core.is_empty() {
+                match tokio::time::timeout(self.cfg.timeout, client.flush()).await {
+                    Ok(Ok(())) => core.into_iter().for_each(|j| self.published(j)),
+                    Ok(Err(e)) => failed.extend(core.into_iter().map(|j| (j, e.to_string()))),
+                    Err(_) => {
+                        failed.extend(core.into_iter().map(|j| (j, "flush timed out".into())))
+                    }
+                }
+            }
+            for (job, ack) in acks {
+                match ack.await {
+                    Ok(_) => self.published(job),
+                    Err(e) => failed.push((job, e.to_string())),
+                }
+            }
+            if failed.is_empty() {
+                return;
+            }
+            let reason = failed.first().map(|(_, e)| e.clone()).unwrap_or_default();
+            *self
+                .stats
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
+            if attempt >= self.cfg.retries || shutdown.is_triggered() {
+                let n = failed.len() as u64;
+                let total = self.stats.failed.fetch_add(n, Ordering::Relaxed) + n;
+                log::error!(
+                    "alert: sink=nats message=\"publish failed after its retries, sources told to retry\" records={n} failed_total={total} error=\"{reason}\""
+                );
+                for (job, e) in failed {
+                    let _ = job.done.send(Err(e));
+                }
+                return;
+            }
+            attempt += 1;
+            self.stats
+                .retries
+                .fetch_add(failed.len() as u64, Ordering::Relaxed);
+            let wait = self
+                .cfg
+                .retry_initial
+                .saturating_mul(1 << (attempt - 1).min(20))
+                .min(self.cfg.retry_max);
+            log::warn!(
+                "nats sink publish failed, retrying: records={} attempt={attempt} retry_in_ms={} error=\"{reason}\"",
+                failed.len(),
+                wait.as_millis()
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {},
+                _ = shutdown.wait() => {},
+            }
+            pending = failed.into_iter().map(|(j, _)| j).collect();
+        }
+    }
+
+    fn published(&self, job: Job) {
+        self.stats.published.fetch_add(1, Ordering::Relaxed);
+        let _ = job.done.send(Ok(()));
+    }
+}
+
+/// Whether `subject` is captured by a JetStream stream (cached for [`SUBJECT_TTL`]).
+async fn in_stream(
+    js: &jetstream::Context,
+    cache: &mut HashMap<String, (bool, Instant)>,
+    subject: &str,
+) -> Result<bool, String> {
+    if let Some((b, at)) = cache.get(subject) {
+        if at.elapsed() < SUBJECT_TTL {
+            return Ok(*b);
+        }
+    }
+    let found = match js.stream_by_subject(subject).await {
+        Ok(_) => true,
+        Err(e) if e.kind() == jetstream::context::GetStreamByNameErrorKind::NotFound => false,
+        Err(e) => return Err(format!("stream lookup: {e}")),
+    };
+    if cache.len() >= SUBJECT_CACHE {
+        cache.clear();
+    }
+    cache.insert(subject.to_string(), (found, Instant::now()));
+    Ok(found)
+}
+
+fn fail_all(rx: &mut mpsc::Receiver<Job>, why: &str) {
+    rx.close();
+    while let Ok(job) = rx.try_recv() {
+        let _ = job.done.send(Err(why.to_string()));
+    }
+}
+
+/// Why a delivery to a messaging sink failed.
+#[derive(Debug)]
+pub enum SinkError {
+    /// The queue was full: nothing was sent; the source retries.
+    Refused(Refused),
+    /// The publish failed (after its retries); the source retries.
+    Failed(String),
+}

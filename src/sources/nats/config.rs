@@ -1,0 +1,534 @@
+//! `nats:`: connections, JetStream sources and the `nats` sink. Raw, then validated without I/O
+//! (a creds file or a TLS file is read when the daemon starts).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::Problems;
+use crate::sinks::nats::config::{NatsSinkConfig, RawNatsSink};
+use crate::sources::ingest::config::valid_name;
+
+/// First nak delay of the consumer backoff (the spec's 2 s).
+pub const NAK_BACKOFF_INITIAL: Duration = Duration::from_secs(2);
+/// Longest nak delay of the consumer backoff (the spec's 60 s).
+pub const NAK_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Messages buffered per device (subject) before the oldest is returned to JetStream.
+pub const DEVICE_BUFFER: usize = 1024;
+
+/// `nats:`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawNats {
+    /// The NATS servers to talk to, each with its credentials and TLS; sources and the sink
+    /// name one of them.
+    pub connections: Option<Vec<RawNatsConnection>>,
+    /// JetStream sources: one durable pull consumer each; records carry `source: nats/<name>`.
+    pub sources: Option<Vec<RawNatsSource>>,
+    /// The `nats` sink: where flows' `sink: nats` nodes publish.
+    pub sink: Option<RawNatsSink>,
+}
+
+/// `nats.connections[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawNatsConnection {
+    /// The name sources and the sink use to refer to it.
+    pub name: Option<String>,
+    /// Server URLs (`nats://host:4222`, `tls://host:4222`); the client fails over between them.
+    pub servers: Option<Vec<String>>,
+    /// User name, with `password`.
+    pub user: Option<String>,
+    /// Password of `user`.
+    pub password: Option<String>,
+    /// A token, instead of user and password.
+    pub token: Option<String>,
+    /// A `.creds` file (JWT and NKey seed), instead of user/password or token; read at start.
+    pub creds_file: Option<String>,
+    /// TLS: trusted CA and client certificate. `tls://` URLs need TLS too.
+    pub tls: Option<RawTls>,
+    /// Longest wait between two reconnect attempts, in milliseconds; the client reconnects
+    /// forever, the wait growing from 100 ms to this. Default 5000.
+    pub reconnect_max_ms: Option<u64>,
+}
+
+/// `tls:` of a connection.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawTls {
+    /// PEM file of the CA certificates to trust (default: the system's).
+    pub ca_file: Option<String>,
+    /// PEM file of the client certificate, for servers that ask for one (with `key_file`).
+    pub cert_file: Option<String>,
+    /// PEM file of the client certificate's private key.
+    pub key_file: Option<String>,
+}
+
+/// `nats.sources[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawNatsSource {
+    /// Records carry `source: nats/<name>` (letters, digits, `-`, `_`).
+    pub name: Option<String>,
+    /// The connection (by name); optional when there is exactly one.
+    pub connection: Option<String>,
+    /// The JetStream stream to consume; it must exist.
+    pub stream: Option<String>,
+    /// The durable consumer's name: it keeps the position across restarts. Created when
+    /// missing (explicit acks, no `max_deliver`). Default `opex-<name>`.
+    pub durable: Option<String>,
+    /// Subjects to take from the stream (wildcards allowed). Default: all of them.
+    pub filter_subjects: Option<Vec<String>>,
+    /// `all` (default): every message, nothing lost. `latest`: while the pipeline is busy only
+    /// the newest message per subject is kept; the replaced ones are acked and counted
+    /// (`replaced`), by design.
+    pub mode: Option<String>,
+    /// Most messages delivered and not yet acked (the consumer's `max_ack_pending`), which also
+    /// bounds what the connector holds in memory for this source. Default 4096.
+    pub max_ack_pending: Option<u64>,
+    /// Seconds JetStream waits for an ack before it redelivers (`ack_wait`). Default 60.
+    pub ack_wait_secs: Option<u64>,
+    /// First nak delay when a sink refuses, in milliseconds; doubled per redelivery. Default
+    /// 2000 (the delivery promise's 2 s). Shorter values are for tests.
+    pub nak_backoff_initial_ms: Option<u64>,
+    /// Longest nak delay, in milliseconds. Default 60000.
+    pub nak_backoff_max_ms: Option<u64>,
+}
+
+/// What a JetStream source keeps while the pipeline is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatsMode {
+    /// Every message, in order per subject.
+    All,
+    /// The newest message per subject; the replaced ones are acked and counted.
+    Latest,
+}
+
+/// Credentials of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NatsAuth {
+    /// None.
+    None,
+    /// User and password.
+    UserPassword(String, String),
+    /// A token.
+    Token(String),
+    /// A creds file, read at start.
+    CredsFile(String),
+}
+
+/// TLS files, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// CA certificates (PEM).
+    pub ca_file: Option<String>,
+    /// Client certificate and key (PEM).
+    pub client: Option<(String, String)>,
+}
+
+/// One connection, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsConnectionConfig {
+    /// Its name.
+    pub name: String,
+    /// Server URLs.
+    pub servers: Vec<String>,
+    /// Credentials.
+    pub auth: NatsAuth,
+    /// TLS, when configured.
+    pub tls: Option<TlsConfig>,
+    /// Longest wait between reconnect attempts.
+    pub reconnect_max: Duration,
+}
+
+/// One JetStream source, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsSourceConfig {
+    /// Its name; records carry `nats/<name>`.
+    pub name: String,
+    /// Its connection.
+    pub connection: NatsConnectionConfig,
+    /// The stream.
+    pub stream: String,
+    /// The durable consumer.
+    pub durable: String,
+    /// Filter subjects (empty: all).
+    pub filter_subjects: Vec<String>,
+    /// All or latest.
+    pub mode: NatsMode,
+    /// The consumer's `max_ack_pending`.
+    pub max_ack_pending: u64,
+    /// The consumer's `ack_wait`.
+    pub ack_wait: Duration,
+    /// First nak delay.
+    pub nak_backoff_initial: Duration,
+    /// Longest nak delay.
+    pub nak_backoff_max: Duration,
+}
+
+/// `nats:`, validated.
+#[derive(Debug, Clone, Default)]
+pub struct NatsConfig {
+    /// Connections.
+    pub connections: Vec<NatsConnectionConfig>,
+    /// JetStream sources.
+    pub sources: Vec<NatsSourceConfig>,
+    /// The `nats` sink, when configured.
+    pub sink: Option<NatsSinkConfig>,
+}
+
+impl NatsConfig {
+    /// Validates `nats:` (absent: nothing configured).
+    pub fn validate(raw: Option<&RawNats>, path: &str, p: &mut Problems) -> Self {
+        let Some(raw) = raw else {
+            return Self::default();
+        };
+        let connections = validate_connections(raw.connections.as_deref(), path, p);
+        let mut sources: Vec<NatsSourceConfig> = Vec::new();
+        for (i, s) in raw.sources.iter().flatten().enumerate() {
+            let at = format!("{path}.sources[{i}]");
+            let name = match s.name.as_deref() {
+                None => {
+                    p.push(format!("{at}.name"), "is required");
+                    continue;
+                }
+                Some(n) if !valid_name(n) => {
+                    p.push(
+                        format!("{at}.name"),
+                        format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
+                    );
+                    continue;
+                }
+                Some(n) => n.to_string(),
+            };
+            if sources.iter().any(|o| o.name == name) {
+                p.push(format!("{at}.name"), format!("{name:?} is used twice"));
+            }
+            let connection = pick_connection(&connections, s.connection.as_deref(), &at, p);
+            let stream = match s.stream.as_deref() {
+                None | Some("") => {
+                    p.push(format!("{at}.stream"), "is required");
+                    String::new()
+                }
+                Some(st) if !valid_nats_name(st) => {
+                    p.push(
+                        format!("{at}.stream"),
+                        format!("{st:?} must not contain spaces, '.', '*', '>' or '/'"),
+                    );
+                    String::new()
+                }
+                Some(st) => st.to_string(),
+            };
+            let durable = match s.durable.as_deref() {
+                None => format!("opex-{name}"),
+                Some(d) if !valid_nats_name(d) => {
+                    p.push(
+                        format!("{at}.durable"),
+                        format!("{d:?} must not be empty nor contain spaces, '.', '*', '>' or '/'"),
+                    );
+                    String::new()
+                }
+                Some(d) => d.to_string(),
+            };
+            let filter_subjects = s.filter_subjects.clone().unwrap_or_default();
+            for (j, f) in filter_subjects.iter().enumerate() {
+                if let Err(e) = check_subject(f, true) {
+                    p.push(format!("{at}.filter_subjects[{j}]"), e);
+                }
+            }
+            let mode = match s.mode.as_deref() {
+                None | Some("all") => NatsMode::All,
+                Some("latest") => NatsMode::Latest,
+                Some(m) => {
+                    p.push(
+                        format!("{at}.mode"),
+                        format!("expected all or latest, got {m:?}"),
+                    );
+                    NatsMode::All
+                }
+            };
+            let max_ack_pending = in_range(
+                s.max_ack_pending,
+                4096,
+                1..=1_000_000,
+                &format!("{at}.max_ack_pending"),
+                p,
+            );
+            let ack_wait_secs = in_range(
+                s.ack_wait_secs,
+                60,
+                1..=86_400,
+                &format!("{at}.ack_wait_secs"),
+                p,
+            );
+            let initial = in_range(
+                s.nak_backoff_initial_ms,
+                NAK_BACKOFF_INITIAL.as_millis() as u64,
+                1..=3_600_000,
+                &format!("{at}.nak_backoff_initial_ms"),
+                p,
+            );
+            let max = in_range(
+                s.nak_backoff_max_ms,
+                NAK_BACKOFF_MAX.as_millis() as u64,
+                1..=3_600_000,
+                &format!("{at}.nak_backoff_max_ms"),
+                p,
+            );
+            if max < initial {
+                p.push(
+                    format!("{at}.nak_backoff_max_ms"),
+                    format!("{max} is below nak_backoff_initial_ms ({initial})"),
+                );
+            }
+            let Some(connection) = connection else {
+                continue;
+            };
+            sources.push(NatsSourceConfig {
+                name,
+                connection,
+                stream,
+                durable,
+                filter_subjects,
+                mode,
+                max_ack_pending,
+                ack_wait: Duration::from_secs(ack_wait_secs),
+                nak_backoff_initial: Duration::from_millis(initial),
+                nak_backoff_max: Duration::from_millis(max),
+            });
+        }
+        let sink = raw.sink.as_ref().and_then(|s| {
+            let at = format!("{path}.sink");
+            let connection = pick_connection(&connections, s.connection.as_deref(), &at, p);
+            NatsSinkConfig::validate(s, connection, &at, p)
+        });
+        Self {
+            connections,
+            sources,
+            sink,
+        }
+    }
+}
+
+/// `value` or `default`, reported when outside `range`.
+pub fn in_range(
+    value: Option<u64>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    path: &str,
+    p: &mut Problems,
+) -> u64 {
+    let v = value.unwrap_or(default);
+    if !range.contains(&v) {
+        p.push(
+            path,
+            format!("{v} is outside {}..={}", range.start(), range.end()),
+        );
+        return default;
+    }
+    v
+}
+
+/// The connection named `name`, or the only one when none is named.
+fn pick_connection(
+    connections: &[NatsConnectionConfig],
+    name: Option<&str>,
+    at: &str,
+    p: &mut Problems,
+) -> Option<NatsConnectionConfig> {
+    match name {
+        Some(n) => {
+            let found = connections.iter().find(|c| c.name == n).cloned();
+            if found.is_none() {
+                p.push(
+                    format!("{at}.connection"),
+                    format!("no connection named {n:?} in nats.connections"),
+                );
+            }
+            found
+        }
+        None if connections.len() == 1 => connections.first().cloned(),
+        None if connections.is_empty() => {
+            p.push(
+                format!("{at}.connection"),
+                "nats.connections is empty: configure a connection",
+            );
+            None
+        }
+        None => {
+            p.push(
+                format!("{at}.connection"),
+                "is required when there are several connections",
+            );
+            None
+        }
+    }
+}
+
+fn validate_connections(
+    raw: Option<&[RawNatsConnection]>,
+    path: &str,
+    p: &mut Problems,
+) -> Vec<NatsConnectionConfig> {
+    let mut out: Vec<NatsConnectionConfig> = Vec::new();
+    for (i, c) in raw.unwrap_or_default().iter().enumerate() {
+        let at = format!("{path}.connections[{i}]");
+        let name = match c.name.as_deref() {
+            Some(n) if valid_name(n) => n.to_string(),
+            Some(n) => {
+                p.push(
+                    format!("{at}.name"),
+                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
+                );
+                continue;
+            }
+            None => {
+                p.push(format!("{at}.name"), "is required");
+                continue;
+            }
+        };
+        if out.iter().any(|o| o.name == name) {
+            p.push(format!("{at}.name"), format!("{name:?} is used twice"));
+        }
+        let servers = c.servers.clone().unwrap_or_default();
+        if servers.is_empty() {
+            p.push(format!("{at}.servers"), "needs at least one server URL");
+        }
+        for (j, s) in servers.iter().enumerate() {
+            if s.parse::<async_nats::ServerAddr>().is_err() {
+                p.push(
+                    format!("{at}.servers[{j}]"),
+                    format!("{s:?} is not a server URL like nats://host:4222"),
+                );
+            }
+        }
+        let auth = match (&c.user, &c.password, &c.token, &c.creds_file) {
+            (None, None, None, None) => NatsAuth::None,
+            (Some(u), Some(pw), None, None) => NatsAuth::UserPassword(u.clone(), pw.clone()),
+            (None, None, Some(t), None) if !t.is_empty() => NatsAuth::Token(t.clone()),
+            (None, None, None, Some(f)) if !f.is_empty() => NatsAuth::CredsFile(f.clone()),
+            (Some(_), None, None, None) | (None, Some(_), None, None) => {
+                p.push(format!("{at}.user"), "user and password go together");
+                NatsAuth::None
+            }
+            _ => {
+                p.push(
+                    at.to_string(),
+                    "give one of user/password, token or creds_file (non-empty)",
+                );
+                NatsAuth::None
+            }
+        };
+        let tls = c
+            .tls
+            .as_ref()
+            .map(|t| validate_tls(t, &format!("{at}.tls"), p));
+        let reconnect_max_ms = in_range(
+            c.reconnect_max_ms,
+            5000,
+            100..=600_000,
+            &format!("{at}.reconnect_max_ms"),
+            p,
+        );
+        out.push(NatsConnectionConfig {
+            name,
+            servers,
+            auth,
+            tls,
+            reconnect_max: Duration::from_millis(reconnect_max_ms),
+        });
+    }
+    out
+}
+
+/// Validates a `tls:` section (files are read at start).
+pub fn validate_tls(raw: &RawTls, at: &str, p: &mut Problems) -> TlsConfig {
+    let client = match (&raw.cert_file, &raw.key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (None, None) => None,
+        _ => {
+            p.push(
+                format!("{at}.cert_file"),
+                "cert_file and key_file go together",
+            );
+            None
+        }
+    };
+    TlsConfig {
+        ca_file: raw.ca_file.clone(),
+        client,
+    }
+}
+
+/// A stream or consumer name: no white space, `.`, `*`, `>`, `/`.
+fn valid_nats_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+}
+
+/// Checks a subject (with wildcards when `wildcards`): non-empty tokens, no white space, `>`
+/// only last.
+pub fn check_subject(s: &str, wildcards: bool) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    let tokens: Vec<&str> = s.split('.').collect();
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_empty() || t.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "{s:?} is not a subject (empty token or white space)"
+            ));
+        }
+        let wild = *t == "*" || *t == ">";
+        if wild && !wildcards {
+            return Err(format!("{s:?}: wildcards are not allowed here"));
+        }
+        if *t == ">" && i + 1 != tokens.len() {
+            return Err(format!("{s:?}: '>' must be the last token"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validate(yaml: &str) -> (NatsConfig, Vec<String>) {
+        let raw: RawNats = serde_saphyr::from_str(yaml).unwrap();
+        let mut p = Problems::default();
+        let cfg = NatsConfig::validate(Some(&raw), "nats", &mut p);
+        (cfg, p.0.iter().map(|x| x.to_string()).collect())
+    }
+
+    #[test]
+    fn a_source_gets_the_spec_backoff_and_its_only_connection_by_default() {
+        let (cfg, problems) = validate(
+            "connections:\n  - name: plant\n    servers: [nats://127.0.0.1:4222]\nsources:\n  - name: orders\n    stream: ORDERS\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let s = &cfg.sources[0];
+        assert_eq!(s.connection.name, "plant");
+        assert_eq!(s.durable, "opex-orders");
+        assert_eq!(s.mode, NatsMode::All);
+        assert_eq!(s.nak_backoff_initial, Duration::from_secs(2));
+        assert_eq!(s.nak_backoff_max, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn every_bad_value_is_reported_with_its_path() {
+        let (_, problems) = validate(
+            "connections:\n  - name: plant\n    servers: []\n    token: ''\nsources:\n  - name: o\n    connection: other\n    stream: A.B\n    mode: newest\n    filter_subjects: ['a.>.b']\n",
+        );
+        assert_eq!(
+            problems,
+            vec![
+                "nats.connections[0].servers: needs at least one server URL",
+                "nats.connections[0]: give one of user/password, token or creds_file (non-empty)",
+                "nats.sources[0].connection: no connection named \"other\" in nats.connections",
+                "nats.sources[0].stream: \"A.B\" must not contain spaces, '.', '*', '>' or '/'",
+                "nats.sources[0].filter_subjects[0]: \"a.>.b\": '>' must be the last token",
+                "nats.sources[0].mode: expected all or latest, got \"newest\"",
+            ]
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! NATS JetStream sources: durable pull consumers whose messages are acked only once stored,
+//! and nak'd with the consumer backoff when a sink refuses (see [`source`]).
+
+pub mod config;
+pub mod connect;
+mod source;
+
+pub use config::{NatsConfig, NatsSourceConfig, RawNats};
+pub use source::{nak_delay, NatsSource, NatsSourceStats, MAX_IN_FLIGHT};

@@ -1,0 +1,395 @@
+//! One JetStream source: a durable pull consumer, per-subject buffers, and the settlement
+//! spoken as JetStream acks.
+//!
+//! The ack rule: a message is acked only after its settlement is stored (`Stored`, parked in
+//! the dead-letter queue, or taken by no flow). When a sink it reaches refuses at admission,
+//! it is **nak'd before any node runs**, with the consumer backoff: `nak_backoff_initial`
+//! (2 s) doubled per delivery, as counted by JetStream in the message metadata, up to
+//! `nak_backoff_max` (60 s). A sink that fails after admission gets the same nak. No
+//! `max_deliver` is set, so JetStream redelivers until the record is stored.
+//!
+//! Messages wait in per-subject buffers of [`DEVICE_BUFFER`] (1024); a full buffer returns its
+//! oldest message to JetStream with a nak (counted `returned`), nothing is dropped. The
+//! consumer's `max_ack_pending` bounds what all buffers hold together. In `latest` mode a
+//! subject keeps only its newest message while its previous one is in the pipeline; the
+//! replaced ones are acked and counted (`replaced`), by design.
+//!
+//! The client reconnects forever; the consumer is durable, so after a reconnect or a restart
+//! the source resumes where JetStream's ack floor stands.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, AckKind};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::{json, Value};
+
+use super::config::{NatsMode, NatsSourceConfig, DEVICE_BUFFER};
+use super::connect::{connect, reconnect_delay};
+use crate::engine::{Engine, Mode};
+use crate::record::{Record, Settlement};
+use crate::shutdown::Shutdown;
+use crate::sources::buffers::{DeviceBuffers, Pushed};
+
+/// Records offered to the engine at once by one source (so group commit can batch them).
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Messages asked for per pull request.
+const PULL_BATCH: usize = 256;
+
+/// Counters of one JetStream source, shown in `/api/status` `sources[]`.
+#[derive(Debug, Default)]
+pub struct NatsSourceStats {
+    /// Messages received from JetStream (redeliveries included).
+    pub received: AtomicU64,
+    /// Messages acked after their settlement was stored.
+    pub acked: AtomicU64,
+    /// Messages nak'd because a sink refused at admission, before any node ran.
+    pub refused: AtomicU64,
+    /// Messages nak'd because a sink failed after admission.
+    pub failed: AtomicU64,
+    /// Messages returned to JetStream (nak) because their subject's buffer was full.
+    pub returned: AtomicU64,
+    /// `latest` mode: messages replaced by a newer one on the same subject, acked by design.
+    pub replaced: AtomicU64,
+    /// Messages received that JetStream had delivered before.
+    pub redelivered: AtomicU64,
+    /// Payloads that were not JSON, kept as a JSON string.
+    pub not_json: AtomicU64,
+    /// The highest delivery count seen.
+    pub max_delivered: AtomicU64,
+    /// The last nak delay, in milliseconds.
+    pub last_nak_delay_ms: AtomicU64,
+    /// Acks or naks the server did not take (the message comes back after `ack_wait`).
+    pub ack_errors: AtomicU64,
+    /// Messages waiting in the buffers.
+    pub buffered: AtomicU64,
+    /// True while the consumer is pulling.
+    pub consuming: AtomicBool,
+    /// The last error, until the consumer runs again.
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// One configured JetStream source.
+#[derive(Debug)]
+pub struct NatsSource {
+    cfg: NatsSourceConfig,
+    source: String,
+    /// Its counters.
+    pub stats: NatsSourceStats,
+}
+
+/// The nak delay for a message delivered `delivered` times: `initial` doubled per earlier
+/// delivery, capped at `max`.
+pub fn nak_delay(delivered: i64, initial: Duration, max: Duration) -> Duration {
+    let shift = (delivered.max(1) - 1).min(30) as u32;
+    initial.saturating_mul(1u32 << shift).min(max)
+}
+
+impl NatsSource {
+    /// A source from its config.
+    pub fn new(cfg: NatsSourceConfig) -> Self {
+        Self {
+            source: format!("nats/{}", cfg.name),
+            cfg,
+            stats: NatsSourceStats::default(),
+        }
+    }
+
+    /// Its name in flows and records: `nats/<name>`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// `sources[]` entry of `/api/status`.
+    pub fn status(&self) -> Value {
+        let s = &self.stats;
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        json!({
+            "name": self.source,
+            "kind": "nats",
+            "stream": self.cfg.stream,
+            "durable": self.cfg.durable,
+            "mode": match self.cfg.mode { NatsMode::All => "all", NatsMode::Latest => "latest" },
+            "consuming": s.consuming.load(Ordering::Relaxed),
+            "received": l(&s.received),
+            "acked": l(&s.acked),
+            "stored": l(&s.acked),
+            "refused": l(&s.refused),
+            "failed": l(&s.failed),
+            "returned": l(&s.returned),
+            "replaced": l(&s.replaced),
+            "redelivered": l(&s.redelivered),
+            "not_json": l(&s.not_json),
+            "max_delivered": l(&s.max_delivered),
+            "last_nak_delay_ms": l(&s.last_nak_delay_ms),
+            "ack_errors": l(&s.ack_errors),
+            "buffered": l(&s.buffered),
+            "last_error": *s.last_error.lock().unwrap_or_else(|e| e.into_inner()),
+        })
+    }
+
+    fn set_error(&self, e: Option<String>) {
+        *self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = e;
+    }
+
+    /// Runs until shutdown: connects, binds the durable consumer, pulls, offers, settles.
+    /// Every failure is retried with back-off; nothing here ends the process.
+    pub async fn run(self: Arc<Self>, engine: Arc<Engine>, shutdown: Shutdown) {
+        let name = format!("opex-connector {}", self.source);
+        let Some(client) = connect(&self.cfg.connection, &name, &shutdown).await else {
+            return;
+        };
+        let js = jetstream::new(client);
+        let mut attempt = 0usize;
+        while !shutdown.is_triggered() {
+            attempt += 1;
+            match self.consume(&js, &engine, &shutdown).await {
+                Ok(()) => attempt = 0,
+                Err(e) => {
+                    // A consumer that ran before failed: start the back-off over.
+                    if self.stats.consuming.swap(false, Ordering::Relaxed) {
+                        attempt = 1;
+                    }
+                    let wait = reconnect_delay(attempt, self.cfg.connection.reconnect_max);
+                    log::warn!(
+                        "nats source paused, retrying: source={} stream={} retry_in_ms={} error=\"{e}\"",
+                        self.source,
+                        self.cfg.stream,
+                        wait.as_millis()
+                    );
+                    self.set_error(Some(e));
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {},
+                        _ = shutdown.wait() => break,
+                    }
+                }
+            }
+        }
+        self.stats.consuming.store(false, Ordering::Relaxed);
+    }
+
+    fn consumer_config(&self) -> pull::Config {
+        let mut c = pull::Config {
+            durable_name: Some(self.cfg.durable.clone()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            deliver_policy: jetstream::consumer::DeliverPolicy::All,
+            ack_wait: self.cfg.ack_wait,
+            max_ack_pending: self.cfg.max_ack_pending as i64,
+            // No max_deliver: JetStream redelivers until the record is stored.
+            ..Default::default()
+        };
+        match self.cfg.filter_subjects.as_slice() {
+            [] => {}
+            [one] => c.filter_subject = one.clone(),
+            many => c.filter_subjects = many.to_vec(),
+        }
+        c
+    }
+
+    /// One life of the consumer: returns `Ok` at shutdown, `Err` when it must be bound again.
+    async fn consume(
+        &self,
+        js: &jetstream::Context,
+        engine: &Engine,
+        shutdown: &Shutdown,
+    ) -> Result<(), String> {
+        let stream = js
+            .get_stream(&self.cfg.stream)
+            .await
+            .map_err(|e| format!("stream {}: {e}", self.cfg.stream))?;
+        let consumer = stream
+            .get_or_create_consumer(&self.cfg.durable, self.consumer_config())
+            .await
+            .map_err(|e| format!("consumer {}: {e}", self.cfg.durable))?;
+        let mut messages = consumer
+            .stream()
+            .max_messages_per_batch(PULL_BATCH.min(self.cfg.max_ack_pending as usize).max(1))
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await
+            .map_err(|e| format!("pull: {e}"))?;
+        self.stats.consuming.store(true, Ordering::Relaxed);
+        self.set_error(None);
+        log::info!(
+            "nats source consuming: source={} stream={} durable={}",
+            self.source,
+            self.cfg.stream,
+            self.cfg.durable
+        );
+        let latest = self.cfg.mode == NatsMode::Latest;
+        let mut buffers: DeviceBuffers<jetstream::Message> =
+            DeviceBuffers::new(DEVICE_BUFFER, latest);
+        let mut in_flight = FuturesUnordered::new();
+        let result = loop {
+            while in_flight.len() < MAX_IN_FLIGHT {
+                let Some((subject, msg)) = buffers.pop() else {
+                    break;
+                };
+                in_flight.push(async move {
+                    self.settle(engine, msg).await;
+                    subject
+                });
+            }
+            self.stats
+                .buffered
+                .store(buffers.len() as u64, Ordering::Relaxed);
+            tokio::select! {
+                _ = shutdown.wait() => break Ok(()),
+                Some(subject) = in_flight.next(), if !in_flight.is_empty() => buffers.done(&subject),
+                item = messages.next() => match item {
+                    Some(Ok(msg)) => self.receive(msg, &mut buffers).await,
+                    Some(Err(e)) => {
+                        use async_nats::jetstream::consumer::pull::MessagesErrorKind as K;
+                        match e.kind() {
+                            K::MissingHeartbeat | K::Pull | K::Other | K::NoResponders => {
+                                log::debug!("nats source pull hiccup: source={} error=\"{e}\"", self.source);
+                                self.set_error(Some(e.to_string()));
+                            }
+                            _ => break Err(e.to_string()),
+                        }
+                    }
+                    None => break Err("the message stream ended".into()),
+                },
+            }
+        };
+        // Let what is in the pipeline settle, then hand the waiting messages back at once so
+        // they are redelivered promptly (to this consumer after a restart).
+        while in_flight.next().await.is_some() {}
+        for msg in buffers.drain() {
+            if msg.ack_with(AckKind::Nak(None)).await.is_err() {
+                self.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.buffered.store(0, Ordering::Relaxed);
+        result
+    }
+
+    async fn receive(
+        &self,
+        msg: jetstream::Message,
+        buffers: &mut DeviceBuffers<jetstream::Message>,
+    ) {
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+        if delivered > 1 {
+            self.stats.redelivered.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats
+            .max_delivered
+            .fetch_max(delivered.max(0) as u64, Ordering::Relaxed);
+        let subject = msg.message.subject.to_string();
+        match buffers.push(&subject, msg) {
+            Pushed::Queued => {}
+            Pushed::Overflowed(old) => {
+                let total = self.stats.returned.fetch_add(1, Ordering::Relaxed) + 1;
+                if total.is_power_of_two() {
+                    log::warn!(
+                        "nats source buffer full, oldest message returned to JetStream: source={} subject={subject} returned_total={total}",
+                        self.source
+                    );
+                }
+                self.nak(&old).await;
+            }
+            Pushed::Replaced(old) => {
+                self.stats.replaced.fetch_add(1, Ordering::Relaxed);
+                self.ack(&old).await;
+            }
+        }
+    }
+
+    /// Offers one message and speaks the settlement: ack once stored, nak (with the backoff)
+    /// when refused or failed.
+    async fn settle(&self, engine: &Engine, msg: jetstream::Message) {
+        let mut record = match Record::from_json(
+            self.source.clone(),
+            msg.message.subject.to_string(),
+            &msg.message.payload,
+        ) {
+            Ok(r) => r,
+            Err(_) => {
+                self.stats.not_json.fetch_add(1, Ordering::Relaxed);
+                let text = String::from_utf8_lossy(&msg.message.payload).into_owned();
+                Record::from_value(
+                    self.source.clone(),
+                    msg.message.subject.to_string(),
+                    &Value::String(text),
+                )
+            }
+        };
+        // A stable id per stream message: a redelivered duplicate carries the same id, so a
+        // receiver can drop it.
+        if let Ok(info) = msg.info() {
+            record.id = format!("nats-{}-{}", info.stream, info.stream_sequence);
+        }
+        let settlement = match engine.admit(&record) {
+            Err(refused) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                log::debug!(
+                    "nats message refused before any node ran, nak: source={} settlement={refused:?}",
+                    self.source
+                );
+                self.nak(&msg).await;
+                return;
+            }
+            Ok(None) => Settlement::Unrouted,
+            Ok(Some(admitted)) => engine.run_admitted(record, admitted, Mode::Normal).await,
+        };
+        match settlement {
+            Settlement::Stored | Settlement::Unrouted | Settlement::DeadLettered { .. } => {
+                self.stats.acked.fetch_add(1, Ordering::Relaxed);
+                self.ack(&msg).await;
+            }
+            Settlement::Retry { .. } | Settlement::Failed { .. } => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                log::warn!(
+                    "nats message not stored, nak: source={} settlement={settlement:?}",
+                    self.source
+                );
+                self.nak(&msg).await;
+            }
+        }
+    }
+
+    async fn ack(&self, msg: &jetstream::Message) {
+        if let Err(e) = msg.ack().await {
+            self.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
+            log::warn!("nats ack failed: source={} error=\"{e}\"", self.source);
+        }
+    }
+
+    async fn nak(&self, msg: &jetstream::Message) {
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+        let delay = nak_delay(
+            delivered,
+            self.cfg.nak_backoff_initial,
+            self.cfg.nak_backoff_max,
+        );
+        self.stats
+            .last_nak_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+        if let Err(e) = msg.ack_with(AckKind::Nak(Some(delay))).await {
+            self.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
+            log::warn!("nats nak failed: source={} error=\"{e}\"", self.source);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nak_delay_doubles_per_delivery_from_two_to_sixty_seconds() {
+        let (i, m) = (Duration::from_secs(2), Duration::from_secs(60));
+        let secs: Vec<u64> = (1..=8).map(|d| nak_delay(d, i, m).as_secs()).collect();
+        assert_eq!(secs, vec![2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(nak_delay(0, i, m), i);
+        assert_eq!(nak_delay(i64::MAX, i, m), m);
+    }
+}

@@ -1,0 +1,181 @@
+//! MQTT source and `mqtt` sink against a real `mosquitto` per test.
+
+mod brokers;
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brokers::{Mosquitto, MqttClient};
+use common::*;
+use opex_connector::shutdown::Shutdown;
+use opex_connector::sources::mqtt::config::{MqttConfig, RawMqtt};
+use opex_connector::sources::mqtt::MqttSource;
+use serde_json::{json, Value};
+
+fn mqtt_config(broker: &Mosquitto, client_id: &str) -> Value {
+    json!({
+        "connections": [{"name": "plant", "url": broker.url(), "client_id": client_id,
+                         "reconnect_max_ms": 200}],
+        "sources": [{"name": "sensors", "subscriptions": [{"topic": "plant/#", "qos": 1}]}],
+    })
+}
+
+#[test]
+fn qos1_mqtt_messages_arrive_in_the_push_queue() {
+    let broker = Mosquitto::start();
+    let mut config = queue_config(64, "evict_oldest");
+    config["mqtt"] = mqtt_config(&broker, "it-in");
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the source is connected", || {
+        named(&daemon.status(), "/sources", "mqtt/sensors")["connected"] == true
+    });
+    // Give the subscription a moment to be registered: poll by publishing a probe.
+    let publisher = MqttClient::connect(broker.port(), "it-pub", None);
+    wait_until(POLL_DEADLINE, "the subscription takes messages", || {
+        publisher.publish("plant/probe", br#"{"probe":true}"#);
+        u64_at(
+            named(&daemon.status(), "/sources", "mqtt/sensors"),
+            "/received",
+        ) > 0
+    });
+    let before = u64_at(&daemon.status(), "/push_queue/rows");
+    for i in 0..20 {
+        publisher.publish("plant/press-1/temp", format!(r#"{{"n":{i}}}"#).as_bytes());
+    }
+    publisher.publish("plant/press-1/raw", b"21.5 C");
+    wait_until(POLL_DEADLINE, "21 more records are stored", || {
+        u64_at(&daemon.status(), "/push_queue/rows") >= before + 21
+    });
+    let s = named(&daemon.status(), "/sources", "mqtt/sensors").clone();
+    assert_eq!(u64_at(&s, "/refused") + u64_at(&s, "/dropped"), 0, "{s}");
+    assert!(u64_at(&s, "/not_json") >= 1, "{s}");
+    assert_eq!(s["acked_on_receipt"], true);
+    assert!(s["note"].as_str().unwrap().contains("NATS JetStream"));
+}
+
+#[test]
+fn a_full_subscription_buffer_drops_its_oldest_message_and_counts_it() {
+    let broker = Mosquitto::start();
+    let raw: RawMqtt = serde_json::from_value(mqtt_config(&broker, "it-overflow")).unwrap();
+    let mut problems = opex_connector::config::Problems::default();
+    let cfg = MqttConfig::validate(Some(&raw), "mqtt", &mut problems);
+    assert!(problems.is_empty(), "{problems}");
+    let source = Arc::new(MqttSource::new(cfg.sources[0].clone()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let shutdown = Shutdown::new();
+    // Nothing offers: the pipeline is stalled, so every message stays in the buffer.
+    let task = rt.spawn({
+        let source = source.clone();
+        let shutdown = shutdown.clone();
+        async move { source.receive_only(shutdown).await }
+    });
+    wait_until(POLL_DEADLINE, "the source is connected", || {
+        source.stats.connected.load(Ordering::Relaxed)
+    });
+    let publisher = MqttClient::connect(broker.port(), "it-pub-overflow", None);
+    wait_until(POLL_DEADLINE, "the subscription takes messages", || {
+        publisher.publish("plant/probe", b"{}");
+        source.stats.received.load(Ordering::Relaxed) > 0
+    });
+    let first = source.stats.received.load(Ordering::Relaxed);
+    for i in 0..1100u64 {
+        publisher.publish("plant/line/count", format!("{i}").as_bytes());
+    }
+    // (A probe may have been sent twice before the first one arrived.)
+    wait_until(POLL_DEADLINE, "every message is received", || {
+        source.stats.received.load(Ordering::Relaxed) >= first + 1100
+    });
+    let s = &source.stats;
+    wait_until(POLL_DEADLINE, "all beyond 1024 dropped and counted", || {
+        s.buffered.load(Ordering::Relaxed) == 1024
+            && s.dropped.load(Ordering::Relaxed) + 1024 == s.received.load(Ordering::Relaxed)
+    });
+    assert_eq!(s.ack_errors.load(Ordering::Relaxed), 0);
+    shutdown.trigger();
+    rt.block_on(task).unwrap();
+}
+
+#[test]
+fn the_mqtt_sink_publishes_refuses_while_the_broker_is_down_and_delivers_after_it_is_back() {
+    let mut broker = Mosquitto::start();
+    let subscriber = MqttClient::connect(broker.port(), "it-sub", Some("opex/#"));
+    let mut config = queue_config(64, "block");
+    config["mqtt"] = json!({
+        "connections": [{"name": "plant", "url": broker.url(), "client_id": "it-sink",
+                         "reconnect_max_ms": 200}],
+        "sink": {"topic": "opex/{{key}}", "qos": 1},
+    });
+    config["flows"] = json!([{
+        "id": "out",
+        "nodes": [
+            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "pub", "kind": "sink", "sink": "mqtt"},
+        ],
+        "wires": [{"from": "in", "to": "pub"}],
+    }]);
+    let daemon = Daemon::start(config);
+    let sink = |d: &Daemon| named(&d.status(), "/sinks", "mqtt").clone();
+    wait_until(POLL_DEADLINE, "the sink is connected", || {
+        sink(&daemon)["connected"] == true
+    });
+    let mut accepted: HashSet<String> = HashSet::new();
+    for i in 0..10 {
+        accepted.insert(assert_stored(
+            &daemon.ingest(&format!("k{i}"), r#"{"v":1}"#),
+            "queued",
+        ));
+    }
+    let delivered = |sub: &MqttClient| -> HashSet<String> {
+        sub.received()
+            .iter()
+            .filter_map(|(_, p)| serde_json::from_slice::<Value>(p).ok())
+            .filter_map(|v| v["id"].as_str().map(str::to_string))
+            .collect()
+    };
+    wait_until(POLL_DEADLINE, "the subscriber gets the first 10", || {
+        delivered(&subscriber).is_superset(&accepted)
+    });
+
+    broker.stop();
+    wait_until(POLL_DEADLINE, "the sink sees the broker down", || {
+        sink(&daemon)["connected"] == false
+    });
+    // The client queue (1024) fills while the broker is down; then records are refused.
+    let mut refused = 0;
+    for i in 0..3000 {
+        let r = daemon.ingest(&format!("d{i}"), r#"{"v":2}"#);
+        if r.status == 200 {
+            accepted.insert(r.json()["id"].as_str().unwrap().to_string());
+        } else {
+            assert_retry(&r, "mqtt", "queue full");
+            refused += 1;
+            if refused >= 5 {
+                break;
+            }
+        }
+    }
+    assert!(refused >= 5, "the queue never filled");
+    let s = sink(&daemon);
+    assert!(u64_at(&s, "/blocked") + u64_at(&s, "/dropped") >= 5, "{s}");
+
+    broker.restart();
+    let ok = poll_until(Duration::from_secs(30), || {
+        delivered(&subscriber).is_superset(&accepted)
+    });
+    assert!(
+        ok,
+        "delivered {} of {}; sink {}; subscriber got {} messages",
+        delivered(&subscriber).intersection(&accepted).count(),
+        accepted.len(),
+        sink(&daemon),
+        subscriber.received().len()
+    );
+    assert_stored(&daemon.ingest("after", r#"{"v":3}"#), "accepted again");
+}
