@@ -77,6 +77,45 @@ impl fmt::Display for Problems {
 
 impl std::error::Error for Problems {}
 
+/// The connection a source or sink names (`<at>.connection`) among `connections` (`list`
+/// is their config path, for messages), or the only one when it names none.
+pub fn pick_connection<T: Clone>(
+    connections: &[T],
+    name_of: impl Fn(&T) -> &str,
+    name: Option<&str>,
+    list: &str,
+    at: &str,
+    p: &mut Problems,
+) -> Option<T> {
+    match name {
+        Some(n) => {
+            let found = connections.iter().find(|c| name_of(c) == n).cloned();
+            if found.is_none() {
+                p.push(
+                    format!("{at}.connection"),
+                    format!("no connection named {n:?} in {list}"),
+                );
+            }
+            found
+        }
+        None if connections.len() == 1 => connections.first().cloned(),
+        None if connections.is_empty() => {
+            p.push(
+                format!("{at}.connection"),
+                format!("{list} is empty: configure a connection"),
+            );
+            None
+        }
+        None => {
+            p.push(
+                format!("{at}.connection"),
+                "is required when there are several connections",
+            );
+            None
+        }
+    }
+}
+
 /// Parses and validates YAML text. Pure: no I/O.
 ///
 /// Structural problems (unknown keys, wrong types) and value problems are reported together;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Problems;
+use crate::config::{pick_connection, Problems};
 use crate::sinks::mqtt::config::{MqttSinkConfig, RawMqttSink};
 use crate::sources::ingest::config::valid_name;
 use crate::sources::nats::config::{in_range, validate_tls, RawTls, TlsConfig};
@@ -149,7 +149,14 @@ impl MqttConfig {
             if sources.iter().any(|o| o.name == name) {
                 p.push(format!("{at}.name"), format!("{name:?} is used twice"));
             }
-            let connection = pick_connection(&connections, s.connection.as_deref(), &at, p);
+            let connection = pick_connection(
+                &connections,
+                |c| &c.name,
+                s.connection.as_deref(),
+                "mqtt.connections",
+                &at,
+                p,
+            );
             let mut subscriptions = Vec::new();
             let raw_subs = s.subscriptions.as_deref().unwrap_or_default();
             if raw_subs.is_empty() {
@@ -186,48 +193,20 @@ impl MqttConfig {
         }
         let sink = raw.sink.as_ref().and_then(|s| {
             let at = format!("{path}.sink");
-            let connection = pick_connection(&connections, s.connection.as_deref(), &at, p);
+            let connection = pick_connection(
+                &connections,
+                |c| &c.name,
+                s.connection.as_deref(),
+                "mqtt.connections",
+                &at,
+                p,
+            );
             MqttSinkConfig::validate(s, connection, &at, p)
         });
         Self {
             connections,
             sources,
             sink,
-        }
-    }
-}
-
-fn pick_connection(
-    connections: &[MqttConnectionConfig],
-    name: Option<&str>,
-    at: &str,
-    p: &mut Problems,
-) -> Option<MqttConnectionConfig> {
-    match name {
-        Some(n) => {
-            let found = connections.iter().find(|c| c.name == n).cloned();
-            if found.is_none() {
-                p.push(
-                    format!("{at}.connection"),
-                    format!("no connection named {n:?} in mqtt.connections"),
-                );
-            }
-            found
-        }
-        None if connections.len() == 1 => connections.first().cloned(),
-        None if connections.is_empty() => {
-            p.push(
-                format!("{at}.connection"),
-                "mqtt.connections is empty: configure a connection",
-            );
-            None
-        }
-        None => {
-            p.push(
-                format!("{at}.connection"),
-                "is required when there are several connections",
-            );
-            None
         }
     }
 }

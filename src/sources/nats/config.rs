@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Problems;
+use crate::config::{pick_connection, Problems};
 use crate::sinks::nats::config::{NatsSinkConfig, RawNatsSink};
 use crate::sources::ingest::config::valid_name;
 
@@ -200,7 +200,14 @@ impl NatsConfig {
             if sources.iter().any(|o| o.name == name) {
                 p.push(format!("{at}.name"), format!("{name:?} is used twice"));
             }
-            let connection = pick_connection(&connections, s.connection.as_deref(), &at, p);
+            let connection = pick_connection(
+                &connections,
+                |c| &c.name,
+                s.connection.as_deref(),
+                "nats.connections",
+                &at,
+                p,
+            );
             let stream = match s.stream.as_deref() {
                 None | Some("") => {
                     p.push(format!("{at}.stream"), "is required");
@@ -295,7 +302,14 @@ impl NatsConfig {
         }
         let sink = raw.sink.as_ref().and_then(|s| {
             let at = format!("{path}.sink");
-            let connection = pick_connection(&connections, s.connection.as_deref(), &at, p);
+            let connection = pick_connection(
+                &connections,
+                |c| &c.name,
+                s.connection.as_deref(),
+                "nats.connections",
+                &at,
+                p,
+            );
             NatsSinkConfig::validate(s, connection, &at, p)
         });
         Self {
@@ -323,42 +337,6 @@ pub fn in_range(
         return default;
     }
     v
-}
-
-/// The connection named `name`, or the only one when none is named.
-fn pick_connection(
-    connections: &[NatsConnectionConfig],
-    name: Option<&str>,
-    at: &str,
-    p: &mut Problems,
-) -> Option<NatsConnectionConfig> {
-    match name {
-        Some(n) => {
-            let found = connections.iter().find(|c| c.name == n).cloned();
-            if found.is_none() {
-                p.push(
-                    format!("{at}.connection"),
-                    format!("no connection named {n:?} in nats.connections"),
-                );
-            }
-            found
-        }
-        None if connections.len() == 1 => connections.first().cloned(),
-        None if connections.is_empty() => {
-            p.push(
-                format!("{at}.connection"),
-                "nats.connections is empty: configure a connection",
-            );
-            None
-        }
-        None => {
-            p.push(
-                format!("{at}.connection"),
-                "is required when there are several connections",
-            );
-            None
-        }
-    }
 }
 
 fn validate_connections(
