@@ -16,6 +16,8 @@ use crate::shutdown::Shutdown;
 use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
 use crate::sources::ingest::IngestSource;
+use crate::sources::opcua::{self, DeviceStatus};
+use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
@@ -115,6 +117,32 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         _ => None,
     };
 
+    // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
+    let opcua_status: Vec<Arc<DeviceStatus>> = config
+        .devices
+        .opcua
+        .iter()
+        .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
+        .collect();
+    let pollers = if config.devices.opcua.is_empty() {
+        None
+    } else {
+        Some(PollerRuntime::start().map_err(DaemonError::Runtime)?)
+    };
+    let mut poll_tasks = Vec::new();
+    if let Some(rt) = &pollers {
+        for (d, status) in config.devices.opcua.iter().zip(&opcua_status) {
+            poll_tasks.push(opcua::spawn(
+                rt,
+                d.clone(),
+                &c.data_dir,
+                Arc::clone(&engine),
+                Arc::clone(status),
+                shutdown.clone(),
+            ));
+        }
+    }
+
     let state = Arc::new(AppState {
         name: c.name.clone(),
         started: Instant::now(),
@@ -131,6 +159,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .collect(),
         webhooks,
         storage: storage.clone(),
+        opcua: opcua_status,
         stats: HttpStats::default(),
     });
 
@@ -142,6 +171,19 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .map_err(DaemonError::Runtime)?;
     let result = runtime.block_on(serve(Arc::clone(&state), shutdown.clone()));
     shutdown.trigger();
+    if let Some(rt) = pollers {
+        // Each device task ends on the shutdown signal (a sample held for a full sink is
+        // given up with it); then the pollers' thread is joined, before the stores close.
+        let _ = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                for t in poll_tasks {
+                    let _ = t.await;
+                }
+            })
+            .await
+        });
+        rt.stop();
+    }
     if let Some(t) = uplink_thread {
         if t.join().is_err() {
             log::error!("uplink thread panicked");

@@ -8,6 +8,7 @@ use serde::Deserialize;
 pub use crate::flow::config::RawFlow;
 pub use crate::sinks::push::config::{RawPush, RawPushQueue};
 pub use crate::sinks::storage::config::RawStorage;
+pub use crate::sources::devices::RawDevice;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
 pub use crate::sources::webhook::config::RawWebhook;
 
@@ -26,6 +27,8 @@ pub struct RawConfig {
     pub dead_letters: Option<RawDeadLetters>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
+    /// The field devices the pollers read (OPC-UA, Modbus).
+    pub devices: Option<Vec<RawDevice>>,
 }
 
 /// `dead_letters:`

@@ -9,6 +9,7 @@ use super::{Problem, Problems};
 use crate::flow::config::{validate_flows, FlowConfig};
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
 use crate::sinks::storage::config::StorageConfig;
+use crate::sources::devices::{validate_devices, DevicesConfig};
 use crate::sources::ingest::config::IngestConfig;
 use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
@@ -34,23 +35,31 @@ pub struct Config {
     pub dead_letters_max_rows: u64,
     /// `flows:`; empty when none are configured (every source then goes to `push`).
     pub flows: Vec<FlowConfig>,
+    /// `devices:`, by protocol.
+    pub devices: DevicesConfig,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
     pub warnings: Vec<Problem>,
 }
 
 impl Config {
-    /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`.
+    /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`,
+    /// `opcua/<device>`.
     pub fn source_names(&self) -> Vec<String> {
-        source_names(&self.ingest, &self.webhooks)
+        source_names(&self.ingest, &self.webhooks, &self.devices)
     }
 }
 
-fn source_names(ingest: &IngestConfig, webhooks: &[WebhookConfig]) -> Vec<String> {
+fn source_names(
+    ingest: &IngestConfig,
+    webhooks: &[WebhookConfig],
+    devices: &DevicesConfig,
+) -> Vec<String> {
     ingest
         .sources
         .iter()
         .map(|s| format!("ingest/{}", s.name))
         .chain(webhooks.iter().map(|w| format!("webhook/{}", w.name)))
+        .chain(devices.source_names())
         .collect()
 }
 
@@ -132,10 +141,11 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             format!("{dead_letters_max_rows} is outside 1..=10000000"),
         );
     }
+    let devices = validate_devices(raw.devices.as_deref(), "devices", &mut p);
     let mut warnings = Vec::new();
     let flows = validate_flows(
         raw.flows.as_deref(),
-        &source_names(&ingest, &webhooks),
+        &source_names(&ingest, &webhooks, &devices),
         KNOWN_SINKS,
         &mut p,
         &mut warnings,
@@ -157,6 +167,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             storage,
             dead_letters_max_rows,
             flows,
+            devices,
             warnings,
         })
     } else {

@@ -44,6 +44,8 @@ pub struct AppState {
     pub webhooks: Vec<Arc<WebhookSource>>,
     /// The storage sink, when configured.
     pub storage: Option<Arc<StorageSink>>,
+    /// The OPC-UA devices' live numbers, in config order.
+    pub opcua: Vec<Arc<crate::sources::opcua::DeviceStatus>>,
     /// Server counters.
     pub stats: HttpStats,
 }

@@ -5,9 +5,13 @@
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
 //! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
+//! - [`devices`]: the `devices:` list of every protocol; [`opcua`]: OPC-UA devices, read by
+//!   batched Read requests or subscriptions.
 
+pub mod devices;
 pub mod hold;
 pub mod ingest;
+pub mod opcua;
 pub mod pollers;
 pub mod webhook;
 
