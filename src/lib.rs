@@ -12,7 +12,7 @@
 //! | `main.rs` | the command line: `run`, `validate`, `--version`; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
-//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API) |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], polled devices ([`sources::opcua`]) on [`sources::pollers`] |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
 //! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink) |
@@ -20,6 +20,7 @@
 //! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
 //! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
+//! | [`simulator`] | a small plant served over OPC-UA ([`simulator::opcua`]) for the demo and for trying configs |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
 //!
@@ -37,6 +38,8 @@ pub mod flow;
 pub mod http;
 pub mod record;
 pub mod shutdown;
+#[cfg(feature = "simulator")]
+pub mod simulator;
 pub mod sinks;
 pub mod sources;
 pub mod store;

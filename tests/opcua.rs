@@ -302,3 +302,59 @@ fn after_a_server_restart_values_flow_again_within_the_backoff() {
     assert_eq!(d["state"], json!("connected"), "{d:#}");
     assert_eq!(u64_at(&d, "/watchdog_resets_total"), 0, "{d:#}");
 }
+
+#[cfg(feature = "simulator")]
+#[test]
+fn the_simulators_plant_is_read_and_its_counter_moves() {
+    let shutdown = opex_connector::shutdown::Shutdown::new();
+    let pki = tempfile::tempdir().expect("temp dir");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (sim, run) = runtime
+        .block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            opex_connector::simulator::opcua::start(listener, pki.path(), shutdown.clone())
+                .map_err(std::io::Error::other)
+        })
+        .expect("start the simulator");
+    let server = runtime.spawn(run);
+    let daemon = Daemon::start(config(json!({
+        "endpoint": sim.endpoint(),
+        "reconnect_initial_ms": 200,
+        "reconnect_max_ms": 1000,
+        "groups": [
+            { "name": "plant", "interval_ms": 500 },
+            { "name": "live", "interval_ms": 200, "subscribe": true, "deadband": 0.5 },
+        ],
+        "nodes": [
+            node(&sim.node_id("Plant.Line.Counter"), "counter", "plant"),
+            node(&sim.node_id("Plant.Pump.Running"), "pump_running", "plant"),
+            node(&sim.node_id("Plant.Boiler.Temperature"), "temperature", "live"),
+        ],
+    })));
+    wait_until(
+        POLL_DEADLINE,
+        "a counter that moves, and the pump state",
+        || {
+            let rows = records(&daemon, "plant");
+            let counters: Vec<u64> = rows
+                .iter()
+                .filter_map(|r| r["payload"]["counter"]["value"].as_u64())
+                .collect();
+            counters.len() >= 2
+                && counters.last() > counters.first()
+                && rows[0]["payload"]["pump_running"]["value"].is_boolean()
+        },
+    );
+    wait_until(POLL_DEADLINE, "a subscribed temperature", || {
+        records(&daemon, "live")
+            .iter()
+            .any(|r| r["payload"]["temperature"]["value"].is_f64())
+    });
+    shutdown.trigger();
+    let stopped = runtime.block_on(server).expect("simulator task");
+    assert!(stopped.is_ok(), "{stopped:?}");
+}

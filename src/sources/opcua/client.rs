@@ -147,7 +147,9 @@ impl Device {
 
     async fn round(&self) -> RoundEnd {
         let c = &self.config;
-        let mut client = match ClientBuilder::new()
+        // Making the client reads its certificate, and makes one (an RSA key) on first start:
+        // seconds of CPU on a small board, kept off the pollers' thread.
+        let builder = ClientBuilder::new()
             .application_name("opex-connector")
             .application_uri("urn:opex-connector:client")
             .product_uri("urn:opex-connector")
@@ -160,11 +162,11 @@ impl Device {
             .request_timeout(c.request_timeout)
             .keep_alive_interval(Duration::from_secs(5).min(c.watchdog / 3))
             .max_failed_keep_alive_count(3)
-            .session_name(format!("opex-connector {}", c.name))
-            .client()
-        {
-            Ok(client) => client,
-            Err(errors) => return RoundEnd::Failed(format!("client: {}", errors.join("; "))),
+            .session_name(format!("opex-connector {}", c.name));
+        let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(errors)) => return RoundEnd::Failed(format!("client: {}", errors.join("; "))),
+            Err(e) => return RoundEnd::Failed(format!("client: {e}")),
         };
         let mode = match c.security_mode {
             SecurityMode::None => MessageSecurityMode::None,
