@@ -11,7 +11,7 @@ set -euo pipefail
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
 # Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto)
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4

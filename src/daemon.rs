@@ -24,6 +24,7 @@ use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
+use crate::sources::opcua::{self, DeviceStatus};
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
@@ -143,7 +144,8 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     if let Some(addr) = simulator.modbus_addr() {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
-    let pollers = if config.devices.modbus.is_empty() {
+    // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
+    let pollers = if config.devices.modbus.is_empty() && config.devices.opcua.is_empty() {
         None
     } else {
         Some(PollerRuntime::start().map_err(DaemonError::Runtime)?)
@@ -174,6 +176,26 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         _ => None,
     };
 
+    let opcua_status: Vec<Arc<DeviceStatus>> = config
+        .devices
+        .opcua
+        .iter()
+        .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
+        .collect();
+    let mut poll_tasks = Vec::new();
+    if let Some(rt) = &pollers {
+        for (d, status) in config.devices.opcua.iter().zip(&opcua_status) {
+            poll_tasks.push(opcua::spawn(
+                rt,
+                d.clone(),
+                &c.data_dir,
+                Arc::clone(&engine),
+                Arc::clone(status),
+                shutdown.clone(),
+            ));
+        }
+    }
+
     let state = Arc::new(AppState {
         name: c.name.clone(),
         started: Instant::now(),
@@ -195,6 +217,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .as_ref()
             .map(|m| m.devices.clone())
             .unwrap_or_default(),
+        opcua: opcua_status,
         stats: HttpStats::default(),
         nats_sources: config
             .nats
@@ -231,6 +254,16 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         runtime.block_on(m.join());
     }
     if let Some(rt) = pollers {
+        // Each OPC-UA device task ends on the shutdown signal (a sample held for a full sink
+        // is given up with it); then the pollers' thread is joined, before the stores close.
+        let _ = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                for t in poll_tasks {
+                    let _ = t.await;
+                }
+            })
+            .await
+        });
         rt.stop();
     }
     runtime.block_on(async {

@@ -58,9 +58,11 @@ fn jetstream_messages_are_nakd_while_the_queue_blocks_redelivered_later_each_tim
         Duration::from_secs(30),
         "redeliveries reach the longest backoff",
         || {
-            let st = daemon.status();
+            // JetStream's count first, then what is stored: rows only grow, so an ack seen
+            // before the status was read must be among the rows the status counts.
             let (pending, ack_pending, _) = js.consumer("ORDERS", "opex-orders");
             let acked_by_jetstream = N - pending - ack_pending;
+            let st = daemon.status();
             let stored = u64_at(&st, "/push_queue/rows") + u64_at(&st, "/uplink/sent_total");
             assert!(
                 acked_by_jetstream <= stored,

@@ -36,7 +36,7 @@ pub struct RawConfig {
     pub postgres: Option<RawPostgres>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
-    /// The field devices the pollers read (Modbus TCP and RTU, ...).
+    /// The field devices the pollers read (Modbus TCP and RTU, OPC-UA).
     pub devices: Option<Vec<RawDevice>>,
     /// The built-in simulator, started inside the process (the demo polls it).
     pub simulator: Option<RawSimulator>,

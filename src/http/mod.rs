@@ -54,6 +54,8 @@ pub struct AppState {
     pub storage: Option<Arc<StorageSink>>,
     /// The polled devices' figures, in config order.
     pub devices: Vec<Arc<DeviceStatus>>,
+    /// The OPC-UA devices' live numbers, in config order.
+    pub opcua: Vec<Arc<crate::sources::opcua::DeviceStatus>>,
     /// Server counters.
     pub stats: HttpStats,
     /// NATS JetStream sources, in config order.

@@ -1,8 +1,11 @@
 //! The built-in simulator: a small plant served over Modbus TCP, so that a newcomer sees live
 //! machine values without a machine (`opex-connector simulate`, or `simulator:` in a config,
-//! which the demo uses to poll itself).
+//! which the demo uses to poll itself). With the `simulator` cargo feature, [`opcua`] serves
+//! the plant over OPC-UA too (a large addition to the binary; see the README).
 
 pub mod modbus;
+#[cfg(feature = "simulator")]
+pub mod opcua;
 
 use std::net::SocketAddr;
 

@@ -13,6 +13,7 @@ use crate::sources::ingest::config::valid_name;
 use crate::sources::modbus::config::{
     check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusPoint, RawPort,
 };
+use crate::sources::opcua::config::{validate_opcua_device, OpcuaDeviceConfig, RawOpcuaNode};
 
 /// `devices[]`
 #[derive(Debug, Default, Deserialize)]
@@ -59,6 +60,40 @@ pub struct RawDevice {
     pub hold_ms: Option<u64>,
     /// Modbus: the registers and bits to read.
     pub points: Option<Vec<RawModbusPoint>>,
+
+    // ---- OPC-UA ----
+    /// OPC-UA: the server's endpoint URL, e.g. `opc.tcp://10.0.0.5:4840/`. Required.
+    pub endpoint: Option<String>,
+    /// OPC-UA: `None` (default) or `Basic256Sha256`.
+    pub security_policy: Option<String>,
+    /// OPC-UA: `None`, `Sign` or `SignAndEncrypt`. Default `None` with the `None` policy,
+    /// `SignAndEncrypt` otherwise.
+    pub security_mode: Option<String>,
+    /// OPC-UA: user name; without it the session is anonymous. Needs `password`.
+    pub username: Option<String>,
+    /// OPC-UA: the user's password.
+    pub password: Option<String>,
+    /// OPC-UA: folder of the client certificate (created on first start: `own/cert.der`,
+    /// `private/private.pem`), trusted server certificates (`trusted/`) and rejected ones
+    /// (`rejected/`: move one to `trusted/` to trust it). Default `<data_dir>/opcua-pki`.
+    pub pki_dir: Option<String>,
+    /// OPC-UA: trust a server certificate the first time it is seen instead of rejecting it
+    /// until an operator moves it to `trusted/`. Default false.
+    pub trust_server_certs: Option<bool>,
+    /// OPC-UA: how long one request (a read, a subscription call) may take, in
+    /// milliseconds. Default 5000.
+    pub request_timeout_ms: Option<u64>,
+    /// OPC-UA: first wait before reconnecting, in milliseconds; it doubles up to
+    /// `reconnect_max_ms`. Reconnects never stop. Default 1000.
+    pub reconnect_initial_ms: Option<u64>,
+    /// OPC-UA: the longest wait between reconnect attempts, in milliseconds. Default 30000.
+    pub reconnect_max_ms: Option<u64>,
+    /// OPC-UA: the no-data watchdog. A connected session that delivers nothing (no read
+    /// answer, no notification, no subscription keep-alive) for this long is dropped and made
+    /// anew. Default: three times the slowest group's interval, at least 30000.
+    pub watchdog_ms: Option<u64>,
+    /// OPC-UA: the nodes to read.
+    pub nodes: Option<Vec<RawOpcuaNode>>,
 }
 
 /// `devices[].groups[]`
@@ -66,8 +101,16 @@ pub struct RawDevice {
 pub struct RawGroup {
     /// The group's name: the key of its records. Unique within the device.
     pub name: Option<String>,
-    /// How often the group is polled, in milliseconds (10 to 86400000). Default 1000.
+    /// How often the group is polled, in milliseconds (10 to 86400000). Default 1000. With
+    /// `subscribe: true` (OPC-UA), the sampling and publishing interval.
     pub interval_ms: Option<u64>,
+    /// OPC-UA: monitor the group's nodes in a subscription instead of reading them each
+    /// interval; a record then carries the nodes that changed. Default false.
+    pub subscribe: Option<bool>,
+    /// OPC-UA, with `subscribe: true`: absolute deadband; a numeric value is reported only
+    /// when it moved by more than this. Asked of the server per node; nodes where the server
+    /// refuses a filter are monitored without one.
+    pub deadband: Option<f64>,
 }
 
 /// A poll group, validated.
@@ -84,6 +127,8 @@ pub struct GroupConfig {
 pub struct DevicesConfig {
     /// The Modbus TCP and RTU devices.
     pub modbus: Vec<ModbusDeviceConfig>,
+    /// The OPC-UA devices.
+    pub opcua: Vec<OpcuaDeviceConfig>,
 }
 
 impl DevicesConfig {
@@ -92,6 +137,7 @@ impl DevicesConfig {
         self.modbus
             .iter()
             .map(|d| format!("modbus/{}", d.name))
+            .chain(self.opcua.iter().map(|d| format!("opcua/{}", d.name)))
             .collect()
     }
 }
@@ -111,6 +157,38 @@ pub fn modbus_keys(d: &RawDevice) -> Vec<&'static str> {
         ("max_gap", d.max_gap.is_some()),
         ("backoff_max_secs", d.backoff_max_secs.is_some()),
         ("points", d.points.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, present)| present.then_some(k))
+    .collect()
+}
+
+/// The OPC-UA keys an entry has, to report them on a device of another protocol.
+pub fn opcua_keys(d: &RawDevice) -> Vec<&'static str> {
+    [
+        ("endpoint", d.endpoint.is_some()),
+        ("security_policy", d.security_policy.is_some()),
+        ("security_mode", d.security_mode.is_some()),
+        ("username", d.username.is_some()),
+        ("password", d.password.is_some()),
+        ("pki_dir", d.pki_dir.is_some()),
+        ("trust_server_certs", d.trust_server_certs.is_some()),
+        ("request_timeout_ms", d.request_timeout_ms.is_some()),
+        ("reconnect_initial_ms", d.reconnect_initial_ms.is_some()),
+        ("reconnect_max_ms", d.reconnect_max_ms.is_some()),
+        ("watchdog_ms", d.watchdog_ms.is_some()),
+        ("nodes", d.nodes.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, present)| present.then_some(k))
+    .collect()
+}
+
+/// The OPC-UA keys of a group, to report them on a device of another protocol.
+pub fn opcua_group_keys(g: &RawGroup) -> Vec<&'static str> {
+    [
+        ("subscribe", g.subscribe.is_some()),
+        ("deadband", g.deadband.is_some()),
     ]
     .into_iter()
     .filter_map(|(k, present)| present.then_some(k))
@@ -149,10 +227,15 @@ pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems)
                     out.modbus.push(dev);
                 }
             }
+            Some("opcua") => {
+                if let Some(dev) = validate_opcua_device(d, name, &at, p) {
+                    out.opcua.push(dev);
+                }
+            }
             None => p.push(format!("{at}.protocol"), "is required"),
             Some(other) => p.push(
                 format!("{at}.protocol"),
-                format!("expected modbus_tcp or modbus_rtu, got {other:?}"),
+                format!("expected modbus_tcp, modbus_rtu or opcua, got {other:?}"),
             ),
         }
     }
@@ -260,7 +343,7 @@ devices:
             "devices[0].points[6].group: no group is named \"nope\"",
             "devices[0].points[6].word_order: expected big or little, got \"middle\"",
             "devices[1].name: \"press-1\" is used twice",
-            "devices[1].protocol: expected modbus_tcp or modbus_rtu, got \"profibus\"",
+            "devices[1].protocol: expected modbus_tcp, modbus_rtu or opcua, got \"profibus\"",
         ] {
             assert!(errs.iter().any(|e| e == want), "missing {want:?} in {errs:#?}");
         }

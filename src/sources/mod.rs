@@ -5,11 +5,13 @@
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
 //! - [`devices`]: the `devices:` list shared by the polled protocols; [`modbus`]: Modbus TCP
-//!   and RTU polling.
+//!   and RTU polling; [`opcua`]: OPC-UA reads and subscriptions.
 //! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
 //! - [`mqtt`]: MQTT subscriptions (acked on receipt; losses counted).
 //! - [`buffers`]: the per-device buffers of the message sources.
 //! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
+//! - [`devices`]: the `devices:` list of every protocol; [`opcua`]: OPC-UA devices, read by
+//!   batched Read requests or subscriptions.
 
 pub mod buffers;
 pub mod devices;
@@ -18,6 +20,7 @@ pub mod ingest;
 pub mod modbus;
 pub mod mqtt;
 pub mod nats;
+pub mod opcua;
 pub mod pollers;
 pub mod webhook;
 

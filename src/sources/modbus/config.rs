@@ -264,6 +264,12 @@ pub fn validate_modbus_device(
     p: &mut Problems,
 ) -> Option<ModbusDeviceConfig> {
     let before = p.0.len();
+    for key in crate::sources::opcua::config::misplaced_opcua_keys(d) {
+        p.push(
+            format!("{at}.{key}"),
+            format!("is not a key of a {protocol} device"),
+        );
+    }
     let tcp = protocol == "modbus_tcp";
     let transport = if tcp {
         let host = match d.host.as_deref() {

@@ -1,0 +1,590 @@
+//! The OPC-UA device runtime: one task per device on the pollers' runtime.
+//!
+//! A device lives in *rounds*. A round builds a client, asks the server for its endpoints,
+//! opens a session and runs it: the session's event loop reconnects by itself, forever, with
+//! the device's backoff; each polled group reads its nodes in one batched Read request per
+//! interval; each subscribed group has a subscription whose notifications become records. A
+//! round ends on shutdown, when the event loop gives up, or when the **no-data watchdog**
+//! fires (no read answer, notification or keep-alive for `watchdog`): then everything is
+//! dropped and the next round starts from the endpoints again, after the backoff. That also
+//! recovers from what the event loop cannot: a server that came back with a new certificate,
+//! or a session that stays "connected" but delivers nothing.
+//!
+//! After the event loop reports a reconnect that made a **new session**, the crate recreates
+//! the subscriptions but does not publish on them until `trigger_publish_now()` is called
+//! (DESIGN.md): the event loop driver does that.
+//!
+//! A node the server does not know comes back with a bad status: that point gets quality
+//! `bad` and the other points of the group go on. Samples are offered through
+//! [`offer_with_hold`]: while a sink refuses them, the group's task is held up to the device's
+//! `hold`, then the sample is dropped and counted.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use opcua::client::{
+    ClientBuilder, IdentityToken, MonitoredItemMap, OnSubscriptionNotificationCore, Session,
+    SessionConnectMode, SessionPollResult,
+};
+use opcua::types::{
+    AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DataValue,
+    DeadbandType, ExtensionObject, MessageSecurityMode, MonitoredItemCreateRequest, MonitoringMode,
+    MonitoringParameters, NodeId, NotificationMessage, ReadValueId, StatusCode, TimestampsToReturn,
+    UserTokenPolicy,
+};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::config::{Identity, OpcuaDeviceConfig, OpcuaGroupConfig, SecurityMode};
+use super::status::{DeviceStatus, State};
+use super::values::{bad_point, point_json, unix_ms};
+use crate::engine::Engine;
+use crate::record::{now_ms, Record};
+use crate::shutdown::Shutdown;
+use crate::sources::hold::{offer_with_hold, Held};
+use crate::sources::pollers::PollerRuntime;
+
+/// Subscription notifications waiting to become records, per device. The callback runs
+/// inside the session's event loop and must not wait: past this cap a notification is
+/// dropped and counted in `notifications_dropped_total`.
+pub const NOTIFICATION_CAP: usize = 256;
+
+/// The folder of the client certificate when the config names none: `<data_dir>/opcua-pki`.
+pub fn default_pki_dir(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("opcua-pki")
+}
+
+/// Starts the device's task on the pollers' runtime.
+pub fn spawn(
+    pollers: &PollerRuntime,
+    config: OpcuaDeviceConfig,
+    data_dir: &Path,
+    engine: Arc<Engine>,
+    status: Arc<DeviceStatus>,
+    shutdown: Shutdown,
+) -> JoinHandle<()> {
+    let pki_dir = config
+        .pki_dir
+        .clone()
+        .unwrap_or_else(|| default_pki_dir(data_dir));
+    let device = Device {
+        config: Arc::new(config),
+        pki_dir,
+        engine,
+        status,
+        shutdown,
+    };
+    pollers.spawn(device.run())
+}
+
+struct Device {
+    config: Arc<OpcuaDeviceConfig>,
+    pki_dir: std::path::PathBuf,
+    engine: Arc<Engine>,
+    status: Arc<DeviceStatus>,
+    shutdown: Shutdown,
+}
+
+/// Why a round ended.
+enum RoundEnd {
+    Shutdown,
+    /// Could not connect or set up; wait the backoff.
+    Failed(String),
+    /// The watchdog saw no data; start over at once.
+    Watchdog,
+}
+
+/// One subscription notification's points, for the group at `group`.
+struct Notification {
+    group: usize,
+    points: Vec<(usize, DataValue)>,
+}
+
+impl Device {
+    async fn run(self) {
+        let name = self.config.name.clone();
+        let mut wait = self.config.reconnect_initial;
+        loop {
+            let started = Instant::now();
+            let end = self.round().await;
+            let wait_for = match end {
+                RoundEnd::Shutdown => break,
+                RoundEnd::Watchdog => self.config.reconnect_initial,
+                RoundEnd::Failed(reason) => {
+                    log::warn!("opcua device failed: device={name} error={reason}");
+                    self.status.error(reason);
+                    // A round that ran for a while was a success: start the backoff over.
+                    if started.elapsed() > self.config.reconnect_max {
+                        wait = self.config.reconnect_initial;
+                    }
+                    let w = wait;
+                    wait = (wait * 2).min(self.config.reconnect_max);
+                    w
+                }
+            };
+            self.status.set_state(State::Connecting);
+            tokio::select! {
+                _ = tokio::time::sleep(wait_for) => {},
+                _ = self.shutdown.wait() => break,
+            }
+        }
+        self.status.set_state(State::Stopped);
+        log::info!("opcua device stopped: device={name}");
+    }
+
+    fn identity(&self) -> IdentityToken {
+        match &self.config.identity {
+            Identity::Anonymous => IdentityToken::Anonymous,
+            Identity::User { username, password } => {
+                IdentityToken::new_user_name(username.clone(), password.clone())
+            }
+        }
+    }
+
+    async fn round(&self) -> RoundEnd {
+        let c = &self.config;
+        // Making the client reads its certificate, and makes one (an RSA key) on first start:
+        // seconds of CPU on a small board, kept off the pollers' thread.
+        let builder = ClientBuilder::new()
+            .application_name("opex-connector")
+            .application_uri("urn:opex-connector:client")
+            .product_uri("urn:opex-connector")
+            .create_sample_keypair(true)
+            .pki_dir(self.pki_dir.clone())
+            .trust_server_certs(c.trust_server_certs)
+            .session_retry_limit(-1)
+            .session_retry_initial(c.reconnect_initial)
+            .session_retry_max(c.reconnect_max)
+            .request_timeout(c.request_timeout)
+            .keep_alive_interval(Duration::from_secs(5).min(c.watchdog / 3))
+            .max_failed_keep_alive_count(3)
+            .session_name(format!("opex-connector {}", c.name));
+        let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(errors)) => return RoundEnd::Failed(format!("client: {}", errors.join("; "))),
+            Err(e) => return RoundEnd::Failed(format!("client: {e}")),
+        };
+        let mode = match c.security_mode {
+            SecurityMode::None => MessageSecurityMode::None,
+            SecurityMode::Sign => MessageSecurityMode::Sign,
+            SecurityMode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
+        };
+        let wanted = (
+            c.endpoint.as_str(),
+            c.security_policy.as_str(),
+            mode,
+            UserTokenPolicy::anonymous(),
+        );
+        let connect = client.connect_to_matching_endpoint(wanted, self.identity());
+        let (session, event_loop) = tokio::select! {
+            r = tokio::time::timeout(c.request_timeout * 2, connect) => match r {
+                Ok(Ok(pair)) => pair,
+                Ok(Err(e)) => return RoundEnd::Failed(format!("endpoints of {}: {e}", c.endpoint)),
+                Err(_) => return RoundEnd::Failed(format!("endpoints of {}: timed out", c.endpoint)),
+            },
+            _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+        };
+        let events = tokio::spawn(drive(
+            event_loop,
+            Arc::clone(&session),
+            Arc::clone(&self.status),
+            c.name.clone(),
+        ));
+        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        let end = self.run_session(&session, &events, &mut tasks).await;
+        for t in &tasks {
+            t.abort();
+        }
+        // Best effort: tell the server; a dead one is not waited for.
+        let _ = tokio::time::timeout(Duration::from_secs(1), session.disconnect()).await;
+        events.abort();
+        end
+    }
+
+    async fn run_session(
+        &self,
+        session: &Arc<Session>,
+        events: &JoinHandle<Result<(), StatusCode>>,
+        tasks: &mut Vec<JoinHandle<()>>,
+    ) -> RoundEnd {
+        let c = &self.config;
+        let connected = tokio::select! {
+            r = tokio::time::timeout(c.request_timeout * 2, session.wait_for_connection()) => r,
+            _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+        };
+        if !matches!(connected, Ok(true)) {
+            return RoundEnd::Failed(format!("no session with {}", c.endpoint));
+        }
+        self.status.alive();
+        let (tx, rx) = mpsc::channel::<Notification>(NOTIFICATION_CAP);
+        for (i, group) in c.groups.iter().enumerate() {
+            if group.subscribe {
+                if let Err(e) = self.subscribe(session, i, group, tx.clone()).await {
+                    return RoundEnd::Failed(format!("subscription {}: {e}", group.group.name));
+                }
+            } else {
+                tasks.push(tokio::spawn(poll_group(
+                    Arc::clone(session),
+                    Arc::clone(&self.config),
+                    i,
+                    Arc::clone(&self.engine),
+                    Arc::clone(&self.status),
+                )));
+            }
+        }
+        drop(tx);
+        tasks.push(tokio::spawn(deliver_notifications(
+            rx,
+            Arc::clone(&self.config),
+            Arc::clone(&self.engine),
+            Arc::clone(&self.status),
+        )));
+        let mut check = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = check.tick() => {},
+                _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+            }
+            if events.is_finished() {
+                return RoundEnd::Failed("the session's event loop ended".into());
+            }
+            let silent_ms = now_ms().saturating_sub(self.status.last_alive_ms());
+            if silent_ms > c.watchdog.as_millis() as u64 {
+                self.status
+                    .watchdog_resets_total
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                log::warn!(
+                    "opcua watchdog: no data, making a new session: device={} silent_ms={silent_ms}",
+                    c.name
+                );
+                return RoundEnd::Watchdog;
+            }
+        }
+    }
+
+    /// Creates the subscription of `group` and its monitored items. Nodes the server refuses
+    /// (unknown node id, ...) are reported once as bad points.
+    async fn subscribe(
+        &self,
+        session: &Arc<Session>,
+        index: usize,
+        group: &OpcuaGroupConfig,
+        tx: mpsc::Sender<Notification>,
+    ) -> Result<(), String> {
+        let interval = group.group.interval;
+        // Keep-alives about every 5 s (and well inside the watchdog) when nothing changes.
+        let keep_alive_every = Duration::from_secs(5).min(self.config.watchdog / 3);
+        let keep_alive_count =
+            (keep_alive_every.as_millis() / interval.as_millis().max(1)).clamp(1, 1000) as u32;
+        let callback = Callback {
+            group: index,
+            tx,
+            status: Arc::clone(&self.status),
+            device: self.config.name.clone(),
+        };
+        let id = session
+            .create_subscription(
+                interval,
+                keep_alive_count * 3,
+                keep_alive_count,
+                0,
+                0,
+                true,
+                callback,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let filter = group.deadband.map(|value| {
+            ExtensionObject::from_message(DataChangeFilter {
+                trigger: DataChangeTrigger::StatusValue,
+                deadband_type: DeadbandType::Absolute as u32,
+                deadband_value: value,
+            })
+        });
+        let request = |node: usize, filter: Option<&ExtensionObject>| {
+            let id =
+                NodeId::from_str(&group.nodes[node].node_id).unwrap_or_else(|_| NodeId::null());
+            MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId::from(id),
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    // Handles start at 1: 0 asks the crate to pick one.
+                    client_handle: node as u32 + 1,
+                    sampling_interval: interval.as_millis() as f64,
+                    filter: filter.cloned().unwrap_or_else(ExtensionObject::null),
+                    queue_size: 1,
+                    discard_oldest: true,
+                },
+            }
+        };
+        let items: Vec<_> = (0..group.nodes.len())
+            .map(|n| request(n, filter.as_ref()))
+            .collect();
+        let created = session
+            .create_monitored_items(id, TimestampsToReturn::Both, items)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut refused: Vec<(usize, StatusCode)> = Vec::new();
+        let mut retry: Vec<usize> = Vec::new();
+        for (n, item) in created.iter().enumerate() {
+            let code = item.result.status_code;
+            if code.is_good() {
+                continue;
+            }
+            let filter_refused = matches!(
+                code,
+                StatusCode::BadFilterNotAllowed
+                    | StatusCode::BadMonitoredItemFilterUnsupported
+                    | StatusCode::BadMonitoredItemFilterInvalid
+                    | StatusCode::BadDeadbandFilterInvalid
+            );
+            if filter_refused && filter.is_some() {
+                retry.push(n);
+            } else {
+                refused.push((n, code));
+            }
+        }
+        if !retry.is_empty() {
+            log::info!(
+                "opcua server refused a deadband, monitoring without one: device={} group={} nodes={}",
+                self.config.name,
+                group.group.name,
+                retry.len()
+            );
+            let items: Vec<_> = retry.iter().map(|n| request(*n, None)).collect();
+            let again = session
+                .create_monitored_items(id, TimestampsToReturn::Both, items)
+                .await
+                .map_err(|e| e.to_string())?;
+            for (n, item) in retry.iter().zip(&again) {
+                if !item.result.status_code.is_good() {
+                    refused.push((*n, item.result.status_code));
+                }
+            }
+        }
+        if !refused.is_empty() {
+            let mut points = Map::new();
+            for (n, code) in &refused {
+                log::warn!(
+                    "opcua node refused: device={} group={} node_id={} status={code}",
+                    self.config.name,
+                    group.group.name,
+                    group.nodes[*n].node_id
+                );
+                points.insert(group.nodes[*n].name.clone(), bad_point(*code));
+            }
+            self.status
+                .polled(&group.group.name, Duration::ZERO, &points);
+            let record = Record::from_value(
+                self.config.source(),
+                &group.group.name,
+                &Value::Object(points),
+            );
+            offer(&self.engine, &self.status, &self.config, record).await;
+        }
+        Ok(())
+    }
+}
+
+/// Drives the session's event loop; reports connection changes; after a reconnect that made
+/// a new session, asks the crate to publish again.
+async fn drive(
+    event_loop: opcua::client::SessionEventLoop<opcua::client::transport::TcpConnector>,
+    session: Arc<Session>,
+    status: Arc<DeviceStatus>,
+    device: String,
+) -> Result<(), StatusCode> {
+    let stream = event_loop.enter();
+    futures_util::pin_mut!(stream);
+    let mut first = true;
+    while let Some(event) = stream.next().await {
+        match event? {
+            SessionPollResult::Reconnected(mode) => {
+                status.set_state(State::Connected);
+                status.alive();
+                if !first {
+                    status
+                        .reconnects_total
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    log::info!("opcua reconnected: device={device} mode={mode:?}");
+                }
+                first = false;
+                if matches!(mode, SessionConnectMode::NewSession(_)) {
+                    session.trigger_publish_now();
+                }
+            }
+            SessionPollResult::ConnectionLost(code) => {
+                status.set_state(State::Reconnecting);
+                status.error(format!("connection lost: {code}"));
+                log::warn!("opcua connection lost: device={device} status={code}");
+            }
+            SessionPollResult::ReconnectFailed(code) => {
+                status.error(format!("reconnect failed: {code}"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads one group's nodes in one batched Read request per interval.
+async fn poll_group(
+    session: Arc<Session>,
+    config: Arc<OpcuaDeviceConfig>,
+    index: usize,
+    engine: Arc<Engine>,
+    status: Arc<DeviceStatus>,
+) {
+    let Some(group) = config.groups.get(index) else {
+        return;
+    };
+    let ids: Vec<ReadValueId> = group
+        .nodes
+        .iter()
+        .map(|n| ReadValueId {
+            node_id: NodeId::from_str(&n.node_id).unwrap_or_else(|_| NodeId::null()),
+            attribute_id: AttributeId::Value as u32,
+            ..Default::default()
+        })
+        .collect();
+    let mut ticks = tokio::time::interval(group.group.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let scheduled = ticks.tick().await;
+        if status.state() != State::Connected {
+            continue;
+        }
+        status.jitter(tokio::time::Instant::now().saturating_duration_since(scheduled));
+        let started = Instant::now();
+        let poll_ms = now_ms();
+        let read = tokio::time::timeout(
+            config.request_timeout,
+            session.read(&ids, TimestampsToReturn::Both, 0.0),
+        )
+        .await;
+        let values = match read {
+            Ok(Ok(values)) => values,
+            Ok(Err(e)) => {
+                status.error(format!("read {}: {e}", group.group.name));
+                continue;
+            }
+            Err(_) => {
+                status.error(format!("read {}: timed out", group.group.name));
+                continue;
+            }
+        };
+        status.alive();
+        let mut points = Map::new();
+        let mut newest: Option<u64> = None;
+        for (i, node) in group.nodes.iter().enumerate() {
+            let point = match values.get(i) {
+                Some(dv) => {
+                    if dv.status.is_none_or(|s| s.is_good()) {
+                        let ts = dv.source_timestamp.as_ref().and_then(unix_ms);
+                        newest = newest.max(ts);
+                    }
+                    point_json(dv)
+                }
+                // A server that answers fewer results than asked: those points are bad.
+                None => bad_point(StatusCode::BadUnexpectedError),
+            };
+            points.insert(node.name.clone(), point);
+        }
+        status.polled(&group.group.name, started.elapsed(), &points);
+        let mut record =
+            Record::from_value(config.source(), &group.group.name, &Value::Object(points));
+        record.ts_ms = newest.unwrap_or(poll_ms);
+        offer(&engine, &status, &config, record).await;
+    }
+}
+
+/// Turns subscription notifications into records: one per notification and group, with the
+/// nodes that changed.
+async fn deliver_notifications(
+    mut rx: mpsc::Receiver<Notification>,
+    config: Arc<OpcuaDeviceConfig>,
+    engine: Arc<Engine>,
+    status: Arc<DeviceStatus>,
+) {
+    while let Some(n) = rx.recv().await {
+        let Some(group) = config.groups.get(n.group) else {
+            continue;
+        };
+        let mut points = Map::new();
+        let mut newest: Option<u64> = None;
+        for (node, dv) in &n.points {
+            let Some(cfg) = group.nodes.get(*node) else {
+                continue;
+            };
+            newest = newest.max(dv.source_timestamp.as_ref().and_then(unix_ms));
+            points.insert(cfg.name.clone(), point_json(dv));
+        }
+        if points.is_empty() {
+            continue;
+        }
+        status.polled(&group.group.name, Duration::ZERO, &points);
+        let mut record =
+            Record::from_value(config.source(), &group.group.name, &Value::Object(points));
+        record.ts_ms = newest.unwrap_or(record.ts_ms);
+        offer(&engine, &status, &config, record).await;
+    }
+}
+
+async fn offer(engine: &Engine, status: &DeviceStatus, config: &OpcuaDeviceConfig, record: Record) {
+    if let Held::Lost { .. } = offer_with_hold(engine, record, config.hold).await {
+        status
+            .samples_lost_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The subscription callback: runs inside the event loop, so it only forwards.
+struct Callback {
+    group: usize,
+    tx: mpsc::Sender<Notification>,
+    status: Arc<DeviceStatus>,
+    device: String,
+}
+
+impl OnSubscriptionNotificationCore for Callback {
+    fn on_subscription_notification(
+        &mut self,
+        notification: NotificationMessage,
+        _items: MonitoredItemMap<'_>,
+    ) {
+        // Data or keep-alive: the subscription is alive.
+        self.status.alive();
+        let mut points = Vec::new();
+        for obj in notification.notification_data.into_iter().flatten() {
+            if let Some(change) = obj.inner_as::<DataChangeNotification>() {
+                for item in change.monitored_items.iter().flatten() {
+                    if let Some(node) = (item.client_handle as usize).checked_sub(1) {
+                        points.push((node, item.value.clone()));
+                    }
+                }
+            }
+        }
+        if points.is_empty() {
+            return;
+        }
+        let n = Notification {
+            group: self.group,
+            points,
+        };
+        if self.tx.try_send(n).is_err() {
+            let total = self
+                .status
+                .notifications_dropped_total
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            log::error!(
+                "alert: opcua notification dropped, channel full: device={} cap={NOTIFICATION_CAP} dropped_total={total}",
+                self.device
+            );
+        }
+    }
+}

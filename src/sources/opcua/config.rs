@@ -1,0 +1,520 @@
+//! OPC-UA devices (`devices[]` with `protocol: opcua`): their raw node entries and the pure
+//! validation of every OPC-UA key, each problem with its path.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::Problems;
+use crate::sources::devices::{opcua_group_keys, validate_groups, GroupConfig, RawDevice};
+use crate::sources::hold::DEFAULT_HOLD;
+use crate::sources::ingest::config::valid_name;
+
+/// `devices[].nodes[]` of an OPC-UA device.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawOpcuaNode {
+    /// The node id in the OPC-UA text form, e.g. `ns=2;s=Line1.Temperature` or `i=2258`.
+    pub node_id: Option<String>,
+    /// The name of the value in the records. Unique within its group.
+    pub name: Option<String>,
+    /// The group that reads it; may be left out when the device has one group.
+    pub group: Option<String>,
+}
+
+/// `security_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityPolicy {
+    /// No signing, no encryption.
+    None,
+    /// RSA 2048+ keys, SHA-256 signatures, AES-256 encryption.
+    Basic256Sha256,
+}
+
+impl SecurityPolicy {
+    /// The name the OPC-UA stack uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "None",
+            Self::Basic256Sha256 => "Basic256Sha256",
+        }
+    }
+}
+
+/// `security_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityMode {
+    /// Messages are neither signed nor encrypted.
+    None,
+    /// Messages are signed.
+    Sign,
+    /// Messages are signed and encrypted.
+    SignAndEncrypt,
+}
+
+/// How the session authenticates.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// No user.
+    Anonymous,
+    /// User name and password.
+    User {
+        /// The user name.
+        username: String,
+        /// The password (never printed).
+        password: String,
+    },
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Anonymous => write!(f, "Anonymous"),
+            Self::User { username, .. } => write!(f, "User({username:?}, password: ***)"),
+        }
+    }
+}
+
+/// One node to read, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpcuaNodeConfig {
+    /// The node id text (checked to parse).
+    pub node_id: String,
+    /// The value's name in the records.
+    pub name: String,
+}
+
+/// One group of an OPC-UA device, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpcuaGroupConfig {
+    /// Name (the records' key) and interval.
+    pub group: GroupConfig,
+    /// Monitored items in a subscription instead of reads.
+    pub subscribe: bool,
+    /// Absolute deadband asked of the server for a subscribed group.
+    pub deadband: Option<f64>,
+    /// Its nodes, in config order.
+    pub nodes: Vec<OpcuaNodeConfig>,
+}
+
+/// An OPC-UA device, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpcuaDeviceConfig {
+    /// The device's name; records carry `source: opcua/<name>`.
+    pub name: String,
+    /// The endpoint URL.
+    pub endpoint: String,
+    /// The security policy.
+    pub security_policy: SecurityPolicy,
+    /// The message security mode.
+    pub security_mode: SecurityMode,
+    /// Anonymous or user name and password.
+    pub identity: Identity,
+    /// The PKI folder; `None`: `<data_dir>/opcua-pki`.
+    pub pki_dir: Option<PathBuf>,
+    /// Trust unknown server certificates.
+    pub trust_server_certs: bool,
+    /// The timeout of one request.
+    pub request_timeout: Duration,
+    /// First reconnect wait.
+    pub reconnect_initial: Duration,
+    /// Longest reconnect wait.
+    pub reconnect_max: Duration,
+    /// The no-data watchdog.
+    pub watchdog: Duration,
+    /// How long a refused sample holds the poll.
+    pub hold: Duration,
+    /// Its groups, each with at least one node.
+    pub groups: Vec<OpcuaGroupConfig>,
+}
+
+impl OpcuaDeviceConfig {
+    /// The source name of its records: `opcua/<name>`.
+    pub fn source(&self) -> String {
+        format!("opcua/{}", self.name)
+    }
+}
+
+fn in_range(
+    value: Option<u64>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    path: String,
+    p: &mut Problems,
+) -> u64 {
+    let v = value.unwrap_or(default);
+    if !range.contains(&v) {
+        p.push(
+            path,
+            format!("{v} is outside {}..={}", range.start(), range.end()),
+        );
+        return default;
+    }
+    v
+}
+
+/// Validates one `protocol: opcua` entry of `devices:` at `at`; `None` when it has problems
+/// (all of them pushed to `p`).
+pub fn validate_opcua_device(
+    d: &RawDevice,
+    name: String,
+    at: &str,
+    p: &mut Problems,
+) -> Option<OpcuaDeviceConfig> {
+    let before = p.0.len();
+    let endpoint = match d.endpoint.as_deref() {
+        None => {
+            p.push(format!("{at}.endpoint"), "is required");
+            String::new()
+        }
+        Some(e) => {
+            let rest = e.strip_prefix("opc.tcp://").unwrap_or("");
+            let host_port = rest.split('/').next().unwrap_or("");
+            if rest.is_empty() || host_port.is_empty() {
+                p.push(
+                    format!("{at}.endpoint"),
+                    format!("expected a URL like opc.tcp://host:4840/, got {e:?}"),
+                );
+            }
+            e.to_string()
+        }
+    };
+    let policy = match d.security_policy.as_deref() {
+        None | Some("None") => SecurityPolicy::None,
+        Some("Basic256Sha256") => SecurityPolicy::Basic256Sha256,
+        Some(other) => {
+            p.push(
+                format!("{at}.security_policy"),
+                format!("expected None or Basic256Sha256, got {other:?}"),
+            );
+            SecurityPolicy::None
+        }
+    };
+    let mode = match (d.security_mode.as_deref(), policy) {
+        (None, SecurityPolicy::None) => SecurityMode::None,
+        (None, _) => SecurityMode::SignAndEncrypt,
+        (Some("None"), _) => SecurityMode::None,
+        (Some("Sign"), _) => SecurityMode::Sign,
+        (Some("SignAndEncrypt"), _) => SecurityMode::SignAndEncrypt,
+        (Some(other), _) => {
+            p.push(
+                format!("{at}.security_mode"),
+                format!("expected None, Sign or SignAndEncrypt, got {other:?}"),
+            );
+            SecurityMode::None
+        }
+    };
+    match (policy, mode) {
+        (SecurityPolicy::None, SecurityMode::Sign | SecurityMode::SignAndEncrypt) => p.push(
+            format!("{at}.security_mode"),
+            "needs a security_policy other than None",
+        ),
+        (SecurityPolicy::Basic256Sha256, SecurityMode::None) => p.push(
+            format!("{at}.security_mode"),
+            "must be Sign or SignAndEncrypt with security_policy Basic256Sha256",
+        ),
+        _ => {}
+    }
+    let identity = match (&d.username, &d.password) {
+        (None, None) => Identity::Anonymous,
+        (Some(u), Some(pw)) if !u.is_empty() => Identity::User {
+            username: u.clone(),
+            password: pw.clone(),
+        },
+        (Some(_), Some(_)) => {
+            p.push(format!("{at}.username"), "must not be empty");
+            Identity::Anonymous
+        }
+        (Some(_), None) => {
+            p.push(format!("{at}.password"), "is required with username");
+            Identity::Anonymous
+        }
+        (None, Some(_)) => {
+            p.push(format!("{at}.username"), "is required with password");
+            Identity::Anonymous
+        }
+    };
+    let pki_dir = match d.pki_dir.as_deref() {
+        Some("") => {
+            p.push(format!("{at}.pki_dir"), "must not be empty");
+            None
+        }
+        other => other.map(PathBuf::from),
+    };
+    let request_timeout = in_range(
+        d.request_timeout_ms,
+        5000,
+        100..=600_000,
+        format!("{at}.request_timeout_ms"),
+        p,
+    );
+    let reconnect_initial = in_range(
+        d.reconnect_initial_ms,
+        1000,
+        10..=600_000,
+        format!("{at}.reconnect_initial_ms"),
+        p,
+    );
+    let reconnect_max = in_range(
+        d.reconnect_max_ms,
+        30_000,
+        10..=3_600_000,
+        format!("{at}.reconnect_max_ms"),
+        p,
+    );
+    if reconnect_initial > reconnect_max {
+        p.push(
+            format!("{at}.reconnect_initial_ms"),
+            format!("{reconnect_initial} is more than reconnect_max_ms ({reconnect_max})"),
+        );
+    }
+    let hold = in_range(
+        d.hold_ms,
+        DEFAULT_HOLD.as_millis() as u64,
+        0..=600_000,
+        format!("{at}.hold_ms"),
+        p,
+    );
+    let raw_groups = d.groups.as_deref();
+    let groups = validate_groups(raw_groups, at, p);
+    let mut opcua_groups: Vec<OpcuaGroupConfig> = groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| {
+            let raw = raw_groups.and_then(|g| g.get(i));
+            let subscribe = raw.and_then(|g| g.subscribe).unwrap_or(false);
+            let deadband = raw.and_then(|g| g.deadband);
+            if let Some(db) = deadband {
+                let gat = format!("{at}.groups[{i}].deadband");
+                if !db.is_finite() || db < 0.0 {
+                    p.push(gat, format!("{db} must be a number >= 0"));
+                } else if !subscribe {
+                    p.push(gat, "needs subscribe: true (reads have no deadband)");
+                }
+            }
+            OpcuaGroupConfig {
+                group,
+                subscribe,
+                deadband,
+                nodes: Vec::new(),
+            }
+        })
+        .collect();
+    validate_nodes(d.nodes.as_deref(), &mut opcua_groups, at, p);
+    for (i, g) in opcua_groups.iter().enumerate() {
+        if g.nodes.is_empty() && d.nodes.as_ref().is_some_and(|n| !n.is_empty()) {
+            p.push(
+                format!("{at}.groups[{i}]"),
+                format!("group {:?} has no nodes", g.group.name),
+            );
+        }
+    }
+    let slowest = opcua_groups
+        .iter()
+        .map(|g| g.group.interval.as_millis() as u64)
+        .max()
+        .unwrap_or(1000);
+    let watchdog = in_range(
+        d.watchdog_ms,
+        slowest.saturating_mul(3).max(30_000),
+        1000..=86_400_000,
+        format!("{at}.watchdog_ms"),
+        p,
+    );
+    for key in other_protocol_keys(d) {
+        p.push(format!("{at}.{key}"), "is not a key of an opcua device");
+    }
+    if p.0.len() > before {
+        return None;
+    }
+    Some(OpcuaDeviceConfig {
+        name,
+        endpoint,
+        security_policy: policy,
+        security_mode: mode,
+        identity,
+        pki_dir,
+        trust_server_certs: d.trust_server_certs.unwrap_or(false),
+        request_timeout: Duration::from_millis(request_timeout),
+        reconnect_initial: Duration::from_millis(reconnect_initial),
+        reconnect_max: Duration::from_millis(reconnect_max),
+        watchdog: Duration::from_millis(watchdog),
+        hold: Duration::from_millis(hold),
+        groups: opcua_groups,
+    })
+}
+
+/// Keys of other protocols set on an OPC-UA entry.
+fn other_protocol_keys(d: &RawDevice) -> Vec<&'static str> {
+    crate::sources::devices::modbus_keys(d)
+}
+
+/// The OPC-UA keys set on an entry of another protocol, device and groups, with their paths
+/// relative to the entry: for the other protocols' validators to report.
+pub fn misplaced_opcua_keys(d: &RawDevice) -> Vec<String> {
+    let mut keys: Vec<String> = crate::sources::devices::opcua_keys(d)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    for (i, g) in d.groups.as_deref().unwrap_or_default().iter().enumerate() {
+        keys.extend(
+            opcua_group_keys(g)
+                .into_iter()
+                .map(|k| format!("groups[{i}].{k}")),
+        );
+    }
+    keys
+}
+
+fn validate_nodes(
+    raw: Option<&[RawOpcuaNode]>,
+    groups: &mut [OpcuaGroupConfig],
+    at: &str,
+    p: &mut Problems,
+) {
+    let nodes = match raw {
+        None | Some([]) => {
+            p.push(format!("{at}.nodes"), "needs at least one node");
+            return;
+        }
+        Some(n) => n,
+    };
+    for (i, n) in nodes.iter().enumerate() {
+        let nat = format!("{at}.nodes[{i}]");
+        let node_id = match n.node_id.as_deref() {
+            None => {
+                p.push(format!("{nat}.node_id"), "is required");
+                String::new()
+            }
+            Some(id) => {
+                if opcua::types::NodeId::from_str(id).is_err() {
+                    p.push(
+                        format!("{nat}.node_id"),
+                        format!("{id:?} is not a node id like ns=2;s=Name or i=2258"),
+                    );
+                }
+                id.to_string()
+            }
+        };
+        let name = match n.name.as_deref() {
+            None => {
+                p.push(format!("{nat}.name"), "is required");
+                String::new()
+            }
+            Some(s) if !valid_name(s) => {
+                p.push(
+                    format!("{nat}.name"),
+                    format!("{s:?} must be 1 to 64 letters, digits, '-' or '_'"),
+                );
+                String::new()
+            }
+            Some(s) => s.to_string(),
+        };
+        let group = match n.group.as_deref() {
+            None if groups.len() <= 1 => 0,
+            None => {
+                p.push(
+                    format!("{nat}.group"),
+                    "is required when the device has more than one group",
+                );
+                continue;
+            }
+            Some(g) => match groups.iter().position(|c| c.group.name == g) {
+                Some(i) => i,
+                None => {
+                    p.push(format!("{nat}.group"), format!("no group is named {g:?}"));
+                    continue;
+                }
+            },
+        };
+        let Some(target) = groups.get_mut(group) else {
+            continue;
+        };
+        if !name.is_empty() && target.nodes.iter().any(|o| o.name == name) {
+            p.push(
+                format!("{nat}.name"),
+                format!("{name:?} is used twice in group {:?}", target.group.name),
+            );
+        }
+        target.nodes.push(OpcuaNodeConfig { node_id, name });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_yaml;
+
+    fn errors(devices: &str) -> Vec<String> {
+        let text = format!("connector:\n  data_dir: /d\ndevices:\n{devices}");
+        match from_yaml(&text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.into_iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_full_opcua_device_is_valid_with_its_defaults() {
+        let text = "connector:\n  data_dir: /d\ndevices:\n  - name: line-1\n    protocol: opcua\n    endpoint: opc.tcp://127.0.0.1:4840/\n    groups:\n      - name: fast\n        interval_ms: 200\n      - name: slow\n        interval_ms: 60000\n        subscribe: true\n        deadband: 0.5\n    nodes:\n      - { node_id: \"ns=2;s=Temp\", name: temp, group: fast }\n      - { node_id: \"i=2258\", name: time, group: slow }\n";
+        let cfg = from_yaml(text).unwrap();
+        let d = &cfg.devices.opcua[0];
+        assert_eq!(d.source(), "opcua/line-1");
+        assert_eq!(d.security_policy, super::SecurityPolicy::None);
+        assert_eq!(d.security_mode, super::SecurityMode::None);
+        assert_eq!(d.hold, crate::sources::hold::DEFAULT_HOLD);
+        assert_eq!(d.watchdog, std::time::Duration::from_secs(180));
+        assert_eq!(d.groups[1].deadband, Some(0.5));
+        assert!(d.groups[1].subscribe);
+        assert_eq!(d.groups[0].nodes[0].name, "temp");
+        assert!(cfg.source_names().contains(&"opcua/line-1".to_string()));
+    }
+
+    #[test]
+    fn every_opcua_problem_is_reported_with_its_path() {
+        let errs = errors(
+            "  - name: plc\n    protocol: opcua\n    endpoint: http://x\n    security_policy: Basic128\n    security_mode: Sign\n    username: u\n    groups:\n      - name: a\n        deadband: 1\n      - name: b\n    nodes:\n      - { node_id: \"ns=x;q=1\", name: t, group: a }\n      - { node_id: \"i=1\", name: t, group: a }\n      - { node_id: \"i=2\", name: u }\n",
+        );
+        for expected in [
+            "devices[0].endpoint: expected a URL",
+            "devices[0].security_policy: expected None or Basic256Sha256",
+            "devices[0].security_mode: needs a security_policy other than None",
+            "devices[0].password: is required with username",
+            "devices[0].groups[0].deadband: needs subscribe: true",
+            "devices[0].nodes[0].node_id: \"ns=x;q=1\" is not a node id",
+            "devices[0].nodes[1].name: \"t\" is used twice in group \"a\"",
+            "devices[0].nodes[2].group: is required when the device has more than one group",
+            "devices[0].groups[1]: group \"b\" has no nodes",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.starts_with(expected)),
+                "missing {expected:?} in {errs:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn basic256sha256_defaults_to_sign_and_encrypt_and_refuses_mode_none() {
+        let ok = "connector:\n  data_dir: /d\ndevices:\n  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    security_policy: Basic256Sha256\n    nodes: [ { node_id: \"i=2258\", name: t } ]\n";
+        let cfg = from_yaml(ok).unwrap();
+        assert_eq!(
+            cfg.devices.opcua[0].security_mode,
+            super::SecurityMode::SignAndEncrypt
+        );
+        let errs = errors("  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    security_policy: Basic256Sha256\n    security_mode: None\n    nodes: [ { node_id: \"i=2258\", name: t } ]\n");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("devices[0].security_mode: must be Sign or SignAndEncrypt")),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn a_password_is_never_printed_in_the_config_debug_form() {
+        let text = "connector:\n  data_dir: /d\ndevices:\n  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    username: op\n    password: hunter22\n    nodes: [ { node_id: \"i=2258\", name: t } ]\n";
+        let cfg = from_yaml(text).unwrap();
+        let shown = format!("{cfg:?}");
+        assert!(shown.contains("op"), "{shown}");
+        assert!(!shown.contains("hunter22"), "{shown}");
+    }
+}

@@ -1,0 +1,361 @@
+//! OPC-UA devices against a server nobody here wrote: an asyncua server
+//! (`tests/peers/opcua_server.py`, installed by `scripts/test.sh`) on a free loopback port.
+//! Reads and subscriptions, security None and Basic256Sha256 SignAndEncrypt with a user, a
+//! server restart, and a node id the server does not know. Drives the real binary.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/opcua_server.py");
+const USER: &str = "operator";
+const PASSWORD: &str = "pump-r00m";
+
+/// The asyncua server process; killed on drop.
+struct OpcuaServer {
+    port: u16,
+    secure: Option<PathBuf>,
+    child: Option<Child>,
+}
+
+impl OpcuaServer {
+    /// Starts it on a free loopback port; with `secure`, its certificate is made in that
+    /// folder and only Basic256Sha256 SignAndEncrypt with [`USER`] is served.
+    fn start(secure: Option<&Path>) -> OpcuaServer {
+        let check = Command::new("python3")
+            .args(["-c", "import asyncua"])
+            .output();
+        match check {
+            Ok(out) if out.status.success() => {}
+            _ => panic!(
+                "the asyncua Python package is missing: run scripts/test.sh (it installs the pinned asyncua) or `python3 -m pip install asyncua==1.1.8`"
+            ),
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("pick a free port");
+        let mut server = OpcuaServer {
+            port,
+            secure: secure.map(Path::to_path_buf),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("python3");
+        cmd.arg(SCRIPT).arg("--port").arg(self.port.to_string());
+        if let Some(dir) = &self.secure {
+            cmd.arg("--secure")
+                .arg(dir)
+                .args(["--user", USER, "--password", PASSWORD]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn python3 opcua_server.py");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Drain stdout so the server never blocks on it.
+        std::thread::spawn(move || for _ in BufReader::new(stdout).lines() {});
+        self.child = Some(child);
+        let port = self.port;
+        let mut exited = false;
+        let ready = poll_until(Duration::from_secs(60), || {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                exited = true;
+                return true;
+            }
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(
+            ready && !exited,
+            "the asyncua server did not listen on port {port}"
+        );
+    }
+
+    fn endpoint(&self) -> String {
+        format!("opc.tcp://127.0.0.1:{}/opex-test/", self.port)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Killed and started again on the same port.
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for OpcuaServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A connector with one OPC-UA device `plc` (as given) whose records go to storage.
+fn config(device: Value) -> Value {
+    let mut config = queue_config(8, "evict_oldest");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    let mut device = device;
+    device["name"] = json!("plc");
+    device["protocol"] = json!("opcua");
+    config["devices"] = json!([device]);
+    config["flows"] = json!([{
+        "id": "history",
+        "nodes": [
+            { "id": "plc", "kind": "source", "source": "opcua/plc" },
+            { "id": "keep", "kind": "sink", "sink": "storage" },
+        ],
+        "wires": [ { "from": "plc", "to": "keep" } ],
+    }]);
+    config
+}
+
+fn node(id: &str, name: &str, group: &str) -> Value {
+    json!({ "node_id": id, "name": name, "group": group })
+}
+
+/// Stored records of `opcua/plc` with key `group`, oldest first.
+fn records(daemon: &Daemon, group: &str) -> Vec<Value> {
+    events(daemon, "source=opcua/plc&limit=10000")
+        .into_iter()
+        .filter(|r| r["key"] == json!(group))
+        .collect()
+}
+
+fn device_status(daemon: &Daemon) -> Value {
+    named(&daemon.status(), "/devices", "plc").clone()
+}
+
+#[test]
+fn polled_and_subscribed_groups_deliver_values_and_an_unknown_node_does_not_stop_the_others() {
+    let server = OpcuaServer::start(None);
+    let daemon = Daemon::start(config(json!({
+        "endpoint": server.endpoint(),
+        "reconnect_initial_ms": 200,
+        "reconnect_max_ms": 1000,
+        "groups": [
+            { "name": "fast", "interval_ms": 200 },
+            { "name": "live", "interval_ms": 100, "subscribe": true, "deadband": 0.01 },
+        ],
+        "nodes": [
+            node("ns=2;s=Temperature", "temperature", "fast"),
+            node("ns=2;s=NoSuchNode", "missing", "fast"),
+            node("ns=2;s=Setpoint", "setpoint", "fast"),
+            node("ns=2;s=Counter", "counter", "live"),
+            node("ns=2;s=PumpOn", "pump", "live"),
+        ],
+    })));
+    wait_until(POLL_DEADLINE, "5 polled records of group fast", || {
+        records(&daemon, "fast").len() >= 5
+    });
+    let fast = records(&daemon, "fast");
+    let last = &fast[fast.len() - 1]["payload"];
+    assert_eq!(
+        last["setpoint"],
+        json!({"value": 42.5, "quality": "good", "status": "Good"}),
+        "{last}"
+    );
+    assert_eq!(last["temperature"]["quality"], json!("good"), "{last}");
+    assert!(last["temperature"]["value"].is_f64(), "{last}");
+    assert_eq!(
+        last["missing"],
+        json!({"value": null, "quality": "bad", "status": "BadNodeIdUnknown"}),
+        "{last}"
+    );
+
+    wait_until(
+        POLL_DEADLINE,
+        "subscribed counter values that go up",
+        || {
+            let counters: Vec<i64> = records(&daemon, "live")
+                .iter()
+                .filter_map(|r| r["payload"]["counter"]["value"].as_i64())
+                .collect();
+            counters.len() >= 5 && counters.windows(2).all(|w| w[0] < w[1])
+        },
+    );
+    wait_until(POLL_DEADLINE, "a subscribed pump state", || {
+        records(&daemon, "live")
+            .iter()
+            .any(|r| r["payload"]["pump"]["value"].is_boolean())
+    });
+
+    let d = device_status(&daemon);
+    assert_eq!(d["protocol"], json!("opcua"), "{d:#}");
+    assert_eq!(d["state"], json!("connected"), "{d:#}");
+    assert!(u64_at(&d, "/polls_total") >= 5, "{d:#}");
+    assert!(u64_at(&d, "/bad_points_total") >= 1, "{d:#}");
+    assert!(d["last_poll_ms"].is_u64(), "{d:#}");
+    assert!(d["jitter_p99_ms"].is_number(), "{d:#}");
+    assert!(d["poll_duration_ms"].is_number(), "{d:#}");
+    assert_eq!(
+        d["values"]["fast"]["setpoint"]["value"],
+        json!(42.5),
+        "{d:#}"
+    );
+    let metrics = daemon.metrics();
+    assert!(
+        metrics
+            .contains("opex_connector_opcua_device_connected{device=\"plc\",protocol=\"opcua\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("opex_connector_opcua_device_poll_start_jitter_seconds{device=\"plc\",protocol=\"opcua\",quantile=\"0.99\"}"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn basic256sha256_sign_and_encrypt_with_a_username_reads_and_subscribes() {
+    let certs = tempfile::tempdir().expect("temp dir");
+    let server = OpcuaServer::start(Some(certs.path()));
+    let daemon = Daemon::start(config(json!({
+        "endpoint": server.endpoint(),
+        "security_policy": "Basic256Sha256",
+        "security_mode": "SignAndEncrypt",
+        "username": USER,
+        "password": PASSWORD,
+        "trust_server_certs": true,
+        "reconnect_initial_ms": 200,
+        "reconnect_max_ms": 1000,
+        "groups": [
+            { "name": "fast", "interval_ms": 200 },
+            { "name": "live", "interval_ms": 100, "subscribe": true },
+        ],
+        "nodes": [
+            node("ns=2;s=Setpoint", "setpoint", "fast"),
+            node("ns=2;s=Counter", "counter", "live"),
+        ],
+    })));
+    wait_until(
+        POLL_DEADLINE,
+        "polled and subscribed values over SignAndEncrypt",
+        || !records(&daemon, "fast").is_empty() && !records(&daemon, "live").is_empty(),
+    );
+    assert_eq!(
+        records(&daemon, "fast")[0]["payload"]["setpoint"]["value"],
+        json!(42.5)
+    );
+    let pki = daemon.data_dir().join("opcua-pki");
+    assert!(
+        pki.join("own/cert.der").is_file(),
+        "client certificate made on first start under {}",
+        pki.display()
+    );
+}
+
+#[test]
+fn after_a_server_restart_values_flow_again_within_the_backoff() {
+    let mut server = OpcuaServer::start(None);
+    let daemon = Daemon::start(config(json!({
+        "endpoint": server.endpoint(),
+        "reconnect_initial_ms": 200,
+        "reconnect_max_ms": 1000,
+        "groups": [
+            { "name": "fast", "interval_ms": 200 },
+            { "name": "live", "interval_ms": 100, "subscribe": true },
+        ],
+        "nodes": [
+            node("ns=2;s=Setpoint", "setpoint", "fast"),
+            node("ns=2;s=Counter", "counter", "live"),
+        ],
+    })));
+    wait_until(POLL_DEADLINE, "values before the restart", || {
+        !records(&daemon, "fast").is_empty() && !records(&daemon, "live").is_empty()
+    });
+    server.kill();
+    wait_until(
+        POLL_DEADLINE,
+        "the device to notice the server is gone",
+        || device_status(&daemon)["state"] != json!("connected"),
+    );
+    let fast_before = records(&daemon, "fast").len();
+    let live_before = records(&daemon, "live").len();
+    server.restart();
+    // The backoff is at most 1 s: values are back well within 20 s (session, subscription
+    // recreated, publishing triggered), without the 30 s watchdog.
+    wait_until(
+        Duration::from_secs(20),
+        "polled and subscribed values after the restart",
+        || {
+            records(&daemon, "fast").len() > fast_before + 2
+                && records(&daemon, "live").len() > live_before + 2
+        },
+    );
+    let d = device_status(&daemon);
+    assert_eq!(d["state"], json!("connected"), "{d:#}");
+    assert_eq!(u64_at(&d, "/watchdog_resets_total"), 0, "{d:#}");
+}
+
+#[cfg(feature = "simulator")]
+#[test]
+fn the_simulators_plant_is_read_and_its_counter_moves() {
+    let shutdown = opex_connector::shutdown::Shutdown::new();
+    let pki = tempfile::tempdir().expect("temp dir");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (sim, run) = runtime
+        .block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            opex_connector::simulator::opcua::start(listener, pki.path(), shutdown.clone())
+                .map_err(std::io::Error::other)
+        })
+        .expect("start the simulator");
+    let server = runtime.spawn(run);
+    let daemon = Daemon::start(config(json!({
+        "endpoint": sim.endpoint(),
+        "reconnect_initial_ms": 200,
+        "reconnect_max_ms": 1000,
+        "groups": [
+            { "name": "plant", "interval_ms": 500 },
+            { "name": "live", "interval_ms": 200, "subscribe": true, "deadband": 0.5 },
+        ],
+        "nodes": [
+            node(&sim.node_id("Plant.Line.Counter"), "counter", "plant"),
+            node(&sim.node_id("Plant.Pump.Running"), "pump_running", "plant"),
+            node(&sim.node_id("Plant.Boiler.Temperature"), "temperature", "live"),
+        ],
+    })));
+    wait_until(
+        POLL_DEADLINE,
+        "a counter that moves, and the pump state",
+        || {
+            let rows = records(&daemon, "plant");
+            let counters: Vec<u64> = rows
+                .iter()
+                .filter_map(|r| r["payload"]["counter"]["value"].as_u64())
+                .collect();
+            counters.len() >= 2
+                && counters.last() > counters.first()
+                && rows[0]["payload"]["pump_running"]["value"].is_boolean()
+        },
+    );
+    wait_until(POLL_DEADLINE, "a subscribed temperature", || {
+        records(&daemon, "live")
+            .iter()
+            .any(|r| r["payload"]["temperature"]["value"].is_f64())
+    });
+    shutdown.trigger();
+    let stopped = runtime.block_on(server).expect("simulator task");
+    assert!(stopped.is_ok(), "{stopped:?}");
+}
