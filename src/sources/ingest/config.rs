@@ -46,6 +46,36 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Checks `<at>.name` of a list entry: required, a [`valid_name`], and not `taken` by an
+/// earlier entry (reported, but the name is still returned so the entry's other keys get
+/// checked). `None` when the entry has no usable name.
+pub fn checked_name(
+    name: Option<&str>,
+    at: &str,
+    taken: impl Fn(&str) -> bool,
+    p: &mut Problems,
+) -> Option<String> {
+    match name {
+        None => {
+            p.push(format!("{at}.name"), "is required");
+            None
+        }
+        Some(n) if !valid_name(n) => {
+            p.push(
+                format!("{at}.name"),
+                format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
+            );
+            None
+        }
+        Some(n) => {
+            if taken(n) {
+                p.push(format!("{at}.name"), format!("{n:?} is used twice"));
+            }
+            Some(n.to_string())
+        }
+    }
+}
+
 impl IngestConfig {
     /// Validates `ingest:`.
     pub fn validate(raw: Option<&RawIngest>, path: &str, p: &mut Problems) -> Self {

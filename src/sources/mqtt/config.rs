@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::config::{pick_connection, Problems};
 use crate::sinks::mqtt::config::{MqttSinkConfig, RawMqttSink};
-use crate::sources::ingest::config::valid_name;
+use crate::sources::ingest::config::checked_name;
 use crate::sources::nats::config::{in_range, validate_tls, RawTls, TlsConfig};
 
 /// Messages buffered per subscription; beyond it the oldest is dropped and counted.
@@ -132,23 +132,14 @@ impl MqttConfig {
         let mut sources: Vec<MqttSourceConfig> = Vec::new();
         for (i, s) in raw.sources.iter().flatten().enumerate() {
             let at = format!("{path}.sources[{i}]");
-            let name = match s.name.as_deref() {
-                Some(n) if valid_name(n) => n.to_string(),
-                Some(n) => {
-                    p.push(
-                        format!("{at}.name"),
-                        format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                    );
-                    continue;
-                }
-                None => {
-                    p.push(format!("{at}.name"), "is required");
-                    continue;
-                }
+            let Some(name) = checked_name(
+                s.name.as_deref(),
+                &at,
+                |n| sources.iter().any(|o| o.name == n),
+                p,
+            ) else {
+                continue;
             };
-            if sources.iter().any(|o| o.name == name) {
-                p.push(format!("{at}.name"), format!("{name:?} is used twice"));
-            }
             let connection = pick_connection(
                 &connections,
                 |c| &c.name,
@@ -219,23 +210,14 @@ fn validate_connections(
     let mut out: Vec<MqttConnectionConfig> = Vec::new();
     for (i, c) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{path}.connections[{i}]");
-        let name = match c.name.as_deref() {
-            Some(n) if valid_name(n) => n.to_string(),
-            Some(n) => {
-                p.push(
-                    format!("{at}.name"),
-                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                );
-                continue;
-            }
-            None => {
-                p.push(format!("{at}.name"), "is required");
-                continue;
-            }
+        let Some(name) = checked_name(
+            c.name.as_deref(),
+            &at,
+            |n| out.iter().any(|o| o.name == n),
+            p,
+        ) else {
+            continue;
         };
-        if out.iter().any(|o| o.name == name) {
-            p.push(format!("{at}.name"), format!("{name:?} is used twice"));
-        }
         let (host, port, tls_scheme) = match c.url.as_deref().map(parse_url) {
             Some(Ok(v)) => v,
             Some(Err(e)) => {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::config::{pick_connection, Problems};
 use crate::sinks::nats::config::{NatsSinkConfig, RawNatsSink};
-use crate::sources::ingest::config::valid_name;
+use crate::sources::ingest::config::checked_name;
 
 /// First nak delay of the consumer backoff (the spec's 2 s).
 pub const NAK_BACKOFF_INITIAL: Duration = Duration::from_secs(2);
@@ -183,23 +183,14 @@ impl NatsConfig {
         let mut sources: Vec<NatsSourceConfig> = Vec::new();
         for (i, s) in raw.sources.iter().flatten().enumerate() {
             let at = format!("{path}.sources[{i}]");
-            let name = match s.name.as_deref() {
-                None => {
-                    p.push(format!("{at}.name"), "is required");
-                    continue;
-                }
-                Some(n) if !valid_name(n) => {
-                    p.push(
-                        format!("{at}.name"),
-                        format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                    );
-                    continue;
-                }
-                Some(n) => n.to_string(),
+            let Some(name) = checked_name(
+                s.name.as_deref(),
+                &at,
+                |n| sources.iter().any(|o| o.name == n),
+                p,
+            ) else {
+                continue;
             };
-            if sources.iter().any(|o| o.name == name) {
-                p.push(format!("{at}.name"), format!("{name:?} is used twice"));
-            }
             let connection = pick_connection(
                 &connections,
                 |c| &c.name,
@@ -347,23 +338,14 @@ fn validate_connections(
     let mut out: Vec<NatsConnectionConfig> = Vec::new();
     for (i, c) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{path}.connections[{i}]");
-        let name = match c.name.as_deref() {
-            Some(n) if valid_name(n) => n.to_string(),
-            Some(n) => {
-                p.push(
-                    format!("{at}.name"),
-                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                );
-                continue;
-            }
-            None => {
-                p.push(format!("{at}.name"), "is required");
-                continue;
-            }
+        let Some(name) = checked_name(
+            c.name.as_deref(),
+            &at,
+            |n| out.iter().any(|o| o.name == n),
+            p,
+        ) else {
+            continue;
         };
-        if out.iter().any(|o| o.name == name) {
-            p.push(format!("{at}.name"), format!("{name:?} is used twice"));
-        }
         let servers = c.servers.clone().unwrap_or_default();
         if servers.is_empty() {
             p.push(format!("{at}.servers"), "needs at least one server URL");
