@@ -240,6 +240,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("opex-rt")
+        .on_thread_start(crate::priority::background_thread)
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;

@@ -9,7 +9,7 @@
 //!
 //! | room | owns |
 //! | --- | --- |
-//! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`; no behaviour of its own |
+//! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`, release tooling; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime |
@@ -22,6 +22,7 @@
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
+//! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
 //! | [`release`] | release artifacts: ed25519 signature checks, the previous version of an OTA install |
 //!
@@ -37,6 +38,7 @@ pub mod daemon;
 pub mod engine;
 pub mod flow;
 pub mod http;
+pub mod priority;
 pub mod record;
 pub mod release;
 pub mod shutdown;
