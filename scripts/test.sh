@@ -169,6 +169,9 @@ main() {
     cargo fmt --check
     log "cargo clippy --all-targets -- -D warnings"
     cargo clippy --all-targets -- -D warnings
+    # The field build without OPC-UA (see README, "Binary sizes") must build too.
+    log "cargo clippy --no-default-features --lib --bins -- -D warnings"
+    cargo clippy --no-default-features --lib --bins -- -D warnings
     log "cargo test --all-targets"
     test_log="$(mktemp)" # global: the EXIT trap runs after main returns
     trap 'rm -f "$test_log"' EXIT

@@ -24,7 +24,7 @@ use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
-use crate::sources::opcua::{self, DeviceStatus};
+use crate::sources::opcua::DeviceStatus;
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
@@ -182,10 +182,12 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .iter()
         .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
         .collect();
-    let mut poll_tasks = Vec::new();
+    #[allow(unused_mut)] // Without the `opcua` feature there is no OPC-UA task to push.
+    let mut poll_tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    #[cfg(feature = "opcua")]
     if let Some(rt) = &pollers {
         for (d, status) in config.devices.opcua.iter().zip(&opcua_status) {
-            poll_tasks.push(opcua::spawn(
+            poll_tasks.push(crate::sources::opcua::spawn(
                 rt,
                 d.clone(),
                 &c.data_dir,

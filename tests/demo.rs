@@ -3,6 +3,8 @@
 //! process, both polled, values on `/api/status` and stored in the push queue. The demo's
 //! fixed ports are moved to free ones; everything else is the file as shipped.
 
+#![cfg(feature = "simulator")]
+
 mod common;
 
 use std::net::TcpListener;
@@ -25,7 +27,6 @@ fn device<'a>(status: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no device {name} in {status:#}"))
 }
 
-#[cfg(feature = "simulator")]
 #[test]
 fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
     let mut config: Value = serde_saphyr::from_str(DEMO).expect("demo.yaml parses");
