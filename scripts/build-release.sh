@@ -105,7 +105,17 @@ for t in "${targets[@]}"; do
         "$signer" sign-artifact "dist/$out" "$sign_key" >"dist/$out.sig"
     fi
 done
-(cd dist && sha256sum "${artifacts[@]}" >SHA256SUMS)
+# SHA256SUMS keeps the lines of artifacts built before (other targets, the other build) and
+# replaces those of the artifacts built now.
+(
+    cd dist
+    touch SHA256SUMS
+    for a in "${artifacts[@]}"; do
+        grep -v "  $a\$" SHA256SUMS >SHA256SUMS.new || true
+        mv SHA256SUMS.new SHA256SUMS
+    done
+    sha256sum "${artifacts[@]}" >>SHA256SUMS
+)
 
 printf '\n%-36s %12s\n' "artifact" "bytes" >&2
 for t in "${targets[@]}"; do
