@@ -1,0 +1,392 @@
+//! The status page (`GET /`) and its live view (`/api/live`) against the real binary.
+//!
+//! The browser test runs Debian's `chromium` headless (installed by `scripts/test.sh`) on a
+//! connector polling its built-in Modbus simulator, reads the DOM the page's script built,
+//! and keeps two screenshots (phone and laptop width) in the test's output folder. The
+//! WebSocket test speaks RFC 6455 by hand over a TCP socket, so it needs no browser.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Longest the browser may take to show polled values and a live message.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// The demo's plant (config/demo.yaml), polled faster.
+fn plant_config(port: u16) -> Value {
+    json!({
+        "connector": {
+            "name": "line-3",
+            "push_queue": {"enabled": true, "max_quota_mb": 64, "on_full": "evict_oldest"},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "simulator": {"modbus": format!("127.0.0.1:{port}")},
+        "devices": [{
+            "name": "plant-1",
+            "protocol": "modbus_tcp",
+            "host": "127.0.0.1",
+            "port": port,
+            "unit": 1,
+            "timeout_ms": 500,
+            "groups": [{"name": "process", "interval_ms": 250}, {"name": "counters", "interval_ms": 1000}],
+            "points": [
+                {"name": "oven_temp", "group": "process", "register": 0, "type": "f32", "unit": "°C"},
+                {"name": "coolant_temp", "group": "process", "register": 2, "type": "f32", "unit": "°C"},
+                {"name": "pressure", "group": "process", "register": 7, "type": "i16", "scale": 0.1, "unit": "bar"},
+                {"name": "pump_running", "group": "process", "register": 0, "kind": "coil"},
+                {"name": "parts", "group": "counters", "register": 4, "type": "u32"},
+                {"name": "model", "group": "counters", "register": 8, "type": "string", "length": 8},
+            ],
+        }],
+    })
+}
+
+// ---------------------------------------------------------------- Chromium
+
+fn chromium() -> Option<PathBuf> {
+    let fixed = PathBuf::from("/usr/bin/chromium");
+    if fixed.exists() {
+        return Some(fixed);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("chromium"))
+            .find(|p| p.exists())
+    })
+}
+
+/// Runs headless Chromium once on a fresh profile with `args`; returns its stdout.
+fn run_chromium(bin: &Path, args: &[String]) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(args)
+    .stdin(Stdio::null())
+    .stderr(Stdio::null());
+    let out = cmd.output().expect("run chromium");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The text of the element right after `marker` (up to the next tag).
+fn text_after<'a>(dom: &'a str, marker: &str) -> Option<&'a str> {
+    let at = dom.find(marker)? + marker.len();
+    let rest = &dom[at..];
+    rest.find('<').map(|end| &rest[..end])
+}
+
+/// A `data-NAME="N"` attribute as a number.
+fn data_number(dom: &str, name: &str) -> u64 {
+    let marker = format!("data-{name}=\"");
+    dom.find(&marker)
+        .and_then(|at| {
+            let rest = &dom[at + marker.len()..];
+            rest[..rest.find('"')?].parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// What the page must show; the first thing missing, if any.
+fn missing_in(dom: &str) -> Option<&'static str> {
+    if !dom.contains("data-status-loaded=\"1\"") {
+        return Some("the status drawn");
+    }
+    if text_after(dom, "<h1 id=\"name\">") != Some("line-3") {
+        return Some("the connector name");
+    }
+    let oven = text_after(dom, "data-point=\"plant-1/process.oven_temp\">");
+    if oven.is_none_or(|t| t.parse::<f64>().is_err()) {
+        return Some("the oven temperature as a number");
+    }
+    if text_after(dom, "data-point=\"plant-1/counters.model\">") != Some("OPEX-SIM") {
+        return Some("the model string");
+    }
+    if !dom.contains("data-device=\"plant-1\" data-state=\"connected\"") {
+        return Some("the device connected");
+    }
+    if !dom.contains("data-queue=\"push\" data-level=\"ok\"") {
+        return Some("the push queue at level ok");
+    }
+    if !text_after(dom, "class=\"fill-text\">").is_some_and(|t| t.contains(" % ")) {
+        return Some("the queue's fill");
+    }
+    if data_number(dom, "live-values") < 1 {
+        return Some("a value message from the live view");
+    }
+    None
+}
+
+#[test]
+fn the_status_page_shows_device_values_and_queue_levels_in_chromium_and_live_values_arrive() {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let port = free_port();
+    let daemon = Daemon::start(plant_config(port));
+    wait_until(Duration::from_secs(20), "the simulator polled", || {
+        daemon.status()["devices"][0]["polls_total"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    let url = daemon.url("/");
+    // Each try is a fresh browser that runs the page for a few seconds of virtual time (the
+    // live view's messages come in real time meanwhile); try again until all is there.
+    let deadline = Instant::now() + BROWSER_DEADLINE;
+    let mut dom = String::new();
+    let mut missing = Some("a first try");
+    let mut tries = 0;
+    while missing.is_some() && Instant::now() < deadline {
+        tries += 1;
+        dom = run_chromium(
+            &bin,
+            &[
+                "--virtual-time-budget=5000".to_string(),
+                "--dump-dom".to_string(),
+                url.clone(),
+            ],
+        );
+        missing = missing_in(&dom);
+    }
+    if let Some(what) = missing {
+        panic!(
+            "after {tries} tries the page still lacks {what}; last DOM:\n{}",
+            truncate(&dom, 6000)
+        );
+    }
+    assert!(data_number(&dom, "live-count") >= 1, "{dom}");
+    assert!(!dom.contains(TOKEN), "the page shows a token");
+
+    // The connector counted what it published to the page.
+    let status = daemon.status();
+    assert!(u64_at(&status, "/live/published_total") >= 1, "{status}");
+    assert!(status["connector"]["disk_free_bytes"].as_u64().unwrap_or(0) > 0);
+    let metrics = daemon.metrics();
+    assert!(metric(&metrics, "opex_connector_live_skipped_total").is_some());
+
+    // Screenshots at a phone's and a laptop's width, kept with the test's output.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status_page");
+    std::fs::create_dir_all(&out).expect("screenshot dir");
+    for (name, size) in [("phone", "390,1500"), ("laptop", "1280,1000")] {
+        let path = out.join(format!("status-page-{name}.png"));
+        let _ = std::fs::remove_file(&path);
+        wait_until(Duration::from_secs(60), "a screenshot", || {
+            run_chromium(
+                &bin,
+                &[
+                    "--virtual-time-budget=5000".to_string(),
+                    format!("--window-size={size}"),
+                    format!("--screenshot={}", path.display()),
+                    url.clone(),
+                ],
+            );
+            std::fs::read(&path).is_ok_and(|png| png.starts_with(b"\x89PNG") && png.len() > 10_000)
+        });
+        println!("screenshot: {}", path.display());
+    }
+}
+
+// ---------------------------------------------------------------- WebSocket by hand
+
+/// Sends a WebSocket upgrade request; returns the response head.
+fn upgrade(stream: &mut TcpStream, key: &str) -> String {
+    write!(
+        stream,
+        "GET /api/live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .expect("send upgrade");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("read response head");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+fn connect(daemon: &Daemon) -> TcpStream {
+    let s = TcpStream::connect(daemon.base().trim_start_matches("http://")).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Reads one server frame: (opcode, payload). Server frames are never masked.
+fn read_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).expect("frame header");
+    assert_eq!(h[0] & 0x80, 0x80, "server frames are final");
+    assert_eq!(h[1] & 0x80, 0, "server frames are not masked");
+    let len = match h[1] & 0x7F {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).unwrap();
+            u64::from(u16::from_be_bytes(b))
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b).unwrap();
+            u64::from_be_bytes(b)
+        }
+        n => u64::from(n),
+    };
+    let mut payload = vec![0u8; len as usize];
+    s.read_exact(&mut payload).expect("frame payload");
+    (h[0] & 0x0F, payload)
+}
+
+/// Reads frames until a JSON text message for which `want` holds.
+fn read_until(s: &mut TcpStream, want: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let (op, payload) = read_frame(s);
+        assert_eq!(op, 1, "only text frames come unasked");
+        let m: Value = serde_json::from_slice(&payload).expect("JSON message");
+        if want(&m) {
+            return m;
+        }
+    }
+}
+
+/// A masked client frame.
+fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [0x12, 0x34, 0x56, 0x78];
+    let mut f = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+#[test]
+fn the_live_websocket_answers_the_rfc_handshake_and_pings_hides_callers_payloads_and_caps_its_clients(
+) {
+    let daemon = Daemon::start(queue_config(16, "block"));
+
+    // RFC 6455's example key and its accept value.
+    let mut ws = connect(&daemon);
+    let head = upgrade(&mut ws, "dGhlIHNhbXBsZSBub25jZQ==");
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n"),
+        "{head}"
+    );
+    let first = read_until(&mut ws, |_| true);
+    assert_eq!(first["type"], "status", "{first}");
+    assert_eq!(first["status"]["connector"]["name"], "it");
+    assert!(
+        first["status"].get("push_status").is_none(),
+        "the live status is compact"
+    );
+
+    // An ingested record shows with its result and size, not its (business) payload.
+    let reply = daemon.ingest("order-7", r#"{"card":"4111-1111"}"#);
+    assert_eq!(reply.status, 200);
+    let value = read_until(&mut ws, |m| m["type"] == "value");
+    assert_eq!(value["source"], format!("ingest/{SOURCE}"), "{value}");
+    assert_eq!(value["key"], "order-7");
+    assert_eq!(value["result"], "stored");
+    assert!(value.get("payload").is_none(), "{value}");
+    assert_eq!(value["payload_bytes"], 20);
+
+    // Ping → pong with the same payload (other messages may come first).
+    ws.write_all(&client_frame(0x9, b"hi")).unwrap();
+    loop {
+        let (op, payload) = read_frame(&mut ws);
+        if op == 0xA {
+            assert_eq!(payload, b"hi");
+            break;
+        }
+    }
+
+    // Sixteen clients at most; the seventeenth is refused and counted.
+    let mut others: Vec<TcpStream> = (1..16)
+        .map(|_| {
+            let mut s = connect(&daemon);
+            let head = upgrade(&mut s, "AQIDBAUGBwgJCgsMDQ4PEA==");
+            assert!(head.starts_with("http/1.1 101"), "{head}");
+            s
+        })
+        .collect();
+    let mut refused = connect(&daemon);
+    let head = upgrade(&mut refused, "AQIDBAUGBwgJCgsMDQ4PEA==");
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    let status = daemon.status();
+    assert_eq!(u64_at(&status, "/live/clients"), 16, "{status}");
+    assert_eq!(u64_at(&status, "/live/refused_clients_total"), 1);
+
+    // A close is answered with a close, and the slot is free again.
+    let mut last = others.pop().expect("a client");
+    last.write_all(&client_frame(0x8, &1000u16.to_be_bytes()))
+        .unwrap();
+    loop {
+        let (op, _) = read_frame(&mut last);
+        if op == 0x8 {
+            break;
+        }
+    }
+    wait_until(Duration::from_secs(10), "the slot freed", || {
+        u64_at(&daemon.status(), "/live/clients") == 15
+    });
+
+    // Without an upgrade, 426; a bad key, 400.
+    let plain = daemon.get("/api/live", None);
+    assert_eq!(plain.status, 426);
+    let mut bad = connect(&daemon);
+    let head = upgrade(&mut bad, "short");
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+}
+
+#[test]
+fn the_page_files_have_their_types_and_no_other_path_exists() {
+    let daemon = Daemon::start(queue_config(16, "evict_oldest"));
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/page.js", "text/javascript"),
+        ("/page.css", "text/css"),
+    ] {
+        let r = daemon.get(path, None);
+        assert_eq!(r.status, 200, "{path}");
+        assert!(
+            r.header("content-type").unwrap_or("").starts_with(kind),
+            "{path}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
+        assert!(r.header("etag").is_some(), "{path}");
+        assert!(r
+            .header("content-security-policy")
+            .is_some_and(|c| c.contains("default-src 'none'")));
+    }
+    for path in [
+        "/index.html",
+        "/page.js/x",
+        "/page/page.js",
+        "/%2e%2e/Cargo.toml",
+        "/../Cargo.toml",
+        "/page.jss",
+    ] {
+        assert_eq!(daemon.get(path, None).status, 404, "{path}");
+    }
+    let r = daemon.post("/page.js", None, b"");
+    assert_eq!(r.status, 405);
+}
