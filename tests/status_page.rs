@@ -349,6 +349,18 @@ fn the_live_websocket_answers_the_rfc_handshake_and_pings_hides_callers_payloads
         u64_at(&daemon.status(), "/live/clients") == 15
     });
 
+    // Another web site's page may not read the live view (browsers send its Origin).
+    let mut cross = connect(&daemon);
+    write!(
+        cross,
+        "GET /api/live HTTP/1.1\r\nHost: {}\r\nOrigin: http://evil.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        daemon.base().trim_start_matches("http://")
+    )
+    .unwrap();
+    let mut answer = [0u8; 12];
+    cross.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 403");
+
     // Without an upgrade, 426; a bad key, 400.
     let plain = daemon.get("/api/live", None);
     assert_eq!(plain.status, 426);

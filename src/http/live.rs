@@ -68,6 +68,17 @@ pub fn upgrade(state: Arc<AppState>, mut req: Request<Incoming>) -> Resp {
             .insert("sec-websocket-version", HeaderValue::from_static("13"));
         return r;
     }
+    // Browsers do not apply CORS to WebSockets: without this check any web site open in the
+    // technician's browser could read the live view. Clients that send no Origin (tools,
+    // scripts) are not browsers and pass.
+    let origin = header("origin");
+    if !origin.is_empty() && !same_origin(&origin, &header("host")) {
+        log::warn!("live client refused: origin={origin:?} is not this connector");
+        return error(
+            StatusCode::FORBIDDEN,
+            "the live view is served to this connector's own page only",
+        );
+    }
     let key = header("sec-websocket-key");
     if !ws::key_is_valid(&key) {
         return error(
@@ -105,6 +116,15 @@ pub fn upgrade(state: Arc<AppState>, mut req: Request<Incoming>) -> Resp {
         h.insert("sec-websocket-accept", v);
     }
     r
+}
+
+/// True when `origin` (`http://host:port`) names the host the request was sent to.
+fn same_origin(origin: &str, host: &str) -> bool {
+    let bare = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or("");
+    !host.is_empty() && bare.eq_ignore_ascii_case(host.trim())
 }
 
 /// The live status message: `{"type":"status","time_ms":..,"status":{..}}`.
@@ -230,6 +250,124 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, frame: &[u8]) -> Result<(), ()>
         Err(_) => {
             log::debug!("live client too slow to take a frame: timeout={WRITE_TIMEOUT:?}");
             Err(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::{DataHub, CAPACITY};
+    use std::sync::atomic::Ordering;
+
+    /// A masked client frame.
+    fn client_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+        let mask = [7, 1, 3, 9];
+        let mut f = vec![first, 0x80 | payload.len() as u8];
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        f
+    }
+
+    /// Reads one unmasked server frame.
+    async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> (u8, Vec<u8>) {
+        let mut h = [0u8; 2];
+        r.read_exact(&mut h).await.unwrap();
+        let len = match h[1] {
+            126 => {
+                let mut b = [0u8; 2];
+                r.read_exact(&mut b).await.unwrap();
+                usize::from(u16::from_be_bytes(b))
+            }
+            n => usize::from(n),
+        };
+        let mut p = vec![0u8; len];
+        r.read_exact(&mut p).await.unwrap();
+        (h[0] & 0x0F, p)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_never_holds_up_publishing_and_skips_what_it_missed() {
+        let hub = DataHub::new();
+        let sub = hub.subscribe().unwrap();
+        // A 64-byte pipe: the session's writes block as soon as the client stops reading.
+        let (server, mut client) = tokio::io::duplex(64);
+        let shutdown = Shutdown::new();
+        let session = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let (mut rd, mut wr) = tokio::io::split(server);
+                let mut sub = sub;
+                run(&mut rd, &mut wr, &mut sub, &shutdown).await;
+            })
+        };
+        let total = CAPACITY + 100;
+        // Every publish returns at once, although the client reads nothing.
+        for i in 0..total {
+            hub.publish(format!("message {i:04} {}", "x".repeat(40)).into());
+        }
+        assert_eq!(
+            hub.stats.published_total.load(Ordering::Relaxed),
+            total as u64
+        );
+        // Now the client reads: the first messages, a gap, then the newest.
+        let mut got = Vec::new();
+        while got
+            .last()
+            .is_none_or(|m: &String| !m.contains(&format!("{:04}", total - 1)))
+        {
+            let (op, p) = read_frame(&mut client).await;
+            assert_eq!(op, 1);
+            got.push(String::from_utf8(p).unwrap());
+        }
+        let skipped = hub.stats.skipped_total.load(Ordering::Relaxed);
+        assert!(skipped >= 100, "skipped {skipped}");
+        assert_eq!(got.len() as u64 + skipped, total as u64);
+        // A ping is answered, then a close ends the session with a close.
+        client.write_all(&client_frame(0x89, b"p")).await.unwrap();
+        assert_eq!(read_frame(&mut client).await, (0xA, b"p".to_vec()));
+        client
+            .write_all(&client_frame(0x88, &1000u16.to_be_bytes()))
+            .await
+            .unwrap();
+        assert_eq!(read_frame(&mut client).await.0, 0x8);
+        session.await.unwrap();
+    }
+
+    #[test]
+    fn only_the_connectors_own_origin_passes() {
+        assert!(same_origin("http://10.0.0.5:8080", "10.0.0.5:8080"));
+        assert!(same_origin("https://Box.local", "box.local"));
+        assert!(!same_origin("http://evil.example", "10.0.0.5:8080"));
+        assert!(!same_origin(
+            "http://10.0.0.5:8080.evil.example",
+            "10.0.0.5:8080"
+        ));
+        assert!(!same_origin("null", "10.0.0.5:8080"));
+        assert!(!same_origin("http://10.0.0.5:8080", ""));
+    }
+
+    #[tokio::test]
+    async fn an_unmasked_frame_closes_the_session_with_1002_and_shutdown_with_1001() {
+        for (bad, code) in [(true, 1002u16), (false, 1001)] {
+            let hub = DataHub::new();
+            let mut sub = hub.subscribe().unwrap();
+            let (server, mut client) = tokio::io::duplex(1024);
+            let shutdown = Shutdown::new();
+            let stop = shutdown.clone();
+            let session = tokio::spawn(async move {
+                let (mut rd, mut wr) = tokio::io::split(server);
+                run(&mut rd, &mut wr, &mut sub, &stop).await;
+            });
+            if bad {
+                client.write_all(b"\x81\x02hi").await.unwrap();
+            } else {
+                shutdown.trigger();
+            }
+            let (op, payload) = read_frame(&mut client).await;
+            assert_eq!(op, 0x8);
+            assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), code);
+            session.await.unwrap();
         }
     }
 }
