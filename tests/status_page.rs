@@ -209,6 +209,124 @@ fn the_status_page_shows_device_values_and_queue_levels_in_chromium_and_live_val
     }
 }
 
+/// Serves the page's own files (from the source tree) and `status` as `/api/status` on a
+/// loopback port, one request per connection; everything else is 404. Returns the base URL.
+fn serve_fixture(status: Value) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http/page");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read_exact(&mut byte).is_ok() {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("").to_string();
+            let file = |name: &str| std::fs::read(dir.join(name)).expect("page file");
+            let (code, kind, body) = match path.as_str() {
+                "/" => ("200 OK", "text/html", file("index.html")),
+                "/page.js" => ("200 OK", "text/javascript", file("page.js")),
+                "/page.css" => ("200 OK", "text/css", file("page.css")),
+                "/api/status" => (
+                    "200 OK",
+                    "application/json",
+                    status.to_string().into_bytes(),
+                ),
+                _ => ("404 Not Found", "text/plain", b"no".to_vec()),
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    base
+}
+
+#[test]
+fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data_as_text() {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    // The /api/status contract of queues, alerts, schedules and backfills, with markup where
+    // a name could carry it.
+    let evil = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
+    let base = serve_fixture(json!({
+        "connector": {"name": evil, "version": "9.9.9", "uptime_secs": 3700,
+                      "disk_free_bytes": 1_073_741_824u64, "healthy": true},
+        "push_queue": {"on_full": "evict_oldest", "quota_bytes": 100, "fill_pct": 1.0, "level": "ok"},
+        "queues": [
+            {"name": "push", "kind": "disk", "on_full": "block", "quota": 1_048_576, "quota_unit": "bytes",
+             "used": 943_718, "fill_pct": 90.0, "level": "high", "blocked_total": 3, "evicted_total": 0, "dropped_total": 0},
+            {"name": "clickhouse", "kind": "memory", "on_full": "evict_oldest", "quota": 10000, "quota_unit": "rows",
+             "used": 10000, "fill_pct": 100.0, "level": "full", "blocked_total": 0, "evicted_total": 12, "dropped_total": 0},
+        ],
+        "alerts": [{"connector": "c", "queue": "push", "level": "high", "message": evil,
+                    "fill_pct": 90.0, "time": "2026-11-29T15:00:00Z", "repeat": 0}],
+        "schedules": [{"name": "hourly", "every": "1h", "next_tick": 1_800_000_000_000u64,
+                       "last_tick": null, "last_result": "backpressured"}],
+        "backfills": [{"name": "history", "file": "/data/h.jsonl", "state": "running",
+                       "done": 250, "total": 1000, "rate_per_sec": 12.5, "eta_secs": 60}],
+        "devices": [{"name": evil, "source": "modbus/x", "state": "backoff", "last_error": evil,
+                     "values": {"g": {"p": {"value": evil, "quality": "good"}}}}],
+        "sinks": [{"name": "push", "dropped": 0, "blocked": 3, "queue_rows": 900}],
+        "dead_letters": {"open": 2, "resolved": 1, "parked_total": 3, "trimmed_total": 0},
+    }));
+    let mut dom = String::new();
+    let drawn = poll_until(Duration::from_secs(60), || {
+        dom = run_chromium(
+            &bin,
+            &[
+                "--virtual-time-budget=3000".to_string(),
+                "--dump-dom".to_string(),
+                format!("{base}/"),
+            ],
+        );
+        dom.contains("data-status-loaded=\"1\"")
+    });
+    assert!(
+        drawn,
+        "the page never drew the fixture:\n{}",
+        truncate(&dom, 4000)
+    );
+    // `queues` wins over `push_queue`; each queue shows its level.
+    assert!(
+        dom.contains("data-queue=\"push\" data-level=\"high\""),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("data-queue=\"clickhouse\" data-level=\"full\""),
+        "{dom}"
+    );
+    assert!(dom.contains("100.0 % · 10000 of 10000 rows"), "{dom}");
+    assert!(
+        dom.contains("on_full block · blocked 3 · evicted 0 · dropped 0"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("hourly") && dom.contains("backpressured"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("250 of 1000 (25.0 %)") && dom.contains("ETA 1 min 0 s"),
+        "{dom}"
+    );
+    assert!(dom.contains("disk free 1.0 GiB"), "{dom}");
+    // Every piece of markup in the data is text: escaped, never an element.
+    assert!(dom.contains("&lt;img src=x onerror="), "{dom}");
+    assert!(
+        !dom.contains("<img"),
+        "markup from data became an element:\n{dom}"
+    );
+    assert!(dom.contains("<body>"), "a script from data ran:\n{dom}");
+}
+
 // ---------------------------------------------------------------- WebSocket by hand
 
 /// Sends a WebSocket upgrade request; returns the response head.
