@@ -353,7 +353,7 @@
       .then(function (r) {
         return r.json().catch(function () { return {}; }).then(function (body) {
           if (r.status === 401) throw new Error('the admin token is wrong');
-          if (r.status === 404 && path.indexOf('/api/dead-letters') === 0 && !body.rows) throw new Error(body.error || 'not found (is connector.http.admin_token set?)');
+          if (r.status === 404 && body.error === 'no such endpoint') throw new Error('the admin endpoints are off: connector.http.admin_token is not set');
           if (!r.ok && r.status !== 503) throw new Error(body.error || ('HTTP ' + r.status));
           return body;
         });
