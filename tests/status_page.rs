@@ -32,6 +32,7 @@ fn plant_config(port: u16) -> Value {
     json!({
         "connector": {
             "name": "line-3",
+            "http": {"admin_token": ADMIN_TOKEN},
             "push_queue": {"enabled": true, "max_quota_mb": 64, "on_full": "evict_oldest"},
         },
         "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
@@ -239,13 +240,41 @@ impl Browser {
         }
     }
 
-    /// The page's DOM as HTML.
-    fn dom(&mut self) -> String {
+    /// Runs `expression` in the page; its value.
+    fn eval(&mut self, expression: &str) -> Value {
         let r = self.call(
             "Runtime.evaluate",
-            json!({"expression": "document.documentElement.outerHTML", "returnByValue": true}),
+            json!({"expression": expression, "returnByValue": true}),
         );
-        r["result"]["value"].as_str().unwrap_or("").to_string()
+        r["result"]["value"].clone()
+    }
+
+    /// The page's DOM as HTML.
+    fn dom(&mut self) -> String {
+        let v = self.eval("document.documentElement.outerHTML");
+        v.as_str().unwrap_or("").to_string()
+    }
+
+    /// Clicks the element with `id`, then waits until the admin panel says `starting`.
+    fn click_until_said(&mut self, id: &str, starting: &str) {
+        self.eval(&format!("document.getElementById('{id}').click()"));
+        let mut said = Value::Null;
+        let ok = poll_until(Duration::from_secs(20), || {
+            said = self.eval("document.getElementById('dlq-msg').textContent");
+            said.as_str().is_some_and(|t| t.starts_with(starting))
+        });
+        assert!(
+            ok,
+            "after clicking {id} the page says {said}, not {starting:?}"
+        );
+    }
+
+    /// Types `token` into the admin token field and submits it.
+    fn enter_token(&mut self, token: &str) {
+        self.eval(&format!(
+            "document.getElementById('token').value = {}; document.getElementById('token-form').requestSubmit()",
+            json!(token)
+        ));
     }
 
     /// A PNG of the page drawn `width` x `height` CSS pixels.
@@ -277,7 +306,8 @@ impl Drop for Browser {
 }
 
 #[test]
-fn the_status_page_shows_device_values_and_queue_levels_in_chromium_and_live_values_arrive() {
+fn the_status_page_shows_device_values_and_queue_levels_in_chromium_live_values_arrive_and_the_admin_token_stays_in_the_tab(
+) {
     let Some(bin) = chromium() else {
         println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
         return;
@@ -335,6 +365,30 @@ fn the_status_page_shows_device_values_and_queue_levels_in_chromium_and_live_val
         std::fs::write(&path, png).expect("write screenshot");
         println!("screenshot: {}", path.display());
     }
+
+    // The dead letters' panel asks for the admin token, keeps it in the tab's session
+    // storage only, and uses it for the admin endpoints.
+    browser.click_until_said("dlq-open", "enter the admin token first");
+    browser.enter_token("not-the-token");
+    browser.click_until_said("dlq-open", "the admin token is wrong");
+    browser.enter_token(ADMIN_TOKEN);
+    browser.click_until_said("dlq-open", "0 open dead letters");
+    browser.click_until_said("push-dlq-open", "0 of 0 push dead letters");
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('opex-admin-token')"),
+        json!(ADMIN_TOKEN)
+    );
+    assert_eq!(
+        browser.eval("document.getElementById('token').value"),
+        json!("")
+    );
+    let dom = browser.dom();
+    assert!(!dom.contains(ADMIN_TOKEN), "the page shows the admin token");
+    browser.click_until_said("token-forget", "admin token forgotten");
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('opex-admin-token')"),
+        Value::Null
+    );
 }
 
 /// Serves the page's own files (from the source tree) and `status` as `/api/status` on a
