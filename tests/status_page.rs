@@ -685,6 +685,23 @@ fn the_live_websocket_answers_the_rfc_handshake_and_pings_hides_callers_payloads
     let mut bad = connect(&daemon);
     let head = upgrade(&mut bad, "short");
     assert!(head.starts_with("http/1.1 400"), "{head}");
+
+    // Open live sessions do not hold up a stop: each gets a close (1001, going away).
+    let mut daemon = daemon;
+    let started = std::time::Instant::now();
+    assert!(daemon.stop().success());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    loop {
+        let (op, payload) = read_frame(&mut ws);
+        if op == 0x8 {
+            assert_eq!(payload[..2], 1001u16.to_be_bytes());
+            break;
+        }
+    }
 }
 
 #[test]
