@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua chromium
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua chromium)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -110,6 +110,10 @@ install_asyncua() { pip_install "asyncua==${ASYNCUA_VERSION}"; }
 
 # Linting of the shell scripts.
 install_shellcheck() { apt_install shellcheck; }
+
+# Headless browser for the status page test (/usr/bin/chromium). The test
+# starts it itself with a fresh profile and no network features.
+install_chromium() { apt_install chromium; }
 
 install_peers() {
     local peer

@@ -203,6 +203,8 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         started: Instant::now(),
         previous_version: crate::release::previous_version(),
         http: c.http.clone(),
+        data_dir: c.data_dir.clone(),
+        shutdown: shutdown.clone(),
         engine: Arc::clone(&engine),
         push: Arc::clone(&push),
         uplink: uplink_status,
@@ -327,6 +329,10 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
     tokio::spawn(webhook::recover_inbox(Arc::clone(&state.engine)));
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
+    let live = tokio::spawn(http::publish_live_status(
+        Arc::clone(&state),
+        shutdown.clone(),
+    ));
     let messaging = spawn_messaging(&state, &shutdown);
 
     wait_for_signal().await;
@@ -335,6 +341,7 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
     shutdown.trigger();
     let _ = server.await;
     let _ = checker.await;
+    let _ = live.await;
     for task in messaging {
         let _ = task.await;
     }
