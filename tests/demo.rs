@@ -45,7 +45,8 @@ fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
             .json()
     };
     wait_until(
-        Duration::from_secs(60),
+        // Generous: the first start makes the OPC-UA client's RSA key.
+        Duration::from_secs(120),
         "both simulated devices connected with values",
         || {
             let s = status();
