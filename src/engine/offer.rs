@@ -7,6 +7,7 @@ use super::sinks::{DeliveryError, Sinks};
 use super::stats::EngineStats;
 use crate::admission::Reservation;
 use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
+use crate::ledger::{Book, Cause};
 use crate::record::{Record, Settlement};
 use crate::store::dead_letters::{DeadLetterQueue, NewDeadLetter};
 
@@ -48,6 +49,9 @@ pub struct Engine {
     dlq: Arc<DeadLetterQueue>,
     /// Its counters.
     pub stats: EngineStats,
+    /// Its part of the loss ledger (memory): offers, refusals, and the records acked without a
+    /// tracked queue copy.
+    pub ledger: Book,
 }
 
 /// One record on its way: the node to run next and the entry node it came in by.
@@ -64,6 +68,10 @@ struct Run {
     failure: Option<Settlement>,
     /// The first dead-letter entry made (or `Some(None)` for a failure in replay mode).
     dead_letter: Option<Option<u64>>,
+    /// A queue (push, ClickHouse, Postgres) took the copy the ledger tracks.
+    tracked: bool,
+    /// A sink confirmed a copy.
+    delivered: bool,
 }
 
 impl Engine {
@@ -74,6 +82,7 @@ impl Engine {
             sinks,
             dlq,
             stats: EngineStats::default(),
+            ledger: Book::default(),
         }
     }
 
@@ -95,6 +104,7 @@ impl Engine {
     /// Asks every sink reachable from the record's source to admit it, before any node runs.
     /// `Ok(None)`: no flow takes this source. `Err`: the settlement to give the source now.
     pub fn admit(&self, record: &Record) -> Result<Option<Admitted>, Settlement> {
+        self.ledger.received(&record.source);
         if self.plan.entries(&record.source).is_empty() {
             return Ok(None);
         }
@@ -107,6 +117,7 @@ impl Engine {
                 Ok(r) => admitted.reservations.push((sink.name(), r)),
                 Err(refused) => {
                     self.stats.backpressured.fetch_add(1, Ordering::Relaxed);
+                    self.ledger.refused(&record.source);
                     return Err(Settlement::Retry {
                         sink: sink.name().to_string(),
                         after: refused.after,
@@ -122,7 +133,7 @@ impl Engine {
     pub async fn offer(&self, record: Record) -> Settlement {
         match self.admit(&record) {
             Err(settlement) => settlement,
-            Ok(None) => self.unrouted(),
+            Ok(None) => self.unrouted(&record.source),
             Ok(Some(admitted)) => {
                 let entries = self.plan.entries(&record.source).to_vec();
                 self.run(record, entries, admitted, Mode::Normal).await
@@ -134,7 +145,7 @@ impl Engine {
     pub async fn run_admitted(&self, record: Record, admitted: Admitted, mode: Mode) -> Settlement {
         let entries = self.plan.entries(&record.source).to_vec();
         if entries.is_empty() {
-            return self.unrouted();
+            return self.unrouted(&record.source);
         }
         self.run(record, entries, admitted, mode).await
     }
@@ -167,11 +178,33 @@ impl Engine {
         let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(why));
         self.park(&mut run, &record, at, at, reason, Mode::Accepted)
             .await;
+        match run.dead_letter {
+            Some(Some(_)) => self.ledger.dead_lettered(&record.source),
+            _ => self.ledger.lost(&record.source, Cause::Failed),
+        }
     }
 
-    fn unrouted(&self) -> Settlement {
+    /// Counts a record of `source` that no flow takes: acknowledged and counted, by design.
+    pub fn unrouted(&self, source: &str) -> Settlement {
         self.stats.unrouted.fetch_add(1, Ordering::Relaxed);
+        self.ledger.lost(source, Cause::Unrouted);
         Settlement::Unrouted
+    }
+
+    /// Books the end of a run in the ledger (see [`crate::ledger`]).
+    fn book(&self, source: &str, settlement: &Settlement, run: &Run, mode: Mode) {
+        match settlement {
+            Settlement::Retry { .. } | Settlement::Failed { .. } => match mode {
+                Mode::Normal | Mode::Replay => self.ledger.refused(source),
+                // The source was told 200 and the record could not even be parked.
+                Mode::Accepted => self.ledger.lost(source, Cause::Failed),
+            },
+            _ if run.tracked => {}
+            Settlement::DeadLettered { id: Some(_) } => self.ledger.dead_lettered(source),
+            Settlement::DeadLettered { id: None } | Settlement::Unrouted => {}
+            Settlement::Stored if run.delivered => self.ledger.delivered(source),
+            Settlement::Stored => self.ledger.lost(source, Cause::Suppressed),
+        }
     }
 
     async fn run(
@@ -218,7 +251,13 @@ impl Engine {
                 break;
             }
             if let NodeKind::Sink { sink } = self.plan.kind(at) {
-                let Err(reason) = self.deliver(sink, &record, &mut admitted).await else {
+                let track = !run.tracked && self.sinks.get(sink).is_some_and(|s| s.is_queue());
+                let Err(reason) = self.deliver(sink, &record, &mut admitted, track).await else {
+                    if track {
+                        run.tracked = true;
+                    } else {
+                        run.delivered = true;
+                    }
                     continue;
                 };
                 self.stats
@@ -278,11 +317,13 @@ impl Engine {
             }
         }
         drop(admitted);
-        match (run.failure, run.dead_letter) {
+        let settlement = match (run.failure.take(), run.dead_letter) {
             (Some(failure), _) => failure,
             (None, Some(id)) => Settlement::DeadLettered { id },
             (None, None) => Settlement::Stored,
-        }
+        };
+        self.book(&original.source, &settlement, &run, mode);
+        settlement
     }
 
     /// Delivers to one sink; the failure, as the settlement the source would get.
@@ -291,6 +332,7 @@ impl Engine {
         sink: &str,
         record: &Record,
         admitted: &mut Admitted,
+        tracked: bool,
     ) -> Result<(), Settlement> {
         let Some(handle) = self.sinks.get(sink) else {
             return Err(Settlement::Failed {
@@ -309,7 +351,7 @@ impl Engine {
                 })?,
         };
         handle
-            .deliver(record, reservation)
+            .deliver(record, reservation, tracked)
             .await
             .map_err(|e| match e {
                 DeliveryError::Refused(r) => Settlement::Retry {

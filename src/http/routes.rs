@@ -41,7 +41,22 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             "text/html; charset=utf-8",
             status::page(&state),
         ),
-        ["api", "status"] | ["metrics"] | [""] => not_allowed("GET"),
+        ["api", "ledger"] if get => {
+            let verify = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "verify=1" || p == "verify=true"));
+            let engine = Arc::clone(&state.engine);
+            let push = Arc::clone(&state.push);
+            // `verify` reads every row of the push queue: off the async threads.
+            match tokio::task::spawn_blocking(move || crate::ledger::report(&engine, &push, verify))
+                .await
+            {
+                Ok(ledger) => json_response(StatusCode::OK, &ledger),
+                Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger report failed"),
+            }
+        }
+        ["api", "status"] | ["api", "ledger"] | ["metrics"] | [""] => not_allowed("GET"),
         ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {
             admin::handle(&state, &segments, req).await
         }

@@ -45,6 +45,9 @@ pub async fn offer_with_hold(engine: &Engine, record: Record, hold: Duration) ->
                 .backpressure_lost
                 .fetch_add(1, Ordering::Relaxed)
                 + 1;
+            engine
+                .ledger
+                .lost(&record.source, crate::ledger::Cause::BackpressureLost);
             log::error!(
                 "alert: sample dropped after the poller's hold: source={} key={} sink={sink} held_ms={} backpressure_lost={total}",
                 record.source,

@@ -48,6 +48,7 @@ fn push(b: &Backlog<String>, key: &str) -> Result<(), PushError> {
     let reservation = b.gate().admit(1).map_err(PushError::Refused)?;
     b.push(
         Row {
+            tracked: true,
             record,
             data: key.to_string(),
         },

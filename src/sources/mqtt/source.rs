@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use super::config::{matches, MqttSourceConfig, SUBSCRIPTION_BUFFER};
 use super::connect::{options, reconnect_delay, CLIENT_QUEUE};
 use crate::engine::Engine;
+use crate::ledger::Cause;
 use crate::record::{Record, Settlement};
 use crate::shutdown::Shutdown;
 use crate::sources::buffers::{DeviceBuffers, Pushed};
@@ -296,6 +297,8 @@ impl MqttSource {
                 self.stats.stored.fetch_add(1, Ordering::Relaxed);
             }
             Settlement::Retry { sink, .. } => {
+                // MQTT acked it on receipt: the refusal is a loss.
+                engine.ledger.lost(&self.source, Cause::Dropped);
                 let total = self.stats.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if total.is_power_of_two() {
                     log::error!(
@@ -305,6 +308,7 @@ impl MqttSource {
                 }
             }
             Settlement::Failed { sink, reason } => {
+                engine.ledger.lost(&self.source, Cause::Failed);
                 let total = self.stats.failed.fetch_add(1, Ordering::Relaxed) + 1;
                 log::error!(
                     "mqtt record lost, a sink failed: source={} sink={sink} reason=\"{reason}\" failed_total={total}",

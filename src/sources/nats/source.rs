@@ -337,7 +337,7 @@ impl NatsSource {
                 self.nak(&msg).await;
                 return;
             }
-            Ok(None) => Settlement::Unrouted,
+            Ok(None) => engine.unrouted(&record.source),
             Ok(Some(admitted)) => engine.run_admitted(record, admitted, Mode::Normal).await,
         };
         match settlement {

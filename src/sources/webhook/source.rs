@@ -143,7 +143,7 @@ impl WebhookSource {
                 let admitted = match engine.admit(&record) {
                     Err(settlement) => return SourceOutcome::from_settlement(id, settlement),
                     Ok(None) => {
-                        engine.stats.unrouted.fetch_add(1, Ordering::Relaxed);
+                        engine.unrouted(&record.source);
                         return SourceOutcome::Accepted { id };
                     }
                     Ok(Some(a)) => a,
