@@ -185,15 +185,14 @@ fn verify_push(push: &PushSink) -> Value {
     let Some(counted) = push.count_pending() else {
         return json!({"checked": false, "reason": "the push buffer is volatile"});
     };
-    let rows = match counted {
-        Ok(rows) => rows,
+    let (kept, rows) = match counted {
+        Ok(c) => (c.kept, c.rows),
         Err(e) => return json!({"checked": false, "reason": e.to_string()}),
     };
-    let book = push.ledger();
     let mut mismatches = Map::new();
-    for source in book.keys().chain(rows.keys()) {
-        let kept = book.get(source).map_or(0, |c| c.pending);
+    for source in kept.keys().chain(rows.keys()) {
         let found = rows.get(source).copied().unwrap_or(0);
+        let kept = kept.get(source).copied().unwrap_or(0);
         if kept != found {
             mismatches.insert(source.clone(), json!({"pending": kept, "rows": found}));
         }

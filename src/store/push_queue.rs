@@ -140,6 +140,15 @@ fn tracked_source(value: &[u8]) -> Option<&str> {
     }
 }
 
+/// The stored `pending` counts and the tracked rows of each source, read in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCheck {
+    /// `pending` as stored in the ledger (sources with 0 left out).
+    pub kept: BTreeMap<String, u64>,
+    /// Tracked rows counted one by one.
+    pub rows: BTreeMap<String, u64>,
+}
+
 /// A row read from the head of the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
@@ -513,23 +522,29 @@ impl PushQueue {
         self.shared.book.snapshot()
     }
 
-    /// Counts the tracked rows of each source now in the queue by reading every row: the
-    /// check that the durable `pending` counts agree with the rows (after a crash, say).
-    pub fn count_pending(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+    /// The check that the durable `pending` counts agree with the rows (after a crash, say):
+    /// in one read transaction, the stored counts by source and the tracked rows of each
+    /// source counted one by one. Returns `(stored pending, rows)`.
+    pub fn count_pending(&self) -> Result<PendingCheck, StoreError> {
         let _guard = self
             .shared
             .resize_lock
             .read()
             .unwrap_or_else(|e| e.into_inner());
         let rtxn = self.shared.env.read_txn()?;
-        let mut out = BTreeMap::new();
+        let mut rows = BTreeMap::new();
         for item in self.shared.rows.iter(&rtxn)? {
             let (_, value) = item?;
             if let Some(source) = tracked_source(value) {
-                *out.entry(source.to_string()).or_insert(0) += 1;
+                *rows.entry(source.to_string()).or_insert(0) += 1;
             }
         }
-        Ok(out)
+        let kept = read_ledger(&self.shared.ledger, &rtxn)?
+            .into_iter()
+            .map(|(source, c)| (source, c.pending))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Ok(PendingCheck { kept, rows })
     }
 
     /// Rows the queue ever took (`accepted` of the push sink in the ledger).

@@ -13,7 +13,7 @@ use super::volatile::VolatileBuffer;
 use crate::admission::{Gate, Refused, Reservation};
 use crate::alerts::{Level, LevelTracker};
 use crate::ledger::Counts;
-use crate::store::push_queue::Tag;
+use crate::store::push_queue::{PendingCheck, Tag};
 use crate::store::{DeadLetter, PushQueue, QueueCounters, Row, StoreError};
 
 /// What the uplink needs of a push buffer, durable or volatile.
@@ -153,7 +153,7 @@ impl PushSink {
 
     /// For the durable queue: the tracked rows of each source now in it, counted row by row
     /// (the check of the durable `pending` counts). `None` for the volatile buffer.
-    pub fn count_pending(&self) -> Option<Result<BTreeMap<String, u64>, StoreError>> {
+    pub fn count_pending(&self) -> Option<Result<PendingCheck, StoreError>> {
         match &self.buffer {
             Buffer::Durable(q) => Some(q.count_pending()),
             Buffer::Volatile(_) => None,
@@ -209,6 +209,7 @@ impl PushSink {
         let evicted_total = self.counters.evicted_total.load(Ordering::Relaxed);
         let dropped_total = self.counters.dropped_total.load(Ordering::Relaxed);
         let durable = matches!(self.buffer, Buffer::Durable(_));
+        let write_errors_total = self.counters.write_errors_total.load(Ordering::Relaxed);
         QueueStatus {
             enabled: durable,
             durable,
@@ -221,10 +222,11 @@ impl PushSink {
             blocked_total,
             evicted_total,
             dropped_total,
-            write_errors_total: self.counters.write_errors_total.load(Ordering::Relaxed),
-            level: self
-                .level
-                .peek(fill_pct, blocked_total + evicted_total + dropped_total),
+            write_errors_total,
+            level: self.level.peek(
+                fill_pct,
+                blocked_total + evicted_total + dropped_total + write_errors_total,
+            ),
         }
     }
 
