@@ -80,9 +80,11 @@ impl Load {
                         let body = padded_payload(&key, 200);
                         let base = base.read().unwrap().clone();
                         let reply = match kind {
-                            Kind::Ingest => {
-                                client.post(&ingest_url(&base, SOURCE, &key), Some(TOKEN), body.as_bytes())
-                            }
+                            Kind::Ingest => client.post(
+                                &ingest_url(&base, SOURCE, &key),
+                                Some(TOKEN),
+                                body.as_bytes(),
+                            ),
                             Kind::Hook(name, secret) => {
                                 let sig = signature(secret, unix_secs(), body.as_bytes());
                                 client.request(
@@ -147,7 +149,10 @@ fn publisher(url: String, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
         let js = Js::connect(&url);
         let mut n = 0;
         while !stop.load(Ordering::SeqCst) {
-            js.publish("orders.new", serde_json::to_vec(&json!({ "n": n })).unwrap());
+            js.publish(
+                "orders.new",
+                serde_json::to_vec(&json!({ "n": n })).unwrap(),
+            );
             n += 1;
             thread::sleep(Duration::from_millis(5));
         }
@@ -166,7 +171,10 @@ impl Device {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "pymodbus is not installed for python3: run scripts/test.sh");
+        assert!(
+            ok,
+            "pymodbus is not installed for python3: run scripts/test.sh"
+        );
         let child = Command::new("python3")
             .args([PEER, "tcp", &port.to_string()])
             .stdin(Stdio::null())
@@ -274,10 +282,7 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
             load.acked() > acked
         });
         let recovered = killed.elapsed();
-        assert_balanced(
-            &ledger(&daemon, true),
-            &format!("after kill -9 #{cycle}"),
-        );
+        assert_balanced(&ledger(&daemon, true), &format!("after kill -9 #{cycle}"));
         recoveries.push((listening, recovered));
         eprintln!(
             "chaos: cycle {cycle}/{cycles}: listening after {} ms, first 200 after {} ms",
@@ -297,9 +302,15 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
     let (ids, unexpected) = load.finish();
     assert!(unexpected.is_empty(), "unexpected replies: {unexpected:#?}");
     let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!(unique.len(), ids.len(), "two acknowledged records share an id");
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "two acknowledged records share an id"
+    );
 
-    let nats_ids: Vec<String> = (1..=published).map(|s| format!("nats-ORDERS-{s}")).collect();
+    let nats_ids: Vec<String> = (1..=published)
+        .map(|s| format!("nats-ORDERS-{s}"))
+        .collect();
     wait_until(
         POLL_DEADLINE,
         "every acknowledged record and every JetStream message at the receiver",
@@ -308,7 +319,11 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
     wait_until(POLL_DEADLINE, "the push queue drained", || {
         u64_at(&daemon.status(), "/push_queue/rows") == 0
     });
-    assert!(receiver.bad_lines().is_empty(), "{:?}", receiver.bad_lines());
+    assert!(
+        receiver.bad_lines().is_empty(),
+        "{:?}",
+        receiver.bad_lines()
+    );
 
     // The ledger: balanced, nothing pending, nothing lost, and its durable counts agree with
     // the receiver. Sources that cannot repeat an id (ingest, on_done webhooks, polls) match
@@ -336,7 +351,10 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
             .map(|(ids, lines)| (ids.len() as u64, *lines))
             .unwrap_or((0, 0));
         if exact.contains(source) {
-            assert_eq!(distinct, acked, "{source}: distinct ids at the receiver: {l:#}");
+            assert_eq!(
+                distinct, acked,
+                "{source}: distinct ids at the receiver: {l:#}"
+            );
         } else {
             assert!(
                 distinct <= acked && acked <= lines,
@@ -344,7 +362,11 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
             );
         }
     }
-    for source in ["nats/orders", &format!("modbus/{DEVICE}"), &format!("webhook/{ERP}")] {
+    for source in [
+        "nats/orders",
+        &format!("modbus/{DEVICE}"),
+        &format!("webhook/{ERP}"),
+    ] {
         assert!(
             source_figure(&l, source, "/acked") > 0,
             "{source} took part in the load: {l:#}"
@@ -370,7 +392,10 @@ struct Tmpfs {
 impl Tmpfs {
     /// `None` (and a message) when this process may not mount.
     fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::Builder::new().prefix("opex-full-").tempdir().ok()?;
+        let dir = tempfile::Builder::new()
+            .prefix("opex-full-")
+            .tempdir()
+            .ok()?;
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir.path())
@@ -414,8 +439,8 @@ fn fill(path: &Path) -> u64 {
 }
 
 #[test]
-fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_once_space_returns(
-) {
+fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_once_space_returns()
+{
     let Some(fs) = Tmpfs::mount("8m") else {
         return;
     };
@@ -473,16 +498,24 @@ fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_
     assert!(hook_refused, "a webhook on a full disk was answered 503");
     assert!(daemon.is_running(), "the daemon survives a full disk");
     let status = daemon.status();
-    assert!(u64_at(&status, "/push_queue/write_errors_total") > 0, "{status:#}");
+    assert!(
+        u64_at(&status, "/push_queue/write_errors_total") > 0,
+        "{status:#}"
+    );
     assert!(
         daemon.stderr().contains("push queue write failed"),
         "the write errors are logged"
     );
     wait_until(Duration::from_secs(20), "the push queue alert", || {
-        daemon.stderr().contains("alert: queue=push_queue level=full")
+        daemon
+            .stderr()
+            .contains("alert: queue=push_queue level=full")
     });
     let l = assert_balanced(&ledger(&daemon, true), "disk full");
-    assert!(source_figure(&l, &format!("ingest/{SOURCE}"), "/refused") > 0, "{l:#}");
+    assert!(
+        source_figure(&l, &format!("ingest/{SOURCE}"), "/refused") > 0,
+        "{l:#}"
+    );
 
     // Space returns: records are taken again.
     std::fs::remove_file(&filler).expect("remove the filler");
@@ -493,7 +526,10 @@ fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_
         post(&daemon, &format!("c{n}")).status == 200
     });
     let recovery = freed.elapsed();
-    assert_stored(&daemon.hook(HOOK, HOOK_SECRET, r#"{"order":2}"#), "webhook after");
+    assert_stored(
+        &daemon.hook(HOOK, HOOK_SECRET, r#"{"order":2}"#),
+        "webhook after",
+    );
     acked.set(acked.get() + 1);
     let acked = acked.get();
     assert_balanced(&ledger(&daemon, true), "space back");
@@ -509,7 +545,10 @@ fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_
     let rows = u64_at(&daemon.status(), "/push_queue/rows");
     let ledger_acked = source_figure(&l, &format!("ingest/{SOURCE}"), "/acked")
         + source_figure(&l, &format!("webhook/{HOOK}"), "/acked");
-    assert!(rows >= acked, "{rows} rows for {acked} acknowledged records");
+    assert!(
+        rows >= acked,
+        "{rows} rows for {acked} acknowledged records"
+    );
     assert_eq!(rows, ledger_acked, "the ledger counts every row: {l:#}");
     eprintln!(
         "chaos: disk full: tmpfs=8MiB filler_bytes={filled} acked={acked} refused_after_s={:.1} write_errors={} recovery_ms={} rows_after_kill9={rows}",

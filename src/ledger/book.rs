@@ -178,8 +178,7 @@ impl Book {
         });
     }
 
-    /// A pending record left its queue: delivered (`None`), dead-lettered (`Some(None)`) or
-    /// lost (`Some(Some(cause))`).
+    /// A pending record left its queue, to `to`.
     pub fn left_queue(&self, source: &str, to: Left) {
         self.update(source, |c| {
             c.pending = c.pending.saturating_sub(1);

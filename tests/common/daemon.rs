@@ -39,8 +39,7 @@ impl Daemon {
             .expect("create temp dir");
         if config["connector"]["data_dir"].is_null() {
             let data_dir = dir.path().join("data");
-            config["connector"]["data_dir"] =
-                Value::from(data_dir.to_string_lossy().into_owned());
+            config["connector"]["data_dir"] = Value::from(data_dir.to_string_lossy().into_owned());
         }
         let data_dir = PathBuf::from(config["connector"]["data_dir"].as_str().expect("data_dir"));
         if config["connector"]["http"]["listen"].is_null() {
