@@ -114,6 +114,13 @@ mod tests {
             "{waited:?}"
         );
         assert_eq!(engine.stats.backpressure_lost.load(Ordering::Relaxed), 1);
+        let c = engine.ledger.snapshot()["modbus/press"];
+        assert_eq!((c.acked, c.backpressure_lost), (1, 1), "{c:?}");
+        assert!(
+            c.refused > 1,
+            "every offer during the hold was refused: {c:?}"
+        );
+        assert_eq!(c.imbalance(), 0);
     }
 
     #[tokio::test(start_paused = true)]
