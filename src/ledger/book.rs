@@ -24,10 +24,10 @@ pub enum Cause {
     Evicted,
     /// A polled sample dropped after the poller's hold.
     BackpressureLost,
-    /// Dropped at a bounded buffer (MQTT after a refusal, a database backlog left at a stop,
-    /// a dead letter that could not be written).
+    /// Dropped at a bounded buffer (an MQTT subscription buffer, MQTT after a refusal, a
+    /// database backlog left at a stop, a dead letter that could not be written).
     Dropped,
-    /// Let through no further by design (filter, deadband).
+    /// Let through no further by design (filter, NATS `latest` mode).
     Suppressed,
     /// No flow takes its source, by design.
     Unrouted,

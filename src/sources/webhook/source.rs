@@ -155,22 +155,24 @@ impl WebhookSource {
                 {
                     Ok(Ok(i)) => i,
                     Ok(Err(e)) => {
+                        engine.ledger.refused(&record.source);
                         return SourceOutcome::from_settlement(
                             id,
                             Settlement::Failed {
                                 sink: "inbox".into(),
                                 reason: e.to_string(),
                             },
-                        )
+                        );
                     }
                     Err(e) => {
+                        engine.ledger.refused(&record.source);
                         return SourceOutcome::from_settlement(
                             id,
                             Settlement::Failed {
                                 sink: "inbox".into(),
                                 reason: e.to_string(),
                             },
-                        )
+                        );
                     }
                 };
                 let engine = Arc::clone(engine);
