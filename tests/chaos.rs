@@ -5,7 +5,8 @@
 //!   device), the push queue draining to an uplink receiver. After every restart the stores
 //!   open cleanly and the ledger balances (with the push queue's pending counts checked row by
 //!   row); at the end every acknowledged record is at the receiver and nothing was lost.
-//!   `OPEX_CHAOS_CYCLES` sets the number of cycles (3 here; `scripts/chaos.sh` runs 20).
+//!   `OPEX_CHAOS_CYCLES` sets the number of cycles (3 here; `scripts/chaos.sh` runs 20) and
+//!   `OPEX_CHAOS_ACKS` the acknowledgements between two kills (200 here).
 //! - A full disk: the data dir on an 8 MiB tmpfs filled up by another file. The connector
 //!   answers 503, counts and logs the write errors, keeps running, and takes records again
 //!   once the space is back; the ledger balances and the queue reopens cleanly after kill -9.
@@ -29,19 +30,21 @@ use serde_json::json;
 
 /// Cycles when `OPEX_CHAOS_CYCLES` is not set.
 const DEFAULT_CYCLES: usize = 3;
-/// Acknowledgements to wait for (since the last restart) before each kill.
-const ACKS_PER_CYCLE: u64 = 200;
+/// Acknowledgements to wait for (since the last restart) before each kill, when
+/// `OPEX_CHAOS_ACKS` is not set.
+const DEFAULT_ACKS_PER_CYCLE: u64 = 200;
 const ERP: &str = "erp";
 const ERP_SECRET: &str = "whsec_erp_0123456789abcdef";
 const DEVICE: &str = "press-1";
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/modbus_device.py");
 
-fn cycles() -> usize {
-    std::env::var("OPEX_CHAOS_CYCLES")
+/// A positive number from the environment, or `default`.
+fn env_number<T: std::str::FromStr + PartialOrd + Default>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(DEFAULT_CYCLES)
+        .filter(|n| *n > T::default())
+        .unwrap_or(default)
 }
 
 /// What a poster thread sends.
@@ -216,7 +219,8 @@ fn arrivals(receiver: &Receiver) -> BTreeMap<String, (HashSet<String>, u64)> {
 #[test]
 fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balances_after_each_restart(
 ) {
-    let cycles = cycles();
+    let cycles: usize = env_number("OPEX_CHAOS_CYCLES", DEFAULT_CYCLES);
+    let acks_per_cycle: u64 = env_number("OPEX_CHAOS_ACKS", DEFAULT_ACKS_PER_CYCLE);
     let started = Instant::now();
     let nats = NatsServer::start();
     Js::connect(&nats.url()).create_stream("ORDERS", &["orders.>"]);
@@ -268,7 +272,7 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
 
     let mut recoveries = Vec::new();
     for cycle in 1..=cycles {
-        let target = load.acked() + ACKS_PER_CYCLE;
+        let target = load.acked() + acks_per_cycle;
         wait_until(Duration::from_secs(60), "more 200s before the kill", || {
             load.acked() >= target
         });
