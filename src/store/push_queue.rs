@@ -805,8 +805,8 @@ impl Writer {
     ) -> heed::Result<Outcome> {
         let s = Arc::clone(&self.shared);
         match command {
-            Command::Append { value: line, .. } => {
-                let (tag, text) = decode_row(line);
+            Command::Append { value: row, .. } => {
+                let (tag, text) = decode_row(row);
                 let size = row_bytes(text.len());
                 let tracked = match tag {
                     Some((source, true)) => Some(source.to_string()),
@@ -834,7 +834,7 @@ impl Writer {
                     }
                 }
                 let seq = self.state.next_seq;
-                s.rows.put_with_flags(txn, PutFlags::APPEND, &seq, line)?;
+                s.rows.put_with_flags(txn, PutFlags::APPEND, &seq, row)?;
                 self.state.next_seq += 1;
                 self.state.used += size;
                 self.state.rows += 1;
