@@ -275,7 +275,8 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
     let started = Instant::now();
     for r in records {
         let reservation = sink.gate().admit(1).map_err(|_| "refused")?;
-        sink.deliver(r, reservation).map_err(|e| format!("{e:?}"))?;
+        sink.deliver(r, false, reservation)
+            .map_err(|e| format!("{e:?}"))?;
     }
     wait("the sink's rows", || {
         sink.status().inserted_total as usize >= records.len()
@@ -356,7 +357,8 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
     let started = Instant::now();
     for r in records {
         let reservation = sink.gate().admit(1).map_err(|_| "refused")?;
-        sink.deliver(r, reservation).map_err(|e| format!("{e:?}"))?;
+        sink.deliver(r, false, reservation)
+            .map_err(|e| format!("{e:?}"))?;
     }
     wait("the sink's rows", || {
         sink.status().inserted_total as usize >= records.len()

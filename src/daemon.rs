@@ -398,7 +398,8 @@ async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
         }
         let now = Instant::now();
         let q = state.push.status();
-        let losses = q.blocked_total + q.evicted_total + q.dropped_total;
+        // A failed write (a full disk, say) refused its records: it raises the alert too.
+        let losses = q.blocked_total + q.evicted_total + q.dropped_total + q.write_errors_total;
         let alert = state.push.level().check(q.fill_pct, losses, now);
         raise(
             &state.name,

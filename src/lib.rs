@@ -19,6 +19,7 @@
 //! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
+//! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
 //! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, admin endpoints, the status page (static files in `http/page/`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
@@ -40,6 +41,7 @@ pub mod engine;
 pub mod flow;
 pub mod http;
 pub mod hub;
+pub mod ledger;
 pub mod priority;
 pub mod record;
 pub mod release;

@@ -394,6 +394,11 @@ fn evict_oldest_counts_its_drops_exactly<D: Db>() {
     assert_eq!(st["backlog_rows"], 5, "{st:#}");
     assert_eq!(st["blocked_total"], 0, "{st:#}");
     assert_eq!(named(&d.status(), "/sinks", D::SINK)["dropped"], 7);
+    let source = format!("ingest/{SOURCE}");
+    let l = assert_balanced(&ledger(&d, false), "the backlog evicted");
+    assert_eq!(source_figure(&l, &source, "/acked"), 12, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/pending"), 5, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/losses/evicted"), 7, "{l:#}");
     let metrics = d.metrics();
     assert!(
         metrics.contains(&format!(
@@ -418,6 +423,10 @@ fn evict_oldest_counts_its_drops_exactly<D: Db>() {
     let st = sink_status(&d, D::SINK);
     assert_eq!(st["dropped_total"], 7);
     assert_eq!(st["backlog_rows"], 0);
+    let l = assert_balanced(&ledger(&d, false), "the backlog drained");
+    assert_eq!(source_figure(&l, &source, "/delivered"), 5, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/pending"), 0, "{l:#}");
+    assert_eq!(l["sinks"][D::SINK]["imbalance"], 0, "{l:#}");
     assert!(
         d.stderr().contains("backlog full, dropped the oldest row"),
         "the drop is logged"

@@ -8,6 +8,7 @@ use super::stats::EngineStats;
 use crate::admission::Reservation;
 use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
 use crate::hub::DataHub;
+use crate::ledger::{Book, Cause};
 use crate::record::{Record, Settlement};
 use crate::store::dead_letters::{DeadLetterQueue, NewDeadLetter};
 
@@ -50,6 +51,9 @@ pub struct Engine {
     hub: DataHub,
     /// Its counters.
     pub stats: EngineStats,
+    /// Its part of the loss ledger (memory): offers, refusals, and the records acked without a
+    /// tracked queue copy.
+    pub ledger: Book,
 }
 
 /// One record on its way: the node to run next and the entry node it came in by.
@@ -66,6 +70,10 @@ struct Run {
     failure: Option<Settlement>,
     /// The first dead-letter entry made (or `Some(None)` for a failure in replay mode).
     dead_letter: Option<Option<u64>>,
+    /// A queue (push, ClickHouse, Postgres) took the copy the ledger tracks.
+    tracked: bool,
+    /// A sink confirmed a copy.
+    delivered: bool,
 }
 
 impl Engine {
@@ -77,6 +85,7 @@ impl Engine {
             dlq,
             hub: DataHub::new(),
             stats: EngineStats::default(),
+            ledger: Book::default(),
         }
     }
 
@@ -104,6 +113,7 @@ impl Engine {
     /// Asks every sink reachable from the record's source to admit it, before any node runs.
     /// `Ok(None)`: no flow takes this source. `Err`: the settlement to give the source now.
     pub fn admit(&self, record: &Record) -> Result<Option<Admitted>, Settlement> {
+        self.ledger.received(&record.source);
         if self.plan.entries(&record.source).is_empty() {
             return Ok(None);
         }
@@ -116,6 +126,7 @@ impl Engine {
                 Ok(r) => admitted.reservations.push((sink.name(), r)),
                 Err(refused) => {
                     self.stats.backpressured.fetch_add(1, Ordering::Relaxed);
+                    self.ledger.refused(&record.source);
                     return Err(Settlement::Retry {
                         sink: sink.name().to_string(),
                         after: refused.after,
@@ -132,7 +143,7 @@ impl Engine {
         let watched = self.hub.watch(&record);
         let settlement = match self.admit(&record) {
             Err(settlement) => settlement,
-            Ok(None) => self.unrouted(),
+            Ok(None) => self.unrouted(&record.source),
             Ok(Some(admitted)) => {
                 let entries = self.plan.entries(&record.source).to_vec();
                 self.run(record, entries, admitted, Mode::Normal).await
@@ -152,7 +163,7 @@ impl Engine {
         };
         let entries = self.plan.entries(&record.source).to_vec();
         let settlement = if entries.is_empty() {
-            self.unrouted()
+            self.unrouted(&record.source)
         } else {
             self.run(record, entries, admitted, mode).await
         };
@@ -190,11 +201,33 @@ impl Engine {
         let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(why));
         self.park(&mut run, &record, at, at, reason, Mode::Accepted)
             .await;
+        match run.dead_letter {
+            Some(Some(_)) => self.ledger.dead_lettered(&record.source),
+            _ => self.ledger.lost(&record.source, Cause::Failed),
+        }
     }
 
-    fn unrouted(&self) -> Settlement {
+    /// Counts a record of `source` that no flow takes: acknowledged and counted, by design.
+    pub fn unrouted(&self, source: &str) -> Settlement {
         self.stats.unrouted.fetch_add(1, Ordering::Relaxed);
+        self.ledger.lost(source, Cause::Unrouted);
         Settlement::Unrouted
+    }
+
+    /// Books the end of a run in the ledger (see [`crate::ledger`]).
+    fn book(&self, source: &str, settlement: &Settlement, run: &Run, mode: Mode) {
+        match settlement {
+            Settlement::Retry { .. } | Settlement::Failed { .. } => match mode {
+                Mode::Normal | Mode::Replay => self.ledger.refused(source),
+                // The source was told 200 and the record could not even be parked.
+                Mode::Accepted => self.ledger.lost(source, Cause::Failed),
+            },
+            _ if run.tracked => {}
+            Settlement::DeadLettered { id: Some(_) } => self.ledger.dead_lettered(source),
+            Settlement::DeadLettered { id: None } | Settlement::Unrouted => {}
+            Settlement::Stored if run.delivered => self.ledger.delivered(source),
+            Settlement::Stored => self.ledger.lost(source, Cause::Suppressed),
+        }
     }
 
     async fn run(
@@ -241,7 +274,13 @@ impl Engine {
                 break;
             }
             if let NodeKind::Sink { sink } = self.plan.kind(at) {
-                let Err(reason) = self.deliver(sink, &record, &mut admitted).await else {
+                let track = !run.tracked && self.sinks.get(sink).is_some_and(|s| s.is_queue());
+                let Err(reason) = self.deliver(sink, &record, &mut admitted, track).await else {
+                    if track {
+                        run.tracked = true;
+                    } else {
+                        run.delivered = true;
+                    }
                     continue;
                 };
                 self.stats
@@ -301,11 +340,13 @@ impl Engine {
             }
         }
         drop(admitted);
-        match (run.failure, run.dead_letter) {
+        let settlement = match (run.failure.take(), run.dead_letter) {
             (Some(failure), _) => failure,
             (None, Some(id)) => Settlement::DeadLettered { id },
             (None, None) => Settlement::Stored,
-        }
+        };
+        self.book(&original.source, &settlement, &run, mode);
+        settlement
     }
 
     /// Delivers to one sink; the failure, as the settlement the source would get.
@@ -314,6 +355,7 @@ impl Engine {
         sink: &str,
         record: &Record,
         admitted: &mut Admitted,
+        tracked: bool,
     ) -> Result<(), Settlement> {
         let Some(handle) = self.sinks.get(sink) else {
             return Err(Settlement::Failed {
@@ -332,7 +374,7 @@ impl Engine {
                 })?,
         };
         handle
-            .deliver(record, reservation)
+            .deliver(record, reservation, tracked)
             .await
             .map_err(|e| match e {
                 DeliveryError::Refused(r) => Settlement::Retry {

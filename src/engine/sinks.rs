@@ -12,7 +12,7 @@ use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::PushSink;
 use crate::sinks::storage::StorageSink;
 use crate::store::events::EventStore;
-use crate::store::push_queue::row_bytes;
+use crate::store::push_queue::{row_bytes, Tag};
 use crate::store::StoreError;
 
 /// One sink the engine delivers to.
@@ -77,18 +77,33 @@ impl SinkHandle {
         self.gate().admit(bytes)
     }
 
+    /// True for the sinks that hold a record in a queue before it reaches its destination
+    /// (push, ClickHouse, Postgres): the ledger tracks a record's copy there until it leaves.
+    pub fn is_queue(&self) -> bool {
+        matches!(
+            self,
+            Self::Push(_) | Self::ClickHouse(_) | Self::Postgres(_)
+        )
+    }
+
     /// Stores `record`; `reservation` covers what admission reserved. When the record grew on
     /// its way through the nodes, the difference is admitted now (and may be refused).
+    /// `tracked`: this copy carries the record in the ledger's per-source figures.
     pub async fn deliver(
         &self,
         record: &Record,
         mut reservation: Reservation,
+        tracked: bool,
     ) -> Result<(), DeliveryError> {
         match self {
             Self::Push(p) => {
                 let line = record.to_line();
                 self.top_up(&mut reservation, row_bytes(line.len()))?;
-                p.store(line, reservation)
+                let tag = Tag {
+                    source: record.source.clone(),
+                    tracked,
+                };
+                p.store(line, &tag, reservation)
                     .await
                     .map(|_| ())
                     .map_err(DeliveryError::Store)
@@ -100,8 +115,12 @@ impl SinkHandle {
                     .map_err(DeliveryError::Store)
             }
             // Returns once the row is in the memory backlog, not once it is inserted.
-            Self::ClickHouse(c) => c.deliver(record, reservation).map_err(DeliveryError::from),
-            Self::Postgres(p) => p.deliver(record, reservation).map_err(DeliveryError::from),
+            Self::ClickHouse(c) => c
+                .deliver(record, tracked, reservation)
+                .map_err(DeliveryError::from),
+            Self::Postgres(p) => p
+                .deliver(record, tracked, reservation)
+                .map_err(DeliveryError::from),
             Self::Nats(n) => n.deliver(record).await.map_err(DeliveryError::from),
             Self::Mqtt(m) => m.deliver(record).await.map_err(DeliveryError::from),
         }

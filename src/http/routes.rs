@@ -36,11 +36,26 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             "text/plain; version=0.0.4; charset=utf-8",
             status::metrics(&state),
         ),
+        ["api", "ledger"] if get => {
+            let verify = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "verify=1" || p == "verify=true"));
+            let engine = Arc::clone(&state.engine);
+            let push = Arc::clone(&state.push);
+            // `verify` reads every row of the push queue: off the async threads.
+            match tokio::task::spawn_blocking(move || crate::ledger::report(&engine, &push, verify))
+                .await
+            {
+                Ok(ledger) => json_response(StatusCode::OK, &ledger),
+                Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger report failed"),
+            }
+        }
         [""] if get => page::serve(&page::INDEX, req.headers()),
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
         ["api", "live"] if method == Method::GET => live::upgrade(Arc::clone(&state), req),
-        ["api", "status"] | ["metrics"] | [""] | ["page.js"] | ["page.css"] | ["api", "live"] => {
+        ["api", "status"] | ["api", "ledger"] | ["metrics"] | [""] | ["page.js"] | ["page.css"] | ["api", "live"] => {
             not_allowed("GET")
         }
         ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {

@@ -45,6 +45,9 @@ pub async fn offer_with_hold(engine: &Engine, record: Record, hold: Duration) ->
                 .backpressure_lost
                 .fetch_add(1, Ordering::Relaxed)
                 + 1;
+            engine
+                .ledger
+                .lost(&record.source, crate::ledger::Cause::BackpressureLost);
             log::error!(
                 "alert: sample dropped after the poller's hold: source={} key={} sink={sink} held_ms={} backpressure_lost={total}",
                 record.source,
@@ -111,6 +114,13 @@ mod tests {
             "{waited:?}"
         );
         assert_eq!(engine.stats.backpressure_lost.load(Ordering::Relaxed), 1);
+        let c = engine.ledger.snapshot()["modbus/press"];
+        assert_eq!((c.acked, c.backpressure_lost), (1, 1), "{c:?}");
+        assert!(
+            c.refused > 1,
+            "every offer during the hold was refused: {c:?}"
+        );
+        assert_eq!(c.imbalance(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,14 +9,25 @@
 //!   oldest trimmed (logged).
 //! - `meta`: `next_seq`, `used_bytes`, `rows` and the counters, written in the same transaction
 //!   as the rows they describe, so a crash can never separate the accounting from the rows.
+//! - `ledger`: the push queue's part of the loss ledger, key `<field>:<source>` (`acked`,
+//!   `pending`, `delivered`, `evicted`, `dead_lettered`), also written in the transaction that
+//!   changes the rows it counts.
 //!
-//! Accounting is in logical bytes: key (8) + value + [`ENTRY_OVERHEAD`] per row.
+//! A row's value is a small header, then the uplink line: byte `0x00` (a JSON line never starts
+//! with it; rows written before the header existed start with `{` and are read as untagged),
+//! a flags byte (bit 0: the row is the copy the ledger tracks for its record), the source name's
+//! length (`u16`, big-endian) and the source name. So an eviction or a delivery knows the
+//! source of every row without parsing its JSON.
+//!
+//! Accounting is in logical bytes: key (8) + line + [`ENTRY_OVERHEAD`] per row (the header is
+//! not counted, so admission can reserve a record's bytes from its line alone).
 //!
 //! Ack rule: one writer thread owns every write transaction. It takes every command waiting
 //! on its channel (group commit), applies them in one transaction, commits (the commit syncs),
 //! and only then answers each caller. A failed transaction answers every caller with the
 //! error and stores nothing of it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
@@ -31,6 +42,7 @@ use tokio::sync::oneshot;
 use super::writer::{next_group, read_meta, write_meta, Meta, WriterThread};
 use super::{lmdb, StoreError};
 use crate::admission::{Gate, OnFull, Reservation};
+use crate::ledger::{Book, Counts};
 use crate::telemetry::events;
 
 /// Fixed logical overhead counted for every row, on top of its key and value.
@@ -74,6 +86,69 @@ pub struct QueueCounters {
     pub committed_commands_total: AtomicU64,
 }
 
+/// The source of a row, and whether it is the copy of its record that the ledger tracks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tag {
+    /// The record's source (`ingest/orders`).
+    pub source: String,
+    /// Counted in the ledger's per-source figures (one copy per record).
+    pub tracked: bool,
+}
+
+/// First byte of a row with a header.
+const HEADER_MARK: u8 = 0;
+/// Longest source name kept in a header; longer names are cut.
+const MAX_TAG: usize = 1024;
+
+/// A row's value: the header for `tag`, then `line`.
+pub fn encode_row(tag: &Tag, line: &[u8]) -> Vec<u8> {
+    let mut name = tag.source.as_bytes();
+    if name.len() > MAX_TAG {
+        name = &name[..MAX_TAG];
+    }
+    let mut v = Vec::with_capacity(4 + name.len() + line.len());
+    v.push(HEADER_MARK);
+    v.push(u8::from(tag.tracked));
+    v.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    v.extend_from_slice(name);
+    v.extend_from_slice(line);
+    v
+}
+
+/// Splits a row's value into its tag (`None` for rows without a header, or a damaged one)
+/// and its uplink line.
+pub fn decode_row(value: &[u8]) -> (Option<(&str, bool)>, &[u8]) {
+    if value.first() != Some(&HEADER_MARK) || value.len() < 4 {
+        return (None, value);
+    }
+    let len = u16::from_be_bytes([value[2], value[3]]) as usize;
+    let Some(name) = value.get(4..4 + len) else {
+        return (None, &value[value.len()..]);
+    };
+    let line = &value[4 + len..];
+    match std::str::from_utf8(name) {
+        Ok(name) => (Some((name, value[1] & 1 == 1)), line),
+        Err(_) => (None, line),
+    }
+}
+
+/// The tracked source of a row, when it has one.
+fn tracked_source(value: &[u8]) -> Option<&str> {
+    match decode_row(value).0 {
+        Some((source, true)) => Some(source),
+        _ => None,
+    }
+}
+
+/// The stored `pending` counts and the tracked rows of each source, read in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCheck {
+    /// `pending` as stored in the ledger (sources with 0 left out).
+    pub kept: BTreeMap<String, u64>,
+    /// Tracked rows counted one by one.
+    pub rows: BTreeMap<String, u64>,
+}
+
 /// A row read from the head of the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
@@ -96,7 +171,8 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Command {
     Append {
-        line: Vec<u8>,
+        /// The encoded row (header and line).
+        value: Vec<u8>,
         /// Released after the commit, once the committed bytes are published.
         _reservation: Reservation,
         reply: Reply<u64>,
@@ -128,9 +204,10 @@ struct State {
     dead_rows: u64,
     dead_lettered_total: u64,
     dead_trimmed_total: u64,
+    appended_total: u64,
 }
 
-const META_KEYS: [&str; 12] = [
+const META_KEYS: [&str; 13] = [
     "next_seq",
     "used_bytes",
     "rows",
@@ -143,10 +220,11 @@ const META_KEYS: [&str; 12] = [
     "dead_rows",
     "dead_lettered_total",
     "dead_trimmed_total",
+    "appended_total",
 ];
 
 impl State {
-    fn fields(&mut self) -> [&mut u64; 12] {
+    fn fields(&mut self) -> [&mut u64; 13] {
         [
             &mut self.next_seq,
             &mut self.used,
@@ -160,6 +238,7 @@ impl State {
             &mut self.dead_rows,
             &mut self.dead_lettered_total,
             &mut self.dead_trimmed_total,
+            &mut self.appended_total,
         ]
     }
 }
@@ -169,6 +248,10 @@ struct Shared {
     rows: Database<'static, Seq, Bytes>,
     dead: Database<'static, Seq, Bytes>,
     meta: Meta,
+    /// The ledger counts by `<field>:<source>`.
+    ledger: Meta,
+    /// The committed ledger counts, for readers.
+    book: Book,
     gate: Arc<Gate>,
     counters: Arc<QueueCounters>,
     /// Readers hold it for reading while a transaction is open; a map resize holds it for
@@ -180,6 +263,8 @@ struct Shared {
     dead_cap: AtomicU64,
     /// Bumped after every commit that added rows; the uplink waits on it.
     appended: (Mutex<u64>, Condvar),
+    /// Rows ever appended, as of the last commit.
+    appended_total: AtomicU64,
 }
 
 /// The durable push queue. Cheap to share behind an `Arc`.
@@ -219,12 +304,13 @@ impl PushQueue {
         };
         let map_size = lmdb::round_to_pages(wanted_map.min(max_map as u64) as usize);
         let env = lmdb::open(&dir.join("push_queue.db"), map_size, 4)?;
-        let (rows, dead, meta) = env
+        let (rows, dead, meta, ledger) = env
             .create_databases_and_commit(env.write_txn()?, |opener, wtxn| {
                 Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((
                     opener.create_database::<Seq, Bytes>(wtxn, Some("rows"))?,
                     opener.create_database::<Seq, Bytes>(wtxn, Some("dead"))?,
                     opener.create_database::<Str, Seq>(wtxn, Some("meta"))?,
+                    opener.create_database::<Str, Seq>(wtxn, Some("ledger"))?,
                 )))
             })?
             .unwrap_commit();
@@ -240,7 +326,7 @@ impl PushQueue {
             let mut last = None;
             for item in rows.iter(&wtxn)? {
                 let (seq, value) = item?;
-                used += row_bytes(value.len());
+                used += row_bytes(decode_row(value).1.len());
                 last = Some(seq);
             }
             events::push_queue_accounting_repaired(state.rows, actual_rows, state.used, used);
@@ -249,8 +335,17 @@ impl PushQueue {
             state.next_seq = state.next_seq.max(last.map_or(0, |s| s + 1));
         }
         state.dead_rows = dead.len(&wtxn)?;
+        if state.appended_total == 0 {
+            // A queue written before `appended_total` existed: every row it ever took is in
+            // one of these.
+            state.appended_total =
+                state.rows + state.sent_total + state.evicted_total + state.dead_lettered_total;
+        }
         write_meta(&meta, &mut wtxn, &META_KEYS, state.fields())?;
+        let sources = read_ledger(&ledger, &wtxn)?;
         wtxn.commit()?;
+        let book = Book::default();
+        book.store(sources.clone());
 
         for (counter, value) in [
             (&counters.evicted_total, state.evicted_total),
@@ -275,6 +370,8 @@ impl PushQueue {
             rows,
             dead,
             meta,
+            ledger,
+            book,
             gate,
             counters,
             resize_lock: RwLock::new(()),
@@ -282,10 +379,11 @@ impl PushQueue {
             max_map,
             dead_cap: AtomicU64::new(DEAD_LETTER_CAP),
             appended: (Mutex::new(0), Condvar::new()),
+            appended_total: AtomicU64::new(state.appended_total),
         });
         let writer_shared = Arc::clone(&shared);
         let writer = WriterThread::spawn("push-writer", WRITER_CHANNEL, move |rx| {
-            Writer::new(writer_shared, state).run(rx)
+            Writer::new(writer_shared, state, sources).run(rx)
         })?;
         Ok(Self { shared, writer })
     }
@@ -310,14 +408,21 @@ impl PushQueue {
     }
 
     /// Appends one uplink line; resolves to its sequence number once the transaction holding it
-    /// has committed. `reservation` must come from this queue's [`gate`](Self::gate).
+    /// has committed. `reservation` must come from this queue's [`gate`](Self::gate). `tag`
+    /// names the record's source for the ledger (a tracked row is counted acked and pending in
+    /// the same transaction that stores it).
     ///
     /// When the writer's channel is full the record is refused at once ([`StoreError::Busy`],
     /// counted in `dropped_total`): nothing was stored, the caller tells its source to retry.
-    pub async fn append(&self, line: Vec<u8>, reservation: Reservation) -> Result<u64, StoreError> {
+    pub async fn append(
+        &self,
+        line: Vec<u8>,
+        tag: &Tag,
+        reservation: Reservation,
+    ) -> Result<u64, StoreError> {
         let (reply, rx) = oneshot::channel();
         let command = Command::Append {
-            line,
+            value: encode_row(tag, &line),
             _reservation: reservation,
             reply,
         };
@@ -368,10 +473,10 @@ impl PushQueue {
         let rtxn = self.shared.env.read_txn()?;
         let mut out = Vec::new();
         for item in self.shared.rows.iter(&rtxn)?.take(max) {
-            let (seq, line) = item?;
+            let (seq, value) = item?;
             out.push(Row {
                 seq,
-                line: line.to_vec(),
+                line: decode_row(value).1.to_vec(),
             });
         }
         Ok(out)
@@ -412,6 +517,41 @@ impl PushQueue {
         *guard
     }
 
+    /// The ledger counts of this queue by source, as of the last commit.
+    pub fn ledger(&self) -> BTreeMap<String, Counts> {
+        self.shared.book.snapshot()
+    }
+
+    /// The check that the durable `pending` counts agree with the rows (after a crash, say):
+    /// in one read transaction, the stored counts by source and the tracked rows of each
+    /// source counted one by one. Returns `(stored pending, rows)`.
+    pub fn count_pending(&self) -> Result<PendingCheck, StoreError> {
+        let _guard = self
+            .shared
+            .resize_lock
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let rtxn = self.shared.env.read_txn()?;
+        let mut rows = BTreeMap::new();
+        for item in self.shared.rows.iter(&rtxn)? {
+            let (_, value) = item?;
+            if let Some(source) = tracked_source(value) {
+                *rows.entry(source.to_string()).or_insert(0) += 1;
+            }
+        }
+        let kept = read_ledger(&self.shared.ledger, &rtxn)?
+            .into_iter()
+            .map(|(source, c)| (source, c.pending))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Ok(PendingCheck { kept, rows })
+    }
+
+    /// Rows the queue ever took (`accepted` of the push sink in the ledger).
+    pub fn appended_total(&self) -> u64 {
+        self.shared.appended_total.load(Ordering::Relaxed)
+    }
+
     /// Lowers the dead-letter cap, so that trimming can be tested without 50 000 rows.
     #[cfg(test)]
     fn set_dead_letter_cap(&self, cap: u64) {
@@ -450,11 +590,32 @@ enum Pending {
 struct Writer {
     shared: Arc<Shared>,
     state: State,
+    /// The committed ledger counts by source.
+    sources: BTreeMap<String, Counts>,
+    /// The counts the open transaction changed (its new values); merged into `sources` after
+    /// the commit, dropped when it fails.
+    touched: BTreeMap<String, Counts>,
 }
 
 impl Writer {
-    fn new(shared: Arc<Shared>, state: State) -> Self {
-        Self { shared, state }
+    fn new(shared: Arc<Shared>, state: State, sources: BTreeMap<String, Counts>) -> Self {
+        Self {
+            shared,
+            state,
+            sources,
+            touched: BTreeMap::new(),
+        }
+    }
+
+    /// Changes the ledger counts of `source` inside the open transaction.
+    fn tally(&mut self, source: &str, change: impl FnOnce(&mut Counts)) {
+        if !self.touched.contains_key(source) {
+            let now = self.sources.get(source).copied().unwrap_or_default();
+            self.touched.insert(source.to_string(), now);
+        }
+        if let Some(c) = self.touched.get_mut(source) {
+            change(c);
+        }
     }
 
     fn run(mut self, rx: Receiver<Command>) {
@@ -487,6 +648,7 @@ impl Writer {
 
     fn commit_group(&mut self, group: Vec<Command>) {
         let before = self.state;
+        self.touched.clear();
         let group_len = group.len() as u64;
         let mut evicted = (0u64, 0u64);
         let shared = Arc::clone(&self.shared);
@@ -496,6 +658,12 @@ impl Writer {
         };
         match result {
             Ok(pending) => {
+                let touched = std::mem::take(&mut self.touched);
+                self.shared.book.store(touched.clone());
+                self.sources.extend(touched);
+                self.shared
+                    .appended_total
+                    .store(self.state.appended_total, Ordering::Relaxed);
                 self.shared.gate.publish(self.state.used, self.state.rows);
                 let c = &self.shared.counters;
                 c.commits_total.fetch_add(1, Ordering::Relaxed);
@@ -540,6 +708,7 @@ impl Writer {
             }
             Err((error, pending)) => {
                 self.state = before;
+                self.touched.clear();
                 self.state.write_errors_total += 1;
                 events::push_queue_write_failed(&self.shared.counters, &error);
                 for p in pending {
@@ -616,6 +785,12 @@ impl Writer {
             txn.abort();
             return Err((e.into(), pending));
         }
+        for (source, counts) in &self.touched {
+            if let Err(e) = write_ledger(&self.shared.ledger, &mut txn, source, counts) {
+                txn.abort();
+                return Err((e.into(), pending));
+            }
+        }
         match txn.commit() {
             Ok(()) => Ok(pending),
             Err(e) => Err((e.into(), pending)),
@@ -628,17 +803,29 @@ impl Writer {
         command: &Command,
         evicted: &mut (u64, u64),
     ) -> heed::Result<Outcome> {
-        let s = &self.shared;
+        let s = Arc::clone(&self.shared);
         match command {
-            Command::Append { line, .. } => {
-                let size = row_bytes(line.len());
+            Command::Append { value: row, .. } => {
+                let (tag, text) = decode_row(row);
+                let size = row_bytes(text.len());
+                let tracked = match tag {
+                    Some((source, true)) => Some(source.to_string()),
+                    _ => None,
+                };
                 if s.gate.on_full() == OnFull::EvictOldest {
                     while self.state.used + size > s.gate.quota() && self.state.rows > 0 {
                         let Some((seq, value)) = s.rows.first(txn)? else {
                             break;
                         };
-                        let bytes = row_bytes(value.len());
+                        let bytes = row_bytes(decode_row(value).1.len());
+                        let source = tracked_source(value).map(str::to_string);
                         s.rows.delete(txn, &seq)?;
+                        if let Some(source) = source {
+                            self.tally(&source, |c| {
+                                c.pending = c.pending.saturating_sub(1);
+                                c.evicted += 1;
+                            });
+                        }
                         self.state.used -= bytes;
                         self.state.rows -= 1;
                         self.state.evicted_total += 1;
@@ -647,19 +834,41 @@ impl Writer {
                     }
                 }
                 let seq = self.state.next_seq;
-                s.rows.put_with_flags(txn, PutFlags::APPEND, &seq, line)?;
+                s.rows.put_with_flags(txn, PutFlags::APPEND, &seq, row)?;
                 self.state.next_seq += 1;
                 self.state.used += size;
                 self.state.rows += 1;
+                self.state.appended_total += 1;
+                if let Some(source) = tracked {
+                    self.tally(&source, |c| {
+                        c.acked += 1;
+                        c.pending += 1;
+                    });
+                }
                 Ok(Outcome::Number(seq))
             }
             Command::RemoveThrough { seq, .. } => {
                 let mut bytes = 0;
                 let mut count = 0;
+                let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
                 for item in s.rows.range(txn, &(..=*seq))? {
                     let (_, value) = item?;
-                    bytes += row_bytes(value.len());
+                    bytes += row_bytes(decode_row(value).1.len());
                     count += 1;
+                    if let Some(source) = tracked_source(value) {
+                        match delivered.get_mut(source) {
+                            Some(n) => *n += 1,
+                            None => {
+                                delivered.insert(source.to_string(), 1);
+                            }
+                        }
+                    }
+                }
+                for (source, n) in delivered {
+                    self.tally(&source, |c| {
+                        c.pending = c.pending.saturating_sub(n);
+                        c.delivered += n;
+                    });
                 }
                 if count > 0 {
                     s.rows.delete_range(txn, &(..=*seq))?;
@@ -672,10 +881,17 @@ impl Writer {
             Command::DeadLetter {
                 seq, reason, at_ms, ..
             } => {
-                let Some(line) = s.rows.get(txn, seq)? else {
+                let Some(value) = s.rows.get(txn, seq)? else {
                     return Ok(Outcome::Number(0));
                 };
-                let line = line.to_vec();
+                let source = tracked_source(value).map(str::to_string);
+                let line = decode_row(value).1.to_vec();
+                if let Some(source) = source {
+                    self.tally(&source, |c| {
+                        c.pending = c.pending.saturating_sub(1);
+                        c.dead_lettered += 1;
+                    });
+                }
                 let reason_json =
                     serde_json::to_string(reason).unwrap_or_else(|_| "\"\"".to_string());
                 let record = String::from_utf8_lossy(&line);
@@ -722,6 +938,50 @@ impl Writer {
             Err(e) => log::error!("push queue map could not grow: {e}"),
         }
     }
+}
+
+/// The ledger fields the push queue keeps on disk.
+const LEDGER_FIELDS: [&str; 5] = ["acked", "pending", "delivered", "evicted", "dead_lettered"];
+
+fn ledger_field<'a>(c: &'a mut Counts, field: &str) -> Option<&'a mut u64> {
+    Some(match field {
+        "acked" => &mut c.acked,
+        "pending" => &mut c.pending,
+        "delivered" => &mut c.delivered,
+        "evicted" => &mut c.evicted,
+        "dead_lettered" => &mut c.dead_lettered,
+        _ => return None,
+    })
+}
+
+/// Reads the ledger counts (`<field>:<source>` keys) of the queue.
+fn read_ledger(
+    db: &Meta,
+    txn: &heed::RoTxn<'_, WithoutTls>,
+) -> heed::Result<BTreeMap<String, Counts>> {
+    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
+    for item in db.iter(txn)? {
+        let (key, value) = item?;
+        let Some((field, source)) = key.split_once(':') else {
+            continue;
+        };
+        let counts = out.entry(source.to_string()).or_default();
+        if let Some(slot) = ledger_field(counts, field) {
+            *slot = value;
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the ledger counts of one source in the caller's transaction.
+fn write_ledger(db: &Meta, txn: &mut RwTxn<'_>, source: &str, c: &Counts) -> heed::Result<()> {
+    let mut c = *c;
+    for field in LEDGER_FIELDS {
+        if let Some(value) = ledger_field(&mut c, field) {
+            db.put(txn, &format!("{field}:{source}"), value)?;
+        }
+    }
+    Ok(())
 }
 
 enum Outcome {

@@ -26,18 +26,22 @@ pub struct Daemon {
     addr: String,
     client: Client,
     starts: u32,
+    data_dir: PathBuf,
 }
 
 impl Daemon {
-    /// Writes `config` (with `connector.data_dir` in a new temp dir and, unless given,
+    /// Writes `config` (with, unless given, `connector.data_dir` in a new temp dir and
     /// `connector.http.listen: 127.0.0.1:0`) and starts the daemon on it.
     pub fn start(mut config: Value) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("opex-it-")
             .tempdir()
             .expect("create temp dir");
-        let data_dir = dir.path().join("data");
-        config["connector"]["data_dir"] = Value::from(data_dir.to_string_lossy().into_owned());
+        if config["connector"]["data_dir"].is_null() {
+            let data_dir = dir.path().join("data");
+            config["connector"]["data_dir"] = Value::from(data_dir.to_string_lossy().into_owned());
+        }
+        let data_dir = PathBuf::from(config["connector"]["data_dir"].as_str().expect("data_dir"));
         if config["connector"]["http"]["listen"].is_null() {
             config["connector"]["http"]["listen"] = Value::from("127.0.0.1:0");
         }
@@ -52,6 +56,7 @@ impl Daemon {
             addr: String::new(),
             client: Client::new(),
             starts: 0,
+            data_dir,
         };
         daemon.spawn();
         daemon
@@ -135,7 +140,7 @@ impl Daemon {
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data_dir.clone()
     }
 
     pub fn config_path(&self) -> &Path {

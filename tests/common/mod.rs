@@ -12,6 +12,7 @@
 //!   come back on the same port.
 //! - `signing.rs` signs webhook requests (`X-Opex-Signature`, HMAC-SHA256 written out here);
 //!   `api.rs` reads the flow-era API: events, dead letters, refusals, `engine.webhooks[]`.
+//! - `ledger.rs` reads `GET /api/ledger` and checks its identity.
 //! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
 //!
 //! Each test binary uses a subset of this module.
@@ -20,6 +21,7 @@
 mod api;
 mod client;
 mod daemon;
+mod ledger;
 mod receiver;
 mod signing;
 
@@ -30,6 +32,8 @@ pub use api::*;
 pub use client::*;
 #[allow(unused_imports)]
 pub use daemon::*;
+#[allow(unused_imports)]
+pub use ledger::*;
 #[allow(unused_imports)]
 pub use receiver::*;
 #[allow(unused_imports)]

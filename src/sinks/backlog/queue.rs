@@ -36,6 +36,7 @@ use crate::admission::{Gate, OnFull, Refused, Reservation, RETRY_AFTER};
 use crate::alerts::{Level, LevelTracker};
 use crate::engine::Engine;
 use crate::flow::{NodeKind, NodeRef};
+use crate::ledger::{Book, Cause, Left};
 use crate::record::Record;
 use crate::store::dead_letters::NewDeadLetter;
 use crate::telemetry::events;
@@ -54,6 +55,8 @@ const MAX_REASON: usize = 1000;
 pub struct Row<T> {
     /// The record, kept for the dead-letter queue.
     pub record: Record,
+    /// The copy of its record that the ledger tracks (pending here until it leaves).
+    pub tracked: bool,
     /// The row as the database takes it.
     pub data: T,
 }
@@ -183,6 +186,9 @@ pub struct Backlog<T> {
     counters: BacklogCounters,
     level: LevelTracker,
     last_error: Mutex<Option<String>>,
+    /// Its part of the loss ledger: the tracked rows of each source, pending until inserted,
+    /// parked or lost.
+    book: Book,
 }
 
 impl<T: Send> Backlog<T> {
@@ -204,6 +210,7 @@ impl<T: Send> Backlog<T> {
             counters: BacklogCounters::default(),
             level: LevelTracker::default(),
             last_error: Mutex::new(None),
+            book: Book::default(),
         }
     }
 
@@ -215,6 +222,17 @@ impl<T: Send> Backlog<T> {
     /// The admission gate; it counts rows (each record admits 1).
     pub fn gate(&self) -> &Arc<Gate> {
         &self.gate
+    }
+
+    /// Its part of the loss ledger (memory only, like the rows).
+    pub fn ledger(&self) -> &Book {
+        &self.book
+    }
+
+    /// Rows waiting or being inserted now.
+    pub fn pending(&self) -> u64 {
+        let s = self.lock();
+        (s.waiting.len() + s.in_flight) as u64
     }
 
     /// The counters.
@@ -260,13 +278,16 @@ impl<T: Send> Backlog<T> {
                 }
                 OnFull::EvictOldest => {
                     dropped = Some(match s.waiting.pop_front() {
-                        Some(old) => old.row.record,
-                        None => row.record.clone(),
+                        Some(old) => (old.row.record, old.row.tracked),
+                        None => (row.record.clone(), row.tracked),
                     });
                 }
             }
         }
-        let keep_new = dropped.as_ref().is_none_or(|d| d.id != row.record.id);
+        let keep_new = dropped.as_ref().is_none_or(|d| d.0.id != row.record.id);
+        if row.tracked {
+            self.book.queued(&row.record.source);
+        }
         if keep_new {
             s.waiting.push_back(Slot {
                 row,
@@ -282,7 +303,10 @@ impl<T: Send> Backlog<T> {
         if waiting == 1 || waiting >= self.cfg.batch_rows {
             self.wake.notify_all();
         }
-        if let Some(d) = dropped {
+        if let Some((d, tracked)) = dropped {
+            if tracked {
+                self.book.left_queue(&d.source, Left::Lost(Cause::Evicted));
+            }
             events::db_sink_evicted(self.sink, &self.counters.dropped_total, &d);
         }
         Ok(())
@@ -423,6 +447,9 @@ impl<T: Send> Backlog<T> {
             match inserter.insert(&batch) {
                 Ok(()) => {
                     self.finish();
+                    for row in batch.iter().filter(|r| r.tracked) {
+                        self.book.left_queue(&row.record.source, Left::Delivered);
+                    }
                     self.counters.inserted_total.fetch_add(n, Ordering::Relaxed);
                     self.counters.batches_total.fetch_add(1, Ordering::Relaxed);
                     self.set_error(None);
@@ -456,6 +483,10 @@ impl<T: Send> Backlog<T> {
         }
         let mut s = self.lock();
         let lost = s.waiting.len() as u64;
+        for slot in s.waiting.iter().filter(|slot| slot.row.tracked) {
+            self.book
+                .left_queue(&slot.row.record.source, Left::Lost(Cause::Dropped));
+        }
         s.waiting.clear();
         s.in_flight = 0;
         drop(s);
@@ -470,6 +501,7 @@ impl<T: Send> Backlog<T> {
         let reason = format!("{} refused the batch: {msg}", self.sink);
         for row in batch {
             let (flow, node) = origin(engine, &row.record.source, self.sink);
+            let (source, tracked) = (row.record.source.clone(), row.tracked);
             let entry = NewDeadLetter {
                 record: row.record,
                 flow: flow.clone(),
@@ -479,6 +511,9 @@ impl<T: Send> Backlog<T> {
             };
             match engine.dead_letters().park(entry) {
                 Ok(id) => {
+                    if tracked {
+                        self.book.left_queue(&source, Left::DeadLettered);
+                    }
                     self.counters
                         .dead_lettered_total
                         .fetch_add(1, Ordering::Relaxed);
@@ -488,6 +523,9 @@ impl<T: Send> Backlog<T> {
                     );
                 }
                 Err(e) => {
+                    if tracked {
+                        self.book.left_queue(&source, Left::Lost(Cause::Dropped));
+                    }
                     // Nowhere left to keep it: count it as lost at the bound, loudly.
                     log::error!(
                         "dead-letter queue write failed, record lost: sink={} flow={flow} error=\"{e}\"",

@@ -48,6 +48,7 @@ fn push(b: &Backlog<String>, key: &str) -> Result<(), PushError> {
     let reservation = b.gate().admit(1).map_err(PushError::Refused)?;
     b.push(
         Row {
+            tracked: true,
             record,
             data: key.to_string(),
         },
@@ -62,6 +63,13 @@ fn engine(dir: &std::path::Path) -> Arc<Engine> {
         Sinks::default(),
         dlq,
     ))
+}
+
+/// The ledger counts of `ingest/x` in the backlog: balanced, and returned for more checks.
+fn book(b: &Backlog<String>) -> crate::ledger::Counts {
+    let c = b.ledger().snapshot()["ingest/x"];
+    assert_eq!(c.imbalance(), 0, "the backlog's ledger balances: {c:?}");
+    c
 }
 
 fn wait(what: &str, cond: impl Fn() -> bool) {
@@ -84,6 +92,8 @@ fn evict_oldest_drops_the_oldest_waiting_rows_and_counts_each() {
     assert_eq!(st.fill_pct, 100.0);
     assert_eq!(st.accepted_total, 8);
     assert_eq!(b.waiting(), ["k3", "k4", "k5", "k6", "k7"]);
+    let c = book(&b);
+    assert_eq!((c.acked, c.evicted, c.pending), (8, 3, 5));
 }
 
 #[test]
@@ -119,6 +129,8 @@ fn block_refuses_at_the_bound_through_the_gate_until_rows_leave() {
     assert!(st.healthy);
     let all: Vec<String> = script.inserted.lock().unwrap().concat();
     assert_eq!(all, ["k0", "k1", "k2", "k3", "k4"], "in order, each once");
+    let c = book(&b);
+    assert_eq!((c.acked, c.delivered, c.pending), (5, 5, 0));
     b.close();
     t.join().unwrap();
 }
@@ -163,6 +175,8 @@ fn a_permanent_error_parks_the_batch_in_the_dead_letter_queue_and_the_next_batch
     );
     assert_eq!(parked[0].record["key"], "a");
     assert_eq!(b.status().insert_failures_total, 0, "not retried");
+    let c = book(&b);
+    assert_eq!((c.dead_lettered, c.delivered, c.pending), (2, 1, 0));
     b.close();
     t.join().unwrap();
 }
@@ -200,6 +214,8 @@ fn a_clean_stop_with_the_database_down_counts_what_is_left_as_lost() {
     let st = b.status();
     assert_eq!(st.lost_at_stop_total, 7);
     assert_eq!(st.backlog_rows, 0);
+    let c = book(&b);
+    assert_eq!((c.acked, c.dropped, c.pending), (7, 7, 0));
     assert!(matches!(push(&b, "late"), Err(PushError::Closed)));
 }
 

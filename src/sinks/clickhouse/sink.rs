@@ -74,15 +74,26 @@ impl ClickHouseSink {
     }
 
     /// Takes one record into the backlog; returns once it is there (not yet inserted).
-    pub fn deliver(&self, record: &Record, reservation: Reservation) -> Result<(), PushError> {
+    pub fn deliver(
+        &self,
+        record: &Record,
+        tracked: bool,
+        reservation: Reservation,
+    ) -> Result<(), PushError> {
         let data = encode_row(record, &self.cfg.columns);
         self.backlog.push(
             Row {
                 record: record.clone(),
+                tracked,
                 data,
             },
             reservation,
         )
+    }
+
+    /// Its backlog's part of the loss ledger.
+    pub fn ledger(&self) -> &crate::ledger::Book {
+        self.backlog.ledger()
     }
 
     /// The status now.

@@ -1,5 +1,6 @@
 //! The push sink: admission against the queue's gate, then a durable (or volatile) append.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use super::config::PushQueueConfig;
 use super::volatile::VolatileBuffer;
 use crate::admission::{Gate, Refused, Reservation};
 use crate::alerts::{Level, LevelTracker};
+use crate::ledger::Counts;
+use crate::store::push_queue::{PendingCheck, Tag};
 use crate::store::{DeadLetter, PushQueue, QueueCounters, Row, StoreError};
 
 /// What the uplink needs of a push buffer, durable or volatile.
@@ -117,12 +120,49 @@ impl PushSink {
         self.gate().admit(bytes)
     }
 
-    /// Stores one line; returns once it is committed (durable) or buffered (volatile).
-    pub async fn store(&self, line: Vec<u8>, reservation: Reservation) -> Result<u64, StoreError> {
+    /// Stores one line; returns once it is committed (durable) or buffered (volatile). `tag`
+    /// names its source for the ledger.
+    pub async fn store(
+        &self,
+        line: Vec<u8>,
+        tag: &Tag,
+        reservation: Reservation,
+    ) -> Result<u64, StoreError> {
         match &self.buffer {
-            Buffer::Durable(q) => q.append(line, reservation).await,
-            Buffer::Volatile(v) => Ok(v.append(line)),
+            Buffer::Durable(q) => q.append(line, tag, reservation).await,
+            Buffer::Volatile(v) => Ok(v.append(line, tag)),
         }
+    }
+
+    /// The push buffer's part of the loss ledger: durable (committed with the rows) or, for the
+    /// volatile buffer, in memory.
+    pub fn ledger(&self) -> BTreeMap<String, Counts> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.ledger(),
+            Buffer::Volatile(v) => v.ledger().snapshot(),
+        }
+    }
+
+    /// Rows the buffer ever took.
+    pub fn appended_total(&self) -> u64 {
+        match &self.buffer {
+            Buffer::Durable(q) => q.appended_total(),
+            Buffer::Volatile(v) => v.appended_total(),
+        }
+    }
+
+    /// For the durable queue: the tracked rows of each source now in it, counted row by row
+    /// (the check of the durable `pending` counts). `None` for the volatile buffer.
+    pub fn count_pending(&self) -> Option<Result<PendingCheck, StoreError>> {
+        match &self.buffer {
+            Buffer::Durable(q) => Some(q.count_pending()),
+            Buffer::Volatile(_) => None,
+        }
+    }
+
+    /// True when the buffer is the durable push queue.
+    pub fn is_durable(&self) -> bool {
+        matches!(self.buffer, Buffer::Durable(_))
     }
 
     /// What the uplink drains.
@@ -169,6 +209,7 @@ impl PushSink {
         let evicted_total = self.counters.evicted_total.load(Ordering::Relaxed);
         let dropped_total = self.counters.dropped_total.load(Ordering::Relaxed);
         let durable = matches!(self.buffer, Buffer::Durable(_));
+        let write_errors_total = self.counters.write_errors_total.load(Ordering::Relaxed);
         QueueStatus {
             enabled: durable,
             durable,
@@ -181,10 +222,11 @@ impl PushSink {
             blocked_total,
             evicted_total,
             dropped_total,
-            write_errors_total: self.counters.write_errors_total.load(Ordering::Relaxed),
-            level: self
-                .level
-                .peek(fill_pct, blocked_total + evicted_total + dropped_total),
+            write_errors_total,
+            level: self.level.peek(
+                fill_pct,
+                blocked_total + evicted_total + dropped_total + write_errors_total,
+            ),
         }
     }
 

@@ -1,6 +1,9 @@
 //! The volatile push buffer, used when `connector.push_queue` is not enabled: 16 MiB of memory,
 //! oldest evicted at the quota (counted, logged), everything lost on restart. The daemon warns at
 //! startup; enable `push_queue` for anything that matters.
+//!
+//! Rows are kept encoded as in the durable queue (header with the source, then the line), so
+//! its part of the loss ledger is counted the same way, in memory.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -8,7 +11,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::admission::{Gate, OnFull};
-use crate::store::push_queue::row_bytes;
+use crate::ledger::{Book, Cause, Left};
+use crate::store::push_queue::{decode_row, encode_row, row_bytes, Tag};
 use crate::store::{DeadLetter, QueueCounters, Row, StoreError};
 use crate::telemetry::events;
 
@@ -33,6 +37,18 @@ pub struct VolatileBuffer {
     counters: Arc<QueueCounters>,
     inner: Mutex<Inner>,
     appended: Condvar,
+    /// Its part of the loss ledger (lost with the rows on restart).
+    book: Book,
+    /// Rows ever appended.
+    appended_total: std::sync::atomic::AtomicU64,
+}
+
+/// The logical bytes and the tracked source of an encoded row.
+fn size_and_source(value: &[u8]) -> (u64, Option<&str>) {
+    match decode_row(value) {
+        (Some((source, true)), line) => (row_bytes(line.len()), Some(source)),
+        (_, line) => (row_bytes(line.len()), None),
+    }
 }
 
 impl VolatileBuffer {
@@ -43,6 +59,8 @@ impl VolatileBuffer {
             counters,
             inner: Mutex::new(Inner::default()),
             appended: Condvar::new(),
+            book: Book::default(),
+            appended_total: Default::default(),
         }
     }
 
@@ -56,16 +74,30 @@ impl VolatileBuffer {
         &self.gate
     }
 
+    /// Its part of the loss ledger.
+    pub fn ledger(&self) -> &Book {
+        &self.book
+    }
+
+    /// Rows ever appended.
+    pub fn appended_total(&self) -> u64 {
+        self.appended_total.load(Ordering::Relaxed)
+    }
+
     /// Appends a line, evicting the oldest rows to stay within the quota.
-    pub fn append(&self, line: Vec<u8>) -> u64 {
+    pub fn append(&self, line: Vec<u8>, tag: &Tag) -> u64 {
         let size = row_bytes(line.len());
+        let line = encode_row(tag, &line);
         let mut inner = self.lock();
         let (mut rows, mut bytes) = (0, 0);
         while inner.used + size > VOLATILE_QUOTA {
             let Some(old) = inner.rows.pop_front() else {
                 break;
             };
-            let b = row_bytes(old.line.len());
+            let (b, source) = size_and_source(&old.line);
+            if let Some(source) = source {
+                self.book.left_queue(source, Left::Lost(Cause::Evicted));
+            }
             inner.used -= b;
             rows += 1;
             bytes += b;
@@ -75,6 +107,10 @@ impl VolatileBuffer {
         inner.used += size;
         inner.rows.push_back(Row { seq, line });
         inner.appended += 1;
+        self.appended_total.fetch_add(1, Ordering::Relaxed);
+        if tag.tracked {
+            self.book.queued(&tag.source);
+        }
         self.gate.publish(inner.used, inner.rows.len() as u64);
         drop(inner);
         self.appended.notify_all();
@@ -99,7 +135,16 @@ impl VolatileBuffer {
 
 impl super::Drain for VolatileBuffer {
     fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
-        Ok(self.lock().rows.iter().take(max).cloned().collect())
+        Ok(self
+            .lock()
+            .rows
+            .iter()
+            .take(max)
+            .map(|r| Row {
+                seq: r.seq,
+                line: decode_row(&r.line).1.to_vec(),
+            })
+            .collect())
     }
 
     fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
@@ -107,7 +152,11 @@ impl super::Drain for VolatileBuffer {
         let mut n = 0;
         while inner.rows.front().is_some_and(|r| r.seq <= seq) {
             if let Some(r) = inner.rows.pop_front() {
-                inner.used -= row_bytes(r.line.len());
+                let (b, source) = size_and_source(&r.line);
+                if let Some(source) = source {
+                    self.book.left_queue(source, Left::Delivered);
+                }
+                inner.used -= b;
                 n += 1;
             }
         }
@@ -124,14 +173,18 @@ impl super::Drain for VolatileBuffer {
         let Some(row) = inner.rows.remove(pos) else {
             return Ok(false);
         };
-        inner.used -= row_bytes(row.line.len());
+        let (b, source) = size_and_source(&row.line);
+        if let Some(source) = source {
+            self.book.left_queue(source, Left::DeadLettered);
+        }
+        inner.used -= b;
         let id = inner.next_dead;
         inner.next_dead += 1;
         let json = serde_json::json!({
             "seq": seq,
             "reason": reason,
             "at": crate::record::now_ms(),
-            "record": serde_json::from_slice::<serde_json::Value>(&row.line).unwrap_or_default(),
+            "record": serde_json::from_slice::<serde_json::Value>(decode_row(&row.line).1).unwrap_or_default(),
         });
         inner.dead.push_back(DeadLetter {
             id,
@@ -176,8 +229,12 @@ mod tests {
         let counters = Arc::new(QueueCounters::default());
         let buf = VolatileBuffer::new(Arc::clone(&counters));
         let line = vec![b'x'; 1 << 20];
+        let tag = Tag {
+            source: "ingest/a".into(),
+            tracked: true,
+        };
         for _ in 0..20 {
-            buf.append(line.clone());
+            buf.append(line.clone(), &tag);
         }
         let (used, rows, _) = buf.gate().usage();
         assert!(used <= VOLATILE_QUOTA);
@@ -185,5 +242,8 @@ mod tests {
         assert_eq!(counters.evicted_total.load(Ordering::Relaxed), 5);
         assert_eq!(buf.peek(1).unwrap()[0].seq, 5);
         assert_eq!(buf.remove_through(6).unwrap(), 2);
+        let c = buf.ledger().snapshot()["ingest/a"];
+        assert_eq!((c.acked, c.evicted, c.delivered, c.pending), (20, 5, 2, 13));
+        assert_eq!(c.imbalance(), 0);
     }
 }

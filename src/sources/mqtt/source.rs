@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use super::config::{matches, MqttSourceConfig, SUBSCRIPTION_BUFFER};
 use super::connect::{options, reconnect_delay, CLIENT_QUEUE};
 use crate::engine::Engine;
+use crate::ledger::Cause;
 use crate::record::{Record, Settlement};
 use crate::shutdown::Shutdown;
 use crate::sources::buffers::{DeviceBuffers, Pushed};
@@ -122,18 +123,19 @@ impl MqttSource {
 
     /// Runs the client and the worker until shutdown.
     pub async fn run(self: Arc<Self>, engine: Arc<Engine>, shutdown: Shutdown) {
-        let worker = tokio::spawn(Arc::clone(&self).work(engine, shutdown.clone()));
-        self.client(&shutdown).await;
+        let worker = tokio::spawn(Arc::clone(&self).work(Arc::clone(&engine), shutdown.clone()));
+        self.client(&shutdown, Some(&engine)).await;
         let _ = worker.await;
     }
 
     /// Runs the client alone: messages are received, acked and buffered, but nothing offers
     /// them (the state of a source whose pipeline is stalled). For tests of the buffer cap.
     pub async fn receive_only(&self, shutdown: Shutdown) {
-        self.client(&shutdown).await;
+        self.client(&shutdown, None).await;
     }
 
-    async fn client(&self, shutdown: &Shutdown) {
+    /// `engine` takes the ledger's count of the messages the buffers drop.
+    async fn client(&self, shutdown: &Shutdown, engine: Option<&Engine>) {
         let opts = match options(&self.cfg.connection, &self.cfg.name) {
             Ok(o) => o,
             Err(e) => {
@@ -182,7 +184,7 @@ impl MqttSource {
                         );
                     }
                 }
-                Ok(Event::Incoming(Packet::Publish(p))) => self.receive(&client, p),
+                Ok(Event::Incoming(Packet::Publish(p))) => self.receive(&client, p, engine),
                 Ok(_) => {}
                 Err(e) => {
                     failures += 1;
@@ -215,7 +217,7 @@ impl MqttSource {
     }
 
     /// Buffers a message, then acks it (acked on receipt).
-    fn receive(&self, client: &AsyncClient, p: Publish) {
+    fn receive(&self, client: &AsyncClient, p: Publish, engine: Option<&Engine>) {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
         let index = self
             .cfg
@@ -240,6 +242,10 @@ impl MqttSource {
             pushed
         };
         if let Pushed::Overflowed(_) | Pushed::Replaced(_) = pushed {
+            // Acked on receipt and now dropped: a loss of this source.
+            if let Some(engine) = engine {
+                engine.ledger.lost(&self.source, Cause::Dropped);
+            }
             let total = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if total.is_power_of_two() {
                 log::warn!(
@@ -296,6 +302,8 @@ impl MqttSource {
                 self.stats.stored.fetch_add(1, Ordering::Relaxed);
             }
             Settlement::Retry { sink, .. } => {
+                // MQTT acked it on receipt: the refusal is a loss.
+                engine.ledger.lost(&self.source, Cause::Dropped);
                 let total = self.stats.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if total.is_power_of_two() {
                     log::error!(
@@ -305,6 +313,7 @@ impl MqttSource {
                 }
             }
             Settlement::Failed { sink, reason } => {
+                engine.ledger.lost(&self.source, Cause::Failed);
                 let total = self.stats.failed.fetch_add(1, Ordering::Relaxed) + 1;
                 log::error!(
                     "mqtt record lost, a sink failed: source={} sink={sink} reason=\"{reason}\" failed_total={total}",

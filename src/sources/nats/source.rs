@@ -243,7 +243,7 @@ impl NatsSource {
                 _ = shutdown.wait() => break Ok(()),
                 Some(subject) = in_flight.next(), if !in_flight.is_empty() => buffers.done(&subject),
                 item = messages.next() => match item {
-                    Some(Ok(msg)) => self.receive(msg, &mut buffers).await,
+                    Some(Ok(msg)) => self.receive(engine, msg, &mut buffers).await,
                     Some(Err(e)) => {
                         use async_nats::jetstream::consumer::pull::MessagesErrorKind as K;
                         match e.kind() {
@@ -272,6 +272,7 @@ impl NatsSource {
 
     async fn receive(
         &self,
+        engine: &Engine,
         msg: jetstream::Message,
         buffers: &mut DeviceBuffers<jetstream::Message>,
     ) {
@@ -297,6 +298,10 @@ impl NatsSource {
                 self.nak(&old).await;
             }
             Pushed::Replaced(old) => {
+                // `latest` mode: replaced by a newer value and acked, by design.
+                engine
+                    .ledger
+                    .lost(&self.source, crate::ledger::Cause::Suppressed);
                 self.stats.replaced.fetch_add(1, Ordering::Relaxed);
                 self.ack(&old).await;
             }
@@ -337,7 +342,7 @@ impl NatsSource {
                 self.nak(&msg).await;
                 return;
             }
-            Ok(None) => Settlement::Unrouted,
+            Ok(None) => engine.unrouted(&record.source),
             Ok(Some(admitted)) => engine.run_admitted(record, admitted, Mode::Normal).await,
         };
         match settlement {

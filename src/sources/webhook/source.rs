@@ -143,7 +143,7 @@ impl WebhookSource {
                 let admitted = match engine.admit(&record) {
                     Err(settlement) => return SourceOutcome::from_settlement(id, settlement),
                     Ok(None) => {
-                        engine.stats.unrouted.fetch_add(1, Ordering::Relaxed);
+                        engine.unrouted(&record.source);
                         return SourceOutcome::Accepted { id };
                     }
                     Ok(Some(a)) => a,
@@ -155,22 +155,24 @@ impl WebhookSource {
                 {
                     Ok(Ok(i)) => i,
                     Ok(Err(e)) => {
+                        engine.ledger.refused(&record.source);
                         return SourceOutcome::from_settlement(
                             id,
                             Settlement::Failed {
                                 sink: "inbox".into(),
                                 reason: e.to_string(),
                             },
-                        )
+                        );
                     }
                     Err(e) => {
+                        engine.ledger.refused(&record.source);
                         return SourceOutcome::from_settlement(
                             id,
                             Settlement::Failed {
                                 sink: "inbox".into(),
                                 reason: e.to_string(),
                             },
-                        )
+                        );
                     }
                 };
                 let engine = Arc::clone(engine);

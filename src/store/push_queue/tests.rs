@@ -2,7 +2,7 @@
 //! push, ack (delivered), dead-letter and restart, under both policies; after every step the
 //! rows, their order and the byte accounting must match the model exactly.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,6 +39,22 @@ struct Model {
     evicted: u64,
     blocked: u64,
     dead: u64,
+    /// Tracked rows ever appended, by source.
+    acked: BTreeMap<String, u64>,
+}
+
+/// The tag of the record of op `i`: three sources, one row in four untracked.
+fn tag_of(i: usize) -> Tag {
+    Tag {
+        source: format!("s/{}", i % 3),
+        tracked: i % 4 != 0,
+    }
+}
+
+/// The op number written in a model line.
+fn op_of(line: &[u8]) -> usize {
+    let v: serde_json::Value = serde_json::from_slice(line).unwrap();
+    v["op"].as_u64().unwrap() as usize
 }
 
 impl Model {
@@ -96,6 +112,22 @@ fn check(q: &PushQueue, m: &Model) {
         q.counters().dead_lettered_total.load(Ordering::Relaxed),
         m.dead
     );
+    // The ledger: pending agrees with the tracked rows, and every source balances.
+    let mut pending: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &m.rows {
+        let tag = tag_of(op_of(&r.line));
+        if tag.tracked {
+            *pending.entry(tag.source).or_insert(0) += 1;
+        }
+    }
+    let counted = q.count_pending().unwrap();
+    assert_eq!(counted.rows, pending, "tracked rows by source");
+    assert_eq!(counted.kept, pending, "stored pending counts");
+    for (source, c) in q.ledger() {
+        assert_eq!(c.imbalance(), 0, "{source} balances: {c:?}");
+        assert_eq!(c.pending, pending.get(&source).copied().unwrap_or(0));
+        assert_eq!(c.acked, m.acked.get(&source).copied().unwrap_or(0));
+    }
     if q.gate().on_full() == OnFull::Block && count > 1 {
         assert!(used <= QUOTA, "block never goes over the quota");
     }
@@ -115,10 +147,14 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
                 line.resize(line.len() + len, b'x');
                 line.extend_from_slice(b"\"}");
                 let admitted = m.push(on_full, line.clone());
+                let tag = tag_of(i);
+                if admitted && tag.tracked {
+                    *m.acked.entry(tag.source.clone()).or_insert(0) += 1;
+                }
                 match q.gate().admit(row_bytes(line.len())) {
                     Ok(reservation) => {
                         assert!(admitted, "the queue admitted what the model refused");
-                        rt.block_on(q.append(line, reservation)).unwrap();
+                        rt.block_on(q.append(line, &tag, reservation)).unwrap();
                     }
                     Err(_) => assert!(!admitted, "the queue refused what the model admitted"),
                 }
@@ -189,7 +225,7 @@ fn sixty_four_concurrent_reservations_never_overshoot_the_quota() {
                 for i in 0..20 {
                     let line = format!("{{\"t\":{t},\"i\":{i},\"pad\":\"{}\"}}", "y".repeat(900));
                     if let Ok(r) = q.gate().admit(row_bytes(line.len())) {
-                        q.append(line.into_bytes(), r).await.unwrap();
+                        q.append(line.into_bytes(), &tag_of(t), r).await.unwrap();
                         stored += 1;
                     }
                 }
@@ -219,7 +255,7 @@ fn dead_letter_table_is_trimmed_oldest_first_at_its_cap() {
         .unwrap();
     for i in 0..8 {
         let r = q.gate().admit(0).unwrap();
-        rt.block_on(q.append(format!("{{\"i\":{i}}}").into_bytes(), r))
+        rt.block_on(q.append(format!("{{\"i\":{i}}}").into_bytes(), &tag_of(i), r))
             .unwrap();
     }
     for seq in 0..8 {
@@ -253,7 +289,7 @@ fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grow
         .unwrap();
     let big = vec![b'x'; 400 << 10];
     let r = q.gate().admit(0).unwrap();
-    let first = rt.block_on(q.append(big.clone(), r));
+    let first = rt.block_on(q.append(big.clone(), &tag_of(1), r));
     assert_eq!(first, Err(StoreError::MapFull));
     assert_eq!(counters.write_errors_total.load(Ordering::Relaxed), 1);
     assert_eq!(
@@ -265,7 +301,7 @@ fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grow
     let mut tries = 1;
     loop {
         let r = q.gate().admit(0).unwrap();
-        match rt.block_on(q.append(big.clone(), r)) {
+        match rt.block_on(q.append(big.clone(), &tag_of(1), r)) {
             Ok(_) => break,
             Err(StoreError::MapFull) if tries < 8 => tries += 1,
             Err(e) => panic!("after {tries} tries: {e}"),

@@ -1,0 +1,25 @@
+//! The loss ledger: for every source, what it offered, what it was released from, and where
+//! each of those records is now; for every sink, what it took, delivered and still holds.
+//!
+//! The per-source identity is `acked = delivered + pending + dead_lettered + losses`, where
+//! the losses are the causes of the delivery promise's audit table. The ledger is kept in
+//! parts, each of which balances on its own, and `GET /api/ledger` adds them up:
+//!
+//! | part | kept | counts |
+//! | --- | --- | --- |
+//! | engine | memory | offers, refusals, records acked without a queue copy: delivered at once (storage, NATS, MQTT), dead-lettered, unrouted, suppressed, lost after a refusal |
+//! | push queue | `push_queue.db`, in the transaction that changes the rows | records acked into the queue: pending until the uplink delivers, evicts or dead-letters them |
+//! | volatile push buffer | memory | the same, lost with the rows on restart |
+//! | ClickHouse, Postgres backlogs | memory | records acked into the backlog: pending until inserted, parked, evicted or given up at a stop |
+//!
+//! One copy per record is tracked: when a record fans out to several sinks, the first queue it
+//! reaches (push, ClickHouse, Postgres) carries it in the per-source figures, and the other
+//! copies show only in the per-sink figures. A memory part starts at zero with the process;
+//! a crash loses its figures together with the memory rows they describe, so the sum still
+//! balances.
+
+mod book;
+mod report;
+
+pub use book::{Book, Cause, Counts, Left, MAX_SOURCES, OTHER_SOURCES};
+pub use report::{check, report, Check};
