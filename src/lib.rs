@@ -17,7 +17,7 @@
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
 //! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
-//! | [`alerts`] | queue levels `ok` / `high` / `full` and when to raise them |
+//! | [`alerts`] | the alert hub: every bounded queue's level (`ok` / `high` / `full`) and the alerted loss counters, checked every few seconds and sent to the log and the `telemetry.alerts` channels (webhook, MQTT, NATS) |
 //! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |

@@ -165,10 +165,7 @@ mod tests {
 
     #[test]
     fn full_messages_follow_on_full() {
-        assert_eq!(
-            queue_message(Level::Full, "block"),
-            "refusing new records"
-        );
+        assert_eq!(queue_message(Level::Full, "block"), "refusing new records");
         assert_eq!(
             queue_message(Level::Full, "evict_oldest"),
             "evicting the oldest records, data gap"

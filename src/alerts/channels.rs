@@ -45,9 +45,7 @@ impl ChannelStats {
     pub fn failed(&self, channel: &str, error: &str) {
         let total = self.failed_total.fetch_add(1, Ordering::Relaxed) + 1;
         self.set_error(error);
-        log::warn!(
-            "alert not delivered: channel={channel} failed_total={total} error=\"{error}\""
-        );
+        log::warn!("alert not delivered: channel={channel} failed_total={total} error=\"{error}\"");
     }
 
     /// Remembers the last error.
@@ -142,13 +140,9 @@ impl Workers {
             .into_iter()
             .map(|(pending, rx, stats)| match pending {
                 Pending::Webhook(cfg) => tokio::spawn(webhook(cfg, rx, stats, shutdown.clone())),
-                Pending::Mqtt(c, topic) => tokio::spawn(super::brokers::mqtt(
-                    c,
-                    topic,
-                    rx,
-                    stats,
-                    shutdown.clone(),
-                )),
+                Pending::Mqtt(c, topic) => {
+                    tokio::spawn(super::brokers::mqtt(c, topic, rx, stats, shutdown.clone()))
+                }
                 Pending::Nats(c, subject) => tokio::spawn(super::brokers::nats(
                     c,
                     subject,
@@ -205,7 +199,10 @@ pub async fn webhook(
                     break;
                 }
                 Attempt::Retry(reason) if attempt >= cfg.retries => {
-                    stats.failed("webhook", &format!("after {} attempts: {reason}", attempt + 1));
+                    stats.failed(
+                        "webhook",
+                        &format!("after {} attempts: {reason}", attempt + 1),
+                    );
                     break;
                 }
                 Attempt::Retry(reason) => {

@@ -227,15 +227,9 @@ fn validate_webhook(
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
         if !name_ok {
-            p.push(
-                format!("{at}.headers.{name}"),
-                "is not a valid header name",
-            );
+            p.push(format!("{at}.headers.{name}"), "is not a valid header name");
         } else if value.bytes().any(|b| b == b'\r' || b == b'\n') {
-            p.push(
-                format!("{at}.headers.{name}"),
-                "must not hold a line break",
-            );
+            p.push(format!("{at}.headers.{name}"), "must not hold a line break");
         } else {
             headers.push((name.clone(), value.clone()));
         }

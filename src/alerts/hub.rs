@@ -303,8 +303,10 @@ impl Hub {
                 (q.name.clone(), f64::from(level.as_number()))
             })
             .collect();
-        let labels: Vec<[(&str, &str); 1]> =
-            levels.iter().map(|(n, _)| [("queue", n.as_str())]).collect();
+        let labels: Vec<[(&str, &str); 1]> = levels
+            .iter()
+            .map(|(n, _)| [("queue", n.as_str())])
+            .collect();
         let samples: Vec<(&[(&str, &str)], f64)> = labels
             .iter()
             .zip(&levels)

@@ -226,7 +226,9 @@ mod tests {
         assert_eq!(g.check(9, t0 + Duration::from_secs(10)), None);
         // Still within the quiet minute: stays open.
         assert_eq!(g.check(9, t0 + Duration::from_secs(40)), None);
-        let again = g.check(10, t0 + Duration::from_secs(5) + REPEAT_FULL).unwrap();
+        let again = g
+            .check(10, t0 + Duration::from_secs(5) + REPEAT_FULL)
+            .unwrap();
         assert!(again.critical && again.repeat);
         let t1 = t0 + Duration::from_secs(5) + REPEAT_FULL;
         assert_eq!(g.check(10, t1 + Duration::from_secs(30)), None);

@@ -37,9 +37,11 @@ async fn a_queue_goes_ok_high_full_repeats_after_ten_minutes_then_recovers() {
     }));
     let lost = Arc::new(AtomicU64::new(3));
     let l = Arc::clone(&lost);
-    hub.add_component(Component::new("engine.backpressure_lost", "samples lost", move || {
-        vec![("backpressure_lost", l.load(Ordering::Relaxed))]
-    }));
+    hub.add_component(Component::new(
+        "engine.backpressure_lost",
+        "samples lost",
+        move || vec![("backpressure_lost", l.load(Ordering::Relaxed))],
+    ));
     let hub = Arc::new(hub);
     let shutdown = Shutdown::new();
     let task = tokio::spawn(Arc::clone(&hub).run(shutdown.clone()));
@@ -66,14 +68,23 @@ async fn a_queue_goes_ok_high_full_repeats_after_ten_minutes_then_recovers() {
     assert_eq!(hub.open_alerts(), vec![full.clone()]);
     let json: serde_json::Value = serde_json::from_slice(&full.to_json()).unwrap();
     for key in [
-        "connector", "queue", "level", "message", "fill_pct", "counters", "time", "repeat",
+        "connector",
+        "queue",
+        "level",
+        "message",
+        "fill_pct",
+        "counters",
+        "time",
+        "repeat",
     ] {
         assert!(json.get(key).is_some(), "{key} missing in {json}");
     }
 
     // Still at the quota: quiet until ten minutes after the first full, then once again.
     assert_eq!(next(&mut rx, Duration::from_secs(590)).await, None);
-    let again = next(&mut rx, Duration::from_secs(20)).await.expect("repeat");
+    let again = next(&mut rx, Duration::from_secs(20))
+        .await
+        .expect("repeat");
     assert_eq!(again.level, "full");
     assert!(again.repeat);
     let waited = Instant::now() - full_at;
@@ -90,8 +101,13 @@ async fn a_queue_goes_ok_high_full_repeats_after_ten_minutes_then_recovers() {
 
     // A loss counter that grows is critical, then ok after a quiet minute.
     lost.fetch_add(2, Ordering::Relaxed);
-    let critical = next(&mut rx, Duration::from_secs(6)).await.expect("critical");
-    assert_eq!(critical.component.as_deref(), Some("engine.backpressure_lost"));
+    let critical = next(&mut rx, Duration::from_secs(6))
+        .await
+        .expect("critical");
+    assert_eq!(
+        critical.component.as_deref(),
+        Some("engine.backpressure_lost")
+    );
     assert_eq!((critical.level, critical.fill_pct), ("critical", None));
     assert_eq!(critical.counters["backpressure_lost"], 5);
     assert_eq!(hub.open_alerts().len(), 1);

@@ -352,7 +352,11 @@ impl PushQueue {
         // Counted before the send: the writer may take it (and count it off) at once.
         let queued = &self.shared.counters.writer_queued;
         queued.fetch_add(1, Ordering::Relaxed);
-        if self.sender().and_then(|s| s.send(make(reply)).map_err(|_| StoreError::Closed)).is_err() {
+        if self
+            .sender()
+            .and_then(|s| s.send(make(reply)).map_err(|_| StoreError::Closed))
+            .is_err()
+        {
             queued.fetch_sub(1, Ordering::Relaxed);
             return Err(StoreError::Closed);
         }
