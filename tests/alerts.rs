@@ -287,3 +287,63 @@ fn a_block_queue_that_fills_raises_full_on_the_webhook_and_mqtt_and_ok_once_it_d
         "the log line keeps its format"
     );
 }
+
+#[test]
+fn hub_alerts_reach_a_nats_subscriber() {
+    use futures_util::StreamExt;
+
+    let server = brokers::NatsServer::start();
+    let js = brokers::Js::connect(&server.url());
+    let mut sub = js
+        .rt
+        .block_on(js.client.subscribe("opex.alerts.hall-2"))
+        .expect("subscribe");
+    js.rt.block_on(js.client.flush()).expect("flush");
+    let config = json!({"connector": {"name": "hall-2", "data_dir": "/unused"},
+                        "nats": {"connections": [{"name": "plant", "servers": [server.url()],
+                                                  "reconnect_max_ms": 200}]},
+                        "telemetry": {"alerts": {"nats": {"subject": "opex.alerts.hall-2"}}}});
+    let config = opex_connector::config::from_yaml(&to_yaml(&config)).expect("valid config");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let shutdown = Shutdown::new();
+    let (handles, workers) = channels::build(&config.alerts);
+    let tasks = {
+        let _in_runtime = rt.enter();
+        workers.spawn(&shutdown)
+    };
+    let mut hub = Hub::new("hall-2", config.alerts.check_interval, handles);
+    hub.add_queue(Queue::new("nats", Arc::default(), || QueueReading {
+        kind: QueueKind::Channel,
+        on_full: "block",
+        quota: 4096,
+        quota_unit: "messages",
+        used: 4096,
+        blocked_total: 7,
+        evicted_total: 0,
+        dropped_total: 0,
+    }));
+    assert_eq!(hub.check(Instant::now()).len(), 1);
+    let message = js
+        .rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), sub.next()).await })
+        .expect("an alert within 30 s")
+        .expect("the subscription is open");
+    let alert: Value = serde_json::from_slice(&message.payload).expect("JSON");
+    assert_eq!(alert["queue"], "nats");
+    assert_eq!(alert["level"], "full");
+    assert_eq!(alert["message"], "refusing new records");
+    assert_eq!(alert["counters"]["blocked_total"], 7);
+    wait_until(POLL_DEADLINE, "the channel counts it sent", || {
+        hub.channels_json()[1]["sent_total"] == 1
+    });
+    shutdown.trigger();
+    rt.block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}

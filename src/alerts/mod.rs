@@ -4,8 +4,8 @@
 //! - [`level`]: the state machines (`ok` / `high` / `full` for a queue, `critical` / `ok` for a
 //!   loss counter) and their timing (checks, the 10-minute repeat).
 //! - [`alert`]: the alert's JSON and its log line.
-//! - [`hub`]: the checker, the open alerts, the `queues` / `alerts` / `alert_channels` of
-//!   `/api/status` and the levels on `/metrics`.
+//! - [`hub`]: the checker and the open alerts; `report.rs` shows them as the `queues` /
+//!   `alerts` / `alert_channels` of `/api/status` and the levels on `/metrics`.
 //! - [`queues`]: what the hub watches in a running connector.
 //! - [`config`], [`channels`], [`brokers`]: `telemetry.alerts` and its channels (webhook, MQTT,
 //!   NATS), each behind its own bounded queue so that sending never blocks the checker.
@@ -17,6 +17,7 @@ pub mod config;
 pub mod hub;
 pub mod level;
 pub mod queues;
+mod report;
 
 pub use alert::Alert;
 pub use channels::ChannelHandle;
