@@ -186,9 +186,13 @@ pub async fn webhook(
         let mut attempt = 0;
         loop {
             let (agent, cfg2, body2) = (agent.clone(), Arc::clone(&cfg), Arc::clone(&body));
-            let outcome = tokio::task::spawn_blocking(move || post(&agent, &cfg2, &body2))
-                .await
-                .unwrap_or_else(|e| Attempt::GiveUp(format!("sender thread failed: {e}")));
+            let request = tokio::task::spawn_blocking(move || post(&agent, &cfg2, &body2));
+            // A request in flight at shutdown ends within its timeout on its own thread.
+            let outcome = tokio::select! {
+                r = request => r
+                    .unwrap_or_else(|e| Attempt::GiveUp(format!("sender thread failed: {e}"))),
+                _ = shutdown.wait() => return,
+            };
             match outcome {
                 Attempt::Delivered => {
                     stats.sent();

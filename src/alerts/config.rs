@@ -43,7 +43,8 @@ pub struct RawWebhookChannel {
     pub token: Option<String>,
     /// Extra request headers, e.g. `{X-Api-Key: ...}`.
     pub headers: Option<BTreeMap<String, String>>,
-    /// Seconds one request may take. Default 10.
+    /// Seconds one request may take (at most 60: a stop waits for a request in flight).
+    /// Default 10.
     pub timeout_secs: Option<u64>,
     /// Attempts after the first, for connection errors, timeouts, 408, 429 and 5xx; then the
     /// alert is given up and counted in `failed_total`. Default 5.
@@ -237,7 +238,7 @@ fn validate_webhook(
     let timeout = in_range(
         raw.timeout_secs,
         10,
-        1..=600,
+        1..=60,
         &format!("{at}.timeout_secs"),
         p,
     );
