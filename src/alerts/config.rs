@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::{pick_connection, Problems};
-use crate::sources::mqtt::config::MqttConnectionConfig;
-use crate::sources::nats::config::{in_range, NatsConnectionConfig};
+use crate::sources::mqtt::config::{MqttConfig, MqttConnectionConfig};
+use crate::sources::nats::config::{in_range, NatsConfig, NatsConnectionConfig};
 
 /// `telemetry:`
 #[derive(Debug, Default, Deserialize)]
@@ -118,11 +118,12 @@ impl Default for AlertsConfig {
 }
 
 impl AlertsConfig {
-    /// Validates `telemetry` (`path` is its config path) against the validated connections.
+    /// Validates `telemetry` (`path` is its config path) against the validated `mqtt:` and
+    /// `nats:` sections, whose connections the channels name.
     pub fn validate(
         raw: Option<&RawTelemetry>,
-        mqtt_connections: &[MqttConnectionConfig],
-        nats_connections: &[NatsConnectionConfig],
+        mqtt_config: &MqttConfig,
+        nats_config: &NatsConfig,
         path: &str,
         p: &mut Problems,
     ) -> Self {
@@ -151,13 +152,26 @@ impl AlertsConfig {
                 );
             }
             let c = pick_connection(
-                mqtt_connections,
+                &mqtt_config.connections,
                 |c| &c.name,
                 m.connection.as_deref(),
                 "mqtt.connections",
                 &here,
                 p,
             );
+            // The channel's client id is `<client_id>-alerts`, a source's `<client_id>-<name>`.
+            if let Some(c) = &c {
+                let clash = mqtt_config
+                    .sources
+                    .iter()
+                    .any(|s| s.name == "alerts" && s.connection.client_id == c.client_id);
+                if clash {
+                    p.push(
+                        format!("{here}.connection"),
+                        "the mqtt source named alerts on this connection would share the alert channel's client id: rename the source",
+                    );
+                }
+            }
             c.map(|c| (c, topic))
         });
         let nats = raw.nats.as_ref().and_then(|n| {
@@ -173,7 +187,7 @@ impl AlertsConfig {
                 );
             }
             let c = pick_connection(
-                nats_connections,
+                &nats_config.connections,
                 |c| &c.name,
                 n.connection.as_deref(),
                 "nats.connections",
@@ -272,4 +286,35 @@ fn validate_webhook(
         retry_initial: Duration::from_millis(initial),
         retry_max: Duration::from_millis(max),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_yaml;
+
+    const BASE: &str = "connector:\n  data_dir: /d\nmqtt:\n  connections:\n    - { name: site, url: \"mqtt://127.0.0.1:1883\" }\n";
+
+    #[test]
+    fn channels_default_their_topic_and_interval_and_pick_the_only_connection() {
+        let cfg = from_yaml(&format!("{BASE}telemetry:\n  alerts:\n    mqtt: {{}}\n")).unwrap();
+        let (connection, topic) = cfg.alerts.mqtt.unwrap();
+        assert_eq!(
+            (connection.name.as_str(), topic.as_str()),
+            ("site", "opex/alerts")
+        );
+        assert_eq!(cfg.alerts.check_interval, super::super::CHECK_EVERY);
+        assert!(cfg.alerts.webhook.is_none() && cfg.alerts.nats.is_none());
+    }
+
+    #[test]
+    fn an_mqtt_source_named_alerts_on_the_channels_connection_is_refused() {
+        let text = format!(
+            "{BASE}  sources:\n    - {{ name: alerts, subscriptions: [{{ topic: x }}] }}\ntelemetry:\n  alerts:\n    mqtt: {{}}\n"
+        );
+        let errs = from_yaml(&text).unwrap_err().to_string();
+        assert!(
+            errs.starts_with("telemetry.alerts.mqtt.connection: the mqtt source named alerts"),
+            "{errs}"
+        );
+    }
 }

@@ -173,13 +173,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let simulator = SimulatorConfig::validate(raw.simulator.as_ref(), "simulator", &mut p);
     let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
     let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
-    let alerts = AlertsConfig::validate(
-        raw.telemetry.as_ref(),
-        &mqtt.connections,
-        &nats.connections,
-        "telemetry",
-        &mut p,
-    );
+    let alerts = AlertsConfig::validate(raw.telemetry.as_ref(), &mqtt, &nats, "telemetry", &mut p);
     let mut warnings = Vec::new();
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
