@@ -3,11 +3,14 @@
 //!
 //! Queue levels (spec, "Alerts"): `high` at 80 % or more of the quota; `full` at the quota, or
 //! when a record was refused or evicted since the last check; `ok` back below 80 %. A `full`
-//! alert repeats every [`REPEAT_FULL`] while it lasts.
+//! alert repeats every [`REPEAT_FULL`] while it lasts. A `full` queue between 80 % and its
+//! quota stays `full` until [`QUIET`] passed without a refusal or eviction: sources retrying
+//! every few seconds against a queue at 99 % would otherwise flip it `full` / `high` at every
+//! check, one alert each time.
 //!
 //! A component (a counter of losses the spec says are alerted) is `critical` when its counter
 //! grew since the last check, repeated at most every [`REPEAT_FULL`] while it keeps growing,
-//! and `ok` again once it has not grown for [`COMPONENT_QUIET`]: a counter that grows every
+//! and `ok` again once it has not grown for [`QUIET`]: a counter that grows every
 //! few checks stays one open alert instead of a flood of critical/ok pairs.
 
 use std::sync::{Mutex, MutexGuard};
@@ -22,8 +25,10 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(5);
 pub const REPEAT_FULL: Duration = Duration::from_secs(600);
 /// Fill percentage from which a queue is `high`.
 pub const HIGH_PCT: f64 = 80.0;
-/// How long a component's counter must stay still before its alert closes with `ok`.
-pub const COMPONENT_QUIET: Duration = Duration::from_secs(60);
+/// How long a component's counter must stay still before its alert closes with `ok`, and a
+/// `full` queue between 80 % and its quota must go without a refusal or eviction before it
+/// is only `high` again.
+pub const QUIET: Duration = Duration::from_secs(60);
 
 /// The level of one bounded queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,6 +75,8 @@ struct State {
     seen_total: u64,
     level: Level,
     last_raised: Option<Instant>,
+    /// When refusals or evictions last grew.
+    last_loss: Option<Instant>,
 }
 
 /// Tracks one queue between checks.
@@ -85,6 +92,7 @@ impl Default for LevelTracker {
                 seen_total: 0,
                 level: Level::Ok,
                 last_raised: None,
+                last_loss: None,
             }),
         }
     }
@@ -109,13 +117,26 @@ impl LevelTracker {
     /// refusals and evictions.
     pub fn peek(&self, fill_pct: f64, losses_total: u64) -> Level {
         let s = self.lock();
-        Level::classify(fill_pct, losses_total.saturating_sub(s.seen_total))
+        match Level::classify(fill_pct, losses_total.saturating_sub(s.seen_total)) {
+            // Held `full` until the checker demotes it.
+            Level::High if s.level == Level::Full => Level::Full,
+            level => level,
+        }
     }
 
     /// One check: advances the baseline and returns the alert to raise, if any.
     pub fn check(&self, fill_pct: f64, losses_total: u64, now: Instant) -> Option<Change> {
         let mut s = self.lock();
-        let level = Level::classify(fill_pct, losses_total.saturating_sub(s.seen_total));
+        let mut level = Level::classify(fill_pct, losses_total.saturating_sub(s.seen_total));
+        if losses_total > s.seen_total {
+            s.last_loss = Some(now);
+        }
+        let held = s
+            .last_loss
+            .is_some_and(|t| now.saturating_duration_since(t) < QUIET);
+        if level == Level::High && s.level == Level::Full && held {
+            level = Level::Full;
+        }
         s.seen_total = losses_total;
         let changed = level != s.level;
         s.level = level;
@@ -196,9 +217,7 @@ impl GrowthTracker {
             }
             return None;
         }
-        let quiet = s
-            .last_growth
-            .is_none_or(|t| now.duration_since(t) >= COMPONENT_QUIET);
+        let quiet = s.last_growth.is_none_or(|t| now.duration_since(t) >= QUIET);
         if s.open && quiet {
             s.open = false;
             s.last_raised = None;
@@ -214,6 +233,29 @@ impl GrowthTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_every_few_checks_keep_one_full_alert_until_a_quiet_minute_passes() {
+        let t = LevelTracker::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(t.check(95.0, 1, at(0)).unwrap().level, Level::Full);
+        // Sources retry every few seconds: refusals in some checks, none in others.
+        for (i, secs) in (5..55).step_by(5).enumerate() {
+            assert_eq!(
+                t.check(95.0, 1 + i as u64 / 2, at(secs)),
+                None,
+                "at {secs} s"
+            );
+            assert_eq!(t.peek(95.0, 1 + i as u64 / 2), Level::Full);
+        }
+        // The last refusal was at 45 s; a minute later the queue is only high.
+        assert_eq!(t.check(95.0, 5, at(100)), None);
+        assert_eq!(t.check(95.0, 5, at(105)).unwrap().level, Level::High);
+        // Below 80 % it is ok at once, without waiting for the quiet minute.
+        assert_eq!(t.check(99.0, 6, at(110)).unwrap().level, Level::Full);
+        assert_eq!(t.check(50.0, 6, at(115)).unwrap().level, Level::Ok);
+    }
 
     #[test]
     fn a_growing_counter_is_critical_repeats_every_ten_minutes_and_closes_after_a_quiet_minute() {
@@ -232,7 +274,7 @@ mod tests {
         assert!(again.critical && again.repeat);
         let t1 = t0 + Duration::from_secs(5) + REPEAT_FULL;
         assert_eq!(g.check(10, t1 + Duration::from_secs(30)), None);
-        let ok = g.check(10, t1 + COMPONENT_QUIET).unwrap();
+        let ok = g.check(10, t1 + QUIET).unwrap();
         assert!(!ok.critical);
         assert!(!g.is_open());
         assert_eq!(g.check(10, t1 + REPEAT_FULL), None);
