@@ -2,10 +2,12 @@
 # Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
 # SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
 #
-# Usage: scripts/build-release.sh [--sign KEY] [TARGET...]
+# Usage: scripts/build-release.sh [--sign KEY] [--no-opcua] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
 #   --sign KEY          also write <artifact>.sig (ed25519, `opex-connector keygen` makes KEY)
+#   --no-opcua          the smaller field build without OPC-UA (client and simulator server):
+#                       opex-connector-<version>-<target>-no-opcua
 #
 # With a container engine and `cross` on PATH it uses `cross build` (cross/Cross.toml).
 # Without: cargo with Debian's cross linkers (installed here when missing) and, for
@@ -21,12 +23,15 @@ cd "$repo"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 sign_key=""
+features=()
+suffix=""
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --sign) sign_key="$2"; shift 2 ;;
+        --no-opcua) features=(--no-default-features); suffix="-no-opcua"; shift ;;
         -h | --help)
-            sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) targets+=("$1"); shift ;;
@@ -61,7 +66,7 @@ build() { # TARGET
     local t="$1"
     if ((use_cross)); then
         log "cross build --release --target $t"
-        CROSS_CONFIG=cross/Cross.toml cross build --release --target "$t"
+        CROSS_CONFIG=cross/Cross.toml cross build --release "${features[@]}" --target "$t"
         return
     fi
     rustup target list --installed | grep -qx "$t" || rustup target add "$t"
@@ -75,12 +80,12 @@ build() { # TARGET
             command -v cargo-zigbuild >/dev/null ||
                 cargo install --quiet --locked "cargo-zigbuild@$ZIGBUILD_VERSION"
             log "cargo zigbuild --release --target $t"
-            cargo zigbuild --release --target "$t"
+            cargo zigbuild --release "${features[@]}" --target "$t"
             return
             ;;
     esac
     log "cargo build --release --target $t"
-    cargo build --release --config cross/cargo-config.toml --target "$t"
+    cargo build --release "${features[@]}" --config cross/cargo-config.toml --target "$t"
 }
 
 signer=""
@@ -93,17 +98,27 @@ mkdir -p dist
 artifacts=()
 for t in "${targets[@]}"; do
     build "$t"
-    out="opex-connector-$version-$t"
+    out="opex-connector-$version-$t$suffix"
     cp "$target_dir/$t/release/opex-connector" "dist/$out"
     artifacts+=("$out")
     if [ -n "$signer" ]; then
         "$signer" sign-artifact "dist/$out" "$sign_key" >"dist/$out.sig"
     fi
 done
-(cd dist && sha256sum "${artifacts[@]}" >SHA256SUMS)
+# SHA256SUMS keeps the lines of artifacts built before (other targets, the other build) and
+# replaces those of the artifacts built now.
+(
+    cd dist
+    touch SHA256SUMS
+    for a in "${artifacts[@]}"; do
+        grep -v "  $a\$" SHA256SUMS >SHA256SUMS.new || true
+        mv SHA256SUMS.new SHA256SUMS
+    done
+    sha256sum "${artifacts[@]}" >>SHA256SUMS
+)
 
 printf '\n%-36s %12s\n' "artifact" "bytes" >&2
 for t in "${targets[@]}"; do
-    f="dist/opex-connector-$version-$t"
+    f="dist/opex-connector-$version-$t$suffix"
     printf '%-36s %12s\n' "$(basename "$f")" "$(stat -c %s "$f")" >&2
 done

@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua chromium
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua chromium)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -111,6 +111,10 @@ install_asyncua() { pip_install "asyncua==${ASYNCUA_VERSION}"; }
 # Linting of the shell scripts.
 install_shellcheck() { apt_install shellcheck; }
 
+# Headless browser for the status page test (/usr/bin/chromium). The test
+# starts it itself with a fresh profile and no network features.
+install_chromium() { apt_install chromium; }
+
 install_peers() {
     local peer
     for peer in "${NEEDED_PEERS[@]}"; do
@@ -169,6 +173,9 @@ main() {
     cargo fmt --check
     log "cargo clippy --all-targets -- -D warnings"
     cargo clippy --all-targets -- -D warnings
+    # The field build without OPC-UA (see README, "Binary sizes") must build too.
+    log "cargo clippy --no-default-features --lib --bins -- -D warnings"
+    cargo clippy --no-default-features --lib --bins -- -D warnings
     log "cargo test --all-targets"
     test_log="$(mktemp)" # global: the EXIT trap runs after main returns
     trap 'rm -f "$test_log"' EXIT

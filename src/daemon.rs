@@ -24,7 +24,7 @@ use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
-use crate::sources::opcua::{self, DeviceStatus};
+use crate::sources::opcua::DeviceStatus;
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
@@ -182,10 +182,12 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .iter()
         .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
         .collect();
-    let mut poll_tasks = Vec::new();
+    #[allow(unused_mut)] // Without the `opcua` feature there is no OPC-UA task to push.
+    let mut poll_tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    #[cfg(feature = "opcua")]
     if let Some(rt) = &pollers {
         for (d, status) in config.devices.opcua.iter().zip(&opcua_status) {
-            poll_tasks.push(opcua::spawn(
+            poll_tasks.push(crate::sources::opcua::spawn(
                 rt,
                 d.clone(),
                 &c.data_dir,
@@ -211,6 +213,8 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         started: Instant::now(),
         previous_version: crate::release::previous_version(),
         http: c.http.clone(),
+        data_dir: c.data_dir.clone(),
+        shutdown: shutdown.clone(),
         engine: Arc::clone(&engine),
         push: Arc::clone(&push),
         uplink: uplink_status,
@@ -251,6 +255,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("opex-rt")
+        .on_thread_start(crate::priority::background_thread)
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
@@ -339,6 +344,10 @@ async fn serve(
     tokio::spawn(webhook::recover_inbox(Arc::clone(&state.engine)));
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
+    let live = tokio::spawn(http::publish_live_status(
+        Arc::clone(&state),
+        shutdown.clone(),
+    ));
     let mut messaging = spawn_messaging(&state, &shutdown);
     messaging.extend(alert_workers.spawn(&shutdown));
 
@@ -348,6 +357,7 @@ async fn serve(
     shutdown.trigger();
     let _ = server.await;
     let _ = checker.await;
+    let _ = live.await;
     for task in messaging {
         let _ = task.await;
     }

@@ -9,19 +9,21 @@
 //!
 //! | room | owns |
 //! | --- | --- |
-//! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`; no behaviour of its own |
+//! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`, release tooling; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
+//! | [`hub`] | the DataHub: offered records and status changes broadcast to the live view (256 messages; slow clients skip, counted); not a delivery path |
 //! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | the alert hub: every bounded queue's level (`ok` / `high` / `full`) and the alerted loss counters, checked every few seconds and sent to the log and the `telemetry.alerts` channels (webhook, MQTT, NATS) |
-//! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, the status page |
+//! | [`http`] | the HTTP server: ingest API, `/api/status`, `/metrics`, admin endpoints, the status page (static files in `http/page/`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
+//! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
 //! | [`release`] | release artifacts: ed25519 signature checks, the previous version of an OTA install |
 //!
@@ -37,6 +39,8 @@ pub mod daemon;
 pub mod engine;
 pub mod flow;
 pub mod http;
+pub mod hub;
+pub mod priority;
 pub mod record;
 pub mod release;
 pub mod shutdown;

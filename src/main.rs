@@ -10,16 +10,23 @@ const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
   opex-connector run --config FILE     run the daemon
   opex-connector validate FILE         check a config; print every problem with its path
-  opex-connector simulate [--modbus ADDR]
-                                       serve the simulated plant (Modbus TCP, default 127.0.0.1:5020)
+  opex-connector simulate [--modbus ADDR] [--opcua ADDR]
+                                       serve the simulated plant over Modbus TCP (default
+                                       127.0.0.1:5020) and OPC-UA (default 127.0.0.1:4840);
+                                       an address of `off` leaves that protocol out
   opex-connector --version
   opex-connector verify-artifact FILE SIG PUBKEY   check a release artifact's ed25519 signature
   opex-connector sign-artifact FILE KEY            sign one (release tooling)
   opex-connector keygen DIR                        new release.key / release.pub in DIR
   opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay";
 
+/// The log filter without `RUST_LOG`: our own lines at info; the OPC-UA stack's chatter
+/// (every channel it opens, config notes) only from warn, its client's only from error, since
+/// the device task logs each connection change and failure itself.
+const LOG_DEFAULT: &str = "info,opcua_client=error,opcua_core=warn,opcua_server=warn,opcua_crypto=warn,opcua_types=warn,tracing::span=warn";
+
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(LOG_DEFAULT)).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
@@ -91,8 +98,7 @@ fn main() -> ExitCode {
             }
             Err(problems) => report(file, &problems),
         },
-        ["simulate"] => simulate("127.0.0.1:5020"),
-        ["simulate", "--modbus", addr] => simulate(addr),
+        ["simulate", rest @ ..] => simulate(rest),
         ["help" | "--help" | "-h"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -104,12 +110,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn simulate(modbus: &str) -> ExitCode {
-    let raw = simulator::RawSimulator {
-        modbus: Some(modbus.to_string()),
+fn simulate(args: &[&str]) -> ExitCode {
+    let mut raw = simulator::RawSimulator {
+        modbus: Some("127.0.0.1:5020".to_string()),
+        opcua: cfg!(feature = "simulator").then(|| "127.0.0.1:4840".to_string()),
     };
+    for pair in args.chunks(2) {
+        let value = |v: &str| (v != "off").then(|| v.to_string());
+        match pair {
+            ["--modbus", addr] => raw.modbus = value(addr),
+            ["--opcua", addr] => raw.opcua = value(addr),
+            _ => {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let mut problems = config::Problems::default();
-    let cfg = simulator::SimulatorConfig::validate(Some(&raw), "--modbus", &mut problems);
+    let cfg = simulator::SimulatorConfig::validate(Some(&raw), "simulate", &mut problems);
     if !problems.is_empty() {
         return report("simulate", &problems);
     }

@@ -3,6 +3,8 @@
 //! Reads and subscriptions, security None and Basic256Sha256 SignAndEncrypt with a user, a
 //! server restart, and a node id the server does not know. Drives the real binary.
 
+#![cfg(feature = "opcua")]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -7,6 +7,7 @@ use super::sinks::{DeliveryError, Sinks};
 use super::stats::EngineStats;
 use crate::admission::Reservation;
 use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
+use crate::hub::DataHub;
 use crate::record::{Record, Settlement};
 use crate::store::dead_letters::{DeadLetterQueue, NewDeadLetter};
 
@@ -46,6 +47,7 @@ pub struct Engine {
     plan: Plan,
     sinks: Sinks,
     dlq: Arc<DeadLetterQueue>,
+    hub: DataHub,
     /// Its counters.
     pub stats: EngineStats,
 }
@@ -73,8 +75,15 @@ impl Engine {
             plan,
             sinks,
             dlq,
+            hub: DataHub::new(),
             stats: EngineStats::default(),
         }
+    }
+
+    /// The live view's broadcast: every offered record is published there (only while a
+    /// client watches) with its settlement.
+    pub fn hub(&self) -> &DataHub {
+        &self.hub
     }
 
     /// The compiled flows.
@@ -120,23 +129,37 @@ impl Engine {
     /// Offers one record: admission, then the flows. Resolves once every sink it reached
     /// stored it, or with the reason it must be retried.
     pub async fn offer(&self, record: Record) -> Settlement {
-        match self.admit(&record) {
+        let watched = self.hub.watch(&record);
+        let settlement = match self.admit(&record) {
             Err(settlement) => settlement,
             Ok(None) => self.unrouted(),
             Ok(Some(admitted)) => {
                 let entries = self.plan.entries(&record.source).to_vec();
                 self.run(record, entries, admitted, Mode::Normal).await
             }
+        };
+        if let Some(w) = watched {
+            self.hub.publish_value(w, &settlement);
         }
+        settlement
     }
 
     /// Runs an admitted record from its source nodes in every flow.
     pub async fn run_admitted(&self, record: Record, admitted: Admitted, mode: Mode) -> Settlement {
+        let watched = match mode {
+            Mode::Replay => None,
+            Mode::Normal | Mode::Accepted => self.hub.watch(&record),
+        };
         let entries = self.plan.entries(&record.source).to_vec();
-        if entries.is_empty() {
-            return self.unrouted();
+        let settlement = if entries.is_empty() {
+            self.unrouted()
+        } else {
+            self.run(record, entries, admitted, mode).await
+        };
+        if let Some(w) = watched {
+            self.hub.publish_value(w, &settlement);
         }
-        self.run(record, entries, admitted, mode).await
+        settlement
     }
 
     /// Offers a dead letter again, from the source node(s) of its flow only.

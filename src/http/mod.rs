@@ -1,4 +1,6 @@
-//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics.
+//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, admin endpoints, the status
+//! page (`page.rs`, its files in `page/`) and its live view (`live.rs`, a WebSocket of
+//! `ws.rs`'s framing).
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
@@ -7,20 +9,27 @@
 
 mod admin;
 mod auth;
+mod live;
+mod page;
 mod respond;
 mod routes;
 mod server;
 mod status;
+mod ws;
+
+pub use live::publish_status as publish_live_status;
 
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::alerts::Hub;
 use crate::config::HttpConfig;
 use crate::engine::Engine;
+use crate::shutdown::Shutdown;
 use crate::sinks::mqtt::MqttSink;
 use crate::sinks::nats::NatsSink;
 use crate::sinks::push::{PushSink, UplinkStatus};
@@ -41,6 +50,10 @@ pub struct AppState {
     pub previous_version: Option<String>,
     /// The server's settings.
     pub http: HttpConfig,
+    /// `connector.data_dir`, whose free space the status shows.
+    pub data_dir: PathBuf,
+    /// The stop signal (live view sessions close on it).
+    pub shutdown: Shutdown,
     /// The engine every source offers to.
     pub engine: Arc<Engine>,
     /// The push sink.

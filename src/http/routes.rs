@@ -1,5 +1,5 @@
-//! Request routing: one match over method and path, every answer JSON except the page and the
-//! metrics.
+//! Request routing: one match over method and path, every answer JSON except the page's files,
+//! the metrics and the live view's WebSocket.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
 use super::respond::{error, json_response, not_allowed, outcome, read_body, text, Resp};
-use super::{admin, auth, status, AppState};
+use super::{admin, auth, live, page, status, AppState};
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
 pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp, Infallible> {
@@ -36,12 +36,13 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             "text/plain; version=0.0.4; charset=utf-8",
             status::metrics(&state),
         ),
-        [""] if get => text(
-            StatusCode::OK,
-            "text/html; charset=utf-8",
-            status::page(&state),
-        ),
-        ["api", "status"] | ["metrics"] | [""] => not_allowed("GET"),
+        [""] if get => page::serve(&page::INDEX, req.headers()),
+        ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
+        ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
+        ["api", "live"] if method == Method::GET => live::upgrade(Arc::clone(&state), req),
+        ["api", "status"] | ["metrics"] | [""] | ["page.js"] | ["page.css"] | ["api", "live"] => {
+            not_allowed("GET")
+        }
         ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {
             admin::handle(&state, &segments, req).await
         }

@@ -86,7 +86,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
                 .timer(TokioTimer::new())
                 .header_read_timeout(state.http.header_read_timeout)
                 .max_buf_size(MAX_HEAD_BYTES);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            // Upgrades: the live view's WebSocket (`/api/live`) takes the connection over.
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,

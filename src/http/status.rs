@@ -1,4 +1,5 @@
-//! `/api/status`, `/metrics` and the status page: three views of the same numbers.
+//! `/api/status` and `/metrics`: two views of the same numbers (the status page draws the
+//! first).
 
 use std::sync::atomic::Ordering;
 
@@ -126,7 +127,9 @@ pub fn status(state: &AppState) -> Value {
             "previous_version": state.previous_version,
             "healthy": healthy(state),
             "uptime_secs": state.started.elapsed().as_secs(),
+            "disk_free_bytes": disk_free_bytes(&state.data_dir),
         },
+        "live": live(state),
         "push_queue": queue,
         "push_status": queue,
         "uplink": uplink,
@@ -141,6 +144,31 @@ pub fn status(state: &AppState) -> Value {
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
         "alert_channels": state.alerts.channels_json(),
+    })
+}
+
+/// Bytes an unprivileged writer may still use on the data dir's file system (`None` when
+/// `statvfs` fails).
+pub fn disk_free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    #[allow(clippy::useless_conversion)] // the widths differ between targets
+    let (blocks, size) = (
+        u64::from(st.blocks_available()),
+        u64::from(st.fragment_size()),
+    );
+    Some(blocks.saturating_mul(size))
+}
+
+/// The live view's figures.
+fn live(state: &AppState) -> Value {
+    let hub = state.engine.hub();
+    json!({
+        "clients": hub.clients(),
+        "max_clients": crate::hub::MAX_CLIENTS,
+        "capacity": crate::hub::CAPACITY,
+        "published_total": hub.stats.published_total.load(Ordering::Relaxed),
+        "skipped_total": hub.stats.skipped_total.load(Ordering::Relaxed),
+        "refused_clients_total": hub.stats.refused_clients_total.load(Ordering::Relaxed),
     })
 }
 
@@ -330,6 +358,33 @@ pub fn metrics(state: &AppState) -> String {
         "Times the HTTP server had max_connections open and new ones waited.",
         state.stats.at_capacity_total.load(Ordering::Relaxed) as f64,
     );
+    let hub = state.engine.hub();
+    p.single(
+        "opex_connector_live_skipped_total",
+        Kind::Counter,
+        "Live view messages that lagging WebSocket clients skipped (the view only, no data lost).",
+        hub.stats.skipped_total.load(Ordering::Relaxed) as f64,
+    );
+    p.single(
+        "opex_connector_live_clients",
+        Kind::Gauge,
+        "WebSocket clients of the live view.",
+        hub.clients() as f64,
+    );
+    p.single(
+        "opex_connector_live_refused_clients_total",
+        Kind::Counter,
+        "Live view clients refused because the most were connected.",
+        hub.stats.refused_clients_total.load(Ordering::Relaxed) as f64,
+    );
+    if let Some(free) = disk_free_bytes(&state.data_dir) {
+        p.single(
+            "opex_connector_disk_free_bytes",
+            Kind::Gauge,
+            "Free bytes on the data dir's file system.",
+            free as f64,
+        );
+    }
     p.single(
         "opex_connector_uptime_seconds",
         Kind::Gauge,
@@ -566,72 +621,6 @@ fn messaging_metrics(state: &AppState, p: &mut Page) {
     }
 }
 
-/// The status page's NATS and MQTT part: sources, sinks, and the MQTT loss warning.
-fn messaging_section(state: &AppState, esc: &dyn Fn(&str) -> String) -> String {
-    if state.nats_sources.is_empty()
-        && state.mqtt_sources.is_empty()
-        && state.nats_sink.is_none()
-        && state.mqtt_sink.is_none()
-    {
-        return String::new();
-    }
-    let mut rows = String::new();
-    for s in &state.nats_sources {
-        let st = &s.stats;
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>acked {} · nak'd {} · returned {} · replaced {}</td></tr>",
-            esc(s.source()),
-            if st.consuming.load(Ordering::Relaxed) { "consuming" } else { "not consuming" },
-            st.acked.load(Ordering::Relaxed),
-            st.refused.load(Ordering::Relaxed) + st.failed.load(Ordering::Relaxed),
-            st.returned.load(Ordering::Relaxed),
-            st.replaced.load(Ordering::Relaxed),
-        ));
-    }
-    for s in &state.mqtt_sources {
-        let st = &s.stats;
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>stored {} · lost: refused {}, failed {}, buffer full {}</td></tr>",
-            esc(s.source()),
-            if st.connected.load(Ordering::Relaxed) { "connected" } else { "disconnected" },
-            st.stored.load(Ordering::Relaxed),
-            st.refused.load(Ordering::Relaxed),
-            st.failed.load(Ordering::Relaxed),
-            st.dropped.load(Ordering::Relaxed),
-        ));
-    }
-    if let Some(n) = &state.nats_sink {
-        let st = &n.stats;
-        rows.push_str(&format!(
-            "<tr><td>sink nats</td><td>{}</td><td>published {} · queue {} · dropped {} · blocked {} · failed {}</td></tr>",
-            if st.connected.load(Ordering::Relaxed) { "connected" } else { "disconnected" },
-            st.published.load(Ordering::Relaxed),
-            n.queue_depth(),
-            st.dropped.load(Ordering::Relaxed),
-            st.blocked.load(Ordering::Relaxed),
-            st.failed.load(Ordering::Relaxed),
-        ));
-    }
-    if let Some(m) = &state.mqtt_sink {
-        let st = &m.stats;
-        rows.push_str(&format!(
-            "<tr><td>sink mqtt</td><td>{}</td><td>sent {} · queue {} · dropped {} · blocked {} · failed {}</td></tr>",
-            if st.connected.load(Ordering::Relaxed) { "connected" } else { "disconnected" },
-            st.sent.load(Ordering::Relaxed),
-            m.queue_depth(),
-            st.dropped.load(Ordering::Relaxed),
-            st.blocked.load(Ordering::Relaxed),
-            st.failed.load(Ordering::Relaxed),
-        ));
-    }
-    let warning = if state.mqtt_sources.is_empty() {
-        ""
-    } else {
-        "<p><b>MQTT is acked on receipt</b>: records a full sink refuses are lost (counted above). Use NATS JetStream when MQTT data must not be lost.</p>"
-    };
-    format!("<h2>NATS and MQTT</h2>{warning}<table>{rows}</table>")
-}
-
 /// The per-device families: one sample per device, labelled `device` and `protocol`.
 fn devices(p: &mut Page, state: &AppState) {
     type Pick = fn(&DeviceStatus) -> f64;
@@ -734,103 +723,4 @@ fn devices(p: &mut Page, state: &AppState) {
         "How late polls started against their schedule, over the last 1024 polls.",
         &refs,
     );
-}
-
-/// A small self-contained page for a technician's browser (no scripts, no external assets).
-pub fn page(state: &AppState) -> String {
-    let q = state.push.status();
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
-    let mut sources = String::new();
-    for s in &state.ingest {
-        sources.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(s.source()),
-            s.stats.stored.load(Ordering::Relaxed),
-            s.stats.refused.load(Ordering::Relaxed),
-            s.stats.rejected.load(Ordering::Relaxed),
-        ));
-    }
-    let mut devices = String::new();
-    for d in &state.devices {
-        let (_, p99) = d.jitter();
-        let mut values = String::new();
-        for (group, v) in d.values() {
-            let Value::Object(points) = v else { continue };
-            for (point, pv) in points {
-                let shown = match pv.get("value") {
-                    Some(Value::Number(n)) => match n.as_f64() {
-                        Some(f) if !n.is_i64() && !n.is_u64() => format!("{f:.2}"),
-                        _ => n.to_string(),
-                    },
-                    Some(Value::String(s)) => s.clone(),
-                    Some(v) if pv.get("quality") == Some(&json!("good")) => v.to_string(),
-                    _ => "bad".to_string(),
-                };
-                let unit = pv.get("unit").and_then(Value::as_str).unwrap_or("");
-                values.push_str(&format!(
-                    "{}.{} = <b>{}</b> {}<br>",
-                    esc(&group),
-                    esc(&point),
-                    esc(&shown),
-                    esc(unit)
-                ));
-            }
-        }
-        devices.push_str(&format!(
-            "<tr><td>{}<br><small>{}</small></td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&d.name),
-            esc(&d.address),
-            d.state().as_str(),
-            values,
-            p99.as_secs_f64() * 1000.0,
-            d.requests_per_cycle(),
-            d.errors_total.load(Ordering::Relaxed) + d.timeouts_total.load(Ordering::Relaxed),
-            d.exceptions_total.load(Ordering::Relaxed),
-        ));
-    }
-    let uplink = match &state.uplink {
-        None => "not configured".to_string(),
-        Some(u) => match &*u.last_error.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => format!("failing: {}", esc(e)),
-            None => "ok".to_string(),
-        },
-    };
-    format!(
-        r#"<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<meta http-equiv="refresh" content="5"><title>{name} · opex-connector</title>
-<style>body{{font:15px system-ui,sans-serif;margin:1em;max-width:48em}}table{{border-collapse:collapse}}td,th{{padding:.2em .6em;border-bottom:1px solid #ccc;text-align:left}}
-.bar{{background:#eee;height:1em;width:20em}}.fill{{height:1em;background:{color}}}</style></head><body>
-<h1>{name}</h1><p>opex-connector {version} · up {uptime} s · <a href="/api/status">status JSON</a> · <a href="/metrics">metrics</a></p>
-<h2>Push queue</h2><div class="bar"><div class="fill" style="width:{fill_w}%"></div></div>
-<p>{fill:.1} % of {quota} bytes · level <b>{level}</b> · on_full {on_full} · {rows} rows<br>
-blocked {blocked} · evicted {evicted} · dropped {dropped} · durable {durable}</p>
-<h2>Devices</h2><table><tr><th>device</th><th>state</th><th>last values</th><th>jitter p99 ms</th><th>requests/cycle</th><th>errors</th><th>exceptions</th></tr>{devices}</table>
-<h2>Uplink</h2><p>{uplink}</p>
-<h2>Ingest sources</h2><table><tr><th>source</th><th>stored</th><th>refused</th><th>rejected</th></tr>{sources}</table>{messaging}
-</body></html>"#,
-        messaging = messaging_section(state, &esc),
-        name = esc(&state.name),
-        version = crate::VERSION,
-        uptime = state.started.elapsed().as_secs(),
-        color = match q.level {
-            crate::alerts::Level::Ok => "#3a3",
-            crate::alerts::Level::High => "#e90",
-            crate::alerts::Level::Full => "#c22",
-        },
-        fill_w = q.fill_pct.min(100.0),
-        fill = q.fill_pct,
-        quota = q.quota_bytes,
-        level = q.level.as_str(),
-        on_full = q.on_full,
-        rows = q.rows,
-        blocked = q.blocked_total,
-        evicted = q.evicted_total,
-        dropped = q.dropped_total,
-        durable = q.durable,
-    )
 }

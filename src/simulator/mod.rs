@@ -20,6 +20,10 @@ pub struct RawSimulator {
     /// Serve the simulated plant over Modbus TCP at this address and port, e.g.
     /// `127.0.0.1:5020`, inside the connector's process.
     pub modbus: Option<String>,
+    /// Serve the simulated plant over OPC-UA (security None, anonymous) at this address and
+    /// port, e.g. `127.0.0.1:4840`; node ids are `ns=<plant namespace>;s=Plant...` (see
+    /// `src/simulator/opcua.rs`). Needs a build with the `simulator` feature (the default).
+    pub opcua: Option<String>,
 }
 
 /// `simulator:`, validated.
@@ -27,6 +31,8 @@ pub struct RawSimulator {
 pub struct SimulatorConfig {
     /// Where the Modbus TCP plant listens; `None`: not started.
     pub modbus: Option<SocketAddr>,
+    /// Where the OPC-UA plant listens; `None`: not started.
+    pub opcua: Option<SocketAddr>,
 }
 
 impl SimulatorConfig {
@@ -35,40 +41,53 @@ impl SimulatorConfig {
         let Some(raw) = raw else {
             return Self::default();
         };
-        let modbus = raw
-            .modbus
-            .as_deref()
-            .and_then(|s| match s.parse::<SocketAddr>() {
+        let mut address = |key: &str, value: Option<&str>, example: &str| {
+            value.and_then(|s| match s.parse::<SocketAddr>() {
                 Ok(a) => Some(a),
                 Err(_) => {
                     p.push(
-                        format!("{path}.modbus"),
-                        format!("expected an address and port like 127.0.0.1:5020, got {s:?}"),
+                        format!("{path}.{key}"),
+                        format!("expected an address and port like {example}, got {s:?}"),
                     );
                     None
                 }
-            });
-        Self { modbus }
+            })
+        };
+        let modbus = address("modbus", raw.modbus.as_deref(), "127.0.0.1:5020");
+        let opcua = address("opcua", raw.opcua.as_deref(), "127.0.0.1:4840");
+        if cfg!(not(feature = "simulator")) && opcua.is_some() {
+            p.push(
+                format!("{path}.opcua"),
+                "this build has no OPC-UA simulator (it was built without the `simulator` feature)",
+            );
+        }
+        Self { modbus, opcua }
     }
 }
 
 /// The simulator's listeners, bound before anything polls them.
 pub struct Simulator {
     modbus: Option<std::net::TcpListener>,
+    opcua: Option<std::net::TcpListener>,
 }
 
 impl Simulator {
     /// Binds what `cfg` asks for.
     pub fn bind(cfg: &SimulatorConfig) -> std::io::Result<Self> {
-        let modbus = match cfg.modbus {
-            Some(addr) => {
-                let l = std::net::TcpListener::bind(addr)?;
-                l.set_nonblocking(true)?;
-                Some(l)
+        let listen = |addr: Option<SocketAddr>| -> std::io::Result<_> {
+            match addr {
+                Some(addr) => {
+                    let l = std::net::TcpListener::bind(addr)?;
+                    l.set_nonblocking(true)?;
+                    Ok(Some(l))
+                }
+                None => Ok(None),
             }
-            None => None,
         };
-        Ok(Self { modbus })
+        Ok(Self {
+            modbus: listen(cfg.modbus)?,
+            opcua: listen(cfg.opcua)?,
+        })
     }
 
     /// The Modbus TCP address actually bound (port 0 picks one).
@@ -76,11 +95,17 @@ impl Simulator {
         self.modbus.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The OPC-UA address actually bound (port 0 picks one).
+    pub fn opcua_addr(&self) -> Option<SocketAddr> {
+        self.opcua.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown`; call inside a tokio runtime.
     pub fn spawn(self, shutdown: Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         if let Some(l) = self.modbus {
             let addr = l.local_addr().ok();
+            let shutdown = shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 let result = match tokio::net::TcpListener::from_std(l) {
                     Ok(l) => modbus::serve(l, shutdown).await,
@@ -88,6 +113,14 @@ impl Simulator {
                 };
                 if let Err(e) = result {
                     log::error!("simulator stopped: protocol=modbus addr={addr:?} error=\"{e}\"");
+                }
+            }));
+        }
+        #[cfg(feature = "simulator")]
+        if let Some(l) = self.opcua {
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = opcua::serve_on(l, shutdown).await {
+                    log::error!("simulator stopped: protocol=opcua error=\"{e}\"");
                 }
             }));
         }
@@ -104,6 +137,13 @@ pub fn run(cfg: &SimulatorConfig) -> std::io::Result<()> {
     let sim = Simulator::bind(cfg)?;
     if let Some(a) = sim.modbus_addr() {
         println!("simulator: Modbus TCP plant on {a} (any unit id; see src/simulator/modbus.rs for the map)");
+    }
+    #[cfg(feature = "simulator")]
+    if let Some(a) = sim.opcua_addr() {
+        println!(
+            "simulator: OPC-UA plant on opc.tcp://{a}/ (security None, anonymous; node ids ns={};s=Plant..., see src/simulator/opcua.rs)",
+            opcua::PLANT_NAMESPACE
+        );
     }
     let shutdown = Shutdown::new();
     runtime.block_on(async {

@@ -26,6 +26,9 @@ use crate::shutdown::Shutdown;
 
 /// The namespace URI of the plant's nodes.
 pub const NAMESPACE: &str = "urn:opex-connector:simulator:plant";
+/// The index of [`NAMESPACE`] on this server: fixed, so that configs (the demo's) can name
+/// the nodes; checked at start.
+pub const PLANT_NAMESPACE: u16 = 2;
 /// How often the values change.
 pub const UPDATE_EVERY: Duration = Duration::from_millis(500);
 
@@ -77,16 +80,14 @@ impl Simulator {
     }
 }
 
-/// Serves the plant on `addr` until `shutdown`; its PKI folder (unused with security None,
-/// but the server stack wants one) goes under the system's temp dir.
-pub async fn serve(addr: SocketAddr, shutdown: Shutdown) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+/// Serves the plant on an already bound listener (the daemon binds before its pollers start).
+pub async fn serve_on(listener: std::net::TcpListener, shutdown: Shutdown) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| format!("cannot use the listener: {e}"))?;
     let pki = std::env::temp_dir().join("opex-connector-simulator-pki");
     let (sim, run) = start(listener, &pki, shutdown)?;
     log::info!(
-        "opcua simulator serving: endpoint={} namespace={}",
+        "simulator: OPC-UA plant on {} (node ids ns={};s=Plant...)",
         sim.endpoint(),
         sim.namespace
     );
@@ -116,7 +117,9 @@ pub fn start(
         .host(addr.ip().to_string())
         .port(addr.port())
         .pki_dir(PathBuf::from(pki_dir))
-        .create_sample_keypair(false)
+        // Made once into the PKI folder: the stack logs an error at every start without one,
+        // although the plant's only endpoint has security None.
+        .create_sample_keypair(true)
         .add_endpoint(
             "none",
             ServerEndpoint::new_none("/", &[ANONYMOUS_USER_TOKEN_ID.to_string()]),
@@ -133,6 +136,11 @@ pub fn start(
     let namespace = handle
         .get_namespace_index(NAMESPACE)
         .ok_or("the plant namespace was not registered")?;
+    if namespace != PLANT_NAMESPACE {
+        return Err(format!(
+            "the plant namespace has index {namespace}, expected {PLANT_NAMESPACE}"
+        ));
+    }
     let manager = handle
         .node_managers()
         .get_of_type::<SimpleNodeManager>()

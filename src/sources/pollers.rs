@@ -24,6 +24,7 @@ impl PollerRuntime {
         let thread = std::thread::Builder::new()
             .name("pollers".into())
             .spawn(move || {
+                crate::priority::pollers_thread();
                 runtime.block_on(async {
                     let _ = stopped.await;
                 });

@@ -35,7 +35,10 @@ impl<C: Send + 'static> WriterThread<C> {
         let (tx, rx) = mpsc::sync_channel(capacity);
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || run(rx))
+            .spawn(move || {
+                crate::priority::background_thread();
+                run(rx)
+            })
             .map_err(|e| StoreError::Io(format!("cannot start thread {name}: {e}")))?;
         Ok(Self {
             name,

@@ -102,6 +102,7 @@ impl ClickHouseSink {
         std::thread::Builder::new()
             .name("clickhouse-sink".into())
             .spawn(move || {
+                crate::priority::background_thread();
                 let mut inserter = HttpInserter::new(&sink.cfg);
                 sink.backlog.run(&mut inserter, &engine);
             })

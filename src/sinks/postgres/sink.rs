@@ -86,6 +86,7 @@ impl PostgresSink {
         std::thread::Builder::new()
             .name("postgres-sink".into())
             .spawn(move || {
+                crate::priority::background_thread();
                 let mut inserter = CopyInserter::new(&sink.cfg, rt);
                 sink.backlog.run(&mut inserter, &engine);
             })

@@ -73,7 +73,10 @@ impl Uplink {
     pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
         std::thread::Builder::new()
             .name("push-uplink".into())
-            .spawn(move || self.run())
+            .spawn(move || {
+                crate::priority::background_thread();
+                self.run()
+            })
     }
 
     fn agent(&self) -> ureq::Agent {

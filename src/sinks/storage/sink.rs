@@ -154,14 +154,17 @@ impl StorageSink {
         let store = Arc::clone(&self.store);
         std::thread::Builder::new()
             .name("storage-sweeper".into())
-            .spawn(move || loop {
-                match store.expire_while(now_ms(), || !shutdown.is_triggered()) {
-                    Ok(_) => {}
-                    Err(StoreError::Closed) => return,
-                    Err(e) => events::storage_sweep_failed(&e),
-                }
-                if shutdown.wait_timeout(SWEEP_EVERY) {
-                    return;
+            .spawn(move || {
+                crate::priority::background_thread();
+                loop {
+                    match store.expire_while(now_ms(), || !shutdown.is_triggered()) {
+                        Ok(_) => {}
+                        Err(StoreError::Closed) => return,
+                        Err(e) => events::storage_sweep_failed(&e),
+                    }
+                    if shutdown.wait_timeout(SWEEP_EVERY) {
+                        return;
+                    }
                 }
             })
     }

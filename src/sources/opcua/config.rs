@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -164,6 +163,12 @@ pub fn validate_opcua_device(
     p: &mut Problems,
 ) -> Option<OpcuaDeviceConfig> {
     let before = p.0.len();
+    if cfg!(not(feature = "opcua")) {
+        p.push(
+            format!("{at}.protocol"),
+            "this build has no OPC-UA client (it was built without the `opcua` feature)",
+        );
+    }
     let endpoint = match d.endpoint.as_deref() {
         None => {
             p.push(format!("{at}.endpoint"), "is required");
@@ -389,7 +394,7 @@ fn validate_nodes(
                 String::new()
             }
             Some(id) => {
-                if opcua::types::NodeId::from_str(id).is_err() {
+                if !node_id_parses(id) {
                     p.push(
                         format!("{nat}.node_id"),
                         format!("{id:?} is not a node id like ns=2;s=Name or i=2258"),
@@ -442,7 +447,23 @@ fn validate_nodes(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "opcua")))]
+mod without_the_client {
+    #[test]
+    fn a_build_without_the_client_refuses_opcua_devices() {
+        let text = "connector:\n  data_dir: /d\ndevices:\n  - name: line-1\n    protocol: opcua\n    endpoint: opc.tcp://127.0.0.1:4840/\n    groups: [{name: fast, interval_ms: 200}]\n    nodes: [{node_id: \"ns=2;s=T\", name: t, group: fast}]\n";
+        let problems = crate::config::from_yaml(text).unwrap_err();
+        assert!(
+            problems
+                .0
+                .iter()
+                .any(|p| p.to_string().contains("devices[0].protocol")),
+            "{problems:?}"
+        );
+    }
+}
+
+#[cfg(all(test, feature = "opcua"))]
 mod tests {
     use crate::config::from_yaml;
 
@@ -517,4 +538,16 @@ mod tests {
         assert!(shown.contains("op"), "{shown}");
         assert!(!shown.contains("hunter22"), "{shown}");
     }
+}
+
+/// True when `id` is a node id the client can use (`ns=2;s=Name`, `i=2258`, ...).
+#[cfg(feature = "opcua")]
+fn node_id_parses(id: &str) -> bool {
+    <opcua::types::NodeId as std::str::FromStr>::from_str(id).is_ok()
+}
+
+/// Without the client every OPC-UA device is refused already; the node ids are not checked.
+#[cfg(not(feature = "opcua"))]
+fn node_id_parses(_: &str) -> bool {
+    true
 }

@@ -4,15 +4,21 @@
 //! node `{"value":..,"quality":"good"|"bad","status":".."}`.
 //!
 //! - [`config`]: the OPC-UA keys of a device and their validation.
-//! - [`client`]: the runtime (sessions, reconnects, watchdog, polls, subscriptions).
+//! - `client`: the runtime (sessions, reconnects, watchdog, polls, subscriptions).
 //! - [`status`]: what a device shows in `/api/status` and `/metrics`.
-//! - [`values`]: OPC-UA values → JSON.
+//! - `values`: OPC-UA values → JSON.
+//!
+//! The client and its values need the `opcua` cargo feature (on by default); without it the
+//! config and status parts remain, and `validate` refuses every OPC-UA device.
 
+#[cfg(feature = "opcua")]
 pub mod client;
 pub mod config;
 pub mod status;
+#[cfg(feature = "opcua")]
 pub mod values;
 
+#[cfg(feature = "opcua")]
 pub use client::spawn;
 pub use config::OpcuaDeviceConfig;
 pub use status::DeviceStatus;

@@ -1,0 +1,408 @@
+// The status page: draws /api/status, kept fresh by the live view (/api/live, a WebSocket)
+// and, while that is down, by polling. Every piece of data goes into the page as text
+// (textContent), never as markup. The admin token is kept in sessionStorage (this tab only)
+// and sent only to the admin endpoints.
+'use strict';
+(function () {
+  var POLL_MS = 5000, FEED_MAX = 40, TOKEN_KEY = 'opex-admin-token';
+  var app = document.getElementById('app');
+  var doc = null, ws = null, liveCount = 0, liveValues = 0, retryMs = 1000;
+
+  function $(id) { return document.getElementById(id); }
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function clear(n) { while (n.firstChild) n.removeChild(n.firstChild); return n; }
+  function add(parent) {
+    for (var i = 1; i < arguments.length; i++) {
+      var c = arguments[i];
+      if (c === null || c === undefined) continue;
+      parent.appendChild(typeof c === 'object' ? c : document.createTextNode(String(c)));
+    }
+    return parent;
+  }
+  function show(id, on) { $(id).hidden = !on; }
+  function num(v) { return typeof v === 'number' ? v : 0; }
+  function bytes(n) {
+    if (typeof n !== 'number') return '?';
+    var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0;
+    while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : n) + ' ' + u[i];
+  }
+  function dur(s) {
+    if (typeof s !== 'number' || !isFinite(s)) return '?';
+    s = Math.round(s);
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+    if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.floor(s % 3600 / 60) + ' min';
+    return Math.floor(s / 86400) + ' d ' + Math.floor(s % 86400 / 3600) + ' h';
+  }
+  function ago(ms) {
+    if (typeof ms !== 'number' || !ms) return 'never';
+    return dur(Math.max(0, (Date.now() - ms) / 1000)) + ' ago';
+  }
+  function when(t) {
+    if (t === null || t === undefined || t === '') return '–';
+    var d = typeof t === 'number' ? new Date(t > 1e11 ? t : t * 1000) : new Date(t);
+    return isNaN(d.getTime()) ? String(t) : d.toLocaleString();
+  }
+  function show_value(v) {
+    if (v === null || v === undefined) return '–';
+    if (typeof v === 'number') return Number.isInteger(v) ? String(v) : v.toFixed(2);
+    if (typeof v === 'object') return JSON.stringify(v);
+    return String(v);
+  }
+  function badge(text, level) { return el('span', 'badge ' + (level || ''), text); }
+  function levelOf(state) {
+    return ({ connected: 'ok', ok: 'ok', running: 'ok', done: 'ok', high: 'high', full: 'full' })[state] ||
+      (/error|fail|disconnected|down|bad/.test(String(state)) ? 'bad' : '');
+  }
+  function table(head, rows, numeric) {
+    var t = el('table'), tr = el('tr');
+    head.forEach(function (h, i) { tr.appendChild(el('th', numeric && numeric[i] ? 'num' : '', h)); });
+    add(t, tr);
+    rows.forEach(function (r) {
+      var row = el('tr');
+      r.forEach(function (c, i) {
+        var td = el('td', numeric && numeric[i] ? 'num' : '');
+        add(td, c === null || c === undefined ? '–' : c);
+        row.appendChild(td);
+      });
+      t.appendChild(row);
+    });
+    return t;
+  }
+  function card(title, right) {
+    var c = el('div', 'card'), h = el('h3');
+    add(h, el('span', '', title), right);
+    return add(c, h);
+  }
+  function bar(pct, level) {
+    var b = el('div', 'bar'), f = el('div', 'fill ' + (level || ''));
+    f.style.width = Math.min(100, Math.max(0, num(pct))) + '%';
+    return add(b, f);
+  }
+
+  // ---------------------------------------------------------------- sections
+
+  function header(s) {
+    var c = s.connector || {};
+    $('name').textContent = c.name || 'opex-connector';
+    document.title = (c.name || '') + ' · opex-connector';
+    var parts = ['opex-connector ' + (c.version || '?'), 'up ' + dur(c.uptime_secs),
+      'disk free ' + (typeof c.disk_free_bytes === 'number' ? bytes(c.disk_free_bytes) : '?')];
+    if (c.previous_version) parts.push('previous ' + c.previous_version);
+    var line = clear($('conn-line'));
+    add(line, badge(c.healthy ? 'healthy' : 'not healthy', c.healthy ? 'ok' : 'bad'), ' ', parts.join(' · '));
+  }
+
+  function queuesOf(s) {
+    if (Array.isArray(s.queues)) return s.queues;
+    var q = s.push_queue;
+    if (!q) return null;
+    return [{ name: 'push_queue', kind: q.durable === false ? 'memory' : 'disk', on_full: q.on_full,
+      quota: q.quota_bytes, quota_unit: 'bytes', used: q.used_bytes, fill_pct: q.fill_pct, level: q.level,
+      blocked_total: q.blocked_total, evicted_total: q.evicted_total, dropped_total: q.dropped_total }];
+  }
+
+  function queues(s) {
+    var list = queuesOf(s), box = clear($('queues'));
+    show('sec-queues', !!list);
+    if (!list) return;
+    list.forEach(function (q) {
+      var level = q.level || 'ok';
+      var c = card(q.name + (q.kind ? ' (' + q.kind + ')' : ''), badge(level, level));
+      c.dataset.queue = q.name;
+      c.dataset.level = level;
+      var quota = q.quota_unit === 'bytes' ? bytes(q.quota) : (q.quota !== undefined ? q.quota + ' ' + (q.quota_unit || '') : '?');
+      var used = q.quota_unit === 'bytes' ? bytes(q.used) : (q.used !== undefined ? String(q.used) : '?');
+      add(c, bar(q.fill_pct, level),
+        el('p', 'fill-text', num(q.fill_pct).toFixed(1) + ' % · ' + used + ' of ' + quota),
+        el('p', 'muted', 'on_full ' + (q.on_full || '?') + ' · blocked ' + num(q.blocked_total) +
+          ' · evicted ' + num(q.evicted_total) + ' · dropped ' + num(q.dropped_total)));
+      box.appendChild(c);
+    });
+  }
+
+  function alerts(s) {
+    show('sec-alerts', Array.isArray(s.alerts));
+    if (!Array.isArray(s.alerts)) return;
+    var box = clear($('alerts'));
+    if (!s.alerts.length) { box.appendChild(el('p', 'muted', 'No open alerts.')); return; }
+    s.alerts.forEach(function (a) {
+      var c = card(a.queue || a.component || '?', badge(a.level, a.level));
+      c.classList.add('alert');
+      if (a.level === 'full') c.classList.add('full');
+      add(c, el('p', '', a.message),
+        el('p', 'muted', (a.fill_pct !== undefined && a.fill_pct !== null ? num(a.fill_pct).toFixed(1) + ' % · ' : '') +
+          'since ' + when(a.time) + (a.repeat ? ' · repeat ' + a.repeat : '')));
+      box.appendChild(c);
+    });
+  }
+
+  // Values are {group: {point: {value, quality, unit}}}; a leaf is anything else.
+  function valueRows(device, values) {
+    var rows = [];
+    Object.keys(values || {}).forEach(function (g) {
+      var group = values[g];
+      if (!group || typeof group !== 'object') { rows.push([g, group]); return; }
+      Object.keys(group).forEach(function (p) {
+        var v = group[p], shown, unit = '';
+        if (v && typeof v === 'object' && 'value' in v) {
+          shown = v.quality && v.quality !== 'good' ? 'bad' + (v.exception !== undefined ? ' (exception ' + v.exception + ')' : '') : show_value(v.value);
+          unit = v.unit || '';
+        } else shown = show_value(v);
+        var cell = el('span', '', shown);
+        cell.dataset.point = device + '/' + g + '.' + p;
+        rows.push([g + '.' + p, cell, unit]);
+      });
+    });
+    return rows;
+  }
+
+  function devices(s) {
+    var list = s.devices, box = clear($('devices'));
+    show('sec-devices', Array.isArray(list) && list.length > 0);
+    if (!Array.isArray(list)) return;
+    list.forEach(function (d) {
+      var c = card(d.name, badge(d.state, levelOf(d.state)));
+      c.dataset.device = d.name;
+      c.dataset.state = d.state;
+      var errors = num(d.errors_total) + num(d.timeouts_total);
+      add(c, el('p', 'muted', (d.protocol || '') + ' ' + (d.address || d.endpoint || '')),
+        el('p', 'muted', 'last poll ' + ago(d.last_poll_ms) + (typeof d.poll_duration_ms === 'number' ? ' (' + d.poll_duration_ms.toFixed(1) + ' ms)' : '') +
+          ' · polls ' + num(d.polls_total) + ' · errors ' + errors +
+          (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +
+          ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))));
+      if (d.last_error) add(c, el('p', 'warn', 'last error: ' + d.last_error));
+      var rows = valueRows(d.name, d.values);
+      if (rows.length) { var t = table(['point', 'value', 'unit'], rows); t.className = 'values'; c.appendChild(t); }
+      box.appendChild(c);
+    });
+  }
+
+  function sinks(s) {
+    show('sec-sinks', Array.isArray(s.sinks));
+    if (!Array.isArray(s.sinks)) return;
+    var rows = s.sinks.map(function (k) {
+      var extra = [];
+      if (k.connected !== undefined) extra.push(k.connected ? 'connected' : 'disconnected');
+      if (k.durable === false) extra.push('memory');
+      if (k.last_error) extra.push('error: ' + k.last_error);
+      if (k.note) extra.push(k.note);
+      return [k.name, k.queue_rows !== undefined ? k.queue_rows : k.queue_depth, num(k.blocked), num(k.dropped), extra.join(' · ')];
+    });
+    var u = s.uplink;
+    if (u && u.enabled) {
+      rows.push(['uplink', null, null, null, (u.healthy ? 'healthy' : 'failing') + ' · sent ' + num(u.sent_total) +
+        ' · failures ' + num(u.failures_total) + (u.last_error ? ' · ' + u.last_error : '')]);
+    }
+    add(clear($('sinks')), table(['sink', 'queue', 'blocked', 'dropped', 'state'], rows, [0, 1, 1, 1, 0]));
+  }
+
+  function sources(s) {
+    var list = s.sources;
+    show('sec-sources', Array.isArray(list) && list.length > 0);
+    if (!Array.isArray(list)) return;
+    var mqtt = list.some(function (x) { return x.kind === 'mqtt'; });
+    $('mqtt-note').hidden = !mqtt;
+    $('mqtt-note').textContent = mqtt ? 'MQTT is acked on receipt: records a full sink refuses are lost (counted). Use NATS JetStream when MQTT data must not be lost.' : '';
+    var rows = list.map(function (x) {
+      var lost = num(x.dropped) + (x.kind === 'mqtt' ? num(x.refused) + num(x.failed) : 0);
+      return [x.name, x.kind || 'ingest', x.connected === undefined ? '' : (x.connected ? 'connected' : 'disconnected'),
+        num(x.stored !== undefined ? x.stored : x.acked), num(x.refused), num(x.rejected) + num(x.unauthorized), lost];
+    });
+    add(clear($('sources')), table(['source', 'kind', 'state', 'stored', 'refused', 'rejected', 'lost'], rows, [0, 0, 0, 1, 1, 1, 1]));
+  }
+
+  function webhooks(s) {
+    var list = s.engine && s.engine.webhooks;
+    show('sec-webhooks', Array.isArray(list) && list.length > 0);
+    if (!Array.isArray(list)) return;
+    var rows = list.map(function (w) {
+      return [w.name, num(w.received), num(w.accepted), num(w.backpressured),
+        num(w.rejected_signature) + num(w.rejected_body), num(w.failed)];
+    });
+    add(clear($('webhooks')), table(['webhook', 'received', 'accepted', 'backpressured', 'rejected', 'failed'], rows, [0, 1, 1, 1, 1, 1]));
+  }
+
+  function schedules(s) {
+    show('sec-schedules', Array.isArray(s.schedules));
+    if (!Array.isArray(s.schedules)) return;
+    var rows = s.schedules.map(function (x) {
+      var r = x.last_result === undefined || x.last_result === null ? '–' : String(x.last_result);
+      return [x.name, x.every || x.cron, when(x.next_tick), when(x.last_tick), badge(r, r === 'ok' ? 'ok' : (r === '–' ? '' : 'bad'))];
+    });
+    add(clear($('schedules')), table(['schedule', 'every / cron', 'next tick', 'last tick', 'last result'], rows));
+  }
+
+  function backfills(s) {
+    show('sec-backfills', Array.isArray(s.backfills));
+    if (!Array.isArray(s.backfills)) return;
+    var box = clear($('backfills'));
+    s.backfills.forEach(function (b) {
+      var total = num(b.total), done = num(b.done), pct = total ? 100 * done / total : 0;
+      var c = card(b.name, badge(b.state, levelOf(b.state)));
+      add(c, el('p', 'muted', b.file), bar(pct, ''),
+        el('p', '', done + ' of ' + (b.total === undefined || b.total === null ? '?' : total) + ' (' + pct.toFixed(1) + ' %)'),
+        el('p', 'muted', (typeof b.rate_per_sec === 'number' ? b.rate_per_sec.toFixed(1) + ' records/s' : '') +
+          (typeof b.eta_secs === 'number' ? ' · ETA ' + dur(b.eta_secs) : '')));
+      box.appendChild(c);
+    });
+  }
+
+  function deadLetters(s) {
+    var d = s.dead_letters, u = s.uplink || {};
+    show('sec-dlq', !!d);
+    if (!d) return;
+    add(clear($('dlq')), table(['queue', 'open', 'resolved', 'parked', 'trimmed'], [
+      ['pipeline', num(d.open), num(d.resolved), num(d.parked_total), num(d.trimmed_total)],
+      ['push (uplink rejected)', num(u.dead_letter_rows), null, num(u.dead_lettered_total), num(u.dead_trimmed_total)]
+    ], [0, 1, 1, 1, 1]));
+  }
+
+  function footer(s) {
+    var l = s.live;
+    $('footer').textContent = l ? 'live view: ' + num(l.clients) + ' of ' + num(l.max_clients) + ' clients · ' +
+      num(l.published_total) + ' messages published · ' + num(l.skipped_total) + ' skipped by slow clients' : '';
+  }
+
+  function render() {
+    if (!doc) return;
+    [header, queues, alerts, devices, sinks, sources, webhooks, schedules, backfills, deadLetters, footer]
+      .forEach(function (f) { try { f(doc); } catch (e) { if (window.console) console.error(e); } });
+    app.dataset.statusLoaded = '1';
+  }
+
+  // ---------------------------------------------------------------- data
+
+  function poll() {
+    if (ws && ws.readyState === 1) return;
+    fetch('/api/status', { cache: 'no-store' }).then(function (r) { return r.json(); })
+      .then(function (s) { doc = s; render(); })
+      .catch(function () { $('live-state').textContent = 'connector unreachable'; });
+  }
+
+  function feed(m) {
+    var list = $('feed'), li = el('li');
+    var text = new Date(m.time_ms).toLocaleTimeString() + ' ' + m.source + ' ' + m.key + ' ' + m.result + ' ' +
+      (m.payload !== undefined ? JSON.stringify(m.payload) : '(' + m.payload_bytes + ' bytes)');
+    li.textContent = text;
+    li.title = text;
+    list.insertBefore(li, list.firstChild);
+    while (list.childNodes.length > FEED_MAX) list.removeChild(list.lastChild);
+    show('sec-feed', true);
+  }
+
+  function onLive(m) {
+    liveCount++;
+    app.dataset.liveCount = String(liveCount);
+    if (m.type === 'status' && m.status) {
+      // A live status leaves some details out: keep the last full ones.
+      doc = Object.assign({}, doc || {}, m.status);
+      render();
+    } else if (m.type === 'value') {
+      liveValues++;
+      app.dataset.liveValues = String(liveValues);
+      feed(m);
+      var d = doc && Array.isArray(doc.devices) && doc.devices.filter(function (x) { return x.source === m.source; })[0];
+      if (d && m.payload && typeof m.payload === 'object') {
+        d.values = d.values || {};
+        d.values[m.key] = m.payload;
+        d.last_poll_ms = m.time_ms;
+        devices(doc);
+      }
+    }
+  }
+
+  function connect() {
+    var url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/api/live';
+    try { ws = new WebSocket(url); } catch (e) { retry(); return; }
+    ws.onopen = function () {
+      retryMs = 1000;
+      $('live-state').textContent = 'live';
+      $('live-state').className = 'badge ok';
+    };
+    ws.onmessage = function (e) {
+      var m;
+      try { m = JSON.parse(e.data); } catch (x) { return; }
+      onLive(m);
+    };
+    ws.onclose = function () {
+      $('live-state').textContent = 'live view off, polling';
+      $('live-state').className = 'badge';
+      ws = null;
+      retry();
+    };
+  }
+  function retry() {
+    setTimeout(connect, retryMs);
+    retryMs = Math.min(retryMs * 2, 30000);
+  }
+
+  // ---------------------------------------------------------------- admin
+
+  function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } }
+  function admin(method, path) {
+    var t = token();
+    if (!t) return Promise.reject(new Error('enter the admin token first'));
+    return fetch(path, { method: method, headers: { Authorization: 'Bearer ' + t }, cache: 'no-store' })
+      .then(function (r) {
+        return r.json().catch(function () { return {}; }).then(function (body) {
+          if (r.status === 401) throw new Error('the admin token is wrong');
+          if (r.status === 404 && body.error === 'no such endpoint') throw new Error('the admin endpoints are off: connector.http.admin_token is not set');
+          if (!r.ok && r.status !== 503) throw new Error(body.error || ('HTTP ' + r.status));
+          return body;
+        });
+      });
+  }
+  function say(text) { $('dlq-msg').textContent = text; }
+  function pre(v) { return el('pre', '', JSON.stringify(v, null, 1)); }
+
+  function listOpen() {
+    admin('GET', '/api/dead-letters?state=open&limit=100').then(function (body) {
+      var rows = (body.rows || []).map(function (r) {
+        var b = el('button', '', 'Replay');
+        b.type = 'button';
+        b.onclick = function () { replay(r.id); };
+        return [r.id, r.flow + ' / ' + r.node, r.reason, when(r.at_ms), pre(r.record), b];
+      });
+      say(rows.length + ' open dead letters (oldest first, at most 100).');
+      add(clear($('dlq-list')), table(['id', 'flow / node', 'reason', 'at', 'record', ''], rows));
+    }).catch(function (e) { say(e.message); });
+  }
+  function replay(id) {
+    admin('POST', '/api/dead-letters/' + encodeURIComponent(id) + '/replay').then(function (body) {
+      say('dead letter ' + id + ': ' + (body.result || body.error || 'done'));
+      listOpen();
+    }).catch(function (e) { say(e.message); });
+  }
+  function listPush() {
+    admin('GET', '/api/push/dead-letters?limit=100').then(function (body) {
+      var rows = (body.rows || []).map(function (r) { return [r.id, pre(r)]; });
+      say(rows.length + ' of ' + num(body.total) + ' push dead letters (records the uplink receiver refused for good).');
+      add(clear($('dlq-list')), table(['id', 'record'], rows));
+    }).catch(function (e) { say(e.message); });
+  }
+
+  $('token-form').onsubmit = function (e) {
+    e.preventDefault();
+    try { sessionStorage.setItem(TOKEN_KEY, $('token').value.trim()); } catch (x) { /* private mode */ }
+    $('token').value = '';
+    say(token() ? 'admin token kept for this tab' : 'no token');
+  };
+  $('token-forget').onclick = function () {
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch (x) { /* private mode */ }
+    clear($('dlq-list'));
+    say('admin token forgotten');
+  };
+  $('dlq-open').onclick = listOpen;
+  $('push-dlq-open').onclick = listPush;
+
+  poll();
+  setInterval(poll, POLL_MS);
+  if (window.WebSocket) connect(); else $('live-state').textContent = 'polling';
+})();

@@ -1,0 +1,739 @@
+//! The status page (`GET /`) and its live view (`/api/live`) against the real binary.
+//!
+//! The browser tests run Debian's `chromium` headless (installed by `scripts/test.sh`; skipped,
+//! saying so, when it is missing). One drives it over the DevTools protocol against a
+//! connector polling its built-in Modbus simulator, polls the DOM the page's script built
+//! until the values, the queue and a live message are there, and keeps two screenshots
+//! (phone and laptop size) under `CARGO_TARGET_TMPDIR/status_page/`. Another draws a fixture
+//! of the status fields other parts add (queues, alerts, schedules, backfills) with
+//! `--dump-dom`. The WebSocket test speaks RFC 6455 by hand over a TCP socket.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Longest the page may take to show polled values and a live message.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// The demo's plant (config/demo.yaml), polled faster.
+fn plant_config(port: u16) -> Value {
+    json!({
+        "connector": {
+            "name": "line-3",
+            "http": {"admin_token": ADMIN_TOKEN},
+            "push_queue": {"enabled": true, "max_quota_mb": 64, "on_full": "evict_oldest"},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "simulator": {"modbus": format!("127.0.0.1:{port}")},
+        "devices": [{
+            "name": "plant-1",
+            "protocol": "modbus_tcp",
+            "host": "127.0.0.1",
+            "port": port,
+            "unit": 1,
+            "timeout_ms": 500,
+            "groups": [{"name": "process", "interval_ms": 250}, {"name": "counters", "interval_ms": 1000}],
+            "points": [
+                {"name": "oven_temp", "group": "process", "register": 0, "type": "f32", "unit": "°C"},
+                {"name": "coolant_temp", "group": "process", "register": 2, "type": "f32", "unit": "°C"},
+                {"name": "pressure", "group": "process", "register": 7, "type": "i16", "scale": 0.1, "unit": "bar"},
+                {"name": "pump_running", "group": "process", "register": 0, "kind": "coil"},
+                {"name": "parts", "group": "counters", "register": 4, "type": "u32"},
+                {"name": "model", "group": "counters", "register": 8, "type": "string", "length": 8},
+            ],
+        }],
+    })
+}
+
+// ---------------------------------------------------------------- Chromium
+
+fn chromium() -> Option<PathBuf> {
+    let fixed = PathBuf::from("/usr/bin/chromium");
+    if fixed.exists() {
+        return Some(fixed);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("chromium"))
+            .find(|p| p.exists())
+    })
+}
+
+/// Headless, and without the background networking a closed network makes fail.
+const CHROMIUM_FLAGS: [&str; 9] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+];
+
+/// Runs headless Chromium once on a fresh profile with `args`; returns its stdout.
+fn run_chromium(bin: &Path, args: &[String]) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let mut cmd = Command::new(bin);
+    cmd.args(CHROMIUM_FLAGS)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    let out = cmd.output().expect("run chromium");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The text of the element right after `marker` (up to the next tag).
+fn text_after<'a>(dom: &'a str, marker: &str) -> Option<&'a str> {
+    let at = dom.find(marker)? + marker.len();
+    let rest = &dom[at..];
+    rest.find('<').map(|end| &rest[..end])
+}
+
+/// A `data-NAME="N"` attribute as a number.
+fn data_number(dom: &str, name: &str) -> u64 {
+    let marker = format!("data-{name}=\"");
+    dom.find(&marker)
+        .and_then(|at| {
+            let rest = &dom[at + marker.len()..];
+            rest[..rest.find('"')?].parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// What the page must show; the first thing missing, if any.
+fn missing_in(dom: &str) -> Option<&'static str> {
+    if !dom.contains("data-status-loaded=\"1\"") {
+        return Some("the status drawn");
+    }
+    if text_after(dom, "<h1 id=\"name\">") != Some("line-3") {
+        return Some("the connector name");
+    }
+    let oven = text_after(dom, "data-point=\"plant-1/process.oven_temp\">");
+    if oven.is_none_or(|t| t.parse::<f64>().is_err()) {
+        return Some("the oven temperature as a number");
+    }
+    if text_after(dom, "data-point=\"plant-1/counters.model\">") != Some("OPEX-SIM") {
+        return Some("the model string");
+    }
+    if !dom.contains("data-device=\"plant-1\" data-state=\"connected\"") {
+        return Some("the device connected");
+    }
+    if !dom.contains("data-queue=\"push_queue\" data-level=\"ok\"") {
+        return Some("the push queue at level ok");
+    }
+    if !text_after(dom, "class=\"fill-text\">").is_some_and(|t| t.contains(" % ")) {
+        return Some("the queue's fill");
+    }
+    if data_number(dom, "live-values") < 1 {
+        return Some("a value message from the live view");
+    }
+    None
+}
+
+/// A headless Chromium driven over the DevTools protocol (`--remote-debugging-port=0`, a
+/// WebSocket spoken by hand below): the page runs in real time, and the test reads its DOM
+/// whenever it likes.
+struct Browser {
+    child: std::process::Child,
+    ws: TcpStream,
+    next_id: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start(bin: &Path) -> Browser {
+        let profile = tempfile::tempdir().expect("profile dir");
+        let mut child = Command::new(bin)
+            .args(CHROMIUM_FLAGS)
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(["--remote-debugging-port=0", "about:blank"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start chromium");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        // Reads the DevTools address, then keeps draining stderr so Chromium never blocks.
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(url) = line.trim().strip_prefix("DevTools listening on ws://") {
+                    let _ = tx.send(url.split('/').next().unwrap_or("").to_string());
+                }
+            }
+        });
+        let host = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("chromium printed its DevTools address");
+        let mut page = None;
+        wait_until(Duration::from_secs(30), "chromium's page target", || {
+            let Ok(r) = Client::new().get(&format!("http://{host}/json/list"), None) else {
+                return false;
+            };
+            page = r.json().as_array().and_then(|targets| {
+                targets
+                    .iter()
+                    .find(|t| t["type"] == "page")
+                    .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+                    .map(str::to_string)
+            });
+            page.is_some()
+        });
+        let url = page.unwrap_or_default();
+        let path = &url[url.find("/devtools/").expect("a DevTools path")..];
+        let mut ws = TcpStream::connect(&host).expect("connect to DevTools");
+        ws.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        write!(
+            ws,
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .unwrap();
+        let head = read_head(&mut ws);
+        assert!(head.starts_with("http/1.1 101"), "DevTools said {head}");
+        Browser {
+            child,
+            ws,
+            next_id: 0,
+            _profile: profile,
+        }
+    }
+
+    /// Calls a DevTools method and returns its result (events in between are skipped).
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"id": id, "method": method, "params": params}).to_string();
+        self.ws.write_all(&client_frame(1, msg.as_bytes())).unwrap();
+        loop {
+            let mut payload = Vec::new();
+            loop {
+                let (fin, _, part) = read_frame_parts(&mut self.ws);
+                payload.extend(part);
+                if fin {
+                    break;
+                }
+            }
+            let Ok(m) = serde_json::from_slice::<Value>(&payload) else {
+                continue;
+            };
+            if m["id"] == id {
+                assert!(m.get("error").is_none(), "{method}: {m}");
+                return m["result"].clone();
+            }
+        }
+    }
+
+    /// Runs `expression` in the page; its value.
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// The page's DOM as HTML.
+    fn dom(&mut self) -> String {
+        let v = self.eval("document.documentElement.outerHTML");
+        v.as_str().unwrap_or("").to_string()
+    }
+
+    /// Clicks the element with `id`, then waits until the admin panel says `starting`.
+    fn click_until_said(&mut self, id: &str, starting: &str) {
+        self.eval(&format!("document.getElementById('{id}').click()"));
+        let mut said = Value::Null;
+        let ok = poll_until(Duration::from_secs(20), || {
+            said = self.eval("document.getElementById('dlq-msg').textContent");
+            said.as_str().is_some_and(|t| t.starts_with(starting))
+        });
+        assert!(
+            ok,
+            "after clicking {id} the page says {said}, not {starting:?}"
+        );
+    }
+
+    /// Types `token` into the admin token field and submits it.
+    fn enter_token(&mut self, token: &str) {
+        self.eval(&format!(
+            "document.getElementById('token').value = {}; document.getElementById('token-form').requestSubmit()",
+            json!(token)
+        ));
+    }
+
+    /// A PNG of the page drawn `width` x `height` CSS pixels.
+    fn screenshot(&mut self, width: u32, height: u32, mobile: bool) -> Vec<u8> {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile}),
+        );
+        let r = self.call("Page.captureScreenshot", json!({"format": "png"}));
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().unwrap_or(""))
+            .expect("base64 PNG")
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Closed politely, Chromium ends its helper processes too; killed only if it hangs.
+        let close = json!({"id": 0, "method": "Browser.close"}).to_string();
+        let _ = self.ws.write_all(&client_frame(1, close.as_bytes()));
+        if !poll_until(Duration::from_secs(10), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        }) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_status_page_shows_device_values_and_queue_levels_in_chromium_live_values_arrive_and_the_admin_token_stays_in_the_tab(
+) {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let port = free_port();
+    let daemon = Daemon::start(plant_config(port));
+    wait_until(Duration::from_secs(20), "the simulator polled", || {
+        daemon.status()["devices"][0]["polls_total"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    let mut browser = Browser::start(&bin);
+    browser.call("Page.navigate", json!({"url": daemon.url("/")}));
+    let mut dom = String::new();
+    let mut missing = None;
+    let shown = poll_until(BROWSER_DEADLINE, || {
+        dom = browser.dom();
+        missing = missing_in(&dom);
+        missing.is_none()
+    });
+    assert!(
+        shown,
+        "the page still lacks {}; its DOM:\n{}",
+        missing.unwrap_or("?"),
+        truncate(&dom, 6000)
+    );
+    assert!(data_number(&dom, "live-count") >= 1, "{dom}");
+    assert!(
+        dom.contains("<span id=\"live-state\" class=\"badge ok\">live</span>"),
+        "{dom}"
+    );
+    assert!(!dom.contains(TOKEN), "the page shows a token");
+
+    // The connector counted what it published to the page.
+    let status = daemon.status();
+    assert!(u64_at(&status, "/live/published_total") >= 1, "{status}");
+    assert_eq!(u64_at(&status, "/live/clients"), 1, "{status}");
+    assert!(status["connector"]["disk_free_bytes"].as_u64().unwrap_or(0) > 0);
+    let metrics = daemon.metrics();
+    assert!(metric(&metrics, "opex_connector_live_skipped_total").is_some());
+
+    // Screenshots at a phone's and a laptop's size, kept with the test's output.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status_page");
+    std::fs::create_dir_all(&out).expect("screenshot dir");
+    for (name, width, height, mobile) in [("phone", 390, 1500, true), ("laptop", 1280, 1000, false)]
+    {
+        let png = browser.screenshot(width, height, mobile);
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 10_000,
+            "{name}: {} bytes",
+            png.len()
+        );
+        let path = out.join(format!("status-page-{name}.png"));
+        std::fs::write(&path, png).expect("write screenshot");
+        println!("screenshot: {}", path.display());
+    }
+
+    // The dead letters' panel asks for the admin token, keeps it in the tab's session
+    // storage only, and uses it for the admin endpoints.
+    browser.click_until_said("dlq-open", "enter the admin token first");
+    browser.enter_token("not-the-token");
+    browser.click_until_said("dlq-open", "the admin token is wrong");
+    browser.enter_token(ADMIN_TOKEN);
+    browser.click_until_said("dlq-open", "0 open dead letters");
+    browser.click_until_said("push-dlq-open", "0 of 0 push dead letters");
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('opex-admin-token')"),
+        json!(ADMIN_TOKEN)
+    );
+    assert_eq!(
+        browser.eval("document.getElementById('token').value"),
+        json!("")
+    );
+    let dom = browser.dom();
+    assert!(!dom.contains(ADMIN_TOKEN), "the page shows the admin token");
+    browser.click_until_said("token-forget", "admin token forgotten");
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('opex-admin-token')"),
+        Value::Null
+    );
+}
+
+/// Serves the page's own files (from the source tree) and `status` as `/api/status` on a
+/// loopback port, one request per connection; everything else is 404. Returns the base URL.
+fn serve_fixture(status: Value) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http/page");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read_exact(&mut byte).is_ok() {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("").to_string();
+            let file = |name: &str| std::fs::read(dir.join(name)).expect("page file");
+            let (code, kind, body) = match path.as_str() {
+                "/" => ("200 OK", "text/html", file("index.html")),
+                "/page.js" => ("200 OK", "text/javascript", file("page.js")),
+                "/page.css" => ("200 OK", "text/css", file("page.css")),
+                "/api/status" => (
+                    "200 OK",
+                    "application/json",
+                    status.to_string().into_bytes(),
+                ),
+                _ => ("404 Not Found", "text/plain", b"no".to_vec()),
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    base
+}
+
+#[test]
+fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data_as_text() {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    // The /api/status contract of queues, alerts, schedules and backfills, with markup where
+    // a name could carry it.
+    let evil = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
+    let base = serve_fixture(json!({
+        "connector": {"name": evil, "version": "9.9.9", "uptime_secs": 3700,
+                      "disk_free_bytes": 1_073_741_824u64, "healthy": true},
+        "push_queue": {"on_full": "evict_oldest", "quota_bytes": 100, "fill_pct": 1.0, "level": "ok"},
+        "queues": [
+            {"name": "push_queue", "kind": "disk", "on_full": "block", "quota": 1_048_576, "quota_unit": "bytes",
+             "used": 943_718, "fill_pct": 90.0, "level": "high", "blocked_total": 3, "evicted_total": 0, "dropped_total": 0},
+            {"name": "clickhouse", "kind": "memory", "on_full": "evict_oldest", "quota": 10000, "quota_unit": "rows",
+             "used": 10000, "fill_pct": 100.0, "level": "full", "blocked_total": 0, "evicted_total": 12, "dropped_total": 0},
+        ],
+        "alerts": [{"connector": "c", "queue": "push_queue", "level": "high", "message": evil,
+                    "fill_pct": 90.0, "time": "2026-11-29T15:00:00Z", "repeat": 0}],
+        "schedules": [{"name": "hourly", "every": "1h", "next_tick": 1_800_000_000_000u64,
+                       "last_tick": null, "last_result": "backpressured"}],
+        "backfills": [{"name": "history", "file": "/data/h.jsonl", "state": "running",
+                       "done": 250, "total": 1000, "rate_per_sec": 12.5, "eta_secs": 60}],
+        "devices": [{"name": evil, "source": "modbus/x", "state": "backoff", "last_error": evil,
+                     "values": {"g": {"p": {"value": evil, "quality": "good"}}}}],
+        "sinks": [{"name": "push", "dropped": 0, "blocked": 3, "queue_rows": 900}],
+        "dead_letters": {"open": 2, "resolved": 1, "parked_total": 3, "trimmed_total": 0},
+    }));
+    let mut dom = String::new();
+    let drawn = poll_until(Duration::from_secs(60), || {
+        dom = run_chromium(
+            &bin,
+            &[
+                "--virtual-time-budget=3000".to_string(),
+                "--dump-dom".to_string(),
+                format!("{base}/"),
+            ],
+        );
+        dom.contains("data-status-loaded=\"1\"")
+    });
+    assert!(
+        drawn,
+        "the page never drew the fixture:\n{}",
+        truncate(&dom, 4000)
+    );
+    // `queues` wins over `push_queue`; each queue shows its level.
+    assert!(
+        dom.contains("data-queue=\"push_queue\" data-level=\"high\""),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("data-queue=\"clickhouse\" data-level=\"full\""),
+        "{dom}"
+    );
+    assert!(dom.contains("100.0 % · 10000 of 10000 rows"), "{dom}");
+    assert!(
+        dom.contains("on_full block · blocked 3 · evicted 0 · dropped 0"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("hourly") && dom.contains("backpressured"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("250 of 1000 (25.0 %)") && dom.contains("ETA 1 min 0 s"),
+        "{dom}"
+    );
+    assert!(dom.contains("disk free 1.0 GiB"), "{dom}");
+    // Every piece of markup in the data is text: escaped, never an element.
+    assert!(dom.contains("&lt;img src=x onerror="), "{dom}");
+    assert!(
+        !dom.contains("<img"),
+        "markup from data became an element:\n{dom}"
+    );
+    assert!(dom.contains("<body>"), "a script from data ran:\n{dom}");
+}
+
+// ---------------------------------------------------------------- WebSocket by hand
+
+/// Sends a WebSocket upgrade request; returns the response head.
+fn upgrade(stream: &mut TcpStream, key: &str) -> String {
+    write!(
+        stream,
+        "GET /api/live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .expect("send upgrade");
+    read_head(stream)
+}
+
+/// Reads an HTTP response head, lowercased.
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("read response head");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+fn connect(daemon: &Daemon) -> TcpStream {
+    let s = TcpStream::connect(daemon.base().trim_start_matches("http://")).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Reads one server frame: (opcode, payload). The connector's frames are always final.
+fn read_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let (fin, op, payload) = read_frame_parts(s);
+    assert!(fin, "server frames are final");
+    (op, payload)
+}
+
+/// Reads one server frame: (final, opcode, payload). Server frames are never masked.
+fn read_frame_parts(s: &mut TcpStream) -> (bool, u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).expect("frame header");
+    assert_eq!(h[1] & 0x80, 0, "server frames are not masked");
+    let len = match h[1] & 0x7F {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).unwrap();
+            u64::from(u16::from_be_bytes(b))
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b).unwrap();
+            u64::from_be_bytes(b)
+        }
+        n => u64::from(n),
+    };
+    let mut payload = vec![0u8; len as usize];
+    s.read_exact(&mut payload).expect("frame payload");
+    (h[0] & 0x80 != 0, h[0] & 0x0F, payload)
+}
+
+/// Reads frames until a JSON text message for which `want` holds.
+fn read_until(s: &mut TcpStream, want: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let (op, payload) = read_frame(s);
+        assert_eq!(op, 1, "only text frames come unasked");
+        let m: Value = serde_json::from_slice(&payload).expect("JSON message");
+        if want(&m) {
+            return m;
+        }
+    }
+}
+
+/// A masked client frame.
+fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [0x12, 0x34, 0x56, 0x78];
+    let mut f = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&u16::try_from(n).expect("a small message").to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+#[test]
+fn the_live_websocket_answers_the_rfc_handshake_and_pings_hides_callers_payloads_and_caps_its_clients(
+) {
+    let daemon = Daemon::start(queue_config(16, "block"));
+
+    // RFC 6455's example key and its accept value.
+    let mut ws = connect(&daemon);
+    let head = upgrade(&mut ws, "dGhlIHNhbXBsZSBub25jZQ==");
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n"),
+        "{head}"
+    );
+    let first = read_until(&mut ws, |_| true);
+    assert_eq!(first["type"], "status", "{first}");
+    assert_eq!(first["status"]["connector"]["name"], "it");
+    assert!(
+        first["status"].get("push_status").is_none(),
+        "the live status is compact"
+    );
+
+    // An ingested record shows with its result and size, not its (business) payload.
+    let reply = daemon.ingest("order-7", r#"{"card":"4111-1111"}"#);
+    assert_eq!(reply.status, 200);
+    let value = read_until(&mut ws, |m| m["type"] == "value");
+    assert_eq!(value["source"], format!("ingest/{SOURCE}"), "{value}");
+    assert_eq!(value["key"], "order-7");
+    assert_eq!(value["result"], "stored");
+    assert!(value.get("payload").is_none(), "{value}");
+    assert_eq!(value["payload_bytes"], 20);
+
+    // Ping → pong with the same payload (other messages may come first).
+    ws.write_all(&client_frame(0x9, b"hi")).unwrap();
+    loop {
+        let (op, payload) = read_frame(&mut ws);
+        if op == 0xA {
+            assert_eq!(payload, b"hi");
+            break;
+        }
+    }
+
+    // Sixteen clients at most; the seventeenth is refused and counted.
+    let mut others: Vec<TcpStream> = (1..16)
+        .map(|_| {
+            let mut s = connect(&daemon);
+            let head = upgrade(&mut s, "AQIDBAUGBwgJCgsMDQ4PEA==");
+            assert!(head.starts_with("http/1.1 101"), "{head}");
+            s
+        })
+        .collect();
+    let mut refused = connect(&daemon);
+    let head = upgrade(&mut refused, "AQIDBAUGBwgJCgsMDQ4PEA==");
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    let status = daemon.status();
+    assert_eq!(u64_at(&status, "/live/clients"), 16, "{status}");
+    assert_eq!(u64_at(&status, "/live/refused_clients_total"), 1);
+
+    // A close is answered with a close, and the slot is free again.
+    let mut last = others.pop().expect("a client");
+    last.write_all(&client_frame(0x8, &1000u16.to_be_bytes()))
+        .unwrap();
+    loop {
+        let (op, _) = read_frame(&mut last);
+        if op == 0x8 {
+            break;
+        }
+    }
+    wait_until(Duration::from_secs(10), "the slot freed", || {
+        u64_at(&daemon.status(), "/live/clients") == 15
+    });
+
+    // Another web site's page may not read the live view (browsers send its Origin).
+    let mut cross = connect(&daemon);
+    write!(
+        cross,
+        "GET /api/live HTTP/1.1\r\nHost: {}\r\nOrigin: http://evil.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        daemon.base().trim_start_matches("http://")
+    )
+    .unwrap();
+    let mut answer = [0u8; 12];
+    cross.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 403");
+
+    // Without an upgrade, 426; a bad key, 400.
+    let plain = daemon.get("/api/live", None);
+    assert_eq!(plain.status, 426);
+    let mut bad = connect(&daemon);
+    let head = upgrade(&mut bad, "short");
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+
+    // Open live sessions do not hold up a stop: each gets a close (1001, going away).
+    let mut daemon = daemon;
+    let started = std::time::Instant::now();
+    assert!(daemon.stop().success());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    loop {
+        let (op, payload) = read_frame(&mut ws);
+        if op == 0x8 {
+            assert_eq!(payload[..2], 1001u16.to_be_bytes());
+            break;
+        }
+    }
+}
+
+#[test]
+fn the_page_files_have_their_types_and_no_other_path_exists() {
+    let daemon = Daemon::start(queue_config(16, "evict_oldest"));
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/page.js", "text/javascript"),
+        ("/page.css", "text/css"),
+    ] {
+        let r = daemon.get(path, None);
+        assert_eq!(r.status, 200, "{path}");
+        assert!(
+            r.header("content-type").unwrap_or("").starts_with(kind),
+            "{path}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
+        assert!(r.header("etag").is_some(), "{path}");
+        assert!(r
+            .header("content-security-policy")
+            .is_some_and(|c| c.contains("default-src 'none'")));
+    }
+    for path in [
+        "/index.html",
+        "/page.js/x",
+        "/page/page.js",
+        "/%2e%2e/Cargo.toml",
+        "/../Cargo.toml",
+        "/page.jss",
+    ] {
+        assert_eq!(daemon.get(path, None).status, 404, "{path}");
+    }
+    let r = daemon.post("/page.js", None, b"");
+    assert_eq!(r.status, 405);
+}
