@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::alerts::{self, Level};
+use crate::alerts::{self, Hub};
 use crate::config::Config;
 use crate::engine::{Engine, SinkHandle, Sinks};
 use crate::flow::Plan;
@@ -198,6 +198,16 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         }
     }
 
+    let (channels, alert_workers) = alerts::channels::build(&config.alerts);
+    let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
+    alerts::queues::watch(
+        &mut hub,
+        &push,
+        storage.as_ref(),
+        &engine,
+        nats_sink.as_ref(),
+        mqtt_sink.as_ref(),
+    );
     let state = Arc::new(AppState {
         name: c.name.clone(),
         started: Instant::now(),
@@ -239,6 +249,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .collect(),
         nats_sink,
         mqtt_sink,
+        alerts: Arc::new(hub),
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -252,7 +263,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         let _entered = runtime.enter();
         simulator.spawn(shutdown.clone())
     };
-    let result = runtime.block_on(serve(Arc::clone(&state), shutdown.clone()));
+    let result = runtime.block_on(serve(Arc::clone(&state), alert_workers, shutdown.clone()));
     shutdown.trigger();
     // The poll tasks end on the signal; a sample held at that moment is not offered again.
     if let Some(m) = modbus {
@@ -309,7 +320,11 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     result
 }
 
-async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonError> {
+async fn serve(
+    state: Arc<AppState>,
+    alert_workers: alerts::channels::Workers,
+    shutdown: Shutdown,
+) -> Result<(), DaemonError> {
     let listener = http::bind(state.http.listen)
         .await
         .map_err(DaemonError::Bind)?;
@@ -333,7 +348,8 @@ async fn serve(state: Arc<AppState>, shutdown: Shutdown) -> Result<(), DaemonErr
         Arc::clone(&state),
         shutdown.clone(),
     ));
-    let messaging = spawn_messaging(&state, &shutdown);
+    let mut messaging = spawn_messaging(&state, &shutdown);
+    messaging.extend(alert_workers.spawn(&shutdown));
 
     wait_for_signal().await;
     log::info!("stopping: finishing requests, committing, closing stores");
@@ -387,83 +403,20 @@ pub(crate) async fn wait_for_signal() {
     }
 }
 
-/// Checks the queue levels every few seconds and raises alerts (the log, for now); also feeds
-/// the systemd watchdog while the loop runs.
+/// Runs the alert hub's checks (every `telemetry.alerts.check_interval_secs`) until shutdown,
+/// and feeds the systemd watchdog every [`alerts::CHECK_EVERY`] while the connector is healthy
+/// (on its own beat, so a long check interval cannot starve `WatchdogSec=30`).
 async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
+    let hub = tokio::spawn(Arc::clone(&state.alerts).run(shutdown.clone()));
     let mut tick = tokio::time::interval(alerts::CHECK_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {},
-            _ = shutdown.wait() => return,
-        }
-        let now = Instant::now();
-        let q = state.push.status();
-        // A failed write (a full disk, say) refused its records: it raises the alert too.
-        let losses = q.blocked_total + q.evicted_total + q.dropped_total + q.write_errors_total;
-        let alert = state.push.level().check(q.fill_pct, losses, now);
-        raise(
-            &state.name,
-            "push_queue",
-            alert,
-            q.on_full,
-            q.fill_pct,
-            losses,
-        );
-        if let Some(storage) = &state.storage {
-            let s = storage.status();
-            let losses = s.blocked_total + s.evicted_total + s.dropped_total;
-            let alert = storage.level().check(s.fill_pct, losses, now);
-            raise(&state.name, "storage", alert, s.on_full, s.fill_pct, losses);
-        }
-        for sink in state.engine.sinks().iter() {
-            let (level, st) = match sink {
-                SinkHandle::ClickHouse(c) => (c.level(), c.status()),
-                SinkHandle::Postgres(p) => (p.level(), p.status()),
-                _ => continue,
-            };
-            let losses = st.blocked_total + st.dropped_total;
-            let alert = level.check(st.fill_pct, losses, now);
-            raise(
-                &state.name,
-                sink.name(),
-                alert,
-                st.on_full,
-                st.fill_pct,
-                losses,
-            );
+            _ = shutdown.wait() => break,
         }
         if http::healthy(&state) {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
         }
     }
-}
-
-/// Logs an alert of one queue (the log is the only alert channel so far).
-fn raise(
-    connector: &str,
-    queue: &str,
-    alert: Option<alerts::Alert>,
-    on_full: &str,
-    fill_pct: f64,
-    refused_or_evicted_total: u64,
-) {
-    let Some(alert) = alert else {
-        return;
-    };
-    let what = match (alert.level, on_full) {
-        (Level::Full, "block") => "refusing new records",
-        (Level::Full, _) => "evicting the oldest records, data gap",
-        (Level::High, _) => "the destination is slow or down",
-        (Level::Ok, _) => "back below 80 %",
-    };
-    let line = format!(
-        "alert: queue={queue} level={} message=\"{what}\" fill_pct={fill_pct} refused_or_evicted_total={refused_or_evicted_total} repeat={} connector={connector}",
-        alert.level.as_str(),
-        alert.repeat
-    );
-    match alert.level {
-        Level::Full => log::error!("{line}"),
-        Level::High => log::warn!("{line}"),
-        Level::Ok => log::info!("{line}"),
-    }
+    let _ = hub.await;
 }

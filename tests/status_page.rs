@@ -133,7 +133,7 @@ fn missing_in(dom: &str) -> Option<&'static str> {
     if !dom.contains("data-device=\"plant-1\" data-state=\"connected\"") {
         return Some("the device connected");
     }
-    if !dom.contains("data-queue=\"push\" data-level=\"ok\"") {
+    if !dom.contains("data-queue=\"push_queue\" data-level=\"ok\"") {
         return Some("the push queue at level ok");
     }
     if !text_after(dom, "class=\"fill-text\">").is_some_and(|t| t.contains(" % ")) {
@@ -444,12 +444,12 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
                       "disk_free_bytes": 1_073_741_824u64, "healthy": true},
         "push_queue": {"on_full": "evict_oldest", "quota_bytes": 100, "fill_pct": 1.0, "level": "ok"},
         "queues": [
-            {"name": "push", "kind": "disk", "on_full": "block", "quota": 1_048_576, "quota_unit": "bytes",
+            {"name": "push_queue", "kind": "disk", "on_full": "block", "quota": 1_048_576, "quota_unit": "bytes",
              "used": 943_718, "fill_pct": 90.0, "level": "high", "blocked_total": 3, "evicted_total": 0, "dropped_total": 0},
             {"name": "clickhouse", "kind": "memory", "on_full": "evict_oldest", "quota": 10000, "quota_unit": "rows",
              "used": 10000, "fill_pct": 100.0, "level": "full", "blocked_total": 0, "evicted_total": 12, "dropped_total": 0},
         ],
-        "alerts": [{"connector": "c", "queue": "push", "level": "high", "message": evil,
+        "alerts": [{"connector": "c", "queue": "push_queue", "level": "high", "message": evil,
                     "fill_pct": 90.0, "time": "2026-11-29T15:00:00Z", "repeat": 0}],
         "schedules": [{"name": "hourly", "every": "1h", "next_tick": 1_800_000_000_000u64,
                        "last_tick": null, "last_result": "backpressured"}],
@@ -479,7 +479,7 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
     );
     // `queues` wins over `push_queue`; each queue shows its level.
     assert!(
-        dom.contains("data-queue=\"push\" data-level=\"high\""),
+        dom.contains("data-queue=\"push_queue\" data-level=\"high\""),
         "{dom}"
     );
     assert!(

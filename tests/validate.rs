@@ -375,3 +375,80 @@ fn demo_config_validates() {
         format!("{}: ok", demo.display())
     );
 }
+
+#[test]
+fn validate_reports_every_problem_of_telemetry_alerts_with_its_path() {
+    let dir = TempDir::new().expect("temp dir");
+    let bad = format!(
+        "{GOOD}{}",
+        r#"mqtt:
+  connections:
+    - name: plant
+      url: mqtt://127.0.0.1:1883
+    - name: office
+      url: mqtt://127.0.0.1:1884
+telemetry:
+  alerts:
+    check_interval_secs: 0
+    colour: red
+    webhook:
+      url: ftp://alerts.example
+      token: ""
+      headers:
+        "Bad Header": x
+      retries: 1000
+      retry_initial_ms: 90000
+      retry_max_ms: 1000
+    mqtt:
+      topic: "alerts/#"
+    nats:
+      connection: nowhere
+      subject: "alerts >"
+"#
+    );
+    let path = write(&dir, "alerts.yaml", &bad);
+    let out = validate(&path);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let missing = unreported(
+        &stderr,
+        &[
+            "telemetry.alerts.check_interval_secs",
+            "telemetry.alerts.colour",
+            "telemetry.alerts.webhook.url",
+            "telemetry.alerts.webhook.token",
+            "telemetry.alerts.webhook.headers.Bad Header",
+            "telemetry.alerts.webhook.retries",
+            "telemetry.alerts.webhook.retry_initial_ms",
+            "telemetry.alerts.mqtt.topic",
+            "telemetry.alerts.mqtt.connection",
+            "telemetry.alerts.nats.subject",
+            "telemetry.alerts.nats.connection",
+        ],
+    );
+    assert!(
+        missing.is_empty(),
+        "not reported: {missing:?}\nstderr:\n{stderr}"
+    );
+
+    let good = format!(
+        "{GOOD}{}",
+        r#"mqtt:
+  connections:
+    - name: plant
+      url: mqtt://127.0.0.1:1883
+telemetry:
+  alerts:
+    check_interval_secs: 2
+    webhook:
+      url: https://alerts.example/hook
+      token: t0ken
+      headers: { X-Site: hall-2 }
+    mqtt:
+      topic: opex/alerts/line-3
+"#
+    );
+    let path = write(&dir, "alerts-ok.yaml", &good);
+    let out = validate(&path);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+}

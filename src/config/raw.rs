@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+pub use crate::alerts::config::RawTelemetry;
 pub use crate::flow::config::RawFlow;
 pub use crate::simulator::RawSimulator;
 pub use crate::sinks::clickhouse::config::RawClickHouse;
@@ -44,6 +45,8 @@ pub struct RawConfig {
     pub nats: Option<RawNats>,
     /// MQTT: connections, sources (`mqtt/<name>`, acked on receipt) and the `mqtt` sink.
     pub mqtt: Option<RawMqtt>,
+    /// Telemetry: where alerts go (`telemetry.alerts`).
+    pub telemetry: Option<RawTelemetry>,
 }
 
 /// `dead_letters:`

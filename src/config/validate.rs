@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::raw::{RawConfig, RawHttp};
 use super::{Problem, Problems};
+use crate::alerts::AlertsConfig;
 use crate::flow::config::{validate_flows, FlowConfig};
 use crate::simulator::SimulatorConfig;
 use crate::sinks::clickhouse::config::ClickHouseConfig;
@@ -52,6 +53,8 @@ pub struct Config {
     pub nats: NatsConfig,
     /// `mqtt:`
     pub mqtt: MqttConfig,
+    /// `telemetry.alerts:`
+    pub alerts: AlertsConfig,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
     pub warnings: Vec<Problem>,
 }
@@ -170,6 +173,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let simulator = SimulatorConfig::validate(raw.simulator.as_ref(), "simulator", &mut p);
     let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
     let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
+    let alerts = AlertsConfig::validate(raw.telemetry.as_ref(), &mqtt, &nats, "telemetry", &mut p);
     let mut warnings = Vec::new();
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
@@ -236,6 +240,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             simulator,
             nats,
             mqtt,
+            alerts,
             warnings,
         })
     } else {

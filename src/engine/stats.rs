@@ -33,6 +33,12 @@ impl EngineStats {
         *m.entry(format!("{flow}/{node}")).or_default() += 1;
     }
 
+    /// Failures of every node together.
+    pub fn node_errors_total(&self) -> u64 {
+        let m = self.node_errors.lock().unwrap_or_else(|e| e.into_inner());
+        m.values().sum()
+    }
+
     /// The JSON of `engine.stats`.
     pub fn to_json(&self) -> Value {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::alerts::Hub;
 use crate::config::HttpConfig;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
@@ -79,4 +80,6 @@ pub struct AppState {
     pub nats_sink: Option<Arc<NatsSink>>,
     /// The `mqtt` sink, when configured.
     pub mqtt_sink: Option<Arc<MqttSink>>,
+    /// The alert hub: queue levels, open alerts, channels.
+    pub alerts: Arc<Hub>,
 }

@@ -141,6 +141,9 @@ pub fn status(state: &AppState) -> Value {
         "sources": sources,
         "devices": state.devices.iter().map(|d| d.to_json()).chain(state.opcua.iter().map(|d| d.to_json())).collect::<Vec<Value>>(),
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
+        "queues": state.alerts.queues_json(),
+        "alerts": state.alerts.open_alerts(),
+        "alert_channels": state.alerts.channels_json(),
     })
 }
 
@@ -338,6 +341,7 @@ pub fn metrics(state: &AppState) -> String {
             v.load(Ordering::Relaxed) as f64,
         );
     }
+    state.alerts.write_metrics(&mut p);
     database_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     messaging_metrics(state, &mut p);

@@ -640,6 +640,11 @@ impl DeadLetterQueue {
         }
     }
 
+    /// Most entries kept (`dead_letters.max_rows`).
+    pub fn max_rows(&self) -> u64 {
+        self.max_rows
+    }
+
     /// Sizes and counters now.
     pub fn counts(&self) -> DlqCounts {
         let index = self.index.lock().unwrap_or_else(|e| e.into_inner());

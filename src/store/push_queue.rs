@@ -84,6 +84,8 @@ pub struct QueueCounters {
     pub commits_total: AtomicU64,
     /// Commands applied by those transactions; over `commits_total`, the mean group size.
     pub committed_commands_total: AtomicU64,
+    /// Commands waiting in the writer's channel now (of [`WRITER_CHANNEL`]).
+    pub writer_queued: AtomicU64,
 }
 
 /// The source of a row, and whether it is the copy of its record that the ledger tracks.
@@ -393,6 +395,11 @@ impl PushQueue {
         &self.shared.gate
     }
 
+    /// Rows the dead-letter table keeps before it trims the oldest.
+    pub fn dead_letter_cap(&self) -> u64 {
+        self.shared.dead_cap.load(Ordering::Relaxed)
+    }
+
     /// The counters of this queue.
     pub fn counters(&self) -> &Arc<QueueCounters> {
         &self.shared.counters
@@ -426,7 +433,15 @@ impl PushQueue {
             _reservation: reservation,
             reply,
         };
-        match self.sender()?.try_send(command) {
+        let sender = self.sender()?;
+        // Counted before the send: the writer may take it (and count it off) at once.
+        let queued = &self.shared.counters.writer_queued;
+        queued.fetch_add(1, Ordering::Relaxed);
+        let sent = sender.try_send(command);
+        if sent.is_err() {
+            queued.fetch_sub(1, Ordering::Relaxed);
+        }
+        match sent {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 events::push_writer_channel_full(&self.shared.counters);
@@ -439,9 +454,17 @@ impl PushQueue {
 
     fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.sender()?
-            .send(make(reply))
-            .map_err(|_| StoreError::Closed)?;
+        // Counted before the send: the writer may take it (and count it off) at once.
+        let queued = &self.shared.counters.writer_queued;
+        queued.fetch_add(1, Ordering::Relaxed);
+        if self
+            .sender()
+            .and_then(|s| s.send(make(reply)).map_err(|_| StoreError::Closed))
+            .is_err()
+        {
+            queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(StoreError::Closed);
+        }
         rx.blocking_recv().unwrap_or(Err(StoreError::Closed))
     }
 
@@ -620,6 +643,12 @@ impl Writer {
 
     fn run(mut self, rx: Receiver<Command>) {
         while let Some(group) = next_group(&rx, MAX_GROUP) {
+            let c = &self.shared.counters.writer_queued;
+            let n = group.len() as u64;
+            // Saturating, so a count can never wrap; sends are counted before they happen.
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
             self.commit_group(group);
         }
         self.flush_counters();

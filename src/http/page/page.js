@@ -103,7 +103,7 @@
     if (Array.isArray(s.queues)) return s.queues;
     var q = s.push_queue;
     if (!q) return null;
-    return [{ name: 'push', kind: q.durable === false ? 'memory' : 'disk', on_full: q.on_full,
+    return [{ name: 'push_queue', kind: q.durable === false ? 'memory' : 'disk', on_full: q.on_full,
       quota: q.quota_bytes, quota_unit: 'bytes', used: q.used_bytes, fill_pct: q.fill_pct, level: q.level,
       blocked_total: q.blocked_total, evicted_total: q.evicted_total, dropped_total: q.dropped_total }];
   }

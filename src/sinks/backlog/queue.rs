@@ -184,7 +184,7 @@ pub struct Backlog<T> {
     /// Wakes the insert thread: a batch is due, or the sink is closing.
     wake: Condvar,
     counters: BacklogCounters,
-    level: LevelTracker,
+    level: Arc<LevelTracker>,
     last_error: Mutex<Option<String>>,
     /// Its part of the loss ledger: the tracked rows of each source, pending until inserted,
     /// parked or lost.
@@ -208,7 +208,7 @@ impl<T: Send> Backlog<T> {
             }),
             wake: Condvar::new(),
             counters: BacklogCounters::default(),
-            level: LevelTracker::default(),
+            level: Arc::default(),
             last_error: Mutex::new(None),
             book: Book::default(),
         }
@@ -241,7 +241,7 @@ impl<T: Send> Backlog<T> {
     }
 
     /// The level tracker the alert checker advances.
-    pub fn level(&self) -> &LevelTracker {
+    pub fn level(&self) -> &Arc<LevelTracker> {
         &self.level
     }
 

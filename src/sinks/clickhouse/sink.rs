@@ -102,7 +102,7 @@ impl ClickHouseSink {
     }
 
     /// The level tracker the alert checker advances.
-    pub fn level(&self) -> &LevelTracker {
+    pub fn level(&self) -> &std::sync::Arc<LevelTracker> {
         self.backlog.level()
     }
 

@@ -83,7 +83,7 @@ impl PostgresSink {
     }
 
     /// The level tracker the alert checker advances.
-    pub fn level(&self) -> &LevelTracker {
+    pub fn level(&self) -> &std::sync::Arc<LevelTracker> {
         self.backlog.level()
     }
 

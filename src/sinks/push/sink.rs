@@ -52,7 +52,7 @@ enum Buffer {
 pub struct PushSink {
     buffer: Buffer,
     counters: Arc<QueueCounters>,
-    level: LevelTracker,
+    level: Arc<LevelTracker>,
 }
 
 /// `push_queue` (and `push_status`) in `/api/status`.
@@ -103,7 +103,7 @@ impl PushSink {
         Ok(Self {
             buffer,
             counters,
-            level: LevelTracker::default(),
+            level: Arc::default(),
         })
     }
 
@@ -190,8 +190,21 @@ impl PushSink {
         }
     }
 
+    /// Rows the push dead-letter table keeps before it trims the oldest.
+    pub fn dead_letter_cap(&self) -> u64 {
+        match &self.buffer {
+            Buffer::Durable(q) => q.dead_letter_cap(),
+            Buffer::Volatile(_) => super::volatile::DEAD_CAP as u64,
+        }
+    }
+
+    /// True for the durable queue on disk, false for the volatile memory buffer.
+    pub fn durable(&self) -> bool {
+        matches!(self.buffer, Buffer::Durable(_))
+    }
+
     /// The level tracker that the alert checker advances.
-    pub fn level(&self) -> &LevelTracker {
+    pub fn level(&self) -> &Arc<LevelTracker> {
         &self.level
     }
 
@@ -223,10 +236,11 @@ impl PushSink {
             evicted_total,
             dropped_total,
             write_errors_total,
-            level: self.level.peek(
-                fill_pct,
-                blocked_total + evicted_total + dropped_total + write_errors_total,
-            ),
+            // Writer channel drops are the `push_writer` queue's level, not the quota's; a
+            // failed write (a full disk) refused its records, as a full `block` queue does.
+            level: self
+                .level
+                .peek(fill_pct, blocked_total + evicted_total + write_errors_total),
         }
     }
 

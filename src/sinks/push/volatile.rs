@@ -19,7 +19,7 @@ use crate::telemetry::events;
 /// Quota of the volatile buffer in logical bytes.
 pub const VOLATILE_QUOTA: u64 = 16 << 20;
 /// Dead letters kept in memory; older ones are trimmed.
-const DEAD_CAP: usize = 1000;
+pub const DEAD_CAP: usize = 1000;
 
 #[derive(Default)]
 struct Inner {

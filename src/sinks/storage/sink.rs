@@ -24,7 +24,7 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 pub struct StorageSink {
     /// Shared with the sweeper thread.
     store: Arc<EventStore>,
-    level: LevelTracker,
+    level: Arc<LevelTracker>,
 }
 
 /// `storage` in `/api/status`.
@@ -68,7 +68,7 @@ impl StorageSink {
         )?;
         Ok(Self {
             store: Arc::new(store),
-            level: LevelTracker::default(),
+            level: Arc::default(),
         })
     }
 
@@ -94,7 +94,7 @@ impl StorageSink {
     }
 
     /// The level tracker that the alert checker advances.
-    pub fn level(&self) -> &LevelTracker {
+    pub fn level(&self) -> &Arc<LevelTracker> {
         &self.level
     }
 

@@ -454,7 +454,10 @@ mod without_the_client {
         let text = "connector:\n  data_dir: /d\ndevices:\n  - name: line-1\n    protocol: opcua\n    endpoint: opc.tcp://127.0.0.1:4840/\n    groups: [{name: fast, interval_ms: 200}]\n    nodes: [{node_id: \"ns=2;s=T\", name: t, group: fast}]\n";
         let problems = crate::config::from_yaml(text).unwrap_err();
         assert!(
-            problems.0.iter().any(|p| p.to_string().contains("devices[0].protocol")),
+            problems
+                .0
+                .iter()
+                .any(|p| p.to_string().contains("devices[0].protocol")),
             "{problems:?}"
         );
     }
