@@ -11,11 +11,14 @@ use crate::simulator::SimulatorConfig;
 use crate::sinks::clickhouse::config::ClickHouseConfig;
 use crate::sinks::postgres::config::PostgresConfig;
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
+use crate::sinks::push::preprocess::{validate_preprocess, PreprocessRule};
 use crate::sinks::storage::config::StorageConfig;
+use crate::sources::backfill::{validate_backfills, BackfillConfig};
 use crate::sources::devices::{validate_devices, DevicesConfig};
 use crate::sources::ingest::config::IngestConfig;
 use crate::sources::mqtt::config::MqttConfig;
 use crate::sources::nats::config::NatsConfig;
+use crate::sources::schedule::{validate_schedules, ScheduleConfig};
 use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
 
@@ -52,18 +55,31 @@ pub struct Config {
     pub nats: NatsConfig,
     /// `mqtt:`
     pub mqtt: MqttConfig,
+    /// `schedules:`
+    pub schedules: Vec<ScheduleConfig>,
+    /// `backfills:`
+    pub backfills: Vec<BackfillConfig>,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
     pub warnings: Vec<Problem>,
 }
 
 impl Config {
     /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`,
-    /// `modbus/<name>`, `nats/<name>`, `mqtt/<name>`.
+    /// `modbus/<name>`, `nats/<name>`, `mqtt/<name>`, `schedule/<name>`, `backfill/<name>`.
     pub fn source_names(&self) -> Vec<String> {
         let mut names = source_names(&self.ingest, &self.webhooks, &self.devices);
         names.extend(messaging_source_names(&self.nats, &self.mqtt));
+        names.extend(feed_source_names(&self.schedules, &self.backfills));
         names
     }
+}
+
+fn feed_source_names(schedules: &[ScheduleConfig], backfills: &[BackfillConfig]) -> Vec<String> {
+    schedules
+        .iter()
+        .map(|s| format!("schedule/{}", s.name))
+        .chain(backfills.iter().map(|b| format!("backfill/{}", b.name)))
+        .collect()
 }
 
 fn source_names(
@@ -101,6 +117,8 @@ pub struct ConnectorConfig {
     pub push_queue: PushQueueConfig,
     /// The uplink; `None` when not configured (the queue then only fills).
     pub push: Option<UplinkConfig>,
+    /// `connector.preprocess`: rules in front of the push queue; empty when none.
+    pub preprocess: Vec<PreprocessRule>,
 }
 
 /// `connector.http:`, validated.
@@ -170,9 +188,19 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let simulator = SimulatorConfig::validate(raw.simulator.as_ref(), "simulator", &mut p);
     let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
     let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
+    let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
+    let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
     let mut warnings = Vec::new();
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
+    all_sources.extend(feed_source_names(&schedules, &backfills));
+    let preprocess = validate_preprocess(
+        c.preprocess.as_deref(),
+        "connector.preprocess",
+        &all_sources,
+        &mut p,
+        &mut warnings,
+    );
     let flows = validate_flows(
         raw.flows.as_deref(),
         &all_sources,
@@ -224,6 +252,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
                 http,
                 push_queue,
                 push,
+                preprocess,
             },
             ingest,
             webhooks,
@@ -236,6 +265,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             simulator,
             nats,
             mqtt,
+            schedules,
+            backfills,
             warnings,
         })
     } else {

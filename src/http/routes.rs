@@ -41,7 +41,11 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             "text/html; charset=utf-8",
             status::page(&state),
         ),
-        ["api", "status"] | ["metrics"] | [""] => not_allowed("GET"),
+        ["api", "schedules"] if get => json_response(
+            StatusCode::OK,
+            &serde_json::json!({ "schedules": status::schedules(&state) }),
+        ),
+        ["api", "status"] | ["api", "schedules"] | ["metrics"] | [""] => not_allowed("GET"),
         ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {
             admin::handle(&state, &segments, req).await
         }
