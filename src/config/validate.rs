@@ -407,6 +407,58 @@ mod tests {
     }
 
     #[test]
+    fn schedules_backfills_and_preprocess_report_every_problem_at_once() {
+        let errs = paths(
+            r#"
+connector:
+  data_dir: /d
+  preprocess:
+    - { source: schedule/tick, deadband: { absolute: 1, percent: 5 } }
+    - { source: backfill/old, aggregate: { fn: avg, window: 0s } }
+    - { source: ingest/nope, deadband: { absolute: 1 } }
+schedules:
+  - { name: tick, every: 30s }
+  - { name: bad, every: 30x }
+  - { name: nightly, cron: "0 2 * 13 *" }
+backfills:
+  - { name: old, file: /data/old.csv, format: csv }
+  - { name: new, file: /data/new.csv, format: xlsx }
+flows:
+  - id: f
+    nodes:
+      - { id: a, kind: source, source: schedule/tick }
+      - { id: b, kind: source, source: backfill/missing }
+      - { id: up, kind: sink, sink: push }
+    wires:
+      - { from: a, to: up }
+      - { from: b, to: up }
+"#,
+        );
+        let known = "(known: schedule/tick, backfill/old)";
+        assert_eq!(
+            errs,
+            vec![
+                r#"schedules[1].every: "30x": expected a whole number and a unit (ms, s, m, h, d), e.g. 30s"#.to_string(),
+                "schedules[2].cron: field 4 (month): 13 is outside 1..=12".to_string(),
+                r#"backfills[1].format: expected jsonl or csv, got "xlsx""#.to_string(),
+                "connector.preprocess[0].deadband: give absolute or percent, not both".to_string(),
+                "connector.preprocess[1].aggregate.window: must be at least 1s".to_string(),
+                format!("connector.preprocess[2].source: unknown source \"ingest/nope\" {known}"),
+                format!("flows[0].nodes[1].source: unknown source \"backfill/missing\" {known}"),
+            ]
+        );
+        let ok = from_yaml(
+            "connector:\n  data_dir: /d\n  preprocess:\n    - { source: schedule/tick, point: temp, deadband: { percent: 5 }, heartbeat: 10m }\nschedules:\n  - { name: tick, every: 30s }\nbackfills:\n  - { name: old, file: /data/old.csv, format: csv }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ok.source_names(),
+            vec!["schedule/tick".to_string(), "backfill/old".to_string()]
+        );
+        assert_eq!(ok.connector.preprocess.len(), 1);
+    }
+
+    #[test]
     fn the_demo_config_is_valid() {
         from_yaml(super::super::DEMO_YAML).unwrap();
     }

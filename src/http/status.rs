@@ -346,7 +346,8 @@ pub fn metrics(state: &AppState) -> String {
 /// The preprocess stage, the schedules and the backfills.
 fn feed_metrics(state: &AppState, p: &mut Page) {
     let pre = state.push.preprocess();
-    let load = |c: Option<&std::sync::atomic::AtomicU64>| c.map_or(0, |c| c.load(Ordering::Relaxed));
+    let load =
+        |c: Option<&std::sync::atomic::AtomicU64>| c.map_or(0, |c| c.load(Ordering::Relaxed));
     p.single(
         "opex_connector_push_suppressed_total",
         Kind::Counter,

@@ -54,7 +54,8 @@ pub fn load(path: &Path) -> Result<Option<Checkpoint>, String> {
 
 /// Writes a checkpoint atomically and durably.
 pub fn save(path: &Path, cp: &Checkpoint) -> Result<(), String> {
-    let fail = |what: &str, e: std::io::Error| format!("checkpoint {}: {what}: {e}", path.display());
+    let fail =
+        |what: &str, e: std::io::Error| format!("checkpoint {}: {what}: {e}", path.display());
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(|e| fail("create folder", e))?;
     let tmp = path.with_extension("json.tmp");
@@ -99,7 +100,14 @@ mod tests {
             malformed: 1,
         };
         save(&p, &cp).unwrap();
-        save(&p, &Checkpoint { offset: 240, ..cp.clone() }).unwrap();
+        save(
+            &p,
+            &Checkpoint {
+                offset: 240,
+                ..cp.clone()
+            },
+        )
+        .unwrap();
         assert_eq!(load(&p).unwrap().unwrap().offset, 240);
         assert!(!p.with_extension("json.tmp").exists());
         fs::write(&p, b"{torn").unwrap();
@@ -114,6 +122,10 @@ mod tests {
         assert_eq!(fingerprint(&mut f, 3).unwrap().1, 3);
         fs::write(&data, b"{}\n{}\n{}\n").unwrap();
         let mut f = File::open(&data).unwrap();
-        assert_eq!(fingerprint(&mut f, n).unwrap().0, a, "appending keeps the fingerprint");
+        assert_eq!(
+            fingerprint(&mut f, n).unwrap().0,
+            a,
+            "appending keeps the fingerprint"
+        );
     }
 }

@@ -397,9 +397,18 @@ mod tests {
             r.payload_value(),
             json!({"id": "A-1", "at": "2024-05-01T12:00:00Z", "qty": 3})
         );
-        assert_eq!(maker.make(8, b"A-2,x").unwrap_err(), "2 fields, the header has 3");
-        assert!(maker.make(9, b"A-3,yesterday,1").unwrap_err().contains("not RFC 3339"));
-        assert!(maker.make(9, b",1714564800000,1").unwrap_err().contains("no key field"));
+        assert_eq!(
+            maker.make(8, b"A-2,x").unwrap_err(),
+            "2 fields, the header has 3"
+        );
+        assert!(maker
+            .make(9, b"A-3,yesterday,1")
+            .unwrap_err()
+            .contains("not RFC 3339"));
+        assert!(maker
+            .make(9, b",1714564800000,1")
+            .unwrap_err()
+            .contains("no key field"));
         let jsonl = Maker {
             format: Format::Jsonl,
             header: vec![],
@@ -408,8 +417,14 @@ mod tests {
         let r = jsonl.make(1, br#"{"id": 5, "at": 1714564800000}"#).unwrap();
         assert_eq!((r.key.as_str(), r.ts_ms), ("5", 1_714_564_800_000));
         assert!(jsonl.make(2, b"{oops").unwrap_err().starts_with("not JSON"));
-        assert_eq!(csv_header(b"a,,b").unwrap_err(), "header column 2 has no name");
-        assert_eq!(csv_header(b"a,b,a").unwrap_err(), "header names \"a\" twice");
+        assert_eq!(
+            csv_header(b"a,,b").unwrap_err(),
+            "header column 2 has no name"
+        );
+        assert_eq!(
+            csv_header(b"a,b,a").unwrap_err(),
+            "header names \"a\" twice"
+        );
     }
 
     #[test]

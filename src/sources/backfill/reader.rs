@@ -60,14 +60,19 @@ pub fn spawn(
         })
 }
 
-fn read(cfg: &BackfillConfig, from: Option<&Checkpoint>, tx: &mpsc::Sender<Item>) -> Result<(), String> {
+fn read(
+    cfg: &BackfillConfig,
+    from: Option<&Checkpoint>,
+    tx: &mpsc::Sender<Item>,
+) -> Result<(), String> {
     let file_name = cfg.file.display();
     let io = |what: &str, e: std::io::Error| format!("{what} {file_name}: {e}");
     let mut file = File::open(&cfg.file).map_err(|e| io("cannot open", e))?;
     let len = file.metadata().map_err(|e| io("cannot stat", e))?.len();
     let (fp, fp_len) = match from {
         Some(cp) => {
-            let (fp, n) = fingerprint(&mut file, cp.fingerprint_len).map_err(|e| io("cannot read", e))?;
+            let (fp, n) =
+                fingerprint(&mut file, cp.fingerprint_len).map_err(|e| io("cannot read", e))?;
             if fp != cp.fingerprint || n != cp.fingerprint_len || len < cp.offset {
                 return Err(format!(
                     "{file_name} is not the file this backfill checkpointed (its start changed or it shrank); delete its checkpoint to start over"
@@ -97,7 +102,9 @@ fn read(cfg: &BackfillConfig, from: Option<&Checkpoint>, tx: &mpsc::Sender<Item>
     let mut header = Vec::new();
     if cfg.format == Format::Csv {
         loop {
-            if !read_csv_record(&mut reader, &mut line, MAX_LINE).map_err(|e| io("cannot read", e))? {
+            if !read_csv_record(&mut reader, &mut line, MAX_LINE)
+                .map_err(|e| io("cannot read", e))?
+            {
                 break;
             }
             offset += line.consumed;

@@ -177,10 +177,7 @@ impl BackfillSource {
                         p.state = "done";
                         p.done
                     };
-                    log::info!(
-                        "backfill done: backfill={} records={done}",
-                        self.cfg.name
-                    );
+                    log::info!("backfill done: backfill={} records={done}", self.cfg.name);
                     return;
                 }
                 Ok(false) => return,
@@ -362,7 +359,10 @@ impl BackfillSource {
                 Settlement::Failed { sink, reason } => {
                     failures = failures.saturating_add(1);
                     let backoff = Duration::from_secs(1u64 << failures.min(6).saturating_sub(1));
-                    (format!("sink {sink} failed: {reason}"), backoff.min(MAX_BACKOFF))
+                    (
+                        format!("sink {sink} failed: {reason}"),
+                        backoff.min(MAX_BACKOFF),
+                    )
                 }
             };
             let total = self.stats.retries_total.fetch_add(1, Ordering::Relaxed) + 1;

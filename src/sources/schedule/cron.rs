@@ -122,8 +122,8 @@ impl Cron {
                     continue;
                 }
                 if self.minutes & (1 << min) != 0 {
-                    let ms = days_from_civil(year, month, day) * DAY_MS as i64
-                        + i64::from(m) * 60_000;
+                    let ms =
+                        days_from_civil(year, month, day) * DAY_MS as i64 + i64::from(m) * 60_000;
                     return u64::try_from(ms).ok();
                 }
                 m += 1;
@@ -260,14 +260,23 @@ mod tests {
     fn bad_fields_are_named_with_their_position() {
         let err = |e: &str| Cron::parse(e).unwrap_err();
         assert_eq!(err("0 25 * * *"), "field 2 (hour): 25 is outside 0..=23");
-        assert_eq!(err("*/0 * * * *"), "field 1 (minute): \"*/0\": a step must be at least 1");
+        assert_eq!(
+            err("*/0 * * * *"),
+            "field 1 (minute): \"*/0\": a step must be at least 1"
+        );
         assert_eq!(
             err("0 0 * FOO *"),
             "field 4 (month): \"FOO\" is not a number or a name JAN..DEC"
         );
-        assert_eq!(err("0 0 5-1 * *"), "field 3 (day-of-month): range \"5-1\" runs backwards");
+        assert_eq!(
+            err("0 0 5-1 * *"),
+            "field 3 (day-of-month): range \"5-1\" runs backwards"
+        );
         assert!(err("* * * *").contains("expected 5 fields"));
         assert_eq!(err("0 0 30 2 *"), "\"0 0 30 2 *\" never matches a date");
-        assert_eq!(err("0 0 1,,2 * *"), "field 3 (day-of-month): \"1,,2\" has an empty list item");
+        assert_eq!(
+            err("0 0 1,,2 * *"),
+            "field 3 (day-of-month): \"1,,2\" has an empty list item"
+        );
     }
 }

@@ -32,7 +32,7 @@ const MAX_COUNTED: u64 = 100_000;
 /// Counters of one schedule, shown in `/api/schedules`.
 #[derive(Debug, Default)]
 pub struct ScheduleStats {
-    /// Ticks offered to the engine.
+    /// Ticks offered to the engine and settled.
     pub ticks_total: AtomicU64,
     /// Ticks a full sink refused: lost by design (also in `engine.stats.backpressured`).
     pub backpressured_total: AtomicU64,
@@ -192,12 +192,13 @@ impl ScheduleSource {
     async fn tick(&self, engine: &Engine, due: u64) {
         let mut record = Record::from_value(self.source.clone(), &self.cfg.name, &self.cfg.payload);
         record.ts_ms = due;
-        self.stats.ticks_total.fetch_add(1, Ordering::Relaxed);
         let settlement = engine.offer(record).await;
         let result = self.settled(&settlement);
         let mut t = self.ticks();
         t.last_ms = Some(due);
         t.last_result = Some(result);
+        // Counted once settled, with its result in place.
+        self.stats.ticks_total.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts and logs a tick's settlement; returns its `last_result`.
@@ -206,7 +207,11 @@ impl ScheduleSource {
         match settlement {
             Settlement::Stored | Settlement::Unrouted => "ok".into(),
             Settlement::Retry { sink, .. } => {
-                let total = self.stats.backpressured_total.fetch_add(1, Ordering::Relaxed) + 1;
+                let total = self
+                    .stats
+                    .backpressured_total
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
                 if total.is_power_of_two() {
                     log::error!(
                         "alert: schedule tick refused by a full sink, not replayed: schedule={name} sink={sink} backpressured_total={total}"
@@ -217,7 +222,9 @@ impl ScheduleSource {
             Settlement::DeadLettered { id } => {
                 self.stats.errors_total.fetch_add(1, Ordering::Relaxed);
                 let entry = id.map_or("-".to_string(), |i| i.to_string());
-                format!("error: a node failed, tick parked in the dead-letter queue (entry {entry})")
+                format!(
+                    "error: a node failed, tick parked in the dead-letter queue (entry {entry})"
+                )
             }
             Settlement::Failed { sink, reason } => {
                 let total = self.stats.errors_total.fetch_add(1, Ordering::Relaxed) + 1;
@@ -261,10 +268,7 @@ mod tests {
         assert!(!on_time(&w, 1_000, 1_600));
         assert!(!on_time(&every(60), 60_000, 66_000));
 
-        let c = When::Cron(
-            "*/15 * * * *".into(),
-            Cron::parse("*/15 * * * *").unwrap(),
-        );
+        let c = When::Cron("*/15 * * * *".into(), Cron::parse("*/15 * * * *").unwrap());
         let due = parse_rfc3339("2024-05-01T12:00:00Z").unwrap();
         let now = parse_rfc3339("2024-05-01T12:50:00Z").unwrap();
         let (next, missed) = next_after(&c, 0, due, now);

@@ -140,9 +140,7 @@ pub fn validate_preprocess(
                     None
                 }
                 (Some(x), None) if x.is_finite() && x >= 0.0 => Some(Deadband::Absolute(x)),
-                (None, Some(x)) if x.is_finite() && x >= 0.0 && x <= 1000.0 => {
-                    Some(Deadband::Percent(x))
-                }
+                (None, Some(x)) if (0.0..=1000.0).contains(&x) => Some(Deadband::Percent(x)),
                 (Some(x), None) => {
                     p.push(format!("{at}.absolute"), format!("{x} must be 0 or more"));
                     None
@@ -213,13 +211,13 @@ pub fn validate_preprocess(
             continue;
         }
         let Some(source) = source else { continue };
-        if out
-            .iter()
-            .any(|o| o.source == source && o.point == r.point)
-        {
+        if out.iter().any(|o| o.source == source && o.point == r.point) {
             p.push(
                 at.clone(),
-                format!("a second rule for {source} {}", r.point.as_deref().unwrap_or("(every point)")),
+                format!(
+                    "a second rule for {source} {}",
+                    r.point.as_deref().unwrap_or("(every point)")
+                ),
             );
         }
         if deadband.is_some() || aggregate.is_some() {
@@ -270,6 +268,9 @@ mod tests {
         assert_eq!(w[0].path, "connector.preprocess[4].heartbeat");
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].deadband, Some(Deadband::Absolute(0.5)));
-        assert_eq!(out[1].aggregate, Some((AggFn::Avg, Duration::from_secs(60))));
+        assert_eq!(
+            out[1].aggregate,
+            Some((AggFn::Avg, Duration::from_secs(60)))
+        );
     }
 }

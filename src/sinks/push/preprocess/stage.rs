@@ -326,7 +326,11 @@ impl Preprocess {
         let output = if points > 0 && kept == 0 {
             Output::Suppressed
         } else if changed {
-            let mut r = Record::from_value(record.source.clone(), record.key.clone(), &Value::Object(out));
+            let mut r = Record::from_value(
+                record.source.clone(),
+                record.key.clone(),
+                &Value::Object(out),
+            );
             r.id = record.id.clone();
             r.ts_ms = record.ts_ms;
             Output::Changed(r)
@@ -359,7 +363,11 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn rule(deadband: Option<Deadband>, aggregate: Option<(AggFn, u64)>, heartbeat: Option<u64>) -> PreprocessRule {
+    fn rule(
+        deadband: Option<Deadband>,
+        aggregate: Option<(AggFn, u64)>,
+        heartbeat: Option<u64>,
+    ) -> PreprocessRule {
         PreprocessRule {
             source: "modbus/p1".into(),
             point: None,
@@ -388,20 +396,41 @@ mod tests {
     #[test]
     fn absolute_deadband_compares_with_the_last_value_sent() {
         let r = rule(Some(Deadband::Absolute(0.5)), None, None);
-        let series = [(0, 20.0), (1000, 20.3), (2000, 20.5), (3000, 20.6), (4000, 21.2), (5000, 21.0)];
+        let series = [
+            (0, 20.0),
+            (1000, 20.3),
+            (2000, 20.5),
+            (3000, 20.6),
+            (4000, 21.2),
+            (5000, 21.0),
+        ];
         assert_eq!(run(&r, &series), (vec![20.0, 20.6, 21.2], 3));
     }
 
     #[test]
     fn percent_deadband_with_a_heartbeat_sends_a_steady_value_after_the_gap() {
         let r = rule(Some(Deadband::Percent(10.0)), None, Some(3));
-        let series = [(0, 100.0), (1000, 105.0), (2000, 109.0), (3000, 111.0), (4000, 111.0), (8000, 111.0)];
+        let series = [
+            (0, 100.0),
+            (1000, 105.0),
+            (2000, 109.0),
+            (3000, 111.0),
+            (4000, 111.0),
+            (8000, 111.0),
+        ];
         assert_eq!(run(&r, &series), (vec![100.0, 111.0, 111.0], 3));
     }
 
     #[test]
     fn aggregates_close_a_window_with_the_first_value_of_a_later_one() {
-        let series = [(0, 1.0), (3000, 2.0), (6000, 6.0), (12_000, 10.0), (15_000, 20.0), (31_000, 5.0)];
+        let series = [
+            (0, 1.0),
+            (3000, 2.0),
+            (6000, 6.0),
+            (12_000, 10.0),
+            (15_000, 20.0),
+            (31_000, 5.0),
+        ];
         for (f, expected) in [
             (AggFn::Avg, vec![3.0, 15.0]),
             (AggFn::Min, vec![1.0, 10.0]),
@@ -444,9 +473,14 @@ mod tests {
         let (out, _) = stage.apply(&second);
         let (out_again, c) = stage.apply(&second);
         assert_eq!(out, out_again);
-        let Output::Changed(r) = out else { panic!("{out:?}") };
+        let Output::Changed(r) = out else {
+            panic!("{out:?}")
+        };
         assert_eq!(r.id, second.id);
-        assert_eq!(r.payload_value(), json!({"speed": {"value": 5.0, "quality": "good"}}));
+        assert_eq!(
+            r.payload_value(),
+            json!({"speed": {"value": 5.0, "quality": "good"}})
+        );
         stage.commit(c);
         assert_eq!(stage.suppressed_total.load(Ordering::Relaxed), 1);
 
@@ -465,8 +499,13 @@ mod tests {
         );
         bad.ts_ms = 2000;
         let (out, _) = stage.apply(&bad);
-        let Output::Changed(r) = out else { panic!("{out:?}") };
-        assert_eq!(r.payload_value(), json!({"speed": {"value": null, "quality": "bad"}}));
+        let Output::Changed(r) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            r.payload_value(),
+            json!({"speed": {"value": null, "quality": "bad"}})
+        );
     }
 
     #[test]
@@ -480,7 +519,9 @@ mod tests {
             stage.commit(c);
         }
         let (out, _) = stage.apply(&poll(60_000, 30.0, 1.0));
-        let Output::Changed(r) = out else { panic!("{out:?}") };
+        let Output::Changed(r) = out else {
+            panic!("{out:?}")
+        };
         assert_eq!(
             r.payload_value()["temp"],
             json!({"value": 20.5, "quality": "good", "unit": "°C",
