@@ -216,6 +216,10 @@ fn a_backfill_killed_midway_resumes_from_its_checkpoint_and_delivers_every_recor
         "a record is missing"
     );
     let duplicates: u64 = seen.values().map(|c| c - 1).sum();
+    eprintln!(
+        "backfill: killed at done={} rate_per_sec={}, resumed after record {resumed}, {duplicates} duplicates at the receiver",
+        before["done"], before["rate_per_sec"]
+    );
     // Records settled after the last checkpoint, the ones in flight, and one uplink batch
     // sent but not yet deleted when the process died.
     assert!(
@@ -253,7 +257,7 @@ fn refused_backfill_records_wait_and_are_retried_until_the_queue_drains() {
         "format": "csv",
         "key_field": "id",
     }]);
-    let daemon = Daemon::start(config);
+    let mut daemon = Daemon::start(config);
     wait_until(
         Duration::from_secs(60),
         "the backfill refused and waiting",
@@ -272,8 +276,23 @@ fn refused_backfill_records_wait_and_are_retried_until_the_queue_drains() {
         "{status:#}"
     );
     let waiting = backfill(&daemon, "pay");
-    assert!(u64_at(&waiting, "/done") < GOOD, "{waiting:#}");
+    let done_at_stop = u64_at(&waiting, "/done");
+    assert!(done_at_stop < GOOD, "{waiting:#}");
 
+    // A graceful stop while records wait: the waits end at once and the position is
+    // checkpointed exactly (nothing drains while the receiver is down).
+    assert!(daemon.stop().success(), "graceful stop");
+    let checkpoint: Value = serde_json::from_slice(
+        &std::fs::read(daemon.data_dir().join("backfills/pay.checkpoint.json"))
+            .expect("checkpoint written at stop"),
+    )
+    .expect("checkpoint JSON");
+    assert_eq!(
+        u64_at(&checkpoint, "/records"),
+        done_at_stop,
+        "{checkpoint}"
+    );
+    daemon.restart();
     receiver.up();
     wait_until(Duration::from_secs(120), "the backfill done", || {
         backfill(&daemon, "pay")["state"] == "done"
@@ -285,6 +304,11 @@ fn refused_backfill_records_wait_and_are_retried_until_the_queue_drains() {
     wait_until(POLL_DEADLINE, "every good record at the receiver", || {
         arrivals(&receiver, "pay").len() as u64 == GOOD
     });
+    let seen = arrivals(&receiver, "pay");
+    assert!(
+        seen.values().all(|c| *c == 1),
+        "no record twice after a graceful stop"
+    );
     let record = receiver
         .records()
         .into_iter()
