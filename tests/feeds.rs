@@ -363,3 +363,27 @@ fn a_deadband_suppresses_push_values_only_and_counts_them() {
     // Storage got every record.
     assert_eq!(event_ids(&daemon, &format!("ingest/{SOURCE}")).len(), 6);
 }
+
+#[test]
+fn validate_lists_every_schedule_backfill_and_preprocess_problem_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "connector:\n  data_dir: /tmp/x\n  preprocess:\n    - { source: schedule/ping, deadband: { absolute: 1, percent: 2 } }\n    - { source: schedule/ping, point: temp, aggregate: { fn: avg, window: 0s } }\nschedules:\n  - { name: ping, cron: '*/5 * * * 8' }\n  - { name: pong, every: soon }\nbackfills:\n  - { name: old, file: /data/old.txt, format: txt }\n",
+    )
+    .expect("write config");
+    let out = run_cli(&["validate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "schedules[0].cron: field 5 (day-of-week): 8 is outside 0..=7",
+        "schedules[1].every: \"soon\": expected a whole number and a unit (ms, s, m, h, d), e.g. 30s",
+        "backfills[0].format: expected jsonl or csv, got \"txt\"",
+        "connector.preprocess[0].source: unknown source \"schedule/ping\" (known: )",
+        "connector.preprocess[0].deadband: give absolute or percent, not both",
+        "connector.preprocess[1].aggregate.window: must be at least 1s",
+    ] {
+        assert!(stderr.contains(line), "missing {line:?} in:\n{stderr}");
+    }
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::raw::{RawConfig, RawHttp};
 use super::{Problem, Problems};
-use crate::flow::config::{validate_flows, FlowConfig};
+use crate::flow::config::{validate_flows, FlowConfig, NodeKind};
 use crate::simulator::SimulatorConfig;
 use crate::sinks::clickhouse::config::ClickHouseConfig;
 use crate::sinks::postgres::config::PostgresConfig;
@@ -226,6 +226,36 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
                     format!("flows[{i}]"),
                     format!("a sink node names {name}, but there is no {name}: section"),
                 );
+            }
+        }
+    }
+    // With flows, a source no flow takes is acknowledged as unrouted: a backfill would run
+    // through its whole file and deliver nothing, so that is an error; a schedule, a warning.
+    if !flows.is_empty() {
+        let taken = |source: &str| {
+            flows.iter().any(|f| {
+                f.nodes
+                    .iter()
+                    .any(|n| matches!(&n.kind, NodeKind::Source { source: s } if s == source))
+            })
+        };
+        for (i, b) in backfills.iter().enumerate() {
+            if !taken(&format!("backfill/{}", b.name)) {
+                p.push(
+                    format!("backfills[{i}]"),
+                    format!("no flow has a source node for backfill/{}: its records would be dropped as unrouted", b.name),
+                );
+            }
+        }
+        for (i, s) in schedules.iter().enumerate() {
+            if !taken(&format!("schedule/{}", s.name)) {
+                warnings.push(Problem {
+                    path: format!("schedules[{i}]"),
+                    message: format!(
+                        "no flow has a source node for schedule/{}: its ticks are unrouted",
+                        s.name
+                    ),
+                });
             }
         }
     }
@@ -456,6 +486,29 @@ flows:
             vec!["schedule/tick".to_string(), "backfill/old".to_string()]
         );
         assert_eq!(ok.connector.preprocess.len(), 1);
+    }
+
+    #[test]
+    fn a_backfill_no_flow_takes_is_refused_and_an_untaken_schedule_warned() {
+        let text = "connector:\n  data_dir: /d\nschedules:\n  - { name: tick, every: 30s }\nbackfills:\n  - { name: old, file: /data/old.jsonl, format: jsonl }\n  - { name: new, file: /data/new.jsonl, format: jsonl }\nflows:\n  - id: f\n    nodes:\n      - { id: a, kind: source, source: backfill/new }\n      - { id: up, kind: sink, sink: push }\n    wires:\n      - { from: a, to: up }\n";
+        assert_eq!(
+            paths(text),
+            vec!["backfills[0]: no flow has a source node for backfill/old: its records would be dropped as unrouted"]
+        );
+        let ok = from_yaml(
+            &text
+                .replace(
+                    "backfill/new }",
+                    "backfill/new }\n      - { id: b, kind: source, source: backfill/old }\n",
+                )
+                .replace(
+                    "- { from: a, to: up }",
+                    "- { from: a, to: up }\n      - { from: b, to: up }",
+                ),
+        )
+        .unwrap();
+        assert_eq!(ok.warnings.len(), 1, "{:?}", ok.warnings);
+        assert_eq!(ok.warnings[0].path, "schedules[0]");
     }
 
     #[test]
