@@ -264,6 +264,16 @@ impl BackfillSource {
                     stopped = true;
                     reading = false;
                 }
+                // Settled records wait at most `checkpoint_interval` for their checkpoint,
+                // even when nothing settles after them (a sink refuses for long).
+                _ = tokio::time::sleep_until((saved_at + self.cfg.checkpoint_interval).into()), if unsaved > 0 => {
+                    if let Err(e) = self.save(&pos).await {
+                        failure.get_or_insert(e);
+                        reading = false;
+                    }
+                    unsaved = 0;
+                    saved_at = Instant::now();
+                }
                 Some(s) = in_flight.next(), if !in_flight.is_empty() => {
                     let s: Settled = s;
                     if aborted {
