@@ -285,4 +285,17 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn config_and_file_text_never_panics_the_parsers(
+            text in "[0-9 ,*/a-zA-Z:.+TZ-]{0,32}",
+            line in "[0-9a-z\",\n ]{0,24}",
+        ) {
+            let _ = parse_rfc3339(&text);
+            let _ = parse_duration(&text);
+            let _ = crate::sources::schedule::cron::Cron::parse(&text);
+            let _ = crate::sources::backfill::parse::split_csv(&line);
+        }
+    }
 }

@@ -194,7 +194,11 @@ fn parse_field(field: &str, lo: u32, hi: u32, names: &[&str]) -> Result<u64, Str
         let mut v = from;
         while v <= to {
             set |= 1 << v;
-            v += step;
+            // A step beyond the field's end just stops (no overflow on a huge step).
+            match v.checked_add(step) {
+                Some(next) => v = next,
+                None => break,
+            }
         }
     }
     Ok(set)
@@ -278,5 +282,11 @@ mod tests {
             err("0 0 1,,2 * *"),
             "field 3 (day-of-month): \"1,,2\" has an empty list item"
         );
+        // A huge step is one value, not an overflow.
+        assert_eq!(
+            Cron::parse("5/4294967295 * * * *").unwrap(),
+            Cron::parse("5 * * * *").unwrap()
+        );
+        assert!(err("*/99999999999 * * * *").contains("is not a number"));
     }
 }
