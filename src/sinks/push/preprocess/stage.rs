@@ -6,9 +6,10 @@
 //! **Points.** A record's points are the top-level fields of its payload that hold a number
 //! (`{"temp": 21.5}`) or an object with a `value` (the pollers' shape,
 //! `{"temp": {"value": 21.5, "quality": "good", "unit": "°C"}}`). A rule applies to a point
-//! whose value is a number and whose `quality`, if any, is `good`; any other point (a bad
-//! reading, a string) is always sent. Each point has its own state, per source, record key
-//! and point name.
+//! whose `quality`, if any, is `good`: a number goes through the deadband or the aggregate;
+//! a text or boolean `value` goes through the deadband as "unchanged is suppressed" (an
+//! aggregate leaves it alone); a bad reading is always sent. Each point has its own state,
+//! per source, record key and point name.
 //!
 //! **Records.** The stage filters the points inside a record: a suppressed point is removed,
 //! an aggregated one is replaced by its window's result (with `"aggregate": {fn, window_start,
@@ -122,6 +123,9 @@ pub struct PointState {
     /// The last value sent and its timestamp.
     last_sent: Option<(f64, u64)>,
     window: Option<Window>,
+    /// The last text or boolean value sent and its timestamp (deadband: unchanged is
+    /// suppressed).
+    last_other: Option<(Value, u64)>,
 }
 
 /// One value through one rule.
@@ -195,6 +199,47 @@ fn step(rule: &PreprocessRule, mut st: PointState, x: f64, original: &Value, ts:
         suppressed,
         aggregated: rule.aggregate.is_some(),
     }
+}
+
+/// A text or boolean point under a deadband: suppressed while it equals the last value sent
+/// (and the heartbeat has not run out).
+fn step_other(
+    rule: &PreprocessRule,
+    mut st: PointState,
+    v: Value,
+    original: &Value,
+    ts: u64,
+) -> Step {
+    if let Some((last, last_ts)) = &st.last_other {
+        let beat = rule
+            .heartbeat
+            .is_some_and(|h| ts.saturating_sub(*last_ts) > h.as_millis() as u64);
+        if *last == v && !beat {
+            return Step {
+                state: st,
+                value: None,
+                suppressed: 1,
+                aggregated: false,
+            };
+        }
+    }
+    st.last_other = Some((v, ts));
+    Step {
+        state: st,
+        value: Some(original.clone()),
+        suppressed: 0,
+        aggregated: false,
+    }
+}
+
+/// The text or boolean `value` of a good (or unqualified) reading, for [`step_other`].
+fn other(v: &Value) -> Option<Value> {
+    // Bare text and booleans are not points: they travel with the record.
+    let inner = match v {
+        Value::Object(o) if o.get("quality").is_none_or(|q| q == "good") => o.get("value")?,
+        _ => return None,
+    };
+    matches!(inner, Value::String(_) | Value::Bool(_)).then(|| inner.clone())
 }
 
 /// The number a rule works on: a number, or the `value` of a good (or unqualified) reading.
@@ -285,10 +330,18 @@ impl Preprocess {
         for (name, value) in fields {
             let is_point = value.is_number() || value.get("value").is_some();
             points += u64::from(is_point);
-            let ruled = self
-                .rule(&record.source, &name)
-                .and_then(|r| Some((r, numeric(&value)?)));
-            let Some((rule, x)) = ruled else {
+            enum Kind {
+                Number(f64),
+                Other(Value),
+            }
+            let ruled = self.rule(&record.source, &name).and_then(|r| {
+                match (numeric(&value), r.deadband.is_some()) {
+                    (Some(x), _) => Some((r, Kind::Number(x))),
+                    (None, true) => Some((r, Kind::Other(other(&value)?))),
+                    (None, false) => None,
+                }
+            });
+            let Some((rule, kind)) = ruled else {
                 kept += u64::from(is_point);
                 out.insert(name, value);
                 continue;
@@ -310,7 +363,10 @@ impl Preprocess {
                 }
                 None => PointState::default(),
             };
-            let s = step(rule, current, x, &value, record.ts_ms);
+            let s = match kind {
+                Kind::Number(x) => step(rule, current, x, &value, record.ts_ms),
+                Kind::Other(v) => step_other(rule, current, v, &value, record.ts_ms),
+            };
             commit.suppressed += s.suppressed;
             commit.aggregates += u64::from(s.aggregated);
             commit.states.push((key, s.state));
@@ -505,6 +561,63 @@ mod tests {
         assert_eq!(
             r.payload_value(),
             json!({"speed": {"value": null, "quality": "bad"}})
+        );
+    }
+
+    #[test]
+    fn text_and_boolean_points_under_a_deadband_are_sent_when_they_change() {
+        let stage = Preprocess::new(vec![rule(Some(Deadband::Absolute(0.5)), None, Some(60))]);
+        let rec = |ts: u64, t: f64, model: &str, on: bool| {
+            let mut r = Record::from_value(
+                "modbus/p1",
+                "slow",
+                &json!({
+                    "temp": {"value": t, "quality": "good"},
+                    "model": {"value": model, "quality": "good"},
+                    "running": {"value": on},
+                    "site": "hall-2",
+                }),
+            );
+            r.ts_ms = ts;
+            r
+        };
+        let mut sent = Vec::new();
+        for r in [
+            rec(0, 20.0, "PX-1", true),
+            rec(1_000, 20.1, "PX-1", true),
+            rec(2_000, 20.2, "PX-2", true),
+            rec(3_000, 20.3, "PX-2", false),
+            rec(4_000, 20.4, "PX-2", false),
+            rec(65_000, 20.4, "PX-2", false),
+        ] {
+            let (out, c) = stage.apply(&r);
+            stage.commit(c);
+            sent.push(match out {
+                Output::Suppressed => Value::Null,
+                Output::Unchanged => r.payload_value(),
+                Output::Changed(c) => c.payload_value(),
+            });
+        }
+        let keys = |v: &Value| -> Vec<String> {
+            v.as_object()
+                .map_or(vec![], |o| o.keys().cloned().collect())
+        };
+        let got: Vec<Vec<String>> = sent.iter().map(keys).collect();
+        assert_eq!(
+            got,
+            vec![
+                vec!["temp", "model", "running", "site"],
+                vec![],
+                vec!["model", "site"],
+                vec!["running", "site"],
+                vec![],
+                // The heartbeat (60 s) sends every point again.
+                vec!["temp", "model", "running", "site"],
+            ]
+        );
+        assert_eq!(
+            stage.suppressed_total.load(Ordering::Relaxed),
+            3 + 2 + 2 + 3
         );
     }
 
