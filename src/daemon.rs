@@ -20,12 +20,14 @@ use crate::sinks::nats::NatsSink;
 use crate::sinks::postgres::PostgresSink;
 use crate::sinks::push::{PushSink, Uplink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
+use crate::sources::backfill::BackfillSource;
 use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
 use crate::sources::opcua::DeviceStatus;
 use crate::sources::pollers::PollerRuntime;
+use crate::sources::schedule::ScheduleSource;
 use crate::sources::webhook::{self, config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
@@ -82,7 +84,11 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
                 .map_err(DaemonError::Secret)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let push = Arc::new(PushSink::open(&c.push_queue, &c.data_dir).map_err(DaemonError::Store)?);
+    let push = Arc::new(
+        PushSink::open(&c.push_queue, &c.data_dir)
+            .map_err(DaemonError::Store)?
+            .with_preprocess(c.preprocess.clone()),
+    );
     let storage = match &config.storage {
         Some(cfg) => Some(Arc::new(
             StorageSink::open(cfg, &c.data_dir).map_err(DaemonError::Store)?,
@@ -250,6 +256,18 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         nats_sink,
         mqtt_sink,
         alerts: Arc::new(hub),
+        schedules: config
+            .schedules
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(ScheduleSource::new(s)))
+            .collect(),
+        backfills: config
+            .backfills
+            .iter()
+            .cloned()
+            .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
+            .collect(),
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -350,6 +368,7 @@ async fn serve(
     ));
     let mut messaging = spawn_messaging(&state, &shutdown);
     messaging.extend(alert_workers.spawn(&shutdown));
+    let feeds = spawn_feeds(&state, &shutdown);
 
     wait_for_signal().await;
     log::info!("stopping: finishing requests, committing, closing stores");
@@ -361,7 +380,26 @@ async fn serve(
     for task in messaging {
         let _ = task.await;
     }
+    // Backfills write their last checkpoint before the stores close.
+    for task in feeds {
+        let _ = task.await;
+    }
     Ok(())
+}
+
+/// Starts the schedules and the backfills; each ends on the shutdown signal (a backfill
+/// checkpoints where it stands first).
+fn spawn_feeds(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
+    let engine = &state.engine;
+    let schedules = state
+        .schedules
+        .iter()
+        .map(|s| tokio::spawn(Arc::clone(s).run(Arc::clone(engine), shutdown.clone())));
+    let backfills = state
+        .backfills
+        .iter()
+        .map(|b| tokio::spawn(Arc::clone(b).run(Arc::clone(engine), shutdown.clone())));
+    schedules.chain(backfills).collect()
 }
 
 /// Starts the NATS and MQTT sinks' publishers and the sources' consumers; each ends on the

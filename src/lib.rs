@@ -12,11 +12,11 @@
 //! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`, release tooling; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
-//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
 //! | [`hub`] | the DataHub: offered records and status changes broadcast to the live view (256 messages; slow clients skip, counted); not a delivery path |
-//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
+//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink, with [`sinks::push::preprocess`]: deadband, aggregation), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | the alert hub: every bounded queue's level (`ok` / `high` / `full`) and the alerted loss counters, checked every few seconds and sent to the log and the `telemetry.alerts` channels (webhook, MQTT, NATS) |
 //! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
@@ -25,6 +25,7 @@
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
+//! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
 //! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
 //! | [`release`] | release artifacts: ed25519 signature checks, the previous version of an OTA install |
 //!
@@ -51,6 +52,7 @@ pub mod sinks;
 pub mod sources;
 pub mod store;
 pub mod telemetry;
+pub mod time;
 
 /// The version of this build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

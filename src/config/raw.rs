@@ -11,11 +11,14 @@ pub use crate::simulator::RawSimulator;
 pub use crate::sinks::clickhouse::config::RawClickHouse;
 pub use crate::sinks::postgres::config::RawPostgres;
 pub use crate::sinks::push::config::{RawPush, RawPushQueue};
+pub use crate::sinks::push::preprocess::RawPreprocessRule;
 pub use crate::sinks::storage::config::RawStorage;
+pub use crate::sources::backfill::RawBackfill;
 pub use crate::sources::devices::RawDevice;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
 pub use crate::sources::mqtt::config::RawMqtt;
 pub use crate::sources::nats::config::RawNats;
+pub use crate::sources::schedule::RawSchedule;
 pub use crate::sources::webhook::config::RawWebhook;
 
 /// The whole file.
@@ -47,6 +50,12 @@ pub struct RawConfig {
     pub mqtt: Option<RawMqtt>,
     /// Telemetry: where alerts go (`telemetry.alerts`).
     pub telemetry: Option<RawTelemetry>,
+    /// Schedules: ticks at an interval or on a cron expression (UTC), as records
+    /// `schedule/<name>`. Missed ticks are not replayed.
+    pub schedules: Option<Vec<RawSchedule>>,
+    /// Backfills: records read from a JSONL or CSV file as `backfill/<name>`, retried until
+    /// accepted, resumed from a durable checkpoint after a restart.
+    pub backfills: Option<Vec<RawBackfill>>,
 }
 
 /// `dead_letters:`
@@ -70,6 +79,10 @@ pub struct RawConnector {
     pub push_queue: Option<RawPushQueue>,
     /// The uplink that drains the push queue to an upstream HTTP endpoint.
     pub push: Option<RawPush>,
+    /// Rules applied to records on their way into the push queue only: `deadband`,
+    /// `aggregate`, `heartbeat`, per source or per point. Storage and the other sinks get
+    /// every record.
+    pub preprocess: Option<Vec<RawPreprocessRule>>,
 }
 
 /// `connector.http:`

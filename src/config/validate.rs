@@ -7,16 +7,19 @@ use std::time::Duration;
 use super::raw::{RawConfig, RawHttp};
 use super::{Problem, Problems};
 use crate::alerts::AlertsConfig;
-use crate::flow::config::{validate_flows, FlowConfig};
+use crate::flow::config::{validate_flows, FlowConfig, NodeKind};
 use crate::simulator::SimulatorConfig;
 use crate::sinks::clickhouse::config::ClickHouseConfig;
 use crate::sinks::postgres::config::PostgresConfig;
 use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
+use crate::sinks::push::preprocess::{validate_preprocess, PreprocessRule};
 use crate::sinks::storage::config::StorageConfig;
+use crate::sources::backfill::{validate_backfills, BackfillConfig};
 use crate::sources::devices::{validate_devices, DevicesConfig};
 use crate::sources::ingest::config::IngestConfig;
 use crate::sources::mqtt::config::MqttConfig;
 use crate::sources::nats::config::NatsConfig;
+use crate::sources::schedule::{validate_schedules, ScheduleConfig};
 use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
 
@@ -55,18 +58,31 @@ pub struct Config {
     pub mqtt: MqttConfig,
     /// `telemetry.alerts:`
     pub alerts: AlertsConfig,
+    /// `schedules:`
+    pub schedules: Vec<ScheduleConfig>,
+    /// `backfills:`
+    pub backfills: Vec<BackfillConfig>,
     /// Things worth a look that do not stop the connector (e.g. an unwired port).
     pub warnings: Vec<Problem>,
 }
 
 impl Config {
     /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`,
-    /// `modbus/<name>`, `nats/<name>`, `mqtt/<name>`.
+    /// `modbus/<name>`, `nats/<name>`, `mqtt/<name>`, `schedule/<name>`, `backfill/<name>`.
     pub fn source_names(&self) -> Vec<String> {
         let mut names = source_names(&self.ingest, &self.webhooks, &self.devices);
         names.extend(messaging_source_names(&self.nats, &self.mqtt));
+        names.extend(feed_source_names(&self.schedules, &self.backfills));
         names
     }
+}
+
+fn feed_source_names(schedules: &[ScheduleConfig], backfills: &[BackfillConfig]) -> Vec<String> {
+    schedules
+        .iter()
+        .map(|s| format!("schedule/{}", s.name))
+        .chain(backfills.iter().map(|b| format!("backfill/{}", b.name)))
+        .collect()
 }
 
 fn source_names(
@@ -104,6 +120,8 @@ pub struct ConnectorConfig {
     pub push_queue: PushQueueConfig,
     /// The uplink; `None` when not configured (the queue then only fills).
     pub push: Option<UplinkConfig>,
+    /// `connector.preprocess`: rules in front of the push queue; empty when none.
+    pub preprocess: Vec<PreprocessRule>,
 }
 
 /// `connector.http:`, validated.
@@ -174,9 +192,19 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
     let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
     let alerts = AlertsConfig::validate(raw.telemetry.as_ref(), &mqtt, &nats, "telemetry", &mut p);
+    let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
+    let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
     let mut warnings = Vec::new();
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
+    all_sources.extend(feed_source_names(&schedules, &backfills));
+    let preprocess = validate_preprocess(
+        c.preprocess.as_deref(),
+        "connector.preprocess",
+        &all_sources,
+        &mut p,
+        &mut warnings,
+    );
     let flows = validate_flows(
         raw.flows.as_deref(),
         &all_sources,
@@ -205,6 +233,36 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             }
         }
     }
+    // With flows, a source no flow takes is acknowledged as unrouted: a backfill would run
+    // through its whole file and deliver nothing, so that is an error; a schedule, a warning.
+    if !flows.is_empty() {
+        let taken = |source: &str| {
+            flows.iter().any(|f| {
+                f.nodes
+                    .iter()
+                    .any(|n| matches!(&n.kind, NodeKind::Source { source: s } if s == source))
+            })
+        };
+        for (i, b) in backfills.iter().enumerate() {
+            if !taken(&format!("backfill/{}", b.name)) {
+                p.push(
+                    format!("backfills[{i}]"),
+                    format!("no flow has a source node for backfill/{}: its records would be dropped as unrouted", b.name),
+                );
+            }
+        }
+        for (i, s) in schedules.iter().enumerate() {
+            if !taken(&format!("schedule/{}", s.name)) {
+                warnings.push(Problem {
+                    path: format!("schedules[{i}]"),
+                    message: format!(
+                        "no flow has a source node for schedule/{}: its ticks are unrouted",
+                        s.name
+                    ),
+                });
+            }
+        }
+    }
     let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
     let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
     if flows.iter().any(|f| f.uses_sink("nats")) && nats.sink.is_none() {
@@ -228,6 +286,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
                 http,
                 push_queue,
                 push,
+                preprocess,
             },
             ingest,
             webhooks,
@@ -241,6 +300,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             nats,
             mqtt,
             alerts,
+            schedules,
+            backfills,
             warnings,
         })
     } else {
@@ -378,6 +439,81 @@ mod tests {
         );
         let cfg = super::super::from_yaml(&ok).unwrap();
         assert_eq!(cfg.postgres.unwrap().table, ["events"]);
+    }
+
+    #[test]
+    fn schedules_backfills_and_preprocess_report_every_problem_at_once() {
+        let errs = paths(
+            r#"
+connector:
+  data_dir: /d
+  preprocess:
+    - { source: schedule/tick, deadband: { absolute: 1, percent: 5 } }
+    - { source: backfill/old, aggregate: { fn: avg, window: 0s } }
+    - { source: ingest/nope, deadband: { absolute: 1 } }
+schedules:
+  - { name: tick, every: 30s }
+  - { name: bad, every: 30x }
+  - { name: nightly, cron: "0 2 * 13 *" }
+backfills:
+  - { name: old, file: /data/old.csv, format: csv }
+  - { name: new, file: /data/new.csv, format: xlsx }
+flows:
+  - id: f
+    nodes:
+      - { id: a, kind: source, source: schedule/tick }
+      - { id: b, kind: source, source: backfill/missing }
+      - { id: up, kind: sink, sink: push }
+    wires:
+      - { from: a, to: up }
+      - { from: b, to: up }
+"#,
+        );
+        let known = "(known: schedule/tick, backfill/old)";
+        assert_eq!(
+            errs,
+            vec![
+                r#"schedules[1].every: "30x": expected a whole number and a unit (ms, s, m, h, d), e.g. 30s"#.to_string(),
+                "schedules[2].cron: field 4 (month): 13 is outside 1..=12".to_string(),
+                r#"backfills[1].format: expected jsonl or csv, got "xlsx""#.to_string(),
+                "connector.preprocess[0].deadband: give absolute or percent, not both".to_string(),
+                "connector.preprocess[1].aggregate.window: must be at least 1s".to_string(),
+                format!("connector.preprocess[2].source: unknown source \"ingest/nope\" {known}"),
+                format!("flows[0].nodes[1].source: unknown source \"backfill/missing\" {known}"),
+            ]
+        );
+        let ok = from_yaml(
+            "connector:\n  data_dir: /d\n  preprocess:\n    - { source: schedule/tick, point: temp, deadband: { percent: 5 }, heartbeat: 10m }\nschedules:\n  - { name: tick, every: 30s }\nbackfills:\n  - { name: old, file: /data/old.csv, format: csv }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ok.source_names(),
+            vec!["schedule/tick".to_string(), "backfill/old".to_string()]
+        );
+        assert_eq!(ok.connector.preprocess.len(), 1);
+    }
+
+    #[test]
+    fn a_backfill_no_flow_takes_is_refused_and_an_untaken_schedule_warned() {
+        let text = "connector:\n  data_dir: /d\nschedules:\n  - { name: tick, every: 30s }\nbackfills:\n  - { name: old, file: /data/old.jsonl, format: jsonl }\n  - { name: new, file: /data/new.jsonl, format: jsonl }\nflows:\n  - id: f\n    nodes:\n      - { id: a, kind: source, source: backfill/new }\n      - { id: up, kind: sink, sink: push }\n    wires:\n      - { from: a, to: up }\n";
+        assert_eq!(
+            paths(text),
+            vec!["backfills[0]: no flow has a source node for backfill/old: its records would be dropped as unrouted"]
+        );
+        let ok = from_yaml(
+            &text
+                .replace(
+                    "backfill/new }",
+                    "backfill/new }\n      - { id: b, kind: source, source: backfill/old }\n",
+                )
+                .replace(
+                    "- { from: a, to: up }",
+                    "- { from: a, to: up }\n      - { from: b, to: up }",
+                ),
+        )
+        .unwrap();
+        assert_eq!(ok.warnings.len(), 1, "{:?}", ok.warnings);
+        assert_eq!(ok.warnings[0].path, "schedules[0]");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::sinks::clickhouse::ClickHouseSink;
 use crate::sinks::mqtt::MqttSink;
 use crate::sinks::nats::{NatsSink, SinkError};
 use crate::sinks::postgres::PostgresSink;
+use crate::sinks::push::preprocess::Output;
 use crate::sinks::push::PushSink;
 use crate::sinks::storage::StorageSink;
 use crate::store::events::EventStore;
@@ -97,7 +98,19 @@ impl SinkHandle {
     ) -> Result<(), DeliveryError> {
         match self {
             Self::Push(p) => {
-                let line = record.to_line();
+                // The preprocess stage (deadband, aggregation) acts on the push queue only.
+                let (line, commit) = match p.preprocess().map(|pre| pre.apply(record)) {
+                    None => (record.to_line(), None),
+                    Some((Output::Suppressed, commit)) => {
+                        // Kept out by design: acknowledged, counted; the reservation is freed.
+                        if let Some(pre) = p.preprocess() {
+                            pre.commit(commit);
+                        }
+                        return Ok(());
+                    }
+                    Some((Output::Unchanged, commit)) => (record.to_line(), Some(commit)),
+                    Some((Output::Changed(r), commit)) => (r.to_line(), Some(commit)),
+                };
                 self.top_up(&mut reservation, row_bytes(line.len()))?;
                 let tag = Tag {
                     source: record.source.clone(),
@@ -105,8 +118,11 @@ impl SinkHandle {
                 };
                 p.store(line, &tag, reservation)
                     .await
-                    .map(|_| ())
-                    .map_err(DeliveryError::Store)
+                    .map_err(DeliveryError::Store)?;
+                if let (Some(pre), Some(c)) = (p.preprocess(), commit) {
+                    pre.commit(c);
+                }
+                Ok(())
             }
             Self::Storage(s) => {
                 self.top_up(&mut reservation, EventStore::row_bytes(record))?;

@@ -34,10 +34,12 @@ use crate::sinks::mqtt::MqttSink;
 use crate::sinks::nats::NatsSink;
 use crate::sinks::push::{PushSink, UplinkStatus};
 use crate::sinks::storage::StorageSink;
+use crate::sources::backfill::BackfillSource;
 use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::DeviceStatus;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
+use crate::sources::schedule::ScheduleSource;
 use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
@@ -82,4 +84,8 @@ pub struct AppState {
     pub mqtt_sink: Option<Arc<MqttSink>>,
     /// The alert hub: queue levels, open alerts, channels.
     pub alerts: Arc<Hub>,
+    /// Schedules, in config order.
+    pub schedules: Vec<Arc<ScheduleSource>>,
+    /// Backfills, in config order.
+    pub backfills: Vec<Arc<BackfillSource>>,
 }

@@ -36,6 +36,10 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             "text/plain; version=0.0.4; charset=utf-8",
             status::metrics(&state),
         ),
+        ["api", "schedules"] if get => json_response(
+            StatusCode::OK,
+            &serde_json::json!({ "schedules": status::schedules(&state) }),
+        ),
         ["api", "ledger"] if get => {
             let verify = req
                 .uri()
@@ -55,7 +59,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
         ["api", "live"] if method == Method::GET => live::upgrade(Arc::clone(&state), req),
-        ["api", "status"] | ["api", "ledger"] | ["metrics"] | [""] | ["page.js"] | ["page.css"] | ["api", "live"] => {
+        ["api", "status"] | ["api", "ledger"] | ["api", "schedules"] | ["metrics"] | [""] | ["page.js"] | ["page.css"] | ["api", "live"] => {
             not_allowed("GET")
         }
         ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {

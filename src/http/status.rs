@@ -18,6 +18,11 @@ pub fn healthy(state: &AppState) -> bool {
     state.push.accepting()
 }
 
+/// The schedules' entries: `schedules` of `/api/status` and of `GET /api/schedules`.
+pub fn schedules(state: &AppState) -> Vec<Value> {
+    state.schedules.iter().map(|s| s.status()).collect()
+}
+
 /// The `/api/status` document.
 pub fn status(state: &AppState) -> Value {
     let queue = serde_json::to_value(state.push.status()).unwrap_or_default();
@@ -144,6 +149,8 @@ pub fn status(state: &AppState) -> Value {
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
         "alert_channels": state.alerts.channels_json(),
+        "schedules": schedules(state),
+        "backfills": state.backfills.iter().map(|b| b.status()).collect::<Vec<Value>>(),
     })
 }
 
@@ -343,6 +350,7 @@ pub fn metrics(state: &AppState) -> String {
     }
     state.alerts.write_metrics(&mut p);
     database_metrics(state, &mut p);
+    feed_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     messaging_metrics(state, &mut p);
     devices(&mut p, state);
@@ -392,6 +400,86 @@ pub fn metrics(state: &AppState) -> String {
         state.started.elapsed().as_secs_f64(),
     );
     p.finish()
+}
+
+/// The preprocess stage, the schedules and the backfills.
+fn feed_metrics(state: &AppState, p: &mut Page) {
+    let pre = state.push.preprocess();
+    let load =
+        |c: Option<&std::sync::atomic::AtomicU64>| c.map_or(0, |c| c.load(Ordering::Relaxed));
+    p.single(
+        "opex_connector_push_suppressed_total",
+        Kind::Counter,
+        "Values the preprocess stage kept out of the push queue (deadband, aggregation), by design.",
+        load(pre.map(|x| &x.suppressed_total)) as f64,
+    );
+    p.single(
+        "opex_connector_push_aggregates_total",
+        Kind::Counter,
+        "Window results the preprocess stage sent in place of values.",
+        load(pre.map(|x| &x.aggregates_total)) as f64,
+    );
+    type PickS = fn(&crate::sources::schedule::ScheduleStats) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, PickS); 3] = [
+        (
+            "opex_connector_schedule_ticks_total",
+            "Schedule ticks offered.",
+            |s| &s.ticks_total,
+        ),
+        (
+            "opex_connector_schedule_backpressured_total",
+            "Schedule ticks a full sink refused: lost, ticks are not replayed.",
+            |s| &s.backpressured_total,
+        ),
+        (
+            "opex_connector_schedule_missed_total",
+            "Schedule ticks not fired because the schedule was late for them.",
+            |s| &s.missed_total,
+        ),
+    ];
+    for (name, help, pick) in families {
+        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
+            .schedules
+            .iter()
+            .map(|s| {
+                (
+                    vec![("source", s.source())],
+                    pick(&s.stats).load(Ordering::Relaxed) as f64,
+                )
+            })
+            .collect();
+        let refs: Vec<(&[(&str, &str)], f64)> =
+            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        p.family(name, Kind::Counter, help, &refs);
+    }
+    type PickB = fn(&crate::sources::backfill::BackfillStats) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, PickB); 2] = [
+        (
+            "opex_connector_backfill_acked_total",
+            "Backfill records acknowledged since start.",
+            |s| &s.acked_total,
+        ),
+        (
+            "opex_connector_backfill_retries_total",
+            "Backfill offers refused or failed, waited out and retried.",
+            |s| &s.retries_total,
+        ),
+    ];
+    for (name, help, pick) in families {
+        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
+            .backfills
+            .iter()
+            .map(|b| {
+                (
+                    vec![("source", b.source())],
+                    pick(&b.stats).load(Ordering::Relaxed) as f64,
+                )
+            })
+            .collect();
+        let refs: Vec<(&[(&str, &str)], f64)> =
+            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        p.family(name, Kind::Counter, help, &refs);
+    }
 }
 
 /// The database sinks' families, labelled `sink="clickhouse"` / `sink="postgres"`.

@@ -12,7 +12,11 @@
 //! - [`hold`]: hold-then-drop for polled sources; [`pollers`]: their own thread and runtime.
 //! - [`devices`]: the `devices:` list of every protocol; [`opcua`]: OPC-UA devices, read by
 //!   batched Read requests or subscriptions.
+//! - [`schedule`]: ticks at an interval or on a cron expression (missed ticks not replayed).
+//! - [`backfill`]: records from a JSONL or CSV file, retried until accepted, resumed from a
+//!   durable checkpoint.
 
+pub mod backfill;
 pub mod buffers;
 pub mod devices;
 pub mod hold;
@@ -22,6 +26,7 @@ pub mod mqtt;
 pub mod nats;
 pub mod opcua;
 pub mod pollers;
+pub mod schedule;
 pub mod webhook;
 
 use crate::record::Settlement;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::config::PushQueueConfig;
+use super::preprocess::{Preprocess, PreprocessRule};
 use super::volatile::VolatileBuffer;
 use crate::admission::{Gate, Refused, Reservation};
 use crate::alerts::{Level, LevelTracker};
@@ -53,6 +54,7 @@ pub struct PushSink {
     buffer: Buffer,
     counters: Arc<QueueCounters>,
     level: Arc<LevelTracker>,
+    preprocess: Option<Preprocess>,
 }
 
 /// `push_queue` (and `push_status`) in `/api/status`.
@@ -84,6 +86,8 @@ pub struct QueueStatus {
     pub write_errors_total: u64,
     /// `ok`, `high` (80 % or more) or `full`.
     pub level: Level,
+    /// Values the preprocess stage kept out of the queue (deadband, aggregation), by design.
+    pub suppressed_total: u64,
 }
 
 impl PushSink {
@@ -104,7 +108,20 @@ impl PushSink {
             buffer,
             counters,
             level: Arc::default(),
+            preprocess: None,
         })
+    }
+
+    /// Puts the preprocess stage (`connector.preprocess`) in front of the queue; no rules,
+    /// no stage.
+    pub fn with_preprocess(mut self, rules: Vec<PreprocessRule>) -> Self {
+        self.preprocess = (!rules.is_empty()).then(|| Preprocess::new(rules));
+        self
+    }
+
+    /// The preprocess stage, when configured.
+    pub fn preprocess(&self) -> Option<&Preprocess> {
+        self.preprocess.as_ref()
     }
 
     /// The admission gate.
@@ -241,6 +258,10 @@ impl PushSink {
             level: self
                 .level
                 .peek(fill_pct, blocked_total + evicted_total + write_errors_total),
+            suppressed_total: self
+                .preprocess
+                .as_ref()
+                .map_or(0, |p| p.suppressed_total.load(Ordering::Relaxed)),
         }
     }
 
