@@ -377,6 +377,7 @@ async fn serve(
     let _ = server.await;
     let _ = checker.await;
     let _ = live.await;
+    http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
     for task in messaging {
         let _ = task.await;
     }

@@ -371,6 +371,24 @@ fn a_deadband_suppresses_push_values_only_and_counts_them() {
     );
     // Storage got every record.
     assert_eq!(event_ids(&daemon, &format!("ingest/{SOURCE}")).len(), 6);
+    assert_balanced(&ledger(&daemon, true), "push and storage with a deadband");
+}
+
+#[test]
+fn values_the_deadband_keeps_out_of_a_push_only_flow_are_booked_as_suppressed_in_the_ledger() {
+    let mut config = queue_config(8, "evict_oldest");
+    config["connector"]["preprocess"] =
+        json!([{ "source": format!("ingest/{SOURCE}"), "deadband": { "absolute": 1.0 } }]);
+    let daemon = Daemon::start(config);
+    for (i, t) in [20.0, 20.5, 21.0, 21.5, 22.0, 23.0].iter().enumerate() {
+        let reply = daemon.ingest("m1", &format!(r#"{{"temp":{t}}}"#));
+        assert_stored(&reply, &format!("value {i}"));
+    }
+    let l = assert_balanced(&ledger(&daemon, true), "push only with a deadband");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(source_figure(&l, &source, "/acked"), 6, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/pending"), 3, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/losses/suppressed"), 3, "{l:#}");
 }
 
 #[test]

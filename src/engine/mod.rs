@@ -20,5 +20,5 @@ mod sinks;
 mod stats;
 
 pub use offer::{Admitted, Engine, Mode};
-pub use sinks::{SinkHandle, Sinks};
+pub use sinks::{Delivered, SinkHandle, Sinks};
 pub use stats::EngineStats;

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::sinks::{DeliveryError, Sinks};
+use super::sinks::{Delivered, DeliveryError, Sinks};
 use super::stats::EngineStats;
 use crate::admission::Reservation;
 use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
@@ -275,13 +275,19 @@ impl Engine {
             }
             if let NodeKind::Sink { sink } = self.plan.kind(at) {
                 let track = !run.tracked && self.sinks.get(sink).is_some_and(|s| s.is_queue());
-                let Err(reason) = self.deliver(sink, &record, &mut admitted, track).await else {
-                    if track {
+                let reason = match self.deliver(sink, &record, &mut admitted, track).await {
+                    Ok(Delivered::Stored) if track => {
                         run.tracked = true;
-                    } else {
-                        run.delivered = true;
+                        continue;
                     }
-                    continue;
+                    Ok(Delivered::Stored) => {
+                        run.delivered = true;
+                        continue;
+                    }
+                    // No copy, no ledger entry: without another copy the record is booked
+                    // as suppressed when the run ends.
+                    Ok(Delivered::Suppressed) => continue,
+                    Err(reason) => reason,
                 };
                 self.stats
                     .node_error(self.plan.flow_id(at), self.plan.node_id(at));
@@ -356,7 +362,7 @@ impl Engine {
         record: &Record,
         admitted: &mut Admitted,
         tracked: bool,
-    ) -> Result<(), Settlement> {
+    ) -> Result<Delivered, Settlement> {
         let Some(handle) = self.sinks.get(sink) else {
             return Err(Settlement::Failed {
                 sink: sink.to_string(),

@@ -33,6 +33,15 @@ pub enum SinkHandle {
     Mqtt(Arc<MqttSink>),
 }
 
+/// What a sink did with a record it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// Stored, queued or handed over.
+    Stored,
+    /// Kept out of the push queue by the preprocess stage (deadband, aggregation), by design.
+    Suppressed,
+}
+
 impl SinkHandle {
     /// The name flows use.
     pub fn name(&self) -> &'static str {
@@ -90,12 +99,14 @@ impl SinkHandle {
     /// Stores `record`; `reservation` covers what admission reserved. When the record grew on
     /// its way through the nodes, the difference is admitted now (and may be refused).
     /// `tracked`: this copy carries the record in the ledger's per-source figures.
+    /// [`Delivered::Suppressed`]: the push preprocess kept it out by design, so no copy (and no
+    /// ledger entry) was written.
     pub async fn deliver(
         &self,
         record: &Record,
         mut reservation: Reservation,
         tracked: bool,
-    ) -> Result<(), DeliveryError> {
+    ) -> Result<Delivered, DeliveryError> {
         match self {
             Self::Push(p) => {
                 // The preprocess stage (deadband, aggregation) acts on the push queue only.
@@ -106,7 +117,7 @@ impl SinkHandle {
                         if let Some(pre) = p.preprocess() {
                             pre.commit(commit);
                         }
-                        return Ok(());
+                        return Ok(Delivered::Suppressed);
                     }
                     Some((Output::Unchanged, commit)) => (record.to_line(), Some(commit)),
                     Some((Output::Changed(r), commit)) => (r.to_line(), Some(commit)),
@@ -122,23 +133,34 @@ impl SinkHandle {
                 if let (Some(pre), Some(c)) = (p.preprocess(), commit) {
                     pre.commit(c);
                 }
-                Ok(())
+                Ok(Delivered::Stored)
             }
             Self::Storage(s) => {
                 self.top_up(&mut reservation, EventStore::row_bytes(record))?;
                 s.store(record, reservation)
                     .await
-                    .map_err(DeliveryError::Store)
+                    .map_err(DeliveryError::Store)?;
+                Ok(Delivered::Stored)
             }
             // Returns once the row is in the memory backlog, not once it is inserted.
             Self::ClickHouse(c) => c
                 .deliver(record, tracked, reservation)
-                .map_err(DeliveryError::from),
+                .map_err(DeliveryError::from)
+                .map(|()| Delivered::Stored),
             Self::Postgres(p) => p
                 .deliver(record, tracked, reservation)
-                .map_err(DeliveryError::from),
-            Self::Nats(n) => n.deliver(record).await.map_err(DeliveryError::from),
-            Self::Mqtt(m) => m.deliver(record).await.map_err(DeliveryError::from),
+                .map_err(DeliveryError::from)
+                .map(|()| Delivered::Stored),
+            Self::Nats(n) => n
+                .deliver(record)
+                .await
+                .map_err(DeliveryError::from)
+                .map(|()| Delivered::Stored),
+            Self::Mqtt(m) => m
+                .deliver(record)
+                .await
+                .map_err(DeliveryError::from)
+                .map(|()| Delivered::Stored),
         }
     }
 

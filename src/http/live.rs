@@ -118,6 +118,15 @@ pub fn upgrade(state: Arc<AppState>, mut req: Request<Incoming>) -> Resp {
     r
 }
 
+/// Waits (at most `limit`) until every live session has sent its close frame and ended: the
+/// sessions are tasks of their own, which the runtime would otherwise drop mid-write at stop.
+pub async fn wait_for_sessions(state: &AppState, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while state.engine.hub().clients() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// True when `origin` (`http://host:port`) names the host the request was sent to.
 fn same_origin(origin: &str, host: &str) -> bool {
     let bare = origin

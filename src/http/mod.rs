@@ -17,7 +17,9 @@ mod server;
 mod status;
 mod ws;
 
-pub use live::publish_status as publish_live_status;
+pub use live::{
+    publish_status as publish_live_status, wait_for_sessions as wait_for_live_sessions,
+};
 
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;

@@ -59,9 +59,14 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
         ["api", "live"] if method == Method::GET => live::upgrade(Arc::clone(&state), req),
-        ["api", "status"] | ["api", "ledger"] | ["api", "schedules"] | ["metrics"] | [""] | ["page.js"] | ["page.css"] | ["api", "live"] => {
-            not_allowed("GET")
-        }
+        ["api", "status"]
+        | ["api", "ledger"]
+        | ["api", "schedules"]
+        | ["metrics"]
+        | [""]
+        | ["page.js"]
+        | ["page.css"]
+        | ["api", "live"] => not_allowed("GET"),
         ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {
             admin::handle(&state, &segments, req).await
         }
