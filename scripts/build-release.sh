@@ -2,12 +2,14 @@
 # Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
 # SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
 #
-# Usage: scripts/build-release.sh [--sign KEY] [--no-opcua] [TARGET...]
+# Usage: scripts/build-release.sh [--sign KEY] [--no-opcua | --with-simulator] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
 #   --sign KEY          also write <artifact>.sig (ed25519, `opex-connector keygen` makes KEY)
-#   --no-opcua          the smaller field build without OPC-UA (client and simulator server):
-#                       opex-connector-<version>-<target>-no-opcua
+#   The field build has every source and sink, OPC-UA included, but not the simulator's
+#   OPC-UA server (about 6 MB of address space; the Modbus simulator stays). Instead:
+#   --no-opcua          the smallest build, without OPC-UA: <artifact>-no-opcua
+#   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
 #
 # With a container engine and `cross` on PATH it uses `cross build` (cross/Cross.toml).
 # Without: cargo with Debian's cross linkers (installed here when missing) and, for
@@ -23,15 +25,16 @@ cd "$repo"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 sign_key=""
-features=()
+features=(--no-default-features --features opcua)
 suffix=""
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --sign) sign_key="$2"; shift 2 ;;
         --no-opcua) features=(--no-default-features); suffix="-no-opcua"; shift ;;
+        --with-simulator) features=(); suffix="-with-simulator"; shift ;;
         -h | --help)
-            sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) targets+=("$1"); shift ;;
