@@ -12,6 +12,8 @@ mod routes;
 mod server;
 mod status;
 
+pub use auth::{bearer_ok, ct_eq};
+pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
 

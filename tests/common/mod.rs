@@ -12,6 +12,7 @@
 //!   come back on the same port.
 //! - `signing.rs` signs webhook requests (`X-Opex-Signature`, HMAC-SHA256 written out here);
 //!   `api.rs` reads the flow-era API: events, dead letters, refusals, `engine.webhooks[]`.
+//! - `recovery.rs` measures and prints the recovery time after a peer outage.
 //! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
 //!
 //! Each test binary uses a subset of this module.
@@ -21,6 +22,7 @@ mod api;
 mod client;
 mod daemon;
 mod receiver;
+mod recovery;
 mod signing;
 
 // Each test binary uses a subset of these.
@@ -32,6 +34,8 @@ pub use client::*;
 pub use daemon::*;
 #[allow(unused_imports)]
 pub use receiver::*;
+#[allow(unused_imports)]
+pub use recovery::*;
 #[allow(unused_imports)]
 pub use signing::*;
 
