@@ -52,13 +52,13 @@ done
 
 echo
 echo "recovery times (seconds from the peer back to the first record through):"
+printf "%-32s %6s %8s %8s %8s\n" peer count min mean max
 awk '{
     split($3, p, "="); peer = p[2]; for (i = 4; i < NF; i++) peer = peer " " $i
     split($NF, s, "="); v = s[2] + 0
     n[peer]++; sum[peer] += v; if (v > max[peer]) max[peer] = v
     if (!(peer in min) || v < min[peer]) min[peer] = v
 } END {
-    printf "%-32s %6s %8s %8s %8s\n", "peer", "count", "min", "mean", "max"
     for (k in n) printf "%-32s %6d %8.3f %8.3f %8.3f\n", k, n[k], min[k], sum[k] / n[k], max[k]
 }' "$out" | sort
 exit "$failed"

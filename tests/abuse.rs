@@ -379,7 +379,9 @@ fn admin_endpoints_refuse_missing_and_wrong_tokens_and_change_nothing() {
     let prefix = &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1];
     let longer = format!("{ADMIN_TOKEN}x");
     let basic = format!("Basic {ADMIN_TOKEN}");
-    let bearers: Vec<(&str, Option<&str>, Vec<(&str, &str)>)> = vec![
+    /// (what, bearer token, extra headers)
+    type Attempt<'a> = (&'a str, Option<&'a str>, Vec<(&'a str, &'a str)>);
+    let bearers: Vec<Attempt> = vec![
         ("no token", None, vec![]),
         ("the ingest token", Some(TOKEN), vec![]),
         ("wrong case", Some(&lower), vec![]),
