@@ -44,7 +44,7 @@ for ((r = 1; r <= rounds; r++)); do
             >"$out.log" 2>&1; then
             failed=1
             echo "FAILED: $file $name"
-            tail -n 30 "$out.log"
+            grep -A 12 'panicked at' "$out.log" | grep -v '^ *[0-9]*: \|^ *at ' | head -n 40
         fi
         grep '^recovery: ' "$out.log" | sed "s/^/$file: /" | tee -a "$out" || true
     done
