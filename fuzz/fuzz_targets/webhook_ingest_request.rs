@@ -59,8 +59,8 @@ fuzz_target!(|data: &[u8]| {
     if signed {
         // A correctly signed request passes once, then is a replay.
         let made = sign(SECRET.as_bytes(), now, body);
-        if hook().verify(Some(&made), body, now).is_ok() {
-            assert!(hook().verify(Some(&made), body, now).is_err());
+        if hook().verify(Some(made.as_str()), body, now).is_ok() {
+            assert!(hook().verify(Some(made.as_str()), body, now).is_err());
         }
     }
 
