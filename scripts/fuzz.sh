@@ -16,7 +16,7 @@
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+cd "$repo" || exit 1
 secs="${1:-150}"
 shift || true
 

@@ -159,7 +159,7 @@ end=$((started + minutes * 60))
 while :; do
     now=$(date +%s)
     rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$daemon/status")
-    fds=$(ls "/proc/$daemon/fd" | wc -l)
+    fds=$(find "/proc/$daemon/fd" -mindepth 1 -maxdepth 1 | wc -l)
     line=$(curl -s "http://127.0.0.1:$http_port/api/status" | python3 "$work/sample.py")
     echo "$((now - started)),$rss,$fds,$line" | tee -a "$csv"
     ((now >= end)) && break
