@@ -284,6 +284,9 @@ fn rows_are_kept_while_the_server_is_down_and_arrive_after_restart<D: Db>() {
     assert_eq!(st["healthy"], false, "{st:#}");
     assert!(st["last_error"].is_string(), "{st:#}");
     db.up();
+    measure_recovery(D::SINK, Instant::now(), RECOVERY_BOUND, || {
+        db.keys("events").len() > 10
+    });
     wait_until(POLL_DEADLINE, "every row after the restart", || {
         db.keys("events").len() >= 30
     });

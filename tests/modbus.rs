@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{poll_until, u64_at, wait_until, Daemon};
+use common::{measure_recovery, poll_until, u64_at, wait_until, Daemon, RECOVERY_BOUND};
 use serde_json::{json, Value};
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/modbus_device.py");
@@ -216,6 +216,10 @@ fn polling_resumes_after_the_device_is_killed_and_restarted() {
     });
     let before = u64_at(&device(&daemon, 0), "/polls_total");
     let _peer = pymodbus_tcp(port);
+    measure_recovery("pymodbus device", Instant::now(), RECOVERY_BOUND, || {
+        let d = device(&daemon, 0);
+        d["state"] == "connected" && u64_at(&d, "/polls_total") > before
+    });
     // The breaker waits at most 1, 2, 4 s... while the device was down a few seconds.
     wait_until(Duration::from_secs(20), "polling resumes", || {
         let d = device(&daemon, 0);

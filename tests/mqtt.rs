@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use brokers::{Mosquitto, MqttClient};
 use common::*;
@@ -165,7 +165,11 @@ fn the_mqtt_sink_publishes_refuses_while_the_broker_is_down_and_delivers_after_i
     let s = sink(&daemon);
     assert!(u64_at(&s, "/blocked") + u64_at(&s, "/dropped") >= 5, "{s}");
 
+    let delivered_before = delivered(&subscriber).len();
     broker.restart();
+    measure_recovery("mosquitto (sink)", Instant::now(), RECOVERY_BOUND, || {
+        delivered(&subscriber).len() > delivered_before
+    });
     let ok = poll_until(Duration::from_secs(30), || {
         delivered(&subscriber).is_superset(&accepted)
     });

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use brokers::{Js, NatsServer};
 use common::*;
@@ -136,7 +136,14 @@ fn a_killed_nats_server_loses_no_acked_message_and_the_consumer_resumes() {
             >= u64_at(&nats_source_status(&daemon, "events"), "/acked").min(50)
     });
     thread::sleep(Duration::from_millis(300)); // an outage, not a blip
+    let acked_before = u64_at(&nats_source_status(&daemon, "events"), "/acked");
     server.restart();
+    measure_recovery(
+        "nats-server (source)",
+        Instant::now(),
+        RECOVERY_BOUND,
+        || u64_at(&nats_source_status(&daemon, "events"), "/acked") > acked_before,
+    );
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::SeqCst);
     let published = publisher.join().expect("publisher");

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
@@ -291,6 +291,9 @@ fn after_a_server_restart_values_flow_again_within_the_backoff() {
     let fast_before = records(&daemon, "fast").len();
     let live_before = records(&daemon, "live").len();
     server.restart();
+    measure_recovery("asyncua server", Instant::now(), RECOVERY_BOUND, || {
+        records(&daemon, "fast").len() > fast_before && records(&daemon, "live").len() > live_before
+    });
     // The backoff is at most 1 s: values are back well within 20 s (session, subscription
     // recreated, publishing triggered), without the 30 s watchdog.
     wait_until(

@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use serde_json::{json, Value};
@@ -88,6 +88,9 @@ fn receiver_down_then_up_delivers_everything_in_order() {
     assert_eq!(u64_at(&status, "/uplink/sent_total"), 0, "{status:#}");
 
     receiver.up();
+    measure_recovery("uplink receiver", Instant::now(), RECOVERY_BOUND, || {
+        !receiver.ids().is_empty()
+    });
     wait_until(POLL_DEADLINE, "all 100 records at the receiver", || {
         receiver.has_all(&ids)
     });
@@ -330,4 +333,65 @@ fn uplink_sends_ndjson_lines_with_the_posted_payload_and_the_bearer_token() {
         );
     }
     wait_drained(&daemon);
+}
+
+#[test]
+fn a_flapping_receiver_gets_every_acked_record_and_each_recovery_is_bounded() {
+    let receiver = Receiver::start();
+    let daemon = Daemon::start(uplink_config(&receiver, 20, None));
+    // One client posts without pause through every outage.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poster = {
+        let stop = stop.clone();
+        let client = daemon.client();
+        let url = ingest_url(&daemon.base(), SOURCE, "flap");
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let body = format!(r#"{{"n":{n}}}"#);
+                if let Ok(r) = client.post(&url, Some(TOKEN), body.as_bytes()) {
+                    if r.status == 200 {
+                        acked.push(r.json()["id"].as_str().unwrap_or_default().to_string());
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            acked
+        })
+    };
+    let mut worst = std::time::Duration::ZERO;
+    for _ in 0..5 {
+        wait_until(POLL_DEADLINE, "records reach the receiver", || {
+            !receiver.ids().is_empty()
+        });
+        receiver.down();
+        // An outage long enough for the uplink to fail and back off, not a blip.
+        wait_until(POLL_DEADLINE, "the uplink notices the outage", || {
+            daemon.status()["uplink"]["last_error"].is_string()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let seen = receiver.ids().len();
+        receiver.up();
+        let took = measure_recovery(
+            "uplink receiver (flapping)",
+            Instant::now(),
+            RECOVERY_BOUND,
+            || receiver.ids().len() > seen,
+        );
+        worst = worst.max(took);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acked = poster.join().expect("poster");
+    assert!(acked.len() > 50, "only {} records acked", acked.len());
+    wait_until(POLL_DEADLINE, "every acked record at the receiver", || {
+        receiver.has_all(&acked)
+    });
+    wait_drained(&daemon);
+    eprintln!(
+        "flapping: acked={} worst_recovery_secs={:.3}",
+        acked.len(),
+        worst.as_secs_f64()
+    );
 }

@@ -135,6 +135,21 @@ pub fn from_yaml(text: &str) -> Result<Config, Problems> {
     }
 }
 
+/// Checks that a file holding a secret (webhook secret, NATS credentials, a TLS private key)
+/// cannot be read by every user of the box: `Err` with the reason when it can, or when it
+/// cannot be inspected. Part of building, not of validation (it looks at the disk).
+pub fn check_private_file(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.permissions().mode() & 0o004 != 0 {
+        return Err(format!(
+            "{} holds a secret and is readable by every user; chmod o-r it",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Reads, parses and validates a config file.
 pub fn load(path: &Path) -> Result<Config, Problems> {
     match std::fs::read_to_string(path) {

@@ -21,6 +21,8 @@ pub use live::{
     publish_status as publish_live_status, wait_for_sessions as wait_for_live_sessions,
 };
 
+pub use auth::{bearer_ok, ct_eq};
+pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
 

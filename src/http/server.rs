@@ -15,7 +15,9 @@ use tokio::task::JoinSet;
 use super::{routes, AppState};
 use crate::shutdown::Shutdown;
 
-/// Largest buffer for a request head; larger headers are refused by hyper.
+/// Largest request head (request line and headers); larger ones get `431`. Set both as
+/// hyper's head limit and as its read buffer bound: the buffer bound alone is approximate
+/// (one read can fill more than it, and a head that arrived whole was accepted).
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// How long open connections get to finish their request at shutdown.
 const DRAIN_AT_SHUTDOWN: Duration = Duration::from_secs(10);
@@ -85,6 +87,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(state.http.header_read_timeout)
+                .max_header_size(MAX_HEAD_BYTES)
                 .max_buf_size(MAX_HEAD_BYTES);
             // Upgrades: the live view's WebSocket (`/api/live`) takes the connection over.
             let conn = builder

@@ -13,6 +13,7 @@
 //! - `signing.rs` signs webhook requests (`X-Opex-Signature`, HMAC-SHA256 written out here);
 //!   `api.rs` reads the flow-era API: events, dead letters, refusals, `engine.webhooks[]`.
 //! - `ledger.rs` reads `GET /api/ledger` and checks its identity.
+//! - `recovery.rs` measures and prints the recovery time after a peer outage.
 //! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
 //!
 //! Each test binary uses a subset of this module.
@@ -23,6 +24,7 @@ mod client;
 mod daemon;
 mod ledger;
 mod receiver;
+mod recovery;
 mod signing;
 
 // Each test binary uses a subset of these.
@@ -36,6 +38,8 @@ pub use daemon::*;
 pub use ledger::*;
 #[allow(unused_imports)]
 pub use receiver::*;
+#[allow(unused_imports)]
+pub use recovery::*;
 #[allow(unused_imports)]
 pub use signing::*;
 

@@ -5,9 +5,56 @@
 //! (`big`: the first register holds the most significant word). Devices disagree on both, so
 //! both are per point.
 
-use serde_json::{Number, Value};
+use serde_json::{json, Map, Number, Value};
 
 use super::config::{DataType, Order, PointConfig};
+use super::plan::ReadRequest;
+
+/// What a device answered to one read request: registers or bits, as many as it sent (a
+/// device may answer with fewer or more than asked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Holding or input registers.
+    Words(Vec<u16>),
+    /// Coils or discrete inputs.
+    Bits(Vec<bool>),
+}
+
+/// Decodes `answer` to `request` into one `{"value":..,"quality":..}` entry per point of the
+/// request, inserted in `payload` under the point's name. Pure and total: a point the answer
+/// does not cover (short answer, wrong table, an index outside `points`) gets
+/// `{"value":null,"quality":"bad","error":"short response"}`; nothing here can panic, whatever
+/// the device sent. This is the entry point the fuzz targets and property tests drive.
+pub fn decode_answer(
+    points: &[PointConfig],
+    request: &ReadRequest,
+    answer: &Answer,
+    payload: &mut Map<String, Value>,
+) {
+    for &i in &request.points {
+        let Some(pt) = points.get(i) else { continue };
+        let value = pt.register.checked_sub(request.start).and_then(|at| {
+            let at = usize::from(at);
+            match answer {
+                Answer::Bits(bits) => bits.get(at).map(|&b| Value::Bool(b)),
+                Answer::Words(words) => words.get(at..).and_then(|w| decode_registers(pt, w)),
+            }
+        });
+        let mut v = match value {
+            Some(value) => json!({"value": value, "quality": "good"}),
+            None => json!({"value": null, "quality": "bad", "error": "short response"}),
+        };
+        add_unit(&mut v, &pt.unit);
+        payload.insert(pt.name.clone(), v);
+    }
+}
+
+/// Adds `"unit"` to a point's entry when the point has one.
+pub fn add_unit(v: &mut Value, unit: &Option<String>) {
+    if let (Some(u), Value::Object(m)) = (unit, v) {
+        m.insert("unit".into(), Value::String(u.clone()));
+    }
+}
 
 /// The value of `point` from `words`, the registers starting at the point's own address.
 /// `None` when `words` is too short (a device answered with fewer registers than asked).
@@ -81,7 +128,6 @@ fn scaled(point: &PointConfig, raw: Raw) -> Value {
 mod tests {
     use super::*;
     use crate::sources::modbus::config::RegisterKind;
-    use serde_json::json;
 
     fn pt(data_type: DataType, word_order: Order, byte_order: Order) -> PointConfig {
         PointConfig {

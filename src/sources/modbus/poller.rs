@@ -30,7 +30,7 @@ use tokio_modbus::client::{Context, Reader};
 use tokio_modbus::prelude::{Slave, SlaveContext};
 
 use super::config::{LineConfig, ModbusDeviceConfig, Parity, RegisterKind, Transport};
-use super::decode::decode_registers;
+use super::decode::{add_unit, decode_answer, Answer};
 use super::plan::{coalesce, split, ReadRequest};
 use super::status::{ConnState, DeviceStatus};
 use crate::engine::Engine;
@@ -496,20 +496,7 @@ async fn poll(
                 done.push(req);
             }
             Ok(Ok(data)) => {
-                for &i in &req.points {
-                    let pt = &member.cfg.points[i];
-                    let at = usize::from(pt.register - req.start);
-                    let value = match &data {
-                        Data::Bits(bits) => bits.get(at).map(|&b| Value::Bool(b)),
-                        Data::Words(words) => words.get(at..).and_then(|w| decode_registers(pt, w)),
-                    };
-                    let mut v = match value {
-                        Some(value) => json!({"value": value, "quality": "good"}),
-                        None => json!({"value": null, "quality": "bad", "error": "short response"}),
-                    };
-                    add_unit(&mut v, &pt.unit);
-                    payload.insert(pt.name.clone(), v);
-                }
+                decode_answer(&member.cfg.points, &req, &data, &mut payload);
                 done.push(req);
             }
         }
@@ -524,32 +511,21 @@ async fn poll(
     Ok(payload)
 }
 
-fn add_unit(v: &mut Value, unit: &Option<String>) {
-    if let (Some(u), Value::Object(m)) = (unit, v) {
-        m.insert("unit".into(), Value::String(u.clone()));
-    }
-}
-
-enum Data {
-    Words(Vec<u16>),
-    Bits(Vec<bool>),
-}
-
-async fn read(ctx: &mut Context, r: &ReadRequest) -> tokio_modbus::Result<Data> {
+async fn read(ctx: &mut Context, r: &ReadRequest) -> tokio_modbus::Result<Answer> {
     Ok(match r.kind {
         RegisterKind::Holding => ctx
             .read_holding_registers(r.start, r.count)
             .await?
-            .map(Data::Words),
+            .map(Answer::Words),
         RegisterKind::Input => ctx
             .read_input_registers(r.start, r.count)
             .await?
-            .map(Data::Words),
-        RegisterKind::Coil => ctx.read_coils(r.start, r.count).await?.map(Data::Bits),
+            .map(Answer::Words),
+        RegisterKind::Coil => ctx.read_coils(r.start, r.count).await?.map(Answer::Bits),
         RegisterKind::Discrete => ctx
             .read_discrete_inputs(r.start, r.count)
             .await?
-            .map(Data::Bits),
+            .map(Answer::Bits),
     })
 }
 

@@ -73,6 +73,7 @@ pub fn tls_config(tls: &TlsConfig) -> Result<rustls::ClientConfig, String> {
                 .map_err(|e| format!("{cert}: {e}"))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("{cert}: {e}"))?;
+            crate::config::check_private_file(std::path::Path::new(key))?;
             let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{key}: {e}"))?;
             builder
                 .with_client_auth_cert(certs, key)

@@ -4,7 +4,7 @@
 //! wait growing to `reconnect_max_ms`); [`connect`] also waits, backed off, for the first
 //! connection, so a server that is down at start is no reason to stop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::config::{NatsAuth, NatsConnectionConfig};
@@ -29,9 +29,12 @@ async fn options(
             async_nats::ConnectOptions::with_user_and_password(u.clone(), p.clone())
         }
         NatsAuth::Token(t) => async_nats::ConnectOptions::with_token(t.clone()),
-        NatsAuth::CredsFile(f) => async_nats::ConnectOptions::with_credentials_file(f)
-            .await
-            .map_err(|e| format!("creds file {f}: {e}"))?,
+        NatsAuth::CredsFile(f) => {
+            crate::config::check_private_file(Path::new(f))?;
+            async_nats::ConnectOptions::with_credentials_file(f)
+                .await
+                .map_err(|e| format!("creds file {f}: {e}"))?
+        }
     };
     if let Some(tls) = &cfg.tls {
         o = o.require_tls(true);
@@ -39,6 +42,7 @@ async fn options(
             o = o.add_root_certificates(PathBuf::from(ca));
         }
         if let Some((cert, key)) = &tls.client {
+            crate::config::check_private_file(Path::new(key))?;
             o = o.add_client_certificate(PathBuf::from(cert), PathBuf::from(key));
         }
     }

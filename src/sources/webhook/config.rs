@@ -141,14 +141,7 @@ pub fn load_secret(secret: &Secret) -> Result<Vec<u8>, String> {
     match secret {
         Secret::Inline(s) => Ok(s.as_bytes().to_vec()),
         Secret::File(path) => {
-            use std::os::unix::fs::PermissionsExt;
-            let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            if meta.permissions().mode() & 0o004 != 0 {
-                return Err(format!(
-                    "{} is readable by every user; chmod o-r it",
-                    path.display()
-                ));
-            }
+            crate::config::check_private_file(path)?;
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let line = text.lines().next().unwrap_or("").trim();

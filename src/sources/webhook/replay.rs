@@ -25,7 +25,7 @@ impl ReplayWindow {
         while self
             .order
             .front()
-            .is_some_and(|(old, _)| *old < now - tolerance)
+            .is_some_and(|(old, _)| *old < now.saturating_sub(tolerance))
         {
             if let Some((_, m)) = self.order.pop_front() {
                 self.seen.remove(&m);

@@ -94,7 +94,9 @@ pub fn verify(
     now: i64,
     tolerance_secs: i64,
 ) -> Result<(), SigError> {
-    if (now - sig.t).abs() > tolerance_secs {
+    // `abs_diff` cannot overflow: a header may carry any i64, `t=-9223372036854775808`
+    // included (a plain `now - t` panicked there in debug builds and wrapped in release).
+    if now.abs_diff(sig.t) > tolerance_secs.max(0).unsigned_abs() {
         return Err(SigError::Stale);
     }
     let matched = sig.v1.iter().any(|candidate| {
@@ -151,6 +153,26 @@ mod tests {
         );
         assert_eq!(
             verify(&s, b"whsec", b"{\"a\":1}", 699, 300),
+            Err(SigError::Stale)
+        );
+    }
+
+    #[test]
+    fn a_signature_timestamp_near_i64_min_no_longer_overflows_the_staleness_check() {
+        let body = b"{}";
+        for t in [i64::MIN, i64::MIN + 1, i64::MAX, -1] {
+            let s = parse(&sign(b"whsec", t, body)).unwrap();
+            assert_eq!(
+                verify(&s, b"whsec", body, 1_700_000_000, 300),
+                Err(SigError::Stale),
+                "t={t}"
+            );
+            assert_eq!(verify(&s, b"whsec", body, t, 300), Ok(()), "t={t}");
+        }
+        let s = parse(&sign(b"whsec", -1, body)).unwrap();
+        assert_eq!(verify(&s, b"whsec", body, 1_700_000_000, i64::MAX), Ok(()));
+        assert_eq!(
+            verify(&s, b"whsec", body, 1_700_000_000, -5),
             Err(SigError::Stale)
         );
     }
