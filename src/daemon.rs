@@ -277,9 +277,12 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
+    let simulator_stop = Shutdown::new();
     let simulator_tasks = {
         let _entered = runtime.enter();
-        simulator.spawn(shutdown.clone())
+        // Its own stop signal: the simulated plant stops after the pollers that read it, so
+        // they do not see their device vanish at every stop.
+        simulator.spawn(simulator_stop.clone())
     };
     let result = runtime.block_on(serve(Arc::clone(&state), alert_workers, shutdown.clone()));
     shutdown.trigger();
@@ -300,6 +303,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         });
         rt.stop();
     }
+    simulator_stop.trigger();
     runtime.block_on(async {
         for t in simulator_tasks {
             let _ = t.await;

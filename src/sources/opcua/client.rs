@@ -411,11 +411,13 @@ async fn drive(
                         .reconnects_total
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     log::info!("opcua reconnected: device={device} mode={mode:?}");
+                    // The first session's subscriptions start publishing when they are made;
+                    // triggering it before they exist only draws BadNoSubscription.
+                    if matches!(mode, SessionConnectMode::NewSession(_)) {
+                        session.trigger_publish_now();
+                    }
                 }
                 first = false;
-                if matches!(mode, SessionConnectMode::NewSession(_)) {
-                    session.trigger_publish_now();
-                }
             }
             SessionPollResult::ConnectionLost(code) => {
                 status.set_state(State::Reconnecting);
