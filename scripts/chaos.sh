@@ -8,11 +8,20 @@
 #     space returns (needs root to mount; skipped with a message otherwise).
 # Then prints the figures (cycles, records, losses, recovery times).
 #
-# Usage: scripts/chaos.sh [CYCLES]        (default 20, or $OPEX_CHAOS_CYCLES)
+# Usage: scripts/chaos.sh [--all] [CYCLES]        (CYCLES default 20, or $OPEX_CHAOS_CYCLES)
+#   --all  also runs scripts/faults.sh (each peer stopped and restarted under load, the ledger
+#          checked after each), then prints how to run the rest of the campaign: fuzzing
+#          (scripts/fuzz.sh) and the long run (scripts/longrun.sh), which take long and are
+#          run on their own.
 # OPEX_CHAOS_ACKS sets the acknowledgements between two kills (default 500 here, 200 in CI).
 # Needs nats-server and pymodbus (scripts/test.sh installs them). Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
+all=0
+if [[ "${1:-}" == "--all" ]]; then
+    all=1
+    shift
+fi
 cycles="${1:-${OPEX_CHAOS_CYCLES:-20}}"
 acks="${OPEX_CHAOS_ACKS:-500}"
 if ! [[ "$cycles" =~ ^[1-9][0-9]*$ ]]; then
@@ -47,3 +56,20 @@ if ((status != 0)); then
     exit "$status"
 fi
 echo "==> passed in ${elapsed} s"
+
+if ((all == 0)); then
+    exit 0
+fi
+
+echo "==> scripts/faults.sh (peers stopped and restarted under load)"
+set +e
+"$repo/scripts/faults.sh"
+faults=$?
+set -e
+if ((faults != 0)); then
+    echo "==> scripts/faults.sh FAILED (exit ${faults})" >&2
+fi
+echo "==> the rest of the campaign, run on their own (each takes long):"
+echo "    fuzzing:  $repo/scripts/fuzz.sh [SECONDS_PER_TARGET]   (every fuzz/fuzz_targets/ target; crashes in fuzz/artifacts/)"
+echo "    long run: $repo/scripts/longrun.sh [MINUTES]            (release daemon under steady load; growth verdict and ledger balance at the end)"
+exit "$faults"

@@ -3,7 +3,7 @@
 # records flow (nats-server, mosquitto, ClickHouse, PostgreSQL, the pymodbus device, the
 # asyncua server, the uplink receiver, also flapping) and prints each recovery time: from
 # the peer being back to the first record delivered or polled again. Each test also checks
-# that every acknowledged record arrives.
+# that every acknowledged record arrives and, at its end, that GET /api/ledger balances.
 #
 # Usage: scripts/faults.sh [ROUNDS]   (default 1: each test once; more rounds give spread)
 # The peers must be installed (scripts/test.sh installs them). Honours CARGO_TARGET_DIR.

@@ -14,7 +14,10 @@
 # files (/proc/PID/fd), push queue rows and used bytes, records sent upstream, ingest
 # records stored, Modbus records, ingest errors. At the end it compares the mean of the
 # first third of the samples with the last third: RSS may grow by at most 10 % + 4 MiB, open
-# files by 5, queue rows by 500; otherwise it says what grew and exits 1.
+# files by 5, queue rows by 500; otherwise it says what grew and exits 1. Last, with the load
+# stopped and before the daemon is stopped, it reads `GET /api/ledger?verify=1` once and says
+# whether every source balanced (acked = delivered + pending + dead_lettered + lost) and the
+# push queue's pending counts agreed with its rows; otherwise it exits 1 as well.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -169,10 +172,12 @@ done
 kill "$load" 2>/dev/null || true
 wait "$load" 2>/dev/null || true
 cat "$work/load.log"
+curl -s "http://127.0.0.1:$http_port/api/ledger?verify=1" >"$work/ledger.json" || true
 kill -TERM "$daemon"
 wait "$daemon" || true
 
-python3 - "$csv" <<'PY'
+verdict=0
+python3 - "$csv" <<'PY' || verdict=1
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 if len(rows) < 3:
@@ -193,3 +198,26 @@ print(f"ingest: {ing:.0f} records stored in {secs:.0f} s ({ing / max(secs, 1):.1
 print("verdict: " + ("GREW: " + ", ".join(grew) if grew else "no growth"))
 sys.exit(1 if grew else 0)
 PY
+
+# The ledger, read once at the end of the run.
+python3 - "$work/ledger.json" <<'PY' || verdict=1
+import json, sys
+try:
+    ledger = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print(f"ledger: could not read GET /api/ledger: {e}")
+    sys.exit(1)
+for name, c in sorted(ledger.get("sources", {}).items()):
+    print(f"ledger: {name}: acked {c['acked']} = delivered {c['delivered']} + pending {c['pending']}"
+          f" + dead_lettered {c['dead_lettered']} + lost {c['lost']} (imbalance {c['imbalance']})")
+check = ledger.get("push_queue_check", {})
+agrees = check.get("agrees", True) if check.get("checked") else True
+ok = ledger.get("balanced") is True and agrees
+if not agrees:
+    print(f"ledger: the push queue's pending counts disagree with its rows: {check.get('mismatches')}")
+print("ledger: " + ("balanced" if ok else f"NOT BALANCED: {ledger.get('imbalances')}"))
+sys.exit(0 if ok else 1)
+PY
+if ((verdict != 0)); then
+    exit 1
+fi

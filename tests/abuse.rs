@@ -53,6 +53,19 @@ fn stored(daemon: &Daemon) -> Value {
     })
 }
 
+/// After a scenario the ledger balances (the push queue's pending counts checked against its
+/// rows) and no source lost anything.
+fn assert_ledger_balanced(daemon: &Daemon, what: &str) {
+    let l = assert_balanced(&ledger(daemon, true), what);
+    for (source, c) in l["sources"].as_object().into_iter().flatten() {
+        assert_eq!(
+            u64_at(c, "/lost"),
+            0,
+            "{what}: {source} lost records: {l:#}"
+        );
+    }
+}
+
 fn socket(daemon: &Daemon) -> SocketAddr {
     daemon
         .base()
@@ -160,6 +173,10 @@ fn two_thousand_idle_connections_leave_memory_and_open_files_bounded() {
         "RSS grew by {rss_growth_mb} MiB with {opened} idle connections"
     );
     assert_eq!(stored(&daemon), before, "idle connections stored something");
+    assert_ledger_balanced(
+        &daemon,
+        "two thousand idle connections leave memory and open files bounded",
+    );
 }
 
 #[test]
@@ -186,6 +203,10 @@ fn a_client_that_stops_sending_its_body_gets_408_and_nothing_is_stored() {
         started.elapsed()
     );
     assert_eq!(stored(&daemon), before);
+    assert_ledger_balanced(
+        &daemon,
+        "a client that stops sending its body gets 408 and nothing is stored",
+    );
 }
 
 #[test]
@@ -214,6 +235,7 @@ fn oversize_bodies_get_413_and_nothing_is_stored() {
     let (status, text) = raw_request(&daemon, raw.as_bytes());
     assert_eq!(status, 413, "{text}");
     assert_eq!(stored(&daemon), before);
+    assert_ledger_balanced(&daemon, "oversize bodies get 413 and nothing is stored");
 }
 
 /// Regression: hyper's read-buffer bound alone let a 100 KB head through when it arrived in
@@ -241,6 +263,10 @@ fn a_request_head_over_64_kib_is_refused_with_431_even_when_sent_in_one_write() 
     );
     assert_eq!(raw_request(&daemon, ok.as_bytes()).0, 200);
     assert_eq!(stored(&daemon), before);
+    assert_ledger_balanced(
+        &daemon,
+        "a request head over 64 kib is refused with 431 even when sent in one write",
+    );
 }
 
 #[test]
@@ -264,6 +290,10 @@ fn wrong_methods_get_405_with_allow_and_nothing_is_stored() {
         assert!(r.header("allow").is_some(), "{method} {path}: no Allow");
     }
     assert_eq!(stored(&daemon), before);
+    assert_ledger_balanced(
+        &daemon,
+        "wrong methods get 405 with allow and nothing is stored",
+    );
 }
 
 #[test]
@@ -303,6 +333,7 @@ fn path_traversal_attempts_never_serve_a_file() {
         }
     }
     assert_eq!(stored(&daemon), before);
+    assert_ledger_balanced(&daemon, "path traversal attempts never serve a file");
 }
 
 #[test]
@@ -348,6 +379,10 @@ fn bad_and_replayed_webhook_signatures_get_401_and_store_nothing_more() {
         hook["rejected_signature"] = json!(0);
     }
     assert_eq!(after, expected);
+    assert_ledger_balanced(
+        &daemon,
+        "bad and replayed webhook signatures get 401 and store nothing more",
+    );
 }
 
 #[test]
@@ -397,4 +432,8 @@ fn admin_endpoints_refuse_missing_and_wrong_tokens_and_change_nothing() {
     }
     assert_eq!(stored(&daemon), before);
     assert_eq!(dead_letter(&daemon, id), entry, "the dead letter changed");
+    assert_ledger_balanced(
+        &daemon,
+        "admin endpoints refuse missing and wrong tokens and change nothing",
+    );
 }

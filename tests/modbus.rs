@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{measure_recovery, poll_until, u64_at, wait_until, Daemon, RECOVERY_BOUND};
+use common::{
+    assert_balanced, ledger, measure_recovery, poll_until, source_figure, u64_at, wait_until,
+    Daemon, RECOVERY_BOUND,
+};
 use serde_json::{json, Value};
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/modbus_device.py");
@@ -228,6 +231,12 @@ fn polling_resumes_after_the_device_is_killed_and_restarted() {
     let d = device(&daemon, 0);
     assert_eq!(value(&d, "u16")["value"], 1234);
     assert!(u64_at(&d, "/connects_total") >= 2, "{d}");
+    // The ledger balances: the polls that failed while the device was down offered nothing,
+    // and what was polled is counted with no loss.
+    let l = assert_balanced(&ledger(&daemon, true), "after the device restart");
+    let source = d["source"].as_str().unwrap_or("modbus/?").to_string();
+    assert!(source_figure(&l, &source, "/acked") > 0, "{source}: {l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{source}: {l:#}");
 }
 
 /// A `socat` pty pair in a temp dir: the device's end and the connector's end.

@@ -182,4 +182,15 @@ fn the_mqtt_sink_publishes_refuses_while_the_broker_is_down_and_delivers_after_i
         subscriber.received().len()
     );
     assert_stored(&daemon.ingest("after", r#"{"v":3}"#), "accepted again");
+    // The ledger balances: what the sink refused is refused, not lost, and every acked record
+    // counts as delivered.
+    let l = assert_balanced(&ledger(&daemon, true), "after the mosquitto outage");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(
+        source_figure(&l, &source, "/acked"),
+        accepted.len() as u64 + 1,
+        "{l:#}"
+    );
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
+    assert!(source_figure(&l, &source, "/refused") >= 5, "{l:#}");
 }

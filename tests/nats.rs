@@ -174,6 +174,20 @@ fn a_killed_nats_server_loses_no_acked_message_and_the_consumer_resumes() {
     });
     let src = nats_source_status(&daemon, "events");
     assert_eq!(src["consuming"], true, "{src}");
+    // The ledger balances once the queue has drained: every acked message delivered, none lost.
+    wait_until(POLL_DEADLINE, "the push queue drained", || {
+        u64_at(&daemon.status(), "/push_queue/rows") == 0
+    });
+    let l = assert_balanced(&ledger(&daemon, true), "after the nats-server outage");
+    let acked = source_figure(&l, "nats/events", "/acked");
+    assert!(acked >= published + 50, "acked {acked}: {l:#}");
+    assert_eq!(source_figure(&l, "nats/events", "/pending"), 0, "{l:#}");
+    assert_eq!(source_figure(&l, "nats/events", "/lost"), 0, "{l:#}");
+    assert_eq!(
+        source_figure(&l, "nats/events", "/delivered"),
+        acked,
+        "{l:#}"
+    );
 }
 
 #[test]

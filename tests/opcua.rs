@@ -307,6 +307,11 @@ fn after_a_server_restart_values_flow_again_within_the_backoff() {
     let d = device_status(&daemon);
     assert_eq!(d["state"], json!("connected"), "{d:#}");
     assert_eq!(u64_at(&d, "/watchdog_resets_total"), 0, "{d:#}");
+    // The ledger balances after the restart, with nothing lost.
+    let l = assert_balanced(&ledger(&daemon, true), "after the asyncua server restart");
+    let source = d["source"].as_str().unwrap_or("opcua/?").to_string();
+    assert!(source_figure(&l, &source, "/acked") > 0, "{source}: {l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{source}: {l:#}");
 }
 
 #[cfg(feature = "simulator")]

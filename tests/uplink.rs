@@ -122,6 +122,14 @@ fn receiver_down_then_up_delivers_everything_in_order() {
             req.body
         );
     }
+    // The ledger balances: the 100 acked records are delivered, none pending or lost, and the
+    // push queue's counts agree with its (now empty) rows.
+    let l = assert_balanced(&ledger(&daemon, true), "after the receiver came up");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(source_figure(&l, &source, "/acked"), 100, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/delivered"), 100, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/pending"), 0, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
 }
 
 #[test]
@@ -394,4 +402,18 @@ fn a_flapping_receiver_gets_every_acked_record_and_each_recovery_is_bounded() {
         acked.len(),
         worst.as_secs_f64()
     );
+    // The ledger balances after five outages: every acked record delivered, none lost.
+    let l = assert_balanced(&ledger(&daemon, true), "after the flapping receiver");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(
+        source_figure(&l, &source, "/acked"),
+        acked.len() as u64,
+        "{l:#}"
+    );
+    assert_eq!(
+        source_figure(&l, &source, "/delivered"),
+        acked.len() as u64,
+        "{l:#}"
+    );
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
 }
