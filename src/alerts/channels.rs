@@ -224,7 +224,6 @@ pub async fn webhook(
 }
 
 fn post(agent: &ureq::Agent, cfg: &WebhookChannelConfig, body: &[u8]) -> Attempt {
-    use std::io::Read;
     let mut request = agent
         .post(&cfg.url)
         .header("Content-Type", "application/json");
@@ -238,20 +237,12 @@ fn post(agent: &ureq::Agent, cfg: &WebhookChannelConfig, body: &[u8]) -> Attempt
         Ok(r) => r,
         Err(e) => return Attempt::Retry(e.to_string()),
     };
-    let status = response.status().as_u16();
-    if (200..300).contains(&status) {
+    if response.status().is_success() {
         return Attempt::Delivered;
     }
-    let mut text = String::new();
-    let _ = response
-        .body_mut()
-        .as_reader()
-        .take(MAX_REASON)
-        .read_to_string(&mut text);
-    let reason = format!("HTTP {status}: {}", text.trim());
-    match status {
-        408 | 429 | 500..=599 => Attempt::Retry(reason),
-        400..=499 => Attempt::GiveUp(reason),
-        _ => Attempt::Retry(reason),
+    // The same judgement as the push uplink's.
+    match crate::sinks::push::refusal(&mut response, MAX_REASON) {
+        (reason, true) => Attempt::Retry(reason),
+        (reason, false) => Attempt::GiveUp(reason),
     }
 }

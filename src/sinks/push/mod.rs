@@ -8,5 +8,5 @@ mod uplink;
 mod volatile;
 
 pub use sink::{Drain, PushSink, QueueStatus};
-pub use uplink::{Uplink, UplinkStatus};
+pub use uplink::{refusal, Uplink, UplinkStatus};
 pub use volatile::{VolatileBuffer, VOLATILE_QUOTA};

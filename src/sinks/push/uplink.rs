@@ -203,19 +203,26 @@ impl Uplink {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let mut text = String::new();
-        let _ = response
-            .body_mut()
-            .as_reader()
-            .take(MAX_REASON)
-            .read_to_string(&mut text);
-        let reason = format!("HTTP {status}: {}", text.trim());
-        match status {
-            408 | 429 | 500..=599 => Outcome::Retry { reason, after },
-            400..=499 => Outcome::Rejected { reason },
-            // A redirect or an informational answer is a misconfiguration, not a verdict on
-            // the records: keep them and retry.
-            _ => Outcome::Retry { reason, after },
+        match refusal(&mut response, MAX_REASON) {
+            (reason, true) => Outcome::Retry { reason, after },
+            (reason, false) => Outcome::Rejected { reason },
         }
     }
+}
+
+/// Judges a receiver's non-2xx answer: the reason (status and at most `max` bytes of its
+/// body) and whether to send again. 408, 429 and 5xx are transient; any other 4xx refuses
+/// what was sent. A redirect or an informational answer is a misconfiguration, not a verdict
+/// on what was sent: keep it and retry.
+pub fn refusal(response: &mut ureq::http::Response<ureq::Body>, max: u64) -> (String, bool) {
+    let status = response.status().as_u16();
+    let mut text = String::new();
+    let _ = response
+        .body_mut()
+        .as_reader()
+        .take(max)
+        .read_to_string(&mut text);
+    let reason = format!("HTTP {status}: {}", text.trim());
+    let retry = !matches!(status, 400..=499) || matches!(status, 408 | 429);
+    (reason, retry)
 }
