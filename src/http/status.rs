@@ -157,13 +157,8 @@ pub fn status(state: &AppState) -> Value {
 /// Bytes an unprivileged writer may still use on the data dir's file system (`None` when
 /// `statvfs` fails).
 pub fn disk_free_bytes(dir: &std::path::Path) -> Option<u64> {
-    let st = nix::sys::statvfs::statvfs(dir).ok()?;
-    #[allow(clippy::useless_conversion)] // the widths differ between targets
-    let (blocks, size) = (
-        u64::from(st.blocks_available()),
-        u64::from(st.fragment_size()),
-    );
-    Some(blocks.saturating_mul(size))
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// The live view's figures.
