@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::in_range;
 use crate::config::{pick_connection, Problems};
 use crate::sources::mqtt::config::{MqttConfig, MqttConnectionConfig};
-use crate::sources::nats::config::{in_range, NatsConfig, NatsConnectionConfig};
+use crate::sources::nats::config::{NatsConfig, NatsConnectionConfig};
 
 /// `telemetry:`
 #[derive(Debug, Default, Deserialize)]
@@ -135,7 +136,7 @@ impl AlertsConfig {
             raw.check_interval_secs,
             super::CHECK_EVERY.as_secs(),
             1..=300,
-            &format!("{at}.check_interval_secs"),
+            format!("{at}.check_interval_secs"),
             p,
         );
         let webhook = raw
@@ -253,22 +254,22 @@ fn validate_webhook(
         raw.timeout_secs,
         10,
         1..=60,
-        &format!("{at}.timeout_secs"),
+        format!("{at}.timeout_secs"),
         p,
     );
-    let retries = in_range(raw.retries, 5, 0..=100, &format!("{at}.retries"), p);
+    let retries = in_range(raw.retries, 5, 0..=100, format!("{at}.retries"), p);
     let initial = in_range(
         raw.retry_initial_ms,
         1000,
         1..=600_000,
-        &format!("{at}.retry_initial_ms"),
+        format!("{at}.retry_initial_ms"),
         p,
     );
     let max = in_range(
         raw.retry_max_ms,
         60_000,
         1..=3_600_000,
-        &format!("{at}.retry_max_ms"),
+        format!("{at}.retry_max_ms"),
         p,
     );
     if initial > max {

@@ -8,8 +8,8 @@
 
 use serde::Deserialize;
 
+use crate::config::checks::checked_name;
 use crate::config::Problems;
-use crate::sources::ingest::config::valid_name;
 use crate::sources::modbus::config::{
     check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusPoint, RawPort,
 };
@@ -201,26 +201,9 @@ pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems)
     let mut names: Vec<String> = Vec::new();
     for (i, d) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{path}[{i}]");
-        let name = match d.name.as_deref() {
-            None => {
-                p.push(format!("{at}.name"), "is required");
-                String::new()
-            }
-            Some(n) if !valid_name(n) => {
-                p.push(
-                    format!("{at}.name"),
-                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                );
-                String::new()
-            }
-            Some(n) => {
-                if names.iter().any(|o| o == n) {
-                    p.push(format!("{at}.name"), format!("{n:?} is used twice"));
-                }
-                names.push(n.to_string());
-                n.to_string()
-            }
-        };
+        let name = checked_name(d.name.as_deref(), &at, |n| names.iter().any(|o| o == n), p)
+            .unwrap_or_default();
+        names.push(name.clone());
         match d.protocol.as_deref() {
             Some(proto @ ("modbus_tcp" | "modbus_rtu")) => {
                 if let Some(dev) = validate_modbus_device(d, name, proto, &at, p) {
@@ -258,25 +241,13 @@ pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> 
     let mut out: Vec<GroupConfig> = Vec::new();
     for (i, g) in raw.iter().enumerate() {
         let gat = format!("{at}.groups[{i}]");
-        let name = match g.name.as_deref() {
-            None => {
-                p.push(format!("{gat}.name"), "is required");
-                String::new()
-            }
-            Some(n) if !valid_name(n) => {
-                p.push(
-                    format!("{gat}.name"),
-                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                );
-                String::new()
-            }
-            Some(n) => {
-                if out.iter().any(|o| o.name == n) {
-                    p.push(format!("{gat}.name"), format!("{n:?} is used twice"));
-                }
-                n.to_string()
-            }
-        };
+        let name = checked_name(
+            g.name.as_deref(),
+            &gat,
+            |n| out.iter().any(|o| o.name == n),
+            p,
+        )
+        .unwrap_or_default();
         let ms = g.interval_ms.unwrap_or(1000);
         if !(10..=86_400_000).contains(&ms) {
             p.push(

@@ -5,9 +5,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::flow::Template;
-use crate::sources::nats::config::{in_range, NatsConnectionConfig};
+use crate::sources::nats::config::NatsConnectionConfig;
 
 /// Records waiting for the publisher: the spec's fixed memory channel of 4096.
 pub const CHANNEL: usize = 4096;
@@ -72,26 +73,26 @@ impl NatsSinkConfig {
                 "must not be empty nor hold white space",
             );
         }
-        let retries = in_range(raw.retries, 5, 0..=100, &format!("{at}.retries"), p);
+        let retries = in_range(raw.retries, 5, 0..=100, format!("{at}.retries"), p);
         let initial = in_range(
             raw.retry_initial_ms,
             200,
             1..=600_000,
-            &format!("{at}.retry_initial_ms"),
+            format!("{at}.retry_initial_ms"),
             p,
         );
         let max = in_range(
             raw.retry_max_ms,
             5000,
             1..=600_000,
-            &format!("{at}.retry_max_ms"),
+            format!("{at}.retry_max_ms"),
             p,
         );
         let timeout = in_range(
             raw.timeout_secs,
             5,
             1..=600,
-            &format!("{at}.timeout_secs"),
+            format!("{at}.timeout_secs"),
             p,
         );
         Some(Self {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::checked_name;
 use crate::config::Problems;
-use crate::sources::ingest::config::checked_name;
 use crate::time::parse_duration;
 
 /// `backfills[]`

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::devices::{validate_groups, GroupConfig, RawDevice};
 use crate::sources::hold::DEFAULT_HOLD;
@@ -235,24 +236,6 @@ fn order(raw: Option<&str>, path: String, p: &mut Problems) -> Order {
             Order::Big
         }
     }
-}
-
-fn in_range(
-    v: Option<u64>,
-    default: u64,
-    range: std::ops::RangeInclusive<u64>,
-    path: String,
-    p: &mut Problems,
-) -> u64 {
-    let v = v.unwrap_or(default);
-    if !range.contains(&v) {
-        p.push(
-            path,
-            format!("{v} is outside {}..={}", range.start(), range.end()),
-        );
-        return default;
-    }
-    v
 }
 
 /// Validates the Modbus fields of a `devices[]` entry; `None` when a problem was found.

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::{checked_name, in_range};
 use crate::config::{pick_connection, Problems};
 use crate::sinks::mqtt::config::{MqttSinkConfig, RawMqttSink};
-use crate::sources::ingest::config::checked_name;
-use crate::sources::nats::config::{in_range, validate_tls, RawTls, TlsConfig};
+use crate::sources::nats::config::{validate_tls, RawTls, TlsConfig};
 
 /// Messages buffered per subscription; beyond it the oldest is dropped and counted.
 pub const SUBSCRIPTION_BUFFER: usize = 1024;
@@ -255,14 +255,14 @@ fn validate_connections(
             c.keep_alive_secs,
             30,
             5..=3600,
-            &format!("{at}.keep_alive_secs"),
+            format!("{at}.keep_alive_secs"),
             p,
         );
         let reconnect_max = in_range(
             c.reconnect_max_ms,
             30_000,
             100..=600_000,
-            &format!("{at}.reconnect_max_ms"),
+            format!("{at}.reconnect_max_ms"),
             p,
         );
         out.push(MqttConnectionConfig {

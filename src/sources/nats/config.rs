@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::{checked_name, in_range};
 use crate::config::{pick_connection, Problems};
 use crate::sinks::nats::config::{NatsSinkConfig, RawNatsSink};
-use crate::sources::ingest::config::checked_name;
 
 /// First nak delay of the consumer backoff (the spec's 2 s).
 pub const NAK_BACKOFF_INITIAL: Duration = Duration::from_secs(2);
@@ -245,28 +245,28 @@ impl NatsConfig {
                 s.max_ack_pending,
                 4096,
                 1..=1_000_000,
-                &format!("{at}.max_ack_pending"),
+                format!("{at}.max_ack_pending"),
                 p,
             );
             let ack_wait_secs = in_range(
                 s.ack_wait_secs,
                 60,
                 1..=86_400,
-                &format!("{at}.ack_wait_secs"),
+                format!("{at}.ack_wait_secs"),
                 p,
             );
             let initial = in_range(
                 s.nak_backoff_initial_ms,
                 NAK_BACKOFF_INITIAL.as_millis() as u64,
                 1..=3_600_000,
-                &format!("{at}.nak_backoff_initial_ms"),
+                format!("{at}.nak_backoff_initial_ms"),
                 p,
             );
             let max = in_range(
                 s.nak_backoff_max_ms,
                 NAK_BACKOFF_MAX.as_millis() as u64,
                 1..=3_600_000,
-                &format!("{at}.nak_backoff_max_ms"),
+                format!("{at}.nak_backoff_max_ms"),
                 p,
             );
             if max < initial {
@@ -309,25 +309,6 @@ impl NatsConfig {
             sink,
         }
     }
-}
-
-/// `value` or `default`, reported when outside `range`.
-pub fn in_range(
-    value: Option<u64>,
-    default: u64,
-    range: std::ops::RangeInclusive<u64>,
-    path: &str,
-    p: &mut Problems,
-) -> u64 {
-    let v = value.unwrap_or(default);
-    if !range.contains(&v) {
-        p.push(
-            path,
-            format!("{v} is outside {}..={}", range.start(), range.end()),
-        );
-        return default;
-    }
-    v
 }
 
 fn validate_connections(
@@ -383,7 +364,7 @@ fn validate_connections(
             c.reconnect_max_ms,
             5000,
             100..=600_000,
-            &format!("{at}.reconnect_max_ms"),
+            format!("{at}.reconnect_max_ms"),
             p,
         );
         out.push(NatsConnectionConfig {

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
 use crate::sources::devices::{opcua_group_keys, validate_groups, GroupConfig, RawDevice};
 use crate::sources::hold::DEFAULT_HOLD;
-use crate::sources::ingest::config::valid_name;
 
 /// `devices[].nodes[]` of an OPC-UA device.
 #[derive(Debug, Default, Deserialize)]
@@ -134,24 +134,6 @@ impl OpcuaDeviceConfig {
     pub fn source(&self) -> String {
         format!("opcua/{}", self.name)
     }
-}
-
-fn in_range(
-    value: Option<u64>,
-    default: u64,
-    range: std::ops::RangeInclusive<u64>,
-    path: String,
-    p: &mut Problems,
-) -> u64 {
-    let v = value.unwrap_or(default);
-    if !range.contains(&v) {
-        p.push(
-            path,
-            format!("{v} is outside {}..={}", range.start(), range.end()),
-        );
-        return default;
-    }
-    v
 }
 
 /// Validates one `protocol: opcua` entry of `devices:` at `at`; `None` when it has problems

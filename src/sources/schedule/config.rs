@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::cron::Cron;
+use crate::config::checks::checked_name;
 use crate::config::Problems;
-use crate::sources::ingest::config::checked_name;
 use crate::time::parse_duration;
 
 /// `schedules[]`

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::checked_name;
 use crate::config::Problems;
-use crate::sources::ingest::config::valid_name;
 
 /// `webhooks[]`
 #[derive(Debug, Default, Deserialize)]
@@ -67,25 +67,13 @@ pub fn validate_webhooks(
     for (i, w) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{path}[{i}]");
         let before = p.0.len();
-        let name = match w.name.as_deref() {
-            None => {
-                p.push(format!("{at}.name"), "is required");
-                String::new()
-            }
-            Some(n) if !valid_name(n) => {
-                p.push(
-                    format!("{at}.name"),
-                    format!("{n:?} must be 1 to 64 letters, digits, '-' or '_'"),
-                );
-                String::new()
-            }
-            Some(n) => {
-                if out.iter().any(|o| o.name == n) {
-                    p.push(format!("{at}.name"), format!("{n:?} is used twice"));
-                }
-                n.to_string()
-            }
-        };
+        let name = checked_name(
+            w.name.as_deref(),
+            &at,
+            |n| out.iter().any(|o| o.name == n),
+            p,
+        )
+        .unwrap_or_default();
         let secret = match (w.secret.as_deref(), w.secret_file.as_deref()) {
             (Some(_), Some(_)) => {
                 p.push(
