@@ -447,11 +447,11 @@ pub(crate) async fn wait_for_signal() {
 }
 
 /// Runs the alert hub's checks (every `telemetry.alerts.check_interval_secs`) until shutdown,
-/// and feeds the systemd watchdog every [`alerts::CHECK_EVERY`] while the connector is healthy
+/// and feeds the systemd watchdog every [`crate::admission::level::CHECK_EVERY`] while the connector is healthy
 /// (on its own beat, so a long check interval cannot starve `WatchdogSec=30`).
 async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
     let hub = tokio::spawn(Arc::clone(&state.alerts).run(shutdown.clone()));
-    let mut tick = tokio::time::interval(alerts::CHECK_EVERY);
+    let mut tick = tokio::time::interval(crate::admission::level::CHECK_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {},

@@ -36,6 +36,7 @@
 
 pub mod admission;
 pub mod alerts;
+pub mod brokers;
 pub mod config;
 pub mod daemon;
 pub mod engine;

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use brokers::{Mosquitto, MqttClient};
 use common::*;
-use opex_connector::alerts::{channels, Hub, Queue, QueueKind, QueueReading, REPEAT_FULL};
+use opex_connector::admission::level::REPEAT_FULL;
+use opex_connector::alerts::{channels, Hub, Queue, QueueKind, QueueReading};
 use opex_connector::shutdown::Shutdown;
 use serde_json::{json, Value};
 

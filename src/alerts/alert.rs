@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::level::Level;
+use crate::admission::level::Level;
 
 /// An alert.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -15,10 +15,10 @@ use tokio::sync::mpsc;
 
 use super::alert::Alert;
 use super::channels::ChannelStats;
+use crate::brokers::mqtt::MqttConnectionConfig;
+use crate::brokers::mqtt::{options, reconnect_delay};
+use crate::brokers::nats::NatsConnectionConfig;
 use crate::shutdown::Shutdown;
-use crate::sources::mqtt::config::MqttConnectionConfig;
-use crate::sources::mqtt::connect::{options, reconnect_delay};
-use crate::sources::nats::config::NatsConnectionConfig;
 
 /// Publishes the MQTT client holds while it is not connected.
 pub const MQTT_QUEUE: usize = 64;
@@ -108,7 +108,7 @@ pub async fn nats(
     shutdown: Shutdown,
 ) {
     let Some(client) =
-        crate::sources::nats::connect::connect(&conn, "opex-connector alerts", &shutdown).await
+        crate::brokers::nats::connect(&conn, "opex-connector alerts", &shutdown).await
     else {
         return;
     };

@@ -104,8 +104,8 @@ impl ChannelHandle {
 /// A configured channel whose worker is not started yet.
 enum Pending {
     Webhook(WebhookChannelConfig),
-    Mqtt(crate::sources::mqtt::config::MqttConnectionConfig, String),
-    Nats(crate::sources::nats::config::NatsConnectionConfig, String),
+    Mqtt(crate::brokers::mqtt::MqttConnectionConfig, String),
+    Nats(crate::brokers::nats::NatsConnectionConfig, String),
 }
 
 /// The workers of the configured channels, built before the runtime runs.

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::brokers::mqtt::MqttConnectionConfig;
+use crate::brokers::nats::NatsConnectionConfig;
 use crate::config::checks::in_range;
 use crate::config::{pick_connection, Problems};
-use crate::sources::mqtt::config::{MqttConfig, MqttConnectionConfig};
-use crate::sources::nats::config::{NatsConfig, NatsConnectionConfig};
+use crate::sources::mqtt::config::MqttConfig;
+use crate::sources::nats::config::NatsConfig;
 
 /// `telemetry:`
 #[derive(Debug, Default, Deserialize)]
@@ -110,7 +112,7 @@ pub struct AlertsConfig {
 impl Default for AlertsConfig {
     fn default() -> Self {
         Self {
-            check_interval: super::CHECK_EVERY,
+            check_interval: crate::admission::level::CHECK_EVERY,
             webhook: None,
             mqtt: None,
             nats: None,
@@ -134,7 +136,7 @@ impl AlertsConfig {
         let at = format!("{path}.alerts");
         let interval = in_range(
             raw.check_interval_secs,
-            super::CHECK_EVERY.as_secs(),
+            crate::admission::level::CHECK_EVERY.as_secs(),
             1..=300,
             format!("{at}.check_interval_secs"),
             p,
@@ -303,7 +305,10 @@ mod tests {
             (connection.name.as_str(), topic.as_str()),
             ("site", "opex/alerts")
         );
-        assert_eq!(cfg.alerts.check_interval, super::super::CHECK_EVERY);
+        assert_eq!(
+            cfg.alerts.check_interval,
+            crate::admission::level::CHECK_EVERY
+        );
         assert!(cfg.alerts.webhook.is_none() && cfg.alerts.nats.is_none());
     }
 

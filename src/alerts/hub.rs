@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::alert::{now_rfc3339, queue_message, severity, Alert};
 use super::channels::ChannelHandle;
-use super::level::{GrowthTracker, LevelTracker};
+use crate::admission::level::{GrowthTracker, LevelTracker};
 use crate::shutdown::Shutdown;
 
 /// Where a queue lives.

@@ -1,8 +1,9 @@
 //! Alerts: every bounded queue and every alerted loss counter feeds one state machine, checked
 //! every few seconds; each change goes to the log and to the channels of `telemetry.alerts`.
 //!
-//! - [`level`]: the state machines (`ok` / `high` / `full` for a queue, `critical` / `ok` for a
-//!   loss counter) and their timing (checks, the 10-minute repeat).
+//! - The state machines (`ok` / `high` / `full` for a queue, `critical` / `ok` for a loss
+//!   counter) and their timing live beside the gates whose queues they watch, in
+//!   [`crate::admission::level`].
 //! - [`alert`]: the alert's JSON and its log line.
 //! - [`hub`]: the checker and the open alerts; `report.rs` shows them as the `queues` /
 //!   `alerts` / `alert_channels` of `/api/status` and the levels on `/metrics`.
@@ -15,7 +16,6 @@ pub mod brokers;
 pub mod channels;
 pub mod config;
 pub mod hub;
-pub mod level;
 pub mod queues;
 mod report;
 
@@ -23,7 +23,6 @@ pub use alert::Alert;
 pub use channels::ChannelHandle;
 pub use config::{AlertsConfig, RawTelemetry};
 pub use hub::{Component, Hub, Queue, QueueKind, QueueReading};
-pub use level::{Change, Level, LevelTracker, CHECK_EVERY, HIGH_PCT, REPEAT_FULL};
 
 #[cfg(test)]
 mod tests;

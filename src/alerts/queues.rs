@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::hub::{Component, Hub, Queue, QueueKind, QueueReading};
-use super::level::LevelTracker;
+use crate::admission::level::LevelTracker;
+use crate::brokers::mqtt::CLIENT_QUEUE;
 use crate::engine::{Engine, SinkHandle};
 use crate::sinks::mqtt::MqttSink;
 use crate::sinks::nats::NatsSink;
 use crate::sinks::push::PushSink;
 use crate::sinks::storage::StorageSink;
-use crate::sources::mqtt::connect::CLIENT_QUEUE;
 use crate::store::push_queue::WRITER_CHANNEL;
 
 fn l(c: &AtomicU64) -> u64 {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::alert::Alert;
 use super::hub::Hub;
-use super::level::Level;
+use crate::admission::level::Level;
 use crate::telemetry::prometheus::{Kind, Page};
 
 impl Hub {

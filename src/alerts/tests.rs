@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
 use super::*;
+use crate::admission::level::REPEAT_FULL;
 use crate::shutdown::Shutdown;
 
 /// The next alert within `within` of paused time, if any.

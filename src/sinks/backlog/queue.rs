@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::config::SinkBatchConfig;
+use crate::admission::level::{Level, LevelTracker};
 use crate::admission::{Gate, OnFull, Refused, Reservation, RETRY_AFTER};
-use crate::alerts::{Level, LevelTracker};
 use crate::engine::Engine;
 use crate::flow::{NodeKind, NodeRef};
 use crate::ledger::{Book, Cause, Left};

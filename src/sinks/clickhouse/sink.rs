@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 use serde_json::Value;
 
 use super::config::ClickHouseConfig;
+use crate::admission::level::LevelTracker;
 use crate::admission::{Gate, Reservation};
-use crate::alerts::LevelTracker;
 use crate::engine::Engine;
 use crate::record::Record;
 use crate::sinks::backlog::columns::{extract, text};

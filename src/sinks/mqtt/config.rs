@@ -3,9 +3,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::brokers::mqtt::MqttConnectionConfig;
 use crate::config::Problems;
 use crate::flow::Template;
-use crate::sources::mqtt::config::MqttConnectionConfig;
 
 /// `mqtt.sink:`
 #[derive(Debug, Default, Deserialize)]

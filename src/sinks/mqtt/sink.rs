@@ -15,11 +15,11 @@ use serde_json::{json, Value};
 
 use super::config::MqttSinkConfig;
 use crate::admission::{Gate, OnFull, Refused};
+use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE};
 use crate::flow::path::Fields;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sinks::nats::SinkError;
-use crate::sources::mqtt::connect::{options, reconnect_delay, CLIENT_QUEUE};
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);

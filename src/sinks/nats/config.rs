@@ -5,10 +5,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::brokers::nats::NatsConnectionConfig;
 use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::flow::Template;
-use crate::sources::nats::config::NatsConnectionConfig;
 
 /// Records waiting for the publisher: the spec's fixed memory channel of 4096.
 pub const CHANNEL: usize = 4096;

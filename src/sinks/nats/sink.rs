@@ -27,10 +27,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::config::{NatsSinkConfig, CHANNEL};
 use crate::admission::{Gate, OnFull, Refused};
+use crate::brokers::nats::connect;
 use crate::flow::path::Fields;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
-use crate::sources::nats::connect::connect;
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -26,8 +26,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::config::PostgresConfig;
 use super::encode::{cell, Cell};
+use crate::admission::level::LevelTracker;
 use crate::admission::{Gate, Reservation};
-use crate::alerts::LevelTracker;
 use crate::engine::Engine;
 use crate::record::Record;
 use crate::sinks::backlog::columns::extract;

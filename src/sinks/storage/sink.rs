@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::config::StorageConfig;
+use crate::admission::level::{Level, LevelTracker};
 use crate::admission::{Gate, Refused, Reservation};
-use crate::alerts::{Level, LevelTracker};
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
 use crate::store::{EventCounters, EventStore, StoreError};

@@ -1,14 +1,12 @@
 //! `mqtt:`: connections, sources (subscriptions) and the `mqtt` sink. Raw, then validated
 //! without I/O (TLS files are read when the daemon starts).
 
-use std::time::Duration;
-
 use serde::Deserialize;
 
-use crate::config::checks::{checked_name, in_range};
+use crate::brokers::mqtt::{validate_connections, MqttConnectionConfig, RawMqttConnection};
+use crate::config::checks::checked_name;
 use crate::config::{pick_connection, Problems};
 use crate::sinks::mqtt::config::{MqttSinkConfig, RawMqttSink};
-use crate::sources::nats::config::{validate_tls, RawTls, TlsConfig};
 
 /// Messages buffered per subscription; beyond it the oldest is dropped and counted.
 pub const SUBSCRIPTION_BUFFER: usize = 1024;
@@ -23,31 +21,6 @@ pub struct RawMqtt {
     pub sources: Option<Vec<RawMqttSource>>,
     /// The `mqtt` sink: where flows' `sink: mqtt` nodes publish.
     pub sink: Option<RawMqttSink>,
-}
-
-/// `mqtt.connections[]`
-#[derive(Debug, Default, Deserialize)]
-pub struct RawMqttConnection {
-    /// The name sources and the sink use to refer to it.
-    pub name: Option<String>,
-    /// Broker URL: `mqtt://host:1883` or `mqtts://host:8883` (TLS).
-    pub url: Option<String>,
-    /// Stable client id prefix: each source uses `<client_id>-<source name>`, the sink
-    /// `<client_id>-sink`, with `clean_session: false` so the broker keeps their sessions
-    /// (subscriptions, QoS 1 messages in flight) across reconnects. Default
-    /// `opex-<connection name>`.
-    pub client_id: Option<String>,
-    /// User name (with `password`).
-    pub user: Option<String>,
-    /// Password of `user`.
-    pub password: Option<String>,
-    /// TLS: trusted CA and client certificate (implied by `mqtts://`).
-    pub tls: Option<RawTls>,
-    /// Keep-alive in seconds. Default 30.
-    pub keep_alive_secs: Option<u64>,
-    /// Longest wait between reconnect attempts, in milliseconds; the wait grows from 100 ms
-    /// to this, forever. Default 30000.
-    pub reconnect_max_ms: Option<u64>,
 }
 
 /// `mqtt.sources[]`
@@ -68,27 +41,6 @@ pub struct RawSubscription {
     pub topic: Option<String>,
     /// 0 or 1 (default 1). QoS 1 messages are acked once they are in the connector's buffer.
     pub qos: Option<u8>,
-}
-
-/// One broker, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MqttConnectionConfig {
-    /// Its name.
-    pub name: String,
-    /// Host.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// TLS, when `mqtts://` or a `tls:` section.
-    pub tls: Option<TlsConfig>,
-    /// Client id prefix.
-    pub client_id: String,
-    /// User and password.
-    pub credentials: Option<(String, String)>,
-    /// Keep-alive.
-    pub keep_alive: Duration,
-    /// Longest wait between reconnect attempts.
-    pub reconnect_max: Duration,
 }
 
 /// One subscription, validated.
@@ -202,109 +154,6 @@ impl MqttConfig {
     }
 }
 
-fn validate_connections(
-    raw: Option<&[RawMqttConnection]>,
-    path: &str,
-    p: &mut Problems,
-) -> Vec<MqttConnectionConfig> {
-    let mut out: Vec<MqttConnectionConfig> = Vec::new();
-    for (i, c) in raw.unwrap_or_default().iter().enumerate() {
-        let at = format!("{path}.connections[{i}]");
-        let Some(name) = checked_name(
-            c.name.as_deref(),
-            &at,
-            |n| out.iter().any(|o| o.name == n),
-            p,
-        ) else {
-            continue;
-        };
-        let (host, port, tls_scheme) = match c.url.as_deref().map(parse_url) {
-            Some(Ok(v)) => v,
-            Some(Err(e)) => {
-                p.push(format!("{at}.url"), e);
-                (String::new(), 0, false)
-            }
-            None => {
-                p.push(format!("{at}.url"), "is required");
-                (String::new(), 0, false)
-            }
-        };
-        let mut tls = c
-            .tls
-            .as_ref()
-            .map(|t| validate_tls(t, &format!("{at}.tls"), p));
-        if tls_scheme && tls.is_none() {
-            tls = Some(TlsConfig::default());
-        }
-        let client_id = c
-            .client_id
-            .clone()
-            .unwrap_or_else(|| format!("opex-{name}"));
-        if client_id.is_empty() || client_id.len() > 128 {
-            p.push(format!("{at}.client_id"), "must be 1 to 128 characters");
-        }
-        let credentials = match (&c.user, &c.password) {
-            (Some(u), Some(pw)) => Some((u.clone(), pw.clone())),
-            (None, None) => None,
-            _ => {
-                p.push(format!("{at}.user"), "user and password go together");
-                None
-            }
-        };
-        let keep_alive = in_range(
-            c.keep_alive_secs,
-            30,
-            5..=3600,
-            format!("{at}.keep_alive_secs"),
-            p,
-        );
-        let reconnect_max = in_range(
-            c.reconnect_max_ms,
-            30_000,
-            100..=600_000,
-            format!("{at}.reconnect_max_ms"),
-            p,
-        );
-        out.push(MqttConnectionConfig {
-            name,
-            host,
-            port,
-            tls,
-            client_id,
-            credentials,
-            keep_alive: Duration::from_secs(keep_alive),
-            reconnect_max: Duration::from_millis(reconnect_max),
-        });
-    }
-    out
-}
-
-/// `mqtt://host[:port]` or `mqtts://host[:port]` → host, port, TLS.
-fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
-    let (rest, tls, default_port) = if let Some(r) = url.strip_prefix("mqtt://") {
-        (r, false, 1883)
-    } else if let Some(r) = url.strip_prefix("mqtts://") {
-        (r, true, 8883)
-    } else {
-        return Err(format!(
-            "{url:?}: expected mqtt://host:port or mqtts://host:port"
-        ));
-    };
-    let rest = rest.trim_end_matches('/');
-    let (host, port) = match rest.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
-            Ok(port) if port > 0 => (h, port),
-            _ => return Err(format!("{url:?}: bad port {p:?}")),
-        },
-        _ => (rest, default_port),
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() || host.contains('/') {
-        return Err(format!("{url:?}: no host"));
-    }
-    Ok((host.to_string(), port, tls))
-}
-
 /// A topic filter: `#` only last and alone in its level, `+` alone in its level.
 pub fn check_filter(t: &str) -> Result<(), String> {
     if t.is_empty() || t.len() > 65_535 {
@@ -351,15 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn urls_and_every_bad_value_are_checked_with_their_paths() {
-        assert_eq!(
-            parse_url("mqtt://127.0.0.1:1884"),
-            Ok(("127.0.0.1".into(), 1884, false))
-        );
-        assert_eq!(
-            parse_url("mqtts://broker"),
-            Ok(("broker".into(), 8883, true))
-        );
+    fn every_bad_value_is_checked_with_its_path() {
         let raw: RawMqtt = serde_saphyr::from_str(
             "connections:\n  - name: b\n    url: http://x\n    user: u\nsources:\n  - name: s\n    subscriptions:\n      - { topic: 'a/#/b', qos: 2 }\n      - { topic: 'a/+', qos: 2 }\n",
         )

@@ -2,7 +2,6 @@
 //! losses after the ack are counted (see [`source`]). Use NATS JetStream for no-loss.
 
 pub mod config;
-pub mod connect;
 mod source;
 
 pub use config::{MqttConfig, MqttSourceConfig, RawMqtt};

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::config::{matches, MqttSourceConfig, SUBSCRIPTION_BUFFER};
-use super::connect::{options, reconnect_delay, CLIENT_QUEUE};
+use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE};
 use crate::engine::Engine;
 use crate::ledger::Cause;
 use crate::record::{Record, Settlement};

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::brokers::nats::{validate_connections, NatsConnectionConfig, RawNatsConnection};
 use crate::config::checks::{checked_name, in_range};
 use crate::config::{pick_connection, Problems};
 use crate::sinks::nats::config::{NatsSinkConfig, RawNatsSink};
@@ -26,39 +27,6 @@ pub struct RawNats {
     pub sources: Option<Vec<RawNatsSource>>,
     /// The `nats` sink: where flows' `sink: nats` nodes publish.
     pub sink: Option<RawNatsSink>,
-}
-
-/// `nats.connections[]`
-#[derive(Debug, Default, Deserialize)]
-pub struct RawNatsConnection {
-    /// The name sources and the sink use to refer to it.
-    pub name: Option<String>,
-    /// Server URLs (`nats://host:4222`, `tls://host:4222`); the client fails over between them.
-    pub servers: Option<Vec<String>>,
-    /// User name, with `password`.
-    pub user: Option<String>,
-    /// Password of `user`.
-    pub password: Option<String>,
-    /// A token, instead of user and password.
-    pub token: Option<String>,
-    /// A `.creds` file (JWT and NKey seed), instead of user/password or token; read at start.
-    pub creds_file: Option<String>,
-    /// TLS: trusted CA and client certificate. `tls://` URLs need TLS too.
-    pub tls: Option<RawTls>,
-    /// Longest wait between two reconnect attempts, in milliseconds; the client reconnects
-    /// forever, the wait growing from 100 ms to this. Default 5000.
-    pub reconnect_max_ms: Option<u64>,
-}
-
-/// `tls:` of a connection.
-#[derive(Debug, Default, Deserialize)]
-pub struct RawTls {
-    /// PEM file of the CA certificates to trust (default: the system's).
-    pub ca_file: Option<String>,
-    /// PEM file of the client certificate, for servers that ask for one (with `key_file`).
-    pub cert_file: Option<String>,
-    /// PEM file of the client certificate's private key.
-    pub key_file: Option<String>,
 }
 
 /// `nats.sources[]`
@@ -98,43 +66,6 @@ pub enum NatsMode {
     All,
     /// The newest message per subject; the replaced ones are acked and counted.
     Latest,
-}
-
-/// Credentials of a connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NatsAuth {
-    /// None.
-    None,
-    /// User and password.
-    UserPassword(String, String),
-    /// A token.
-    Token(String),
-    /// A creds file, read at start.
-    CredsFile(String),
-}
-
-/// TLS files, validated.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsConfig {
-    /// CA certificates (PEM).
-    pub ca_file: Option<String>,
-    /// Client certificate and key (PEM).
-    pub client: Option<(String, String)>,
-}
-
-/// One connection, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NatsConnectionConfig {
-    /// Its name.
-    pub name: String,
-    /// Server URLs.
-    pub servers: Vec<String>,
-    /// Credentials.
-    pub auth: NatsAuth,
-    /// TLS, when configured.
-    pub tls: Option<TlsConfig>,
-    /// Longest wait between reconnect attempts.
-    pub reconnect_max: Duration,
 }
 
 /// One JetStream source, validated.
@@ -308,92 +239,6 @@ impl NatsConfig {
             sources,
             sink,
         }
-    }
-}
-
-fn validate_connections(
-    raw: Option<&[RawNatsConnection]>,
-    path: &str,
-    p: &mut Problems,
-) -> Vec<NatsConnectionConfig> {
-    let mut out: Vec<NatsConnectionConfig> = Vec::new();
-    for (i, c) in raw.unwrap_or_default().iter().enumerate() {
-        let at = format!("{path}.connections[{i}]");
-        let Some(name) = checked_name(
-            c.name.as_deref(),
-            &at,
-            |n| out.iter().any(|o| o.name == n),
-            p,
-        ) else {
-            continue;
-        };
-        let servers = c.servers.clone().unwrap_or_default();
-        if servers.is_empty() {
-            p.push(format!("{at}.servers"), "needs at least one server URL");
-        }
-        for (j, s) in servers.iter().enumerate() {
-            if s.parse::<async_nats::ServerAddr>().is_err() {
-                p.push(
-                    format!("{at}.servers[{j}]"),
-                    format!("{s:?} is not a server URL like nats://host:4222"),
-                );
-            }
-        }
-        let auth = match (&c.user, &c.password, &c.token, &c.creds_file) {
-            (None, None, None, None) => NatsAuth::None,
-            (Some(u), Some(pw), None, None) => NatsAuth::UserPassword(u.clone(), pw.clone()),
-            (None, None, Some(t), None) if !t.is_empty() => NatsAuth::Token(t.clone()),
-            (None, None, None, Some(f)) if !f.is_empty() => NatsAuth::CredsFile(f.clone()),
-            (Some(_), None, None, None) | (None, Some(_), None, None) => {
-                p.push(format!("{at}.user"), "user and password go together");
-                NatsAuth::None
-            }
-            _ => {
-                p.push(
-                    at.to_string(),
-                    "give one of user/password, token or creds_file (non-empty)",
-                );
-                NatsAuth::None
-            }
-        };
-        let tls = c
-            .tls
-            .as_ref()
-            .map(|t| validate_tls(t, &format!("{at}.tls"), p));
-        let reconnect_max_ms = in_range(
-            c.reconnect_max_ms,
-            5000,
-            100..=600_000,
-            format!("{at}.reconnect_max_ms"),
-            p,
-        );
-        out.push(NatsConnectionConfig {
-            name,
-            servers,
-            auth,
-            tls,
-            reconnect_max: Duration::from_millis(reconnect_max_ms),
-        });
-    }
-    out
-}
-
-/// Validates a `tls:` section (files are read at start).
-pub fn validate_tls(raw: &RawTls, at: &str, p: &mut Problems) -> TlsConfig {
-    let client = match (&raw.cert_file, &raw.key_file) {
-        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-        (None, None) => None,
-        _ => {
-            p.push(
-                format!("{at}.cert_file"),
-                "cert_file and key_file go together",
-            );
-            None
-        }
-    };
-    TlsConfig {
-        ca_file: raw.ca_file.clone(),
-        client,
     }
 }
 

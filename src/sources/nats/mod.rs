@@ -2,7 +2,6 @@
 //! and nak'd with the consumer backoff when a sink refuses (see [`source`]).
 
 pub mod config;
-pub mod connect;
 mod source;
 
 pub use config::{NatsConfig, NatsSourceConfig, RawNats};

@@ -26,7 +26,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
 
 use super::config::{NatsMode, NatsSourceConfig, DEVICE_BUFFER};
-use super::connect::{connect, reconnect_delay};
+use crate::brokers::nats::{connect, reconnect_delay};
 use crate::engine::{Engine, Mode};
 use crate::record::{Record, Settlement};
 use crate::shutdown::Shutdown;

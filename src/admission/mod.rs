@@ -9,6 +9,11 @@
 //!
 //! A record larger than the whole quota is admitted only into an empty queue with nothing
 //! reserved, so it can never wedge the queue.
+//!
+//! [`level`] holds the state machines that turn a queue's fill and refusals into its alert
+//! level (`ok` / `high` / `full`), read by the queue's own status and advanced by the alert hub.
+
+pub mod level;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
