@@ -35,12 +35,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use opex_connector::engine::{Engine, SinkHandle, Sinks};
+use opex_connector::engine::Engine;
 use opex_connector::flow::Plan;
 use opex_connector::record::Record;
+use opex_connector::shutdown::Shutdown;
 use opex_connector::sinks::backlog::SinkBatchConfig;
-use opex_connector::sinks::clickhouse::{encode_row, ClickHouseConfig, ClickHouseSink};
-use opex_connector::sinks::postgres::{PostgresConfig, PostgresSink};
+use opex_connector::sinks::clickhouse::{encode_row, ClickHouseConfig};
+use opex_connector::sinks::postgres::PostgresConfig;
+use opex_connector::sinks::{Sink, SinkConfig, SinkSpec, Sinks, StartContext};
 use opex_connector::store::dead_letters::DeadLetterQueue;
 use peers::{ClickHouse, Postgres, CH_PASSWORD};
 use serde_json::{json, Value};
@@ -195,16 +197,50 @@ fn wait(what: &str, mut done: impl FnMut() -> bool) -> BoxResult<()> {
     Ok(())
 }
 
-fn engine(dir: &Path, sink: SinkHandle) -> BoxResult<Arc<Engine>> {
-    let dlq = Arc::new(DeadLetterQueue::open(dir, 1000)?);
-    let mut sinks = Sinks::default();
-    let name = sink.name();
-    sinks.add(sink);
-    Ok(Arc::new(Engine::new(
-        Plan::direct(&[SOURCE.to_string()], name),
-        sinks,
+/// Delivers `records` through sink `cfg` alone, from the library (no flows, no HTTP), and
+/// returns the time until its destination confirmed every one.
+fn through_sink(cfg: SinkConfig, records: &[Record]) -> BoxResult<Duration> {
+    let dir = tempfile::tempdir()?;
+    let name = cfg.name.clone();
+    let sink = Sink::build(&cfg, dir.path())?;
+    let dlq = Arc::new(DeadLetterQueue::open(dir.path(), 1000)?);
+    let engine = Arc::new(Engine::new(
+        Plan::direct(&[SOURCE.to_string()], &name),
+        Sinks::new(vec![sink]),
         dlq,
-    )))
+    ));
+    let rt = tokio::runtime::Runtime::new()?;
+    let shutdown = Shutdown::new();
+    let running = engine
+        .sinks()
+        .get(&name)
+        .ok_or("no sink")?
+        .start(&StartContext {
+            engine: Arc::clone(&engine),
+            runtime: rt.handle().clone(),
+            shutdown: shutdown.clone(),
+        })?;
+    let sink = engine.sinks().get(&name).ok_or("no sink")?;
+    let started = Instant::now();
+    rt.block_on(async {
+        for r in records {
+            let reservation = sink.admit(sink.bytes(r)).map_err(|_| "refused")?;
+            sink.deliver(r, reservation, false)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<_, Box<dyn Error>>(())
+    })?;
+    wait("the sink's rows", || {
+        sink.report().ledger.delivered as usize >= records.len()
+    })?;
+    let took = started.elapsed();
+    shutdown.trigger();
+    sink.close();
+    for t in running.on_close.into_iter().chain(running.on_signal) {
+        let _ = t.join();
+    }
+    Ok(took)
 }
 
 // ------------------------------------------------------------------ postgres
@@ -268,22 +304,13 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
         return Err(p.to_string().into());
     }
     cfg.batch = batch(records.len());
-    let sink = Arc::new(PostgresSink::new(cfg));
-    let dir = tempfile::tempdir()?;
-    let eng = engine(dir.path(), SinkHandle::Postgres(Arc::clone(&sink)))?;
-    let thread = sink.start(Arc::clone(&eng))?;
-    let started = Instant::now();
-    for r in records {
-        let reservation = sink.gate().admit(1).map_err(|_| "refused")?;
-        sink.deliver(r, false, reservation)
-            .map_err(|e| format!("{e:?}"))?;
-    }
-    wait("the sink's rows", || {
-        sink.status().inserted_total as usize >= records.len()
-    })?;
-    let sink_time = started.elapsed();
-    sink.close();
-    let _ = thread.join();
+    let sink_time = through_sink(
+        SinkConfig {
+            name: "postgres".into(),
+            spec: SinkSpec::Postgres(cfg),
+        },
+        records,
+    )?;
     check_count(
         &pg.sql("SELECT count(*) FROM bench_sink"),
         records.len(),
@@ -350,22 +377,13 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
         return Err(p.to_string().into());
     }
     cfg.batch = batch(records.len());
-    let sink = Arc::new(ClickHouseSink::new(cfg));
-    let dir = tempfile::tempdir()?;
-    let eng = engine(dir.path(), SinkHandle::ClickHouse(Arc::clone(&sink)))?;
-    let thread = sink.start(Arc::clone(&eng))?;
-    let started = Instant::now();
-    for r in records {
-        let reservation = sink.gate().admit(1).map_err(|_| "refused")?;
-        sink.deliver(r, false, reservation)
-            .map_err(|e| format!("{e:?}"))?;
-    }
-    wait("the sink's rows", || {
-        sink.status().inserted_total as usize >= records.len()
-    })?;
-    let sink_time = started.elapsed();
-    sink.close();
-    let _ = thread.join();
+    let sink_time = through_sink(
+        SinkConfig {
+            name: "clickhouse".into(),
+            spec: SinkSpec::ClickHouse(cfg),
+        },
+        records,
+    )?;
     check_count(
         &ch.sql("SELECT count() FROM bench_sink"),
         records.len(),

@@ -195,6 +195,17 @@ impl Reservation {
         self.bytes += other.bytes;
         other.bytes = 0;
     }
+
+    /// Grows the reservation to `needed` bytes when the record grew on its way through the
+    /// nodes: the difference is admitted now from `gate` (this reservation's gate), and may be
+    /// refused.
+    pub fn top_up(&mut self, gate: &Arc<Gate>, needed: u64) -> Result<(), Refused> {
+        if needed > self.bytes && self.is_counted() {
+            let extra = gate.admit(needed - self.bytes)?;
+            self.absorb(extra);
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Reservation {

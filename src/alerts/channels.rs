@@ -240,9 +240,9 @@ fn post(agent: &ureq::Agent, cfg: &WebhookChannelConfig, body: &[u8]) -> Attempt
     if response.status().is_success() {
         return Attempt::Delivered;
     }
-    // The same judgement as the push uplink's.
-    match crate::sinks::push::refusal(&mut response, MAX_REASON) {
-        (reason, true) => Attempt::Retry(reason),
-        (reason, false) => Attempt::GiveUp(reason),
+    // The same judgement as the push uplink's: only a refusal of the content is final.
+    match crate::sinks::push::judge(&mut response, MAX_REASON) {
+        (crate::sinks::push::Refusal::Content, f) => Attempt::GiveUp(f.detail),
+        (_, f) => Attempt::Retry(f.detail),
     }
 }

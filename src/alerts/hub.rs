@@ -75,6 +75,36 @@ impl QueueReading {
 
 type ReadQueue = Box<dyn Fn() -> QueueReading + Send + Sync>;
 type ReadCounters = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
+type ReadGroup = Box<dyn Fn() -> Watched + Send + Sync>;
+
+/// One bounded queue as a part reports it at a check.
+pub struct QueueReport {
+    /// The queue's name (`push_queue`, `push_writer`, `orders-db`, ...).
+    pub name: String,
+    /// Its level, shared with its owner's status.
+    pub tracker: Arc<LevelTracker>,
+    /// The reading now.
+    pub reading: QueueReading,
+}
+
+/// A loss counter (or a few) as a part reports it at a check: critical while it grows.
+pub struct ComponentReport {
+    /// Its name (`push_queue.write_errors`, `nats.failed`, ...).
+    pub name: String,
+    /// What its growth means, for the alert.
+    pub message: &'static str,
+    /// The counters now; their sum is watched.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// What a group of parts (the sinks) reports at a check.
+#[derive(Default)]
+pub struct Watched {
+    /// Their queues.
+    pub queues: Vec<QueueReport>,
+    /// Their alerted counters.
+    pub components: Vec<ComponentReport>,
+}
 
 /// A bounded queue the hub watches.
 pub struct Queue {
@@ -130,6 +160,9 @@ pub struct Hub {
     check_interval: Duration,
     pub(super) queues: Vec<Queue>,
     components: Vec<Component>,
+    /// Parts read as a whole at each check (the sinks), with their components' trackers.
+    groups: Vec<ReadGroup>,
+    group_trackers: Mutex<BTreeMap<String, GrowthTracker>>,
     pub(super) channels: Vec<ChannelHandle>,
     /// Alerts written to the log (the channel that is always there).
     pub(super) log_total: AtomicU64,
@@ -145,6 +178,8 @@ impl Hub {
             check_interval,
             queues: Vec::new(),
             components: Vec::new(),
+            groups: Vec::new(),
+            group_trackers: Mutex::new(BTreeMap::new()),
             channels,
             log_total: AtomicU64::new(0),
             open: Mutex::new(BTreeMap::new()),
@@ -161,11 +196,45 @@ impl Hub {
         self.components.push(component);
     }
 
+    /// Watches a group of parts read together at each check; the components' counters now
+    /// are their baselines.
+    pub fn watch(&mut self, read: impl Fn() -> Watched + Send + Sync + 'static) {
+        let now = read();
+        let mut trackers = self
+            .group_trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for c in now.components {
+            let total = c.counters.iter().map(|(_, v)| v).sum();
+            trackers.insert(c.name, GrowthTracker::new(total));
+        }
+        drop(trackers);
+        self.groups.push(Box::new(read));
+    }
+
+    /// Every queue now: the groups' (the sinks first), then the single ones.
+    pub(super) fn queue_reports(&self) -> Vec<QueueReport> {
+        let mut out: Vec<QueueReport> = self.groups.iter().flat_map(|g| g().queues).collect();
+        out.extend(self.queues.iter().map(|q| QueueReport {
+            name: q.name.clone(),
+            tracker: Arc::clone(&q.tracker),
+            reading: (q.read)(),
+        }));
+        out
+    }
+
     /// One check of everything at `now`; returns the alerts raised (already sent).
     pub fn check(&self, now: Instant) -> Vec<Alert> {
         let mut raised = Vec::new();
-        for q in &self.queues {
-            let r = (q.read)();
+        let watched: Vec<Watched> = self.groups.iter().map(|g| g()).collect();
+        let singles = self.queues.iter().map(|q| QueueReport {
+            name: q.name.clone(),
+            tracker: Arc::clone(&q.tracker),
+            reading: (q.read)(),
+        });
+        let singles: Vec<QueueReport> = singles.collect();
+        for q in watched.iter().flat_map(|w| &w.queues).chain(&singles) {
+            let r = &q.reading;
             let fill = r.fill_pct();
             let Some(change) = q.tracker.check(fill, r.losses_total(), now) else {
                 continue;
@@ -187,21 +256,38 @@ impl Hub {
                 repeat: change.repeat,
             });
         }
-        for c in &self.components {
-            let counters = (c.read)();
+        let mut trackers = self
+            .group_trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let singles = self
+            .components
+            .iter()
+            .map(|c| (c.name.clone(), c.message, (c.read)(), Some(&c.tracker)));
+        let grouped = watched
+            .iter()
+            .flat_map(|w| &w.components)
+            .map(|c| (c.name.clone(), c.message, c.counters.clone(), None));
+        for (name, message, counters, tracker) in grouped.chain(singles) {
             let total = counters.iter().map(|(_, v)| v).sum();
-            let Some(change) = c.tracker.check(total, now) else {
+            let tracker = match tracker {
+                Some(t) => t,
+                None => trackers
+                    .entry(name.clone())
+                    .or_insert_with(|| GrowthTracker::new(total)),
+            };
+            let Some(change) = tracker.check(total, now) else {
                 continue;
             };
             let (level, message) = if change.critical {
-                ("critical", c.message.to_string())
+                ("critical", message.to_string())
             } else {
                 ("ok", "no new losses for a minute".to_string())
             };
             raised.push(Alert {
                 connector: self.connector.clone(),
                 queue: None,
-                component: Some(c.name.clone()),
+                component: Some(name),
                 level,
                 severity: if change.critical { "critical" } else { "info" },
                 message,
@@ -211,6 +297,7 @@ impl Hub {
                 repeat: change.repeat,
             });
         }
+        drop(trackers);
         for alert in &raised {
             self.raise(alert);
         }

@@ -22,7 +22,9 @@ mod report;
 pub use alert::Alert;
 pub use channels::ChannelHandle;
 pub use config::{AlertsConfig, RawTelemetry};
-pub use hub::{Component, Hub, Queue, QueueKind, QueueReading};
+pub use hub::{
+    Component, ComponentReport, Hub, Queue, QueueKind, QueueReading, QueueReport, Watched,
+};
 
 #[cfg(test)]
 mod tests;

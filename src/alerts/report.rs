@@ -19,10 +19,10 @@ impl Hub {
 
     /// `queues` of `/api/status`: one object per bounded queue.
     pub fn queues_json(&self) -> Vec<Value> {
-        self.queues
+        self.queue_reports()
             .iter()
             .map(|q| {
-                let r = (q.read)();
+                let r = &q.reading;
                 let fill = r.fill_pct();
                 json!({
                     "name": q.name,
@@ -58,10 +58,10 @@ impl Hub {
     /// The queue levels and the channels' counters on `/metrics`.
     pub fn write_metrics(&self, p: &mut Page) {
         let levels: Vec<(String, f64)> = self
-            .queues
+            .queue_reports()
             .iter()
             .map(|q| {
-                let r = (q.read)();
+                let r = &q.reading;
                 let level: Level = q.tracker.peek(r.fill_pct(), r.losses_total());
                 (q.name.clone(), f64::from(level.as_number()))
             })

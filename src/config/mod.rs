@@ -20,8 +20,8 @@ use std::fmt;
 use std::path::Path;
 
 pub use overlay::overlay;
-pub use parse::parse_raw;
-pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME, KNOWN_SINKS};
+pub use parse::{parse_raw, parse_tree};
+pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME};
 
 /// The default a newcomer runs: `cargo run --release` with no arguments.
 pub const DEMO_YAML: &str = include_str!("../../config/demo.yaml");

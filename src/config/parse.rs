@@ -7,6 +7,7 @@
 //! succeeds. Every raw field is optional, so removing a bad value never causes a second,
 //! misleading "missing field" report: required keys are checked by validation.
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::raw::RawConfig;
@@ -62,7 +63,9 @@ fn error_path(path: &serde_path_to_error::Path) -> Vec<Seg> {
         .filter_map(|s| match s {
             S::Seq { index } => Some(Seg::Index(*index)),
             S::Map { key } => Some(Seg::Key(key.clone())),
-            S::Enum { .. } | S::Unknown => None,
+            // An externally tagged enum's variant is the key its content sits under.
+            S::Enum { variant } => Some(Seg::Key(variant.clone())),
+            S::Unknown => None,
         })
         .collect()
 }
@@ -102,7 +105,7 @@ fn remove(tree: &mut Value, path: &[Seg]) -> bool {
 /// `Err` only when the text is not a YAML mapping at all.
 pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
     let mut problems = Problems::default();
-    let mut tree: Value = match serde_saphyr::from_str(text) {
+    let tree: Value = match serde_saphyr::from_str(text) {
         Ok(Value::Null) => Value::Object(Default::default()),
         Ok(v) => v,
         Err(e) => {
@@ -117,16 +120,43 @@ pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
         );
         return Err(problems);
     }
+    match parse_tree::<RawConfig>(tree, "", false) {
+        (Some(raw), problems) => Ok((raw, problems)),
+        (None, problems) => Err(problems),
+    }
+}
 
+/// Reads a tree into `T` the same way: every unknown key and every wrong-typed value is a
+/// problem, the bad value left out and the rest read again. Paths are prefixed with `prefix`.
+/// With `tagged`, `T` is an externally tagged enum and the tree `{variant: content}`: paths are
+/// reported as if the content stood alone. `None` when the tree cannot be read even with the
+/// bad values left out.
+pub fn parse_tree<T: DeserializeOwned>(
+    mut tree: Value,
+    prefix: &str,
+    tagged: bool,
+) -> (Option<T>, Problems) {
+    let mut problems = Problems::default();
+    // The variant is a segment of the error paths, not of the ignored keys' paths.
+    let error_skip = usize::from(tagged);
+    let at = |segs: &[Seg], skip: usize| {
+        let rest = render(segs.get(skip..).unwrap_or_default());
+        match (prefix.is_empty(), rest.is_empty(), rest.starts_with('[')) {
+            (true, _, _) => rest,
+            (false, true, _) => prefix.to_string(),
+            (false, false, true) => format!("{prefix}{rest}"),
+            (false, false, false) => format!("{prefix}.{rest}"),
+        }
+    };
     let mut unknown: Vec<String> = Vec::new();
     for _ in 0..=MAX_TYPE_ERRORS {
         let mut this_pass = Vec::new();
         let mut note = |p: serde_ignored::Path<'_>| {
             let mut segs = Vec::new();
             ignored_path(&p, &mut segs);
-            this_pass.push(render(&segs));
+            this_pass.push(at(&segs, 0));
         };
-        let result: Result<RawConfig, _> = serde_path_to_error::deserialize(
+        let result: Result<T, _> = serde_path_to_error::deserialize(
             serde_ignored::Deserializer::new(tree.clone(), &mut note),
         );
         for path in this_pass {
@@ -139,11 +169,11 @@ pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
                 for path in unknown {
                     problems.push(path, "unknown key");
                 }
-                return Ok((raw, problems));
+                return (Some(raw), problems);
             }
             Err(e) => {
                 let segs = error_path(e.path());
-                problems.push(render(&segs), e.into_inner().to_string());
+                problems.push(at(&segs, error_skip), e.into_inner().to_string());
                 if !remove(&mut tree, &segs) {
                     break;
                 }
@@ -153,7 +183,7 @@ pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
     for path in unknown {
         problems.push(path, "unknown key");
     }
-    Err(problems)
+    (None, problems)
 }
 
 #[cfg(test)]

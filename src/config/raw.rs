@@ -38,6 +38,12 @@ pub struct RawConfig {
     pub clickhouse: Option<RawClickHouse>,
     /// The Postgres sink: a table fed with binary COPY through a bounded memory backlog.
     pub postgres: Option<RawPostgres>,
+    /// Named sinks: any number of each kind. Each entry is `name` (1 to 64 letters, digits,
+    /// `-`, `_`: what flows, `/api/status`, metric labels and the ledger call it), `type`
+    /// (`push`, `storage`, `clickhouse`, `postgres`, `nats`, `mqtt`) and the keys of that kind,
+    /// as its top-level section has them. A name a section already makes (`push`, `storage`,
+    /// `clickhouse`, `postgres`, `nats`, `mqtt`) is an error.
+    pub sinks: Option<Vec<serde_json::Value>>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
     /// The field devices the pollers read (Modbus TCP and RTU, OPC-UA).

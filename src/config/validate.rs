@@ -9,11 +9,10 @@ use super::{Problem, Problems};
 use crate::alerts::AlertsConfig;
 use crate::flow::config::{validate_flows, FlowConfig, NodeKind};
 use crate::simulator::SimulatorConfig;
-use crate::sinks::clickhouse::config::ClickHouseConfig;
-use crate::sinks::postgres::config::PostgresConfig;
-use crate::sinks::push::config::{PushQueueConfig, UplinkConfig};
-use crate::sinks::push::preprocess::{validate_preprocess, PreprocessRule};
-use crate::sinks::storage::config::StorageConfig;
+use crate::sinks::config::{
+    read_entries, sink_names, validate_sinks, with_flows, Context, Sections,
+};
+use crate::sinks::SinkConfig;
 use crate::sources::backfill::{validate_backfills, BackfillConfig};
 use crate::sources::devices::{validate_devices, DevicesConfig};
 use crate::sources::ingest::config::IngestConfig;
@@ -22,9 +21,6 @@ use crate::sources::nats::config::NatsConfig;
 use crate::sources::schedule::{validate_schedules, ScheduleConfig};
 use crate::sources::webhook::config::{validate_webhooks, WebhookConfig};
 use crate::store::dead_letters::DEFAULT_MAX_ROWS;
-
-/// The sinks a flow can name.
-pub const KNOWN_SINKS: &[&str] = &["push", "storage", "clickhouse", "postgres", "nats", "mqtt"];
 
 /// Name of a connector whose config names none.
 pub const DEFAULT_NAME: &str = "opex-connector";
@@ -38,14 +34,11 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// `webhooks:`
     pub webhooks: Vec<WebhookConfig>,
-    /// `storage:`; `None` when neither configured nor named by a flow.
-    pub storage: Option<StorageConfig>,
     /// `dead_letters.max_rows`.
     pub dead_letters_max_rows: u64,
-    /// `clickhouse:`; `None` when not configured.
-    pub clickhouse: Option<ClickHouseConfig>,
-    /// `postgres:`; `None` when not configured.
-    pub postgres: Option<PostgresConfig>,
+    /// Every sink: those the top-level sections make (`push` always, first), then the
+    /// `sinks:` list's, in order.
+    pub sinks: Vec<SinkConfig>,
     /// `flows:`; empty when none are configured (every source then goes to `push`).
     pub flows: Vec<FlowConfig>,
     /// `devices:`, by protocol.
@@ -116,12 +109,6 @@ pub struct ConnectorConfig {
     pub data_dir: PathBuf,
     /// The HTTP server.
     pub http: HttpConfig,
-    /// The push queue.
-    pub push_queue: PushQueueConfig,
-    /// The uplink; `None` when not configured (the queue then only fills).
-    pub push: Option<UplinkConfig>,
-    /// `connector.preprocess`: rules in front of the push queue; empty when none.
-    pub preprocess: Vec<PreprocessRule>,
 }
 
 /// `connector.http:`, validated.
@@ -167,15 +154,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         }
     };
     let http = validate_http(c.http.as_ref().unwrap_or(&RawHttp::default()), &mut p);
-    let push_queue =
-        PushQueueConfig::validate(c.push_queue.as_ref(), "connector.push_queue", &mut p);
-    let push = c
-        .push
-        .as_ref()
-        .and_then(|raw| UplinkConfig::validate(raw, "connector.push", &mut p));
     let ingest = IngestConfig::validate(raw.ingest.as_ref(), "ingest", &mut p);
     let webhooks = validate_webhooks(raw.webhooks.as_deref(), "webhooks", &mut p);
-    let storage_cfg = StorageConfig::validate(raw.storage.as_ref(), "storage", &mut p);
     let dead_letters_max_rows = raw
         .dead_letters
         .as_ref()
@@ -198,41 +178,38 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
     all_sources.extend(feed_source_names(&schedules, &backfills));
-    let preprocess = validate_preprocess(
-        c.preprocess.as_deref(),
-        "connector.preprocess",
-        &all_sources,
+    let sections = Sections {
+        push_queue: c.push_queue.as_ref(),
+        push: c.push.as_ref(),
+        preprocess: c.preprocess.as_deref(),
+        storage: raw.storage.as_ref(),
+        clickhouse: raw.clickhouse.as_ref(),
+        postgres: raw.postgres.as_ref(),
+        nats_sink: raw.nats.as_ref().and_then(|n| n.sink.as_ref()),
+        mqtt_sink: raw.mqtt.as_ref().and_then(|m| m.sink.as_ref()),
+    };
+    let entries = read_entries(raw.sinks.as_deref(), &mut p);
+    let names = sink_names(&entries, &sections, &mut p);
+    let mut sinks = validate_sinks(
+        entries,
+        &sections,
+        &Context {
+            nats: &nats,
+            mqtt: &mqtt,
+            sources: &all_sources,
+        },
         &mut p,
         &mut warnings,
     );
+    let known_sinks: Vec<&str> = names.iter().map(String::as_str).collect();
     let flows = validate_flows(
         raw.flows.as_deref(),
         &all_sources,
-        KNOWN_SINKS,
+        &known_sinks,
         &mut p,
         &mut warnings,
     );
-    let clickhouse = raw
-        .clickhouse
-        .as_ref()
-        .map(|c| ClickHouseConfig::validate(c, "clickhouse", &mut p));
-    let postgres = raw
-        .postgres
-        .as_ref()
-        .map(|c| PostgresConfig::validate(c, "postgres", &mut p));
-    for (name, configured) in [
-        ("clickhouse", clickhouse.is_some()),
-        ("postgres", postgres.is_some()),
-    ] {
-        if let Some(i) = flows.iter().position(|f| f.uses_sink(name)) {
-            if !configured {
-                p.push(
-                    format!("flows[{i}]"),
-                    format!("a sink node names {name}, but there is no {name}: section"),
-                );
-            }
-        }
-    }
+    with_flows(&mut sinks, &flows, &mut warnings);
     // With flows, a source no flow takes is acknowledged as unrouted: a backfill would run
     // through its whole file and deliver nothing, so that is an error; a schedule, a warning.
     if !flows.is_empty() {
@@ -263,20 +240,6 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             }
         }
     }
-    let uses_storage = flows.iter().any(|f| f.uses_sink("storage"));
-    let storage = (raw.storage.is_some() || uses_storage).then_some(storage_cfg);
-    if flows.iter().any(|f| f.uses_sink("nats")) && nats.sink.is_none() {
-        p.push(
-            "nats.sink",
-            "a flow delivers to sink nats: configure nats.sink",
-        );
-    }
-    if flows.iter().any(|f| f.uses_sink("mqtt")) && mqtt.sink.is_none() {
-        p.push(
-            "mqtt.sink",
-            "a flow delivers to sink mqtt: configure mqtt.sink",
-        );
-    }
 
     if p.is_empty() {
         Ok(Config {
@@ -284,16 +247,11 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
                 name,
                 data_dir,
                 http,
-                push_queue,
-                push,
-                preprocess,
             },
             ingest,
             webhooks,
-            storage,
             dead_letters_max_rows,
-            clickhouse,
-            postgres,
+            sinks,
             flows,
             devices,
             simulator,
@@ -372,6 +330,7 @@ fn validate_http(raw: &RawHttp, p: &mut Problems) -> HttpConfig {
 #[cfg(test)]
 mod tests {
     use super::super::from_yaml;
+    use crate::sinks::SinkSpec;
 
     fn paths(text: &str) -> Vec<String> {
         from_yaml(text)
@@ -422,7 +381,7 @@ mod tests {
         let errs = paths(&format!("{base}{flow}"));
         assert_eq!(
             errs,
-            vec!["flows[0]: a sink node names postgres, but there is no postgres: section"]
+            vec![r#"flows[0].nodes[1].sink: unknown sink "postgres" (known: push, storage)"#]
         );
         let errs = paths(&format!(
             "{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_batch: {{ on_full: later }}\n"
@@ -438,7 +397,8 @@ mod tests {
             "{base}{flow}postgres:\n  url: postgres://u@127.0.0.1/db\n  sink_table: events\n"
         );
         let cfg = super::super::from_yaml(&ok).unwrap();
-        assert_eq!(cfg.postgres.unwrap().table, ["events"]);
+        let pg = cfg.sinks.iter().find(|s| s.name == "postgres").unwrap();
+        assert!(matches!(&pg.spec, SinkSpec::Postgres(c) if c.table == ["events"]));
     }
 
     #[test]
@@ -490,7 +450,11 @@ flows:
             ok.source_names(),
             vec!["schedule/tick".to_string(), "backfill/old".to_string()]
         );
-        assert_eq!(ok.connector.preprocess.len(), 1);
+        assert!(
+            matches!(&ok.sinks[0].spec, SinkSpec::Push(c) if c.preprocess.len() == 1),
+            "{:?}",
+            ok.sinks[0]
+        );
     }
 
     #[test]

@@ -16,9 +16,7 @@
 //! [`Settlement`]: crate::record::Settlement
 
 mod offer;
-mod sinks;
 mod stats;
 
 pub use offer::{Admitted, Engine, Mode};
-pub use sinks::{Delivered, SinkHandle, Sinks};
 pub use stats::EngineStats;

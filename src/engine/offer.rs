@@ -3,13 +3,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::sinks::{Delivered, DeliveryError, Sinks};
 use super::stats::EngineStats;
 use crate::admission::Reservation;
 use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
 use crate::hub::DataHub;
 use crate::ledger::{Book, Cause};
 use crate::record::{Record, Settlement};
+use crate::sinks::{Delivered, DeliveryError, Sinks};
 use crate::store::dead_letters::{DeadLetterQueue, NewDeadLetter};
 
 /// Most node runs for one record: a bound on fan-out, which the graph (acyclic) cannot loop.
@@ -18,14 +18,15 @@ const MAX_STEPS: usize = 10_000;
 /// Reason prefix of records a webhook answered 200 for and then could not deliver.
 pub const ACCEPTED_NOT_HANDLED: &str = "accepted (200) but not handled: ";
 
-/// Reservations taken at admission, one per reachable sink; released when dropped.
+/// Reservations taken at admission, one per reachable sink (by its index among the sinks);
+/// released when dropped.
 #[derive(Default)]
 pub struct Admitted {
-    reservations: Vec<(&'static str, Reservation)>,
+    reservations: Vec<(usize, Reservation)>,
 }
 
 impl Admitted {
-    fn take(&mut self, sink: &str) -> Option<Reservation> {
+    fn take(&mut self, sink: usize) -> Option<Reservation> {
         let i = self.reservations.iter().position(|(s, _)| *s == sink)?;
         Some(self.reservations.swap_remove(i).1)
     }
@@ -74,6 +75,8 @@ struct Run {
     tracked: bool,
     /// A sink confirmed a copy.
     delivered: bool,
+    /// A sink took a copy with nothing to confirm it (MQTT QoS 0).
+    unconfirmed: bool,
 }
 
 impl Engine {
@@ -119,11 +122,14 @@ impl Engine {
         }
         let mut admitted = Admitted::default();
         for name in self.plan.reachable_sinks(&record.source) {
-            let Some(sink) = self.sinks.get(name) else {
+            let Some(index) = self.sinks.position(name) else {
+                continue;
+            };
+            let Some(sink) = self.sinks.iter().nth(index) else {
                 continue;
             };
             match sink.admit(sink.bytes(record)) {
-                Ok(r) => admitted.reservations.push((sink.name(), r)),
+                Ok(r) => admitted.reservations.push((index, r)),
                 Err(refused) => {
                     self.stats.backpressured.fetch_add(1, Ordering::Relaxed);
                     self.ledger.refused(&record.source);
@@ -226,6 +232,7 @@ impl Engine {
             Settlement::DeadLettered { id: Some(_) } => self.ledger.dead_lettered(source),
             Settlement::DeadLettered { id: None } | Settlement::Unrouted => {}
             Settlement::Stored if run.delivered => self.ledger.delivered(source),
+            Settlement::Stored if run.unconfirmed => self.ledger.lost(source, Cause::Unconfirmed),
             Settlement::Stored => self.ledger.lost(source, Cause::Suppressed),
         }
     }
@@ -284,10 +291,25 @@ impl Engine {
                         run.delivered = true;
                         continue;
                     }
+                    Ok(Delivered::Unconfirmed) => {
+                        run.unconfirmed = true;
+                        continue;
+                    }
                     // No copy, no ledger entry: without another copy the record is booked
                     // as suppressed when the run ends.
                     Ok(Delivered::Suppressed) => continue,
-                    Err(reason) => reason,
+                    Err(Failure::Rejected(reason)) => {
+                        // The record itself cannot be delivered: retrying cannot help.
+                        let errors = self.node_failed(at, &reason);
+                        if errors.is_empty() {
+                            self.park(&mut run, &original, entry, at, reason, mode)
+                                .await;
+                        } else {
+                            work.extend(fork(errors, &record));
+                        }
+                        continue;
+                    }
+                    Err(Failure::Retry(reason)) => reason,
                 };
                 self.stats
                     .node_error(self.plan.flow_id(at), self.plan.node_id(at));
@@ -355,46 +377,50 @@ impl Engine {
         settlement
     }
 
-    /// Delivers to one sink; the failure, as the settlement the source would get.
+    /// Delivers to one sink; the failure, as the settlement the source would get, or the
+    /// reason the record must be parked.
     async fn deliver(
         &self,
         sink: &str,
         record: &Record,
         admitted: &mut Admitted,
         tracked: bool,
-    ) -> Result<Delivered, Settlement> {
-        let Some(handle) = self.sinks.get(sink) else {
-            return Err(Settlement::Failed {
+    ) -> Result<Delivered, Failure> {
+        let (Some(index), Some(handle)) = (self.sinks.position(sink), self.sinks.get(sink)) else {
+            return Err(Failure::Retry(Settlement::Failed {
                 sink: sink.to_string(),
                 reason: "sink not configured".into(),
-            });
+            }));
         };
-        let reservation = match admitted.take(handle.name()) {
+        let reservation = match admitted.take(index) {
             Some(r) => r,
             // A second delivery to the same sink (fan-out) needs its own room.
-            None => handle
-                .admit(handle.bytes(record))
-                .map_err(|r| Settlement::Retry {
+            None => handle.admit(handle.bytes(record)).map_err(|r| {
+                Failure::Retry(Settlement::Retry {
                     sink: sink.to_string(),
                     after: r.after,
-                })?,
+                })
+            })?,
         };
         handle
             .deliver(record, reservation, tracked)
             .await
             .map_err(|e| match e {
-                DeliveryError::Refused(r) => Settlement::Retry {
+                DeliveryError::Refused(r) => Failure::Retry(Settlement::Retry {
                     sink: sink.to_string(),
                     after: r.after,
-                },
-                DeliveryError::Store(e) => Settlement::Failed {
+                }),
+                DeliveryError::Store(e) => Failure::Retry(Settlement::Failed {
                     sink: sink.to_string(),
                     reason: e.to_string(),
-                },
-                DeliveryError::Publish(reason) => Settlement::Failed {
+                }),
+                DeliveryError::Publish(reason) => Failure::Retry(Settlement::Failed {
                     sink: sink.to_string(),
                     reason,
-                },
+                }),
+                DeliveryError::Rejected(reason) => {
+                    Failure::Rejected(format!("sink {sink} cannot take the record: {reason}"))
+                }
             })
     }
 
@@ -469,6 +495,14 @@ impl Engine {
             }
         }
     }
+}
+
+/// How a delivery failed.
+enum Failure {
+    /// The source is told to retry (or, after a 200, the record is parked).
+    Retry(Settlement),
+    /// The record itself cannot be delivered: parked with this reason.
+    Rejected(String),
 }
 
 fn port_name(port: Port) -> String {

@@ -32,7 +32,11 @@ pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>)
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let method = req.method().clone();
     match (segments, method) {
-        (["api", "push", "dead-letters"], Method::GET) => push_dead_letters(state, &query),
+        (["api", "push", "dead-letters"], Method::GET) => queue_dead_letters(state, "push", &query),
+        (["api", "sinks", name, "dead-letters"], Method::GET) => {
+            queue_dead_letters(state, name, &query)
+        }
+        (["api", "sinks", name, "errors"], Method::GET) => sink_errors(state, name),
         (["api", "events"], Method::GET) => events(state, &query).await,
         (["api", "dead-letters"], Method::GET) => list(state, &query).await,
         (["api", "dead-letters", "replay"], Method::POST) => replay_all(state, &query).await,
@@ -96,10 +100,15 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-fn push_dead_letters(state: &AppState, q: &Query) -> Resp {
+/// The dead letters of sink `name`'s queue: rows its destination refused for good.
+fn queue_dead_letters(state: &AppState, name: &str, q: &Query) -> Resp {
+    let Some(sink) = state.engine.sinks().get(name) else {
+        return error(StatusCode::NOT_FOUND, "no such sink");
+    };
     let limit = q.number("limit").unwrap_or(100).clamp(1, MAX_PAGE as u64) as usize;
-    match state.push.dead_letters(q.number("after"), limit) {
-        Ok(rows) => {
+    match sink.dead_letters(q.number("after"), limit) {
+        None => error(StatusCode::NOT_FOUND, "this sink has no queue of its own"),
+        Some(Ok((rows, total))) => {
             let rows: Vec<Value> = rows
                 .into_iter()
                 .map(|d| {
@@ -110,20 +119,34 @@ fn push_dead_letters(state: &AppState, q: &Query) -> Resp {
                     v
                 })
                 .collect();
-            let total = state
-                .push
-                .counters()
-                .dead_rows
-                .load(std::sync::atomic::Ordering::Relaxed);
             json_response(StatusCode::OK, &json!({"rows": rows, "total": total}))
         }
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Some(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+/// The full text of sink `name`'s last errors: the public documents show only their class,
+/// because a receiver's answer or a database's message may echo a record.
+fn sink_errors(state: &AppState, name: &str) -> Resp {
+    match state.engine.sinks().get(name) {
+        Some(sink) => json_response(StatusCode::OK, &sink.error_detail()),
+        None => error(StatusCode::NOT_FOUND, "no such sink"),
     }
 }
 
 async fn events(state: &AppState, q: &Query) -> Resp {
-    let Some(storage) = state.storage.clone() else {
-        return error(StatusCode::NOT_FOUND, "the storage sink is not configured");
+    let name = q.get("sink").unwrap_or("storage");
+    let Some(storage) = state
+        .engine
+        .sinks()
+        .get(name)
+        .and_then(|s| s.storage())
+        .cloned()
+    else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no storage sink named {name:?} is configured"),
+        );
     };
     let source = q.get("source").map(str::to_string);
     let since = q.number("since");

@@ -34,10 +34,6 @@ use crate::alerts::Hub;
 use crate::config::HttpConfig;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
-use crate::sinks::mqtt::MqttSink;
-use crate::sinks::nats::NatsSink;
-use crate::sinks::push::{PushSink, UplinkStatus};
-use crate::sinks::storage::StorageSink;
 use crate::sources::backfill::BackfillSource;
 use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::DeviceStatus;
@@ -60,18 +56,12 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// The stop signal (live view sessions close on it).
     pub shutdown: Shutdown,
-    /// The engine every source offers to.
+    /// The engine every source offers to; it holds the sinks.
     pub engine: Arc<Engine>,
-    /// The push sink.
-    pub push: Arc<PushSink>,
-    /// The uplink, when configured.
-    pub uplink: Option<Arc<UplinkStatus>>,
     /// The ingest sources, in config order.
     pub ingest: Vec<Arc<IngestSource>>,
     /// The webhooks, in config order.
     pub webhooks: Vec<Arc<WebhookSource>>,
-    /// The storage sink, when configured.
-    pub storage: Option<Arc<StorageSink>>,
     /// The polled devices' figures, in config order.
     pub devices: Vec<Arc<DeviceStatus>>,
     /// The OPC-UA devices' live numbers, in config order.
@@ -82,10 +72,6 @@ pub struct AppState {
     pub nats_sources: Vec<Arc<NatsSource>>,
     /// MQTT sources, in config order.
     pub mqtt_sources: Vec<Arc<MqttSource>>,
-    /// The `nats` sink, when configured.
-    pub nats_sink: Option<Arc<NatsSink>>,
-    /// The `mqtt` sink, when configured.
-    pub mqtt_sink: Option<Arc<MqttSink>>,
     /// The alert hub: queue levels, open alerts, channels.
     pub alerts: Arc<Hub>,
     /// Schedules, in config order.

@@ -46,10 +46,8 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
                 .query()
                 .is_some_and(|q| q.split('&').any(|p| p == "verify=1" || p == "verify=true"));
             let engine = Arc::clone(&state.engine);
-            let push = Arc::clone(&state.push);
-            // `verify` reads every row of the push queue: off the async threads.
-            match tokio::task::spawn_blocking(move || crate::ledger::report(&engine, &push, verify))
-                .await
+            // `verify` reads every row of the durable queues: off the async threads.
+            match tokio::task::spawn_blocking(move || crate::ledger::report(&engine, verify)).await
             {
                 Ok(ledger) => json_response(StatusCode::OK, &ledger),
                 Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger report failed"),
@@ -67,9 +65,10 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         | ["page.js"]
         | ["page.css"]
         | ["api", "live"] => not_allowed("GET"),
-        ["api", "push", "dead-letters"] | ["api", "dead-letters", ..] | ["api", "events"] => {
-            admin::handle(&state, &segments, req).await
-        }
+        ["api", "push", "dead-letters"]
+        | ["api", "sinks", _, "dead-letters" | "errors"]
+        | ["api", "dead-letters", ..]
+        | ["api", "events"] => admin::handle(&state, &segments, req).await,
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
     Ok(resp)

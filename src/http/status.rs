@@ -3,19 +3,20 @@
 
 use std::sync::atomic::Ordering;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::AppState;
-use crate::engine::SinkHandle;
+use crate::sinks::report::Sample;
+use crate::sinks::TOP_LEVEL_DOCUMENTS;
 use crate::sources::opcua::status::State;
 use crate::sources::opcua::DeviceStatus;
 use crate::telemetry::prometheus::{Kind, Page};
 
-/// True while the connector does its job: the push queue's writer takes records. Over-the-air
-/// updates wait for it before keeping a new version; the systemd watchdog is fed only while it
-/// holds.
+/// True while the connector does its job: every sink takes records (their writers run).
+/// Over-the-air updates wait for it before keeping a new version; the systemd watchdog is fed
+/// only while it holds.
 pub fn healthy(state: &AppState) -> bool {
-    state.push.accepting()
+    state.engine.sinks().iter().all(|s| s.report().accepting)
 }
 
 /// The schedules' entries: `schedules` of `/api/status` and of `GET /api/schedules`.
@@ -25,28 +26,6 @@ pub fn schedules(state: &AppState) -> Vec<Value> {
 
 /// The `/api/status` document.
 pub fn status(state: &AppState) -> Value {
-    let queue = serde_json::to_value(state.push.status()).unwrap_or_default();
-    let counters = state.push.counters();
-    let uplink = match &state.uplink {
-        Some(u) => json!({
-            "enabled": true,
-            "healthy": u.healthy.load(Ordering::Relaxed),
-            "sent_total": counters.sent_total.load(Ordering::Relaxed),
-            "failures_total": u.failures_total.load(Ordering::Relaxed),
-            "dead_lettered_total": counters.dead_lettered_total.load(Ordering::Relaxed),
-            "dead_letter_rows": counters.dead_rows.load(Ordering::Relaxed),
-            "dead_trimmed_total": counters.dead_trimmed_total.load(Ordering::Relaxed),
-            "last_error": *u.last_error.lock().unwrap_or_else(|e| e.into_inner()),
-        }),
-        None => json!({
-            "enabled": false,
-            "sent_total": counters.sent_total.load(Ordering::Relaxed),
-            "dead_lettered_total": counters.dead_lettered_total.load(Ordering::Relaxed),
-            "dead_letter_rows": counters.dead_rows.load(Ordering::Relaxed),
-            "last_error": null,
-        }),
-    };
-    let q = state.push.status();
     let mut sources: Vec<Value> = state
         .ingest
         .iter()
@@ -79,53 +58,21 @@ pub fn status(state: &AppState) -> Value {
             })
         })
         .collect();
-    let mut sinks = vec![json!({
-        "name": "push",
-        "dropped": q.evicted_total + q.dropped_total,
-        "blocked": q.blocked_total,
-        "queue_rows": q.rows,
-        "durable": q.durable,
-    })];
-    let storage = state.storage.as_ref().map(|s| {
-        let st = s.status();
-        sinks.push(json!({
-            "name": "storage",
-            "dropped": st.evicted_total + st.dropped_total,
-            "blocked": st.blocked_total,
-            "queue_rows": st.rows,
-            "durable": true,
-        }));
-        serde_json::to_value(st).unwrap_or_default()
-    });
-    // The database sinks: memory backlogs, said plainly.
-    let mut databases = serde_json::Map::new();
+    let mut sinks = Vec::new();
+    let mut sink_status = Map::new();
+    let mut documents: Map<String, Value> = TOP_LEVEL_DOCUMENTS
+        .iter()
+        .map(|d| ((*d).to_string(), Value::Null))
+        .collect();
     for sink in state.engine.sinks().iter() {
-        let st = match sink {
-            SinkHandle::ClickHouse(c) => c.status(),
-            SinkHandle::Postgres(p) => p.status(),
-            _ => continue,
-        };
-        sinks.push(json!({
-            "name": sink.name(),
-            "dropped": st.dropped_total + st.lost_at_stop_total,
-            "blocked": st.blocked_total,
-            "queue_rows": st.backlog_rows,
-            "durable": false,
-            "backlog": st.backlog,
-            "note": st.note,
-        }));
-        databases.insert(
-            sink.name().to_string(),
-            serde_json::to_value(st).unwrap_or_default(),
-        );
+        let r = sink.report();
+        sinks.push(Value::Object(r.entry));
+        sink_status.insert(sink.name().to_string(), r.status);
+        for (key, doc) in r.documents {
+            documents.insert(key.to_string(), doc);
+        }
     }
-    if let Some(n) = &state.nats_sink {
-        sinks.push(n.status());
-    }
-    if let Some(m) = &state.mqtt_sink {
-        sinks.push(m.status());
-    }
-    json!({
+    let mut doc = json!({
         "connector": {
             "name": state.name,
             "version": crate::VERSION,
@@ -135,13 +82,8 @@ pub fn status(state: &AppState) -> Value {
             "disk_free_bytes": disk_free_bytes(&state.data_dir),
         },
         "live": live(state),
-        "push_queue": queue,
-        "push_status": queue,
-        "uplink": uplink,
         "sinks": sinks,
-        "storage": storage,
-        "clickhouse": databases.remove("clickhouse"),
-        "postgres": databases.remove("postgres"),
+        "sink_status": sink_status,
         "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
         "devices": state.devices.iter().map(|d| d.to_json()).chain(state.opcua.iter().map(|d| d.to_json())).collect::<Vec<Value>>(),
@@ -151,7 +93,11 @@ pub fn status(state: &AppState) -> Value {
         "alert_channels": state.alerts.channels_json(),
         "schedules": schedules(state),
         "backfills": state.backfills.iter().map(|b| b.status()).collect::<Vec<Value>>(),
-    })
+    });
+    if let Some(o) = doc.as_object_mut() {
+        o.extend(documents);
+    }
+    doc
 }
 
 /// Bytes an unprivileged writer may still use on the data dir's file system (`None` when
@@ -176,89 +122,8 @@ fn live(state: &AppState) -> Value {
 
 /// The `/metrics` page.
 pub fn metrics(state: &AppState) -> String {
-    let q = state.push.status();
-    let c = state.push.counters();
     let mut p = Page::default();
-    p.single(
-        "opex_connector_push_queue_gaps_total",
-        Kind::Counter,
-        "Rows evicted from the push queue at its quota (evict_oldest): data gaps.",
-        q.evicted_total as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_blocked_total",
-        Kind::Counter,
-        "Records refused at the push queue quota (block); their sources retry.",
-        q.blocked_total as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_dropped_total",
-        Kind::Counter,
-        "Records refused because the push writer channel was full.",
-        q.dropped_total as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_write_errors_total",
-        Kind::Counter,
-        "Failed push queue write transactions.",
-        q.write_errors_total as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_rows",
-        Kind::Gauge,
-        "Rows in the push queue.",
-        q.rows as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_used_bytes",
-        Kind::Gauge,
-        "Logical bytes in the push queue.",
-        q.used_bytes as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_quota_bytes",
-        Kind::Gauge,
-        "Quota of the push queue in logical bytes.",
-        q.quota_bytes as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_level",
-        Kind::Gauge,
-        "Alert level of the push queue: 0 ok, 1 high, 2 full.",
-        f64::from(q.level.as_number()),
-    );
-    p.single(
-        "opex_connector_uplink_sent_total",
-        Kind::Counter,
-        "Records the uplink delivered.",
-        c.sent_total.load(Ordering::Relaxed) as f64,
-    );
-    p.single(
-        "opex_connector_push_dead_letters_total",
-        Kind::Counter,
-        "Records the uplink receiver refused for good, moved to push dead letters.",
-        c.dead_lettered_total.load(Ordering::Relaxed) as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_commits_total",
-        Kind::Counter,
-        "Push queue write transactions committed (each synced to disk).",
-        c.commits_total.load(Ordering::Relaxed) as f64,
-    );
-    p.single(
-        "opex_connector_push_queue_committed_commands_total",
-        Kind::Counter,
-        "Commands applied by those transactions (group commit: their ratio is the mean group).",
-        c.committed_commands_total.load(Ordering::Relaxed) as f64,
-    );
-    if let Some(u) = &state.uplink {
-        p.single(
-            "opex_connector_uplink_failures_total",
-            Kind::Counter,
-            "Failed uplink attempts (each retried).",
-            u.failures_total.load(Ordering::Relaxed) as f64,
-        );
-    }
+    sink_metrics(state, &mut p);
     let names: Vec<String> = state
         .ingest
         .iter()
@@ -344,7 +209,6 @@ pub fn metrics(state: &AppState) -> String {
         );
     }
     state.alerts.write_metrics(&mut p);
-    database_metrics(state, &mut p);
     feed_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     messaging_metrics(state, &mut p);
@@ -397,23 +261,38 @@ pub fn metrics(state: &AppState) -> String {
     p.finish()
 }
 
-/// The preprocess stage, the schedules and the backfills.
+/// Every sink's samples, one family at a time in the order the families first appear.
+fn sink_metrics(state: &AppState, p: &mut Page) {
+    let samples: Vec<Sample> = state
+        .engine
+        .sinks()
+        .iter()
+        .flat_map(|s| s.report().metrics)
+        .collect();
+    let mut order: Vec<&'static str> = Vec::new();
+    for s in &samples {
+        if !order.contains(&s.family) {
+            order.push(s.family);
+        }
+    }
+    for family in order {
+        let of: Vec<&Sample> = samples.iter().filter(|s| s.family == family).collect();
+        let Some(first) = of.first() else { continue };
+        let labels: Vec<Vec<(&str, &str)>> = of
+            .iter()
+            .map(|s| s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect())
+            .collect();
+        let refs: Vec<(&[(&str, &str)], f64)> = labels
+            .iter()
+            .zip(&of)
+            .map(|(l, s)| (l.as_slice(), s.value))
+            .collect();
+        p.family(family, first.kind, first.help, &refs);
+    }
+}
+
+/// The schedules and the backfills.
 fn feed_metrics(state: &AppState, p: &mut Page) {
-    let pre = state.push.preprocess();
-    let load =
-        |c: Option<&std::sync::atomic::AtomicU64>| c.map_or(0, |c| c.load(Ordering::Relaxed));
-    p.single(
-        "opex_connector_push_suppressed_total",
-        Kind::Counter,
-        "Values the preprocess stage kept out of the push queue (deadband, aggregation), by design.",
-        load(pre.map(|x| &x.suppressed_total)) as f64,
-    );
-    p.single(
-        "opex_connector_push_aggregates_total",
-        Kind::Counter,
-        "Window results the preprocess stage sent in place of values.",
-        load(pre.map(|x| &x.aggregates_total)) as f64,
-    );
     type PickS = fn(&crate::sources::schedule::ScheduleStats) -> &std::sync::atomic::AtomicU64;
     let families: [(&str, &str, PickS); 3] = [
         (
@@ -477,72 +356,7 @@ fn feed_metrics(state: &AppState, p: &mut Page) {
     }
 }
 
-/// The database sinks' families, labelled `sink="clickhouse"` / `sink="postgres"`.
-fn database_metrics(state: &AppState, p: &mut Page) {
-    let list: Vec<(&'static str, crate::sinks::backlog::BacklogStatus)> = state
-        .engine
-        .sinks()
-        .iter()
-        .filter_map(|s| match s {
-            SinkHandle::ClickHouse(c) => Some((s.name(), c.status())),
-            SinkHandle::Postgres(pg) => Some((s.name(), pg.status())),
-            _ => None,
-        })
-        .collect();
-    if list.is_empty() {
-        return;
-    }
-    type Pick = fn(&crate::sinks::backlog::BacklogStatus) -> u64;
-    let families: [(&str, Kind, &str, Pick); 6] = [
-        (
-            "opex_connector_sink_backlog_rows",
-            Kind::Gauge,
-            "Rows in a database sink's memory backlog (lost if the process crashes).",
-            |s| s.backlog_rows,
-        ),
-        (
-            "opex_connector_sink_backlog_max_rows",
-            Kind::Gauge,
-            "Bound of a database sink's memory backlog in rows.",
-            |s| s.max_backlog_rows,
-        ),
-        (
-            "opex_connector_sink_inserted_rows_total",
-            Kind::Counter,
-            "Rows a database confirmed.",
-            |s| s.inserted_total,
-        ),
-        (
-            "opex_connector_sink_insert_failures_total",
-            Kind::Counter,
-            "Failed inserts of a database sink (each retried).",
-            |s| s.insert_failures_total,
-        ),
-        (
-            "opex_connector_sink_dead_lettered_rows_total",
-            Kind::Counter,
-            "Rows a database refused for good, parked in the dead-letter queue.",
-            |s| s.dead_lettered_total,
-        ),
-        (
-            "opex_connector_sink_lost_at_stop_total",
-            Kind::Counter,
-            "Rows a clean stop could not insert.",
-            |s| s.lost_at_stop_total,
-        ),
-    ];
-    for (name, kind, help, pick) in families {
-        let labels: Vec<[(&str, &str); 1]> = list.iter().map(|(n, _)| [("sink", *n)]).collect();
-        let samples: Vec<(&[(&str, &str)], f64)> = list
-            .iter()
-            .zip(&labels)
-            .map(|((_, st), l)| (l.as_slice(), pick(st) as f64))
-            .collect();
-        p.family(name, kind, help, &samples);
-    }
-}
-
-/// Counters of the NATS and MQTT sources and sinks.
+/// Counters of the NATS and MQTT sources.
 fn messaging_metrics(state: &AppState, p: &mut Page) {
     let names: Vec<String> = state
         .nats_sources
@@ -636,71 +450,6 @@ fn messaging_metrics(state: &AppState, p: &mut Page) {
         let refs: Vec<(&[(&str, &str)], f64)> =
             samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
         p.family(metric, Kind::Counter, help, &refs);
-    }
-    // Sinks with a queue in memory: (name, dropped, blocked, failed, queue depth); `failed`
-    // only means something for the messaging sinks, whose publishes give up after retries.
-    let mut sinks: Vec<(&str, u64, u64, Option<u64>, f64)> = Vec::new();
-    for sink in state.engine.sinks().iter() {
-        let st = match sink {
-            SinkHandle::ClickHouse(c) => c.status(),
-            SinkHandle::Postgres(p) => p.status(),
-            _ => continue,
-        };
-        sinks.push((
-            sink.name(),
-            st.dropped_total,
-            st.blocked_total,
-            None,
-            st.backlog_rows as f64,
-        ));
-    }
-    if let Some(n) = &state.nats_sink {
-        let s = &n.stats;
-        sinks.push((
-            "nats",
-            s.dropped.load(Ordering::Relaxed),
-            s.blocked.load(Ordering::Relaxed),
-            Some(s.failed.load(Ordering::Relaxed)),
-            n.queue_depth() as f64,
-        ));
-    }
-    if let Some(m) = &state.mqtt_sink {
-        let s = &m.stats;
-        sinks.push((
-            "mqtt",
-            s.dropped.load(Ordering::Relaxed),
-            s.blocked.load(Ordering::Relaxed),
-            Some(s.failed.load(Ordering::Relaxed)),
-            m.queue_depth() as f64,
-        ));
-    }
-    if sinks.is_empty() {
-        return;
-    }
-    for (metric, kind, help, pick) in [
-        ("opex_connector_sink_dropped_total", Kind::Counter, "Records a sink with a memory queue lost (database backlog at its bound under evict_oldest) or refused at delivery (messaging queue full; the source retries).", 0),
-        ("opex_connector_sink_blocked_total", Kind::Counter, "Records a sink refused at admission (full under block, or not connected); their sources retry.", 1),
-        ("opex_connector_sink_failed_total", Kind::Counter, "Records a messaging sink failed to publish after its retries.", 2),
-        ("opex_connector_sink_queue_depth", Kind::Gauge, "Records waiting in a sink's memory queue or backlog.", 3),
-    ] {
-        let samples: Vec<(Vec<(&str, &str)>, f64)> = sinks
-            .iter()
-            .filter_map(|(name, d, b, f, q)| {
-                let v = match pick {
-                    0 => *d as f64,
-                    1 => *b as f64,
-                    2 => (*f)? as f64,
-                    _ => *q,
-                };
-                Some((vec![("sink", *name)], v))
-            })
-            .collect();
-        if samples.is_empty() {
-            continue;
-        }
-        let refs: Vec<(&[(&str, &str)], f64)> =
-            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-        p.family(metric, kind, help, &refs);
     }
 }
 

@@ -33,6 +33,8 @@ pub enum Cause {
     Unrouted,
     /// A sink failed after the source was told it was accepted, with no retrier left.
     Failed,
+    /// Handed to a destination that confirms nothing (MQTT QoS 0): it may have arrived.
+    Unconfirmed,
 }
 
 /// The counts of one source in one part of the ledger.
@@ -63,6 +65,8 @@ pub struct Counts {
     pub unrouted: u64,
     /// Lost after a sink failure with no retrier left.
     pub failed: u64,
+    /// Published with nothing to confirm it (MQTT QoS 0): may have been lost.
+    pub unconfirmed: u64,
 }
 
 impl Counts {
@@ -74,6 +78,7 @@ impl Counts {
             + self.suppressed
             + self.unrouted
             + self.failed
+            + self.unconfirmed
     }
 
     /// `acked - (delivered + pending + dead_lettered + losses)`: zero when the part balances.
@@ -91,6 +96,7 @@ impl Counts {
             Cause::Suppressed => &mut self.suppressed,
             Cause::Unrouted => &mut self.unrouted,
             Cause::Failed => &mut self.failed,
+            Cause::Unconfirmed => &mut self.unconfirmed,
         }
     }
 
@@ -108,6 +114,7 @@ impl Counts {
         self.suppressed += o.suppressed;
         self.unrouted += o.unrouted;
         self.failed += o.failed;
+        self.unconfirmed += o.unconfirmed;
     }
 }
 

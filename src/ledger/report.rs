@@ -1,13 +1,11 @@
 //! `GET /api/ledger`: the parts added up by source, the sinks' figures, and the check.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use serde_json::{json, Map, Value};
 
 use super::book::Counts;
-use crate::engine::{Engine, SinkHandle};
-use crate::sinks::push::PushSink;
+use crate::engine::Engine;
 
 /// The result of the check: which sources do not balance, and by how much.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,106 +47,27 @@ fn counts_json(c: &Counts) -> Value {
             "suppressed": c.suppressed,
             "unrouted": c.unrouted,
             "failed": c.failed,
+            "unconfirmed": c.unconfirmed,
         },
         "lost": c.losses(),
         "imbalance": c.imbalance(),
     })
 }
 
-fn sink_json(
-    accepted: u64,
-    delivered: u64,
-    pending: u64,
-    dead: u64,
-    lost: u64,
-    note: &str,
-) -> Value {
-    json!({
-        "accepted": accepted,
-        "delivered": delivered,
-        "pending": pending,
-        "dead_lettered": dead,
-        "lost": lost,
-        "imbalance": accepted as i64 - (delivered + pending + dead + lost) as i64,
-        "kept": note,
-    })
-}
-
 /// The ledger: every part's per-source counts, their sum with the check, and each sink's
-/// figures. With `verify`, the durable push queue's `pending` counts are also compared with
-/// its rows, read one by one (cost: one pass over the queue).
-pub fn report(engine: &Engine, push: &PushSink, verify: bool) -> Value {
-    let mut parts: Vec<(&str, BTreeMap<String, Counts>)> = vec![
-        ("engine", engine.ledger.snapshot()),
-        (
-            if push.is_durable() {
-                "push_queue"
-            } else {
-                "push_volatile"
-            },
-            push.ledger(),
-        ),
-    ];
+/// figures. With `verify`, the durable queues' `pending` counts are also compared with their
+/// rows, read one by one (cost: one pass over each queue): `queue_checks.<sink>`, and
+/// `push_queue_check` for the sink called `push`.
+pub fn report(engine: &Engine, verify: bool) -> Value {
+    let mut parts: Vec<(String, BTreeMap<String, Counts>)> =
+        vec![("engine".to_string(), engine.ledger.snapshot())];
     let mut sinks = Map::new();
-    let c = push.counters();
-    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let (_, rows, _) = push.gate().usage();
-    sinks.insert(
-        "push".into(),
-        sink_json(
-            push.appended_total(),
-            l(&c.sent_total),
-            rows,
-            l(&c.dead_lettered_total),
-            l(&c.evicted_total),
-            if push.is_durable() { "disk" } else { "memory" },
-        ),
-    );
     for sink in engine.sinks().iter() {
-        match sink {
-            SinkHandle::Push(_) => {}
-            SinkHandle::Storage(s) => {
-                let stored = l(&s.counters().stored_total);
-                sinks.insert("storage".into(), sink_json(stored, stored, 0, 0, 0, "disk"));
-            }
-            SinkHandle::ClickHouse(_) | SinkHandle::Postgres(_) => {
-                let (status, book) = match sink {
-                    SinkHandle::ClickHouse(s) => (s.status(), s.ledger().snapshot()),
-                    SinkHandle::Postgres(s) => (s.status(), s.ledger().snapshot()),
-                    _ => continue,
-                };
-                parts.push((sink.name(), book));
-                sinks.insert(
-                    sink.name().into(),
-                    sink_json(
-                        status.accepted_total,
-                        status.inserted_total,
-                        status.backlog_rows,
-                        status.dead_lettered_total,
-                        status.dropped_total + status.lost_at_stop_total,
-                        "memory",
-                    ),
-                );
-            }
-            SinkHandle::Nats(n) => {
-                // A publish that failed after its retries is handed back to the engine (the
-                // source retries, or the record is parked): not accepted, not lost here.
-                let published = l(&n.stats.published);
-                let pending = n.queue_depth() as u64;
-                sinks.insert(
-                    "nats".into(),
-                    sink_json(published + pending, published, pending, 0, 0, "memory"),
-                );
-            }
-            SinkHandle::Mqtt(m) => {
-                let queued = l(&m.stats.queued);
-                let pending = m.queue_depth().min(queued);
-                sinks.insert(
-                    "mqtt".into(),
-                    sink_json(queued, queued - pending, pending, 0, 0, "memory"),
-                );
-            }
+        let r = sink.report();
+        if let Some(part) = r.ledger_part {
+            parts.push(part);
         }
+        sinks.insert(sink.name().to_string(), r.ledger.to_json());
     }
     let mut total: BTreeMap<String, Counts> = BTreeMap::new();
     let mut parts_json = Map::new();
@@ -158,7 +77,7 @@ pub fn report(engine: &Engine, push: &PushSink, verify: bool) -> Value {
             total.entry(source.clone()).or_default().add(counts);
             m.insert(source.clone(), counts_json(counts));
         }
-        parts_json.insert((*name).to_string(), Value::Object(m));
+        parts_json.insert(name.clone(), Value::Object(m));
     }
     let checked = check(&total);
     let mut out = json!({
@@ -169,32 +88,16 @@ pub fn report(engine: &Engine, push: &PushSink, verify: bool) -> Value {
         "parts": parts_json,
     });
     if verify {
-        out["push_queue_check"] = verify_push(push);
+        let mut checks = Map::new();
+        for sink in engine.sinks().iter() {
+            if let Some(v) = sink.verify() {
+                checks.insert(sink.name().to_string(), v);
+            }
+        }
+        if let Some(push) = checks.get("push") {
+            out["push_queue_check"] = push.clone();
+        }
+        out["queue_checks"] = Value::Object(checks);
     }
     out
-}
-
-/// Compares the durable `pending` counts of the push queue with its rows.
-fn verify_push(push: &PushSink) -> Value {
-    let Some(counted) = push.count_pending() else {
-        return json!({"checked": false, "reason": "the push buffer is volatile"});
-    };
-    let (kept, rows) = match counted {
-        Ok(c) => (c.kept, c.rows),
-        Err(e) => return json!({"checked": false, "reason": e.to_string()}),
-    };
-    let mut mismatches = Map::new();
-    for source in kept.keys().chain(rows.keys()) {
-        let found = rows.get(source).copied().unwrap_or(0);
-        let kept = kept.get(source).copied().unwrap_or(0);
-        if kept != found {
-            mismatches.insert(source.clone(), json!({"pending": kept, "rows": found}));
-        }
-    }
-    json!({
-        "checked": true,
-        "agrees": mismatches.is_empty(),
-        "mismatches": mismatches,
-        "rows": rows,
-    })
 }

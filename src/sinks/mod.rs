@@ -1,17 +1,34 @@
-//! Sinks: where records are delivered. Each kind is one folder (`mod.rs`, `config.rs`, the
-//! runtime, tests). Sinks are reached only through the engine.
+//! Sinks: where records are delivered. A sink is a named instance of a kind; any number of
+//! instances of a kind may exist. Each kind is one folder (`mod.rs`, `config.rs`, the runtime,
+//! tests); [`Sink`] (in `sink.rs`) is the one contract the rest of the program uses, and
+//! [`Report`] the one thing it reads of a sink. Sinks are reached only through the engine.
 //!
-//! - [`push`]: the durable LMDB push queue (or the volatile buffer) and its HTTP uplink.
-//! - [`storage`]: the local event history.
+//! - [`push`]: a durable LMDB queue (or the volatile buffer) and its HTTP uplink.
+//! - [`storage`]: a local event history.
 //! - [`clickhouse`], [`postgres`]: database tables, through a bounded memory backlog
-//!   ([`backlog`]) that is lost if the process crashes.
+//!   ([`backlog`]) that is lost if the process crashes, or through a `queue: disk`.
 //! - [`nats`]: publishes to NATS (JetStream with ack, or core + flush); [`mqtt`]: publishes to
-//!   an MQTT broker through a bounded client queue.
+//!   an MQTT broker and waits for the PUBACK.
+//! - [`queue`]: the durable queue and its deliverer, in front of push and of any sink with
+//!   `queue: disk`.
+//! - [`config`]: the `sinks:` list and the top-level sections that each make one sink.
+//! - [`report`]: what a sink shows to `/api/status`, `/metrics`, the alert hub and the ledger.
 
 pub mod backlog;
 pub mod clickhouse;
+pub mod config;
 pub mod mqtt;
 pub mod nats;
 pub mod postgres;
 pub mod push;
+pub mod queue;
+pub mod report;
+mod sink;
 pub mod storage;
+
+pub use config::{SinkConfig, SinkSpec};
+pub use report::Report;
+pub use sink::{
+    queue_file, BuildError, Delivered, DeliveryError, Running, Sink, Sinks, StartContext,
+    TOP_LEVEL_DOCUMENTS,
+};

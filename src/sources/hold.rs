@@ -66,24 +66,30 @@ mod tests {
 
     use super::*;
     use crate::admission::OnFull;
-    use crate::engine::{SinkHandle, Sinks};
     use crate::flow::Plan;
-    use crate::sinks::push::config::PushQueueConfig;
-    use crate::sinks::push::PushSink;
+    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
+    use crate::sinks::queue::Drain;
+    use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
     use crate::store::dead_letters::DeadLetterQueue;
 
-    fn engine(dir: &std::path::Path) -> (Engine, Arc<PushSink>) {
-        let cfg = PushQueueConfig {
-            enabled: true,
-            quota_bytes: 1 << 20,
-            on_full: OnFull::Block,
+    fn engine(dir: &std::path::Path) -> (Engine, Arc<dyn Drain>) {
+        let cfg = SinkConfig {
+            name: "push".into(),
+            spec: SinkSpec::Push(PushConfig {
+                queue: PushQueueConfig {
+                    enabled: true,
+                    quota_bytes: 1 << 20,
+                    on_full: OnFull::Block,
+                },
+                uplink: None,
+                preprocess: Vec::new(),
+            }),
         };
-        let push = Arc::new(PushSink::open(&cfg, dir).unwrap());
-        let mut sinks = Sinks::default();
-        sinks.add(SinkHandle::Push(Arc::clone(&push)));
+        let push = Sink::build(&cfg, dir).unwrap();
+        let drain = push.drain().unwrap();
         let dlq = Arc::new(DeadLetterQueue::open(dir, 100).unwrap());
         let plan = Plan::direct(&["modbus/press".to_string()], "push");
-        (Engine::new(plan, sinks, dlq), push)
+        (Engine::new(plan, Sinks::new(vec![push]), dlq), drain)
     }
 
     fn sample(bytes: usize) -> Record {
@@ -126,12 +132,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_held_sample_is_stored_once_the_queue_drains_within_the_hold() {
         let dir = tempfile::tempdir().unwrap();
-        let (engine, push) = engine(dir.path());
+        let (engine, drain) = engine(dir.path());
         assert_eq!(
             offer_with_hold(&engine, sample(2 << 20), DEFAULT_HOLD).await,
             Held::Stored
         );
-        let drain = push.drain();
         let uplink = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
             tokio::task::spawn_blocking(move || drain.remove_through(u64::MAX))

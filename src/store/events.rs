@@ -1,4 +1,5 @@
-//! The event history of the storage sink: `events.db` under the data dir.
+//! The event history of a storage sink: `events.db` under the data dir (other storage sinks'
+//! `events-<name>.db`).
 //!
 //! On disk (one LMDB environment, one file):
 //! - `rows`: key = `ts` (big-endian `u64`, Unix ms) then `seq` (big-endian `u64`, a counter
@@ -206,17 +207,19 @@ pub struct EventStore {
 }
 
 impl EventStore {
-    /// Opens (or creates) `events.db` in `dir` with a quota of `quota_bytes` logical bytes,
+    /// Opens (or creates) the event history file `path` with a quota of `quota_bytes` logical bytes,
     /// keeping rows `retention_ms` (0: no retention). Rows, counters and accounting are those
     /// of the last commit.
     pub fn open(
-        dir: &Path,
+        path: &Path,
         on_full: OnFull,
         quota_bytes: u64,
         retention_ms: u64,
         counters: Arc<EventCounters>,
     ) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        }
         let max_map = if usize::BITS < 64 {
             MAX_MAP_32BIT
         } else {
@@ -228,7 +231,7 @@ impl EventStore {
             .saturating_add(64 << 20)
             .min(max_map as u64) as usize;
         let map_size = lmdb::round_to_pages(wanted);
-        let env = lmdb::open(&dir.join("events.db"), map_size, 4)?;
+        let env = lmdb::open(path, map_size, 4)?;
         let (rows, by_source, meta) = env
             .create_databases_and_commit(env.write_txn()?, |opener, wtxn| {
                 Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((
@@ -454,6 +457,11 @@ impl EventStore {
             }
         }
         Ok(total)
+    }
+
+    /// True while the writer takes records (until [`close`](Self::close)).
+    pub fn accepting(&self) -> bool {
+        self.writer.sender().is_ok()
     }
 
     /// Stops the writer after it has committed everything already on its channel, and closes

@@ -11,14 +11,14 @@
 pub mod dead_letters;
 pub mod events;
 pub mod lmdb;
-pub mod push_queue;
+pub mod queue;
 pub mod writer;
 
 pub use dead_letters::{
     DeadLetterEntry, DeadLetterQueue, DlqCounts, DlqFilter, DlqState, NewDeadLetter,
 };
 pub use events::{EventCounters, EventStore};
-pub use push_queue::{DeadLetter, PushQueue, QueueCounters, Row};
+pub use queue::{DeadLetter, DurableQueue, QueueCounters, Row};
 
 use std::fmt;
 

@@ -20,7 +20,7 @@ pub type Meta = Database<'static, Str, U64<BigEndian>>;
 
 /// A writer thread fed by a bounded channel of commands.
 pub struct WriterThread<C> {
-    name: &'static str,
+    name: String,
     tx: Mutex<Option<SyncSender<C>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -28,7 +28,7 @@ pub struct WriterThread<C> {
 impl<C: Send + 'static> WriterThread<C> {
     /// Starts thread `name` running `run` on the receiving end of a channel of `capacity`.
     pub fn spawn(
-        name: &'static str,
+        name: &str,
         capacity: usize,
         run: impl FnOnce(Receiver<C>) + Send + 'static,
     ) -> Result<Self, StoreError> {
@@ -41,7 +41,7 @@ impl<C: Send + 'static> WriterThread<C> {
             })
             .map_err(|e| StoreError::Io(format!("cannot start thread {name}: {e}")))?;
         Ok(Self {
-            name,
+            name: name.to_string(),
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })

@@ -6,36 +6,36 @@ use crate::record::Record;
 use crate::store::{EventCounters, QueueCounters, StoreError};
 
 /// Rows deleted at the quota under `evict_oldest`: a data gap upstream.
-pub fn push_queue_evicted(counters: &QueueCounters, rows: u64, bytes: u64) {
+pub fn queue_evicted(sink: &str, counters: &QueueCounters, rows: u64, bytes: u64) {
     let total = counters.evicted_total.fetch_add(rows, Ordering::Relaxed) + rows;
     log::warn!(
-        "push queue evicted the oldest records, data gap: rows={rows} bytes={bytes} evicted_total={total}"
+        "queue evicted the oldest records, data gap: sink={sink} rows={rows} bytes={bytes} evicted_total={total}"
     );
 }
 
 /// The push writer's channel was full: a record was refused and its source told to retry.
-pub fn push_writer_channel_full(counters: &QueueCounters) {
+pub fn queue_writer_channel_full(sink: &str, counters: &QueueCounters) {
     let total = counters.dropped_total.fetch_add(1, Ordering::Relaxed) + 1;
     if total.is_power_of_two() {
-        log::warn!("push writer channel full, record refused: dropped_total={total}");
+        log::warn!("queue writer channel full, record refused: sink={sink} dropped_total={total}");
     }
 }
 
 /// A write transaction of the push queue failed; every caller in it got the error.
-pub fn push_queue_write_failed(counters: &QueueCounters, error: &StoreError) {
+pub fn queue_write_failed(sink: &str, counters: &QueueCounters, error: &StoreError) {
     let total = counters.write_errors_total.fetch_add(1, Ordering::Relaxed) + 1;
-    log::error!("push queue write failed: error=\"{error}\" write_errors_total={total}");
+    log::error!("queue write failed: sink={sink} error=\"{error}\" write_errors_total={total}");
 }
 
 /// The push dead-letter table was over its cap and its oldest rows were deleted.
-pub fn push_dead_letters_trimmed(rows: u64) {
-    log::warn!("push dead letters trimmed at the cap: rows={rows}");
+pub fn queue_dead_letters_trimmed(sink: &str, rows: u64) {
+    log::warn!("queue dead letters trimmed at the cap: sink={sink} rows={rows}");
 }
 
 /// The stored accounting did not match the rows and was recounted at open.
-pub fn push_queue_accounting_repaired(meta_rows: u64, rows: u64, meta_used: u64, used: u64) {
+pub fn queue_accounting_repaired(sink: &str, meta_rows: u64, rows: u64, meta_used: u64, used: u64) {
     log::warn!(
-        "push queue accounting repaired at open: meta_rows={meta_rows} rows={rows} meta_used={meta_used} used={used}"
+        "queue accounting repaired at open: sink={sink} meta_rows={meta_rows} rows={rows} meta_used={meta_used} used={used}"
     );
 }
 
@@ -47,19 +47,28 @@ pub fn volatile_buffer_evicted(counters: &QueueCounters, rows: u64, bytes: u64) 
     );
 }
 
-/// The uplink delivered a batch.
-pub fn uplink_delivered(rows: u64) {
-    log::debug!("uplink delivered: rows={rows}");
+/// A deliverer's destination confirmed `rows` rows of sink `sink`.
+pub fn delivered(sink: &str, rows: u64) {
+    log::debug!("delivered: sink={sink} rows={rows}");
 }
 
-/// The uplink failed to deliver and will retry after `delay_ms`.
-pub fn uplink_retry(reason: &str, delay_ms: u64) {
-    log::warn!("uplink failed, will retry: error=\"{reason}\" retry_in_ms={delay_ms}");
+/// A delivery attempt of sink `sink` failed (`class` of the error); the next is in `delay_ms`.
+pub fn delivery_retry(sink: &str, class: &str, delay_ms: u64) {
+    log::warn!("delivery failed, will retry: sink={sink} error=\"{class}\" retry_in_ms={delay_ms}");
 }
 
-/// The receiver refused a record for good; it moved to the push dead-letter table.
-pub fn uplink_dead_lettered(seq: u64, reason: &str) {
-    log::error!("uplink receiver refused a record, moved to push dead letters: seq={seq} reason=\"{reason}\"");
+/// The destination of sink `sink` refused a row for good; it moved to the queue's dead-letter
+/// table.
+pub fn delivery_dead_lettered(sink: &str, seq: u64, class: &str) {
+    log::error!(
+        "destination refused a record, moved to the queue's dead letters: sink={sink} seq={seq} error=\"{class}\""
+    );
+}
+
+/// Sink `sink`'s queue is on hold: its rows are kept and retried, none dead-lettered, until
+/// the destination takes them again.
+pub fn delivery_held(sink: &str, class: &str, why: &str) {
+    log::error!("alert: queue held, rows kept: sink={sink} error=\"{class}\" reason=\"{why}\"");
 }
 
 /// The pipeline dead-letter queue was at its cap: entry `id` was deleted (resolved entries go

@@ -34,10 +34,14 @@ use serde::Serialize;
 use super::config::SinkBatchConfig;
 use crate::admission::level::{Level, LevelTracker};
 use crate::admission::{Gate, OnFull, Refused, Reservation, RETRY_AFTER};
+use crate::alerts::QueueReport;
+use crate::alerts::{QueueKind, QueueReading};
 use crate::engine::Engine;
 use crate::flow::{NodeKind, NodeRef};
 use crate::ledger::{Book, Cause, Left};
 use crate::record::Record;
+use crate::sinks::queue::Failure;
+use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::store::dead_letters::NewDeadLetter;
 use crate::telemetry::events;
 
@@ -151,11 +155,19 @@ pub struct BacklogStatus {
     pub lost_at_stop_total: u64,
     /// False after a failed insert, until one succeeds.
     pub healthy: bool,
-    /// The last insert error, cleared by a success.
+    /// The class of the last insert error (`HTTP 500`, an SQLSTATE), cleared by a success;
+    /// the full message, which may hold rows, is on the admin endpoint.
     pub last_error: Option<String>,
     /// `ok`, `high` (80 % or more) or `full`.
     pub level: Level,
 }
+
+/// Help of `opex_connector_sink_dropped_total`, shared by every sink with a memory queue.
+pub const DROPPED_HELP: &str = "Records a sink with a memory queue lost (database backlog at its bound under evict_oldest) or refused at delivery (messaging queue full; the source retries).";
+/// Help of `opex_connector_sink_blocked_total`.
+pub const BLOCKED_HELP: &str = "Records a sink refused at admission (full under block, or not connected); their sources retry.";
+/// Help of `opex_connector_sink_queue_depth`.
+pub const DEPTH_HELP: &str = "Records waiting in a sink's memory queue or backlog.";
 
 /// The warning `/api/status` and the README show next to these backlogs.
 pub const MEMORY_NOTE: &str = "memory only: rows waiting here are lost if the process crashes; route data that must survive a crash through NATS JetStream or the push queue";
@@ -176,7 +188,7 @@ struct State<T> {
 
 /// The bounded memory backlog of one database sink.
 pub struct Backlog<T> {
-    sink: &'static str,
+    sink: String,
     table: String,
     cfg: SinkBatchConfig,
     gate: Arc<Gate>,
@@ -193,10 +205,10 @@ pub struct Backlog<T> {
 
 impl<T: Send> Backlog<T> {
     /// An empty backlog of sink `sink` writing `table`.
-    pub fn new(sink: &'static str, table: String, cfg: SinkBatchConfig) -> Self {
+    pub fn new(sink: &str, table: String, cfg: SinkBatchConfig) -> Self {
         let quota = cfg.max_backlog_rows as u64;
         Self {
-            sink,
+            sink: sink.to_string(),
             table,
             gate: Arc::new(Gate::new(cfg.on_full, quota, 0, 0, 0)),
             cfg,
@@ -307,7 +319,7 @@ impl<T: Send> Backlog<T> {
             if tracked {
                 self.book.left_queue(&d.source, Left::Lost(Cause::Evicted));
             }
-            events::db_sink_evicted(self.sink, &self.counters.dropped_total, &d);
+            events::db_sink_evicted(&self.sink, &self.counters.dropped_total, &d);
         }
         Ok(())
     }
@@ -359,9 +371,110 @@ impl<T: Send> Backlog<T> {
             dead_lettered_total: c.dead_lettered_total.load(Ordering::Relaxed),
             lost_at_stop_total: c.lost_at_stop_total.load(Ordering::Relaxed),
             healthy: last_error.is_none(),
-            last_error,
+            last_error: last_error.map(|e| Failure::from_detail(e).class),
             level: self.level.peek(fill_pct, blocked_total + dropped_total),
         }
+    }
+
+    /// The last insert error in full, for the admin endpoint.
+    pub fn error_detail(&self) -> serde_json::Value {
+        match &*self.last_error.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => {
+                serde_json::json!({"class": Failure::from_detail(e.clone()).class, "detail": e})
+            }
+            None => serde_json::Value::Null,
+        }
+    }
+
+    /// Everything the rest of the program reads of this backlog's sink.
+    pub fn report(&self) -> Report {
+        let st = self.status();
+        let mut r = Report {
+            accepting: true,
+            ..Report::default()
+        };
+        r.entry.insert(
+            "dropped".into(),
+            (st.dropped_total + st.lost_at_stop_total).into(),
+        );
+        r.entry.insert("blocked".into(), st.blocked_total.into());
+        r.entry.insert("queue_rows".into(), st.backlog_rows.into());
+        r.entry.insert("durable".into(), false.into());
+        r.entry.insert("backlog".into(), st.backlog.into());
+        r.entry.insert("note".into(), st.note.into());
+        r.queues = vec![QueueReport {
+            name: self.sink.clone(),
+            tracker: Arc::clone(&self.level),
+            reading: QueueReading {
+                kind: QueueKind::Memory,
+                on_full: st.on_full,
+                quota: st.max_backlog_rows,
+                quota_unit: "rows",
+                used: st.backlog_rows,
+                blocked_total: st.blocked_total,
+                evicted_total: 0,
+                dropped_total: st.dropped_total,
+            },
+        }];
+        r.ledger_part = Some((self.sink.clone(), self.book.snapshot()));
+        r.ledger = SinkFigures {
+            accepted: st.accepted_total,
+            delivered: st.inserted_total,
+            pending: st.backlog_rows,
+            dead_lettered: st.dead_lettered_total,
+            lost: st.dropped_total + st.lost_at_stop_total,
+            unconfirmed: 0,
+            kept: "memory",
+        };
+        let mut s = Samples::new(&self.sink);
+        s.gauge(
+            "opex_connector_sink_backlog_rows",
+            "Rows in a database sink's memory backlog (lost if the process crashes).",
+            st.backlog_rows as f64,
+        );
+        s.gauge(
+            "opex_connector_sink_backlog_max_rows",
+            "Bound of a database sink's memory backlog in rows.",
+            st.max_backlog_rows as f64,
+        );
+        s.counter(
+            "opex_connector_sink_inserted_rows_total",
+            "Rows a database confirmed.",
+            st.inserted_total,
+        );
+        s.counter(
+            "opex_connector_sink_insert_failures_total",
+            "Failed inserts of a database sink (each retried).",
+            st.insert_failures_total,
+        );
+        s.counter(
+            "opex_connector_sink_dead_lettered_rows_total",
+            "Rows a database refused for good, parked in the dead-letter queue.",
+            st.dead_lettered_total,
+        );
+        s.counter(
+            "opex_connector_sink_lost_at_stop_total",
+            "Rows a clean stop could not insert.",
+            st.lost_at_stop_total,
+        );
+        s.counter(
+            "opex_connector_sink_dropped_total",
+            DROPPED_HELP,
+            st.dropped_total,
+        );
+        s.counter(
+            "opex_connector_sink_blocked_total",
+            BLOCKED_HELP,
+            st.blocked_total,
+        );
+        s.gauge(
+            "opex_connector_sink_queue_depth",
+            DEPTH_HELP,
+            st.backlog_rows as f64,
+        );
+        r.status = serde_json::to_value(&st).unwrap_or_default();
+        r.metrics = s.finish();
+        r
     }
 
     /// Waits for the next batch: `batch_rows` rows waiting, or the oldest waiting for
@@ -454,12 +567,12 @@ impl<T: Send> Backlog<T> {
                     self.counters.batches_total.fetch_add(1, Ordering::Relaxed);
                     self.set_error(None);
                     delay = RETRY_INITIAL;
-                    events::db_sink_inserted(self.sink, n);
+                    events::db_sink_inserted(&self.sink, n);
                 }
                 Err(InsertError::Permanent(msg)) => {
                     let msg = truncate(&msg);
                     self.set_error(Some(msg.clone()));
-                    events::db_sink_rejected(self.sink, n, &msg);
+                    events::db_sink_rejected(&self.sink, n, &msg);
                     self.park(engine, batch, &msg);
                     self.finish();
                 }
@@ -467,7 +580,7 @@ impl<T: Send> Backlog<T> {
                     let msg = truncate(&msg);
                     self.counters.failures_total.fetch_add(1, Ordering::Relaxed);
                     self.set_error(Some(msg.clone()));
-                    events::db_sink_retry(self.sink, n, &msg, delay);
+                    events::db_sink_retry(&self.sink, n, &msg, delay);
                     self.put_back(batch);
                     if self.lock().closing {
                         // A clean stop with the database unreachable: give up now.
@@ -492,7 +605,7 @@ impl<T: Send> Backlog<T> {
         drop(s);
         self.gate.publish(0, 0);
         if lost > 0 {
-            events::db_sink_lost_at_stop(self.sink, &self.counters.lost_at_stop_total, lost);
+            events::db_sink_lost_at_stop(&self.sink, &self.counters.lost_at_stop_total, lost);
         }
     }
 
@@ -500,7 +613,7 @@ impl<T: Send> Backlog<T> {
     fn park(&self, engine: &Engine, batch: Vec<Row<T>>, msg: &str) {
         let reason = format!("{} refused the batch: {msg}", self.sink);
         for row in batch {
-            let (flow, node) = origin(engine, &row.record.source, self.sink);
+            let (flow, node) = origin(engine, &row.record.source, &self.sink);
             let (source, tracked) = (row.record.source.clone(), row.tracked);
             let entry = NewDeadLetter {
                 record: row.record,

@@ -8,9 +8,10 @@ use serde_json::json;
 
 use super::*;
 use crate::admission::OnFull;
-use crate::engine::{Engine, Sinks};
+use crate::engine::Engine;
 use crate::flow::Plan;
 use crate::record::Record;
+use crate::sinks::Sinks;
 use crate::store::dead_letters::{DeadLetterQueue, DlqFilter};
 
 /// A database whose answers are scripted: each insert takes the next answer (`Ok` once the

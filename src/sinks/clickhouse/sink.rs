@@ -10,22 +10,20 @@
 
 use std::io::Read;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::config::ClickHouseConfig;
-use crate::admission::level::LevelTracker;
-use crate::admission::{Gate, Reservation};
-use crate::engine::Engine;
+use crate::admission::Reservation;
 use crate::record::Record;
 use crate::sinks::backlog::columns::{extract, text};
 use crate::sinks::backlog::{
-    Backlog, BacklogStatus, Column, InsertError, Inserter, PushError, Row,
+    Backlog, Column, InsertError, Inserter, Row, TableDestination, RETRY_INITIAL, RETRY_MAX,
 };
+use crate::sinks::queue::{DeliveryConfig, Destination};
+use crate::sinks::report::Report;
+use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 
-/// The name flows use.
-pub const NAME: &str = "clickhouse";
 /// Most bytes of an error body read.
 const MAX_ERROR_BODY: u64 = 16 * 1024;
 
@@ -55,73 +53,119 @@ const PERMANENT_CODES: &[u32] = &[
     467, // CANNOT_PARSE_BOOL
 ];
 
-/// The ClickHouse sink.
+/// A ClickHouse sink.
 pub struct ClickHouseSink {
+    name: String,
     cfg: ClickHouseConfig,
-    backlog: Backlog<String>,
+    /// The memory backlog; `None` with `queue: disk` (the sink's queue is in front instead).
+    backlog: Option<Backlog<String>>,
 }
 
 impl ClickHouseSink {
-    /// A sink with an empty backlog; [`ClickHouseSink::start`] starts inserting.
-    pub fn new(cfg: ClickHouseConfig) -> Self {
-        let backlog = Backlog::new(NAME, cfg.table.join("."), cfg.batch.clone());
-        Self { cfg, backlog }
+    /// Sink `name`, with an empty backlog unless it has `queue: disk`; [`Self::start`] starts
+    /// inserting.
+    pub fn new(name: &str, cfg: ClickHouseConfig) -> Self {
+        let backlog = (!cfg.queue.is_disk())
+            .then(|| Backlog::new(name, cfg.table.join("."), cfg.batch.clone()));
+        Self {
+            name: name.to_string(),
+            cfg,
+            backlog,
+        }
     }
 
-    /// The admission gate (counts rows).
-    pub fn gate(&self) -> &Arc<Gate> {
-        self.backlog.gate()
+    /// The memory backlog (`None` with `queue: disk`).
+    pub fn backlog(&self) -> Option<&Backlog<String>> {
+        self.backlog.as_ref()
     }
 
-    /// Takes one record into the backlog; returns once it is there (not yet inserted).
+    /// Takes one record into the memory backlog; returns once it is there (not yet inserted).
     pub fn deliver(
         &self,
         record: &Record,
         tracked: bool,
         reservation: Reservation,
-    ) -> Result<(), PushError> {
+    ) -> Result<Delivered, DeliveryError> {
+        let Some(backlog) = &self.backlog else {
+            return Err(DeliveryError::Publish("the sink has no backlog".into()));
+        };
         let data = encode_row(record, &self.cfg.columns);
-        self.backlog.push(
+        backlog.push(
             Row {
                 record: record.clone(),
                 tracked,
                 data,
             },
             reservation,
-        )
+        )?;
+        Ok(Delivered::Stored)
     }
 
-    /// Its backlog's part of the loss ledger.
-    pub fn ledger(&self) -> &crate::ledger::Book {
-        self.backlog.ledger()
-    }
-
-    /// The status now.
-    pub fn status(&self) -> BacklogStatus {
-        self.backlog.status()
-    }
-
-    /// The level tracker the alert checker advances.
-    pub fn level(&self) -> &std::sync::Arc<LevelTracker> {
-        self.backlog.level()
-    }
-
-    /// Starts the insert thread. It runs until [`ClickHouseSink::close`], then inserts what is
-    /// left (bounded by the stop deadline) and ends.
-    pub fn start(self: &Arc<Self>, engine: Arc<Engine>) -> std::io::Result<JoinHandle<()>> {
+    /// Starts the insert thread of the memory backlog. It runs until [`Self::close`], then
+    /// inserts what is left (bounded by the stop deadline) and ends.
+    pub fn start(self: &Arc<Self>, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = Running::default();
+        if self.backlog.is_none() {
+            return Ok(running);
+        }
         let sink = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("clickhouse-sink".into())
-            .spawn(move || {
-                crate::priority::background_thread();
-                let mut inserter = HttpInserter::new(&sink.cfg);
-                sink.backlog.run(&mut inserter, &engine);
-            })
+        let engine = Arc::clone(&ctx.engine);
+        running.on_close.push(
+            std::thread::Builder::new()
+                .name(format!("ch-{}", self.name))
+                .spawn(move || {
+                    crate::priority::background_thread();
+                    let mut inserter = HttpInserter::new(&sink.cfg);
+                    if let Some(backlog) = &sink.backlog {
+                        backlog.run(&mut inserter, &engine);
+                    }
+                })?,
+        );
+        Ok(running)
+    }
+
+    /// The table as the destination of the sink's `queue: disk`.
+    pub fn destination(&self) -> Box<dyn Destination> {
+        let columns = self.cfg.columns.clone();
+        Box::new(TableDestination::new(
+            HttpInserter::new(&self.cfg),
+            move |r: &Record| encode_row(r, &columns),
+        ))
+    }
+
+    /// Batch size and back-off of the deliverer of its `queue: disk`: the backlog's.
+    pub fn delivery(&self) -> DeliveryConfig {
+        DeliveryConfig {
+            batch_rows: self.cfg.batch.batch_rows,
+            retry_initial: RETRY_INITIAL,
+            retry_max: RETRY_MAX,
+        }
+    }
+
+    /// Everything the rest of the program reads of it (the queue's part comes from the queue).
+    pub fn report(&self) -> Report {
+        match &self.backlog {
+            Some(b) => b.report(),
+            None => Report {
+                status: json!({"table": self.cfg.table.join(".")}),
+                accepting: true,
+                ..Report::default()
+            },
+        }
+    }
+
+    /// The last insert error in full, for the admin endpoint.
+    pub fn error_detail(&self) -> Value {
+        self.backlog
+            .as_ref()
+            .map_or(Value::Null, |b| b.error_detail())
     }
 
     /// Stops taking rows and lets the thread finish. Idempotent.
     pub fn close(&self) {
-        self.backlog.close();
+        if let Some(b) = &self.backlog {
+            b.close();
+        }
     }
 }
 

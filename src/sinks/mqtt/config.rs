@@ -1,11 +1,17 @@
-//! `mqtt.sink:`: raw, validated without I/O.
+//! An `mqtt` sink (`mqtt.sink:`, or a `sinks[]` entry of `type: mqtt`): raw, validated without
+//! I/O.
+
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::brokers::mqtt::MqttConnectionConfig;
+use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::flow::Template;
+use crate::sinks::queue::config::validate_queue;
+use crate::sinks::queue::QueueMode;
 
 /// `mqtt.sink:`
 #[derive(Debug, Default, Deserialize)]
@@ -15,11 +21,25 @@ pub struct RawMqttSink {
     /// Topic template, e.g. `opex/{{source}}/{{key}}` (`{{path}}` reads the record as in
     /// flows). Default `opex/{{key}}`.
     pub topic: Option<String>,
-    /// 0 or 1 (default 1). QoS 1 messages in flight are sent again after a reconnect or a
-    /// broker restart (`clean_session: false`).
+    /// 0 or 1 (default 1). With 1 a record is settled only once the broker acknowledged it
+    /// (PUBACK); messages in flight are sent again after a reconnect (`clean_session: false`).
+    /// With 0 nothing confirms a publish: `validate` warns, and the ledger counts such records
+    /// as `unconfirmed`.
     pub qos: Option<u8>,
     /// Publish with the retain flag. Default false.
     pub retain: Option<bool>,
+    /// Seconds a QoS 1 publish may wait for its PUBACK before the source is told to retry (the
+    /// record may then arrive twice). Default 30.
+    pub ack_timeout_secs: Option<u64>,
+    /// `memory` (default) or `disk`: a durable LMDB queue (`queue-<name>.db` under the data
+    /// dir) in front of the broker, acknowledged to the source after its commit, so records
+    /// survive a crash and an outage longer than the client's queue.
+    pub queue: Option<String>,
+    /// With `queue: disk`: the queue's quota in MiB of logical bytes. Default 1024.
+    pub max_quota_mb: Option<u64>,
+    /// With `queue: disk`: `evict_oldest` (default) or `block` at the quota, as the push
+    /// queue's.
+    pub on_full: Option<String>,
 }
 
 /// The `mqtt` sink, validated.
@@ -33,6 +53,10 @@ pub struct MqttSinkConfig {
     pub qos: u8,
     /// Retain flag.
     pub retain: bool,
+    /// Longest wait for a PUBACK.
+    pub ack_timeout: Duration,
+    /// What waits in front of the broker: the client's memory queue (1024), or a disk queue.
+    pub queue: QueueMode,
 }
 
 impl MqttSinkConfig {
@@ -61,7 +85,23 @@ impl MqttSinkConfig {
         if qos > 1 {
             p.push(format!("{at}.qos"), format!("{qos}: expected 0 or 1"));
         }
+        let ack_timeout = in_range(
+            raw.ack_timeout_secs,
+            30,
+            1..=3600,
+            format!("{at}.ack_timeout_secs"),
+            p,
+        );
+        let queue = validate_queue(
+            raw.queue.as_deref(),
+            raw.max_quota_mb,
+            raw.on_full.as_deref(),
+            at,
+            p,
+        );
         Some(Self {
+            ack_timeout: Duration::from_secs(ack_timeout),
+            queue,
             connection: connection?,
             topic: topic?,
             qos: qos.min(1),

@@ -1,72 +1,93 @@
-//! The `mqtt` sink: records are queued in the client's queue ([`CLIENT_QUEUE`], 1024) and
-//! published by its event loop. A full queue refuses, and the source is told to retry:
-//! at admission (before any node runs) counted `blocked`, at delivery counted `dropped`.
+//! The `mqtt` sink: records are published through the client's queue ([`CLIENT_QUEUE`], 1024)
+//! by its event loop, and a QoS 1 record is settled only once the broker acknowledged it
+//! (PUBACK, matched to its publish by [`super::acks`]). A full queue refuses and the source is
+//! told to retry: at admission (before any node runs) counted `blocked`, at delivery counted
+//! `dropped`. A PUBACK that does not come within `ack_timeout_secs`, or a broker that lost the
+//! session, fails the record: its source retries (the record may arrive twice).
 //!
-//! The client has a stable id and `clean_session: false`, so QoS 1 messages in flight are
-//! sent again after a reconnect or a broker restart. The queue is memory: records in it are
-//! lost if the process dies (deliver through NATS JetStream or the push queue for that).
+//! With QoS 0 nothing confirms a publish: such records settle once written and are counted
+//! `unconfirmed`. With `queue: disk` a durable queue waits in front of the broker, so records
+//! survive a crash and an outage longer than the client's queue.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rumqttc::{AsyncClient, Event, EventLoop, Incoming, Outgoing, QoS};
 use serde_json::{json, Value};
 
+use super::acks::{Ack, Acks};
 use super::config::MqttSinkConfig;
 use crate::admission::{Gate, OnFull, Refused};
+use crate::alerts::ComponentReport;
 use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE};
 use crate::flow::path::Fields;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
-use crate::sinks::nats::SinkError;
+use crate::sinks::backlog::{BLOCKED_HELP, DEPTH_HELP, DROPPED_HELP};
+use crate::sinks::queue::{DeliveryConfig, Destination, Failure, Verdict};
+use crate::sinks::report::{Report, Samples, SinkFigures};
+use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
+use crate::store::Row;
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Counters of the `mqtt` sink.
+/// Counters of an `mqtt` sink.
 #[derive(Debug, Default)]
 pub struct MqttSinkStats {
     /// Records queued for publishing.
     pub queued: AtomicU64,
-    /// Publishes the event loop sent (retransmissions included).
+    /// Publishes the event loop wrote (retransmissions included).
     pub sent: AtomicU64,
     /// QoS 1 publishes the broker acknowledged.
     pub acked: AtomicU64,
+    /// QoS 0 publishes written with nothing to confirm them.
+    pub unconfirmed: AtomicU64,
     /// Records refused at delivery because the queue was full (the source retries).
     pub dropped: AtomicU64,
     /// Records refused at admission because the queue was full (the source retries).
     pub blocked: AtomicU64,
-    /// Records that could not be published (bad topic): the source was told to retry.
+    /// Records whose publish was not confirmed (timeout, lost session, bad topic): the
+    /// source was told to retry, or the record was parked.
     pub failed: AtomicU64,
     /// True while connected.
     pub connected: AtomicBool,
-    /// The last error.
+    /// The last error, in full (admin only).
     pub last_error: Mutex<Option<String>>,
 }
 
-/// The `mqtt` sink.
+/// An `mqtt` sink.
 pub struct MqttSink {
+    name: String,
     cfg: MqttSinkConfig,
     client: AsyncClient,
     eventloop: Mutex<Option<EventLoop>>,
+    acks: Mutex<Acks>,
     gate: Arc<Gate>,
     /// Its counters.
     pub stats: MqttSinkStats,
 }
 
 impl MqttSink {
-    /// A sink from its config; [`MqttSink::run`] drives its event loop.
-    pub fn new(cfg: MqttSinkConfig) -> Result<Self, String> {
-        let opts = options(&cfg.connection, "sink")?;
+    /// Sink `name` from its config; [`Self::start`] drives its event loop.
+    pub fn new(name: &str, cfg: MqttSinkConfig) -> Result<Self, String> {
+        let opts = options(&cfg.connection, &format!("sink-{name}"))?;
         let (client, eventloop) = AsyncClient::new(opts, CLIENT_QUEUE);
         Ok(Self {
+            name: name.to_string(),
             cfg,
             client,
             eventloop: Mutex::new(Some(eventloop)),
+            acks: Mutex::default(),
             gate: Arc::new(Gate::new(OnFull::EvictOldest, u64::MAX, 0, 0, 0)),
             stats: MqttSinkStats::default(),
         })
+    }
+
+    fn acks(&self) -> MutexGuard<'_, Acks> {
+        // The waiters are plain data, consistent after every call.
+        self.acks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Its admission gate (never refuses; the queue does).
@@ -74,11 +95,14 @@ impl MqttSink {
         &self.gate
     }
 
-    /// Records queued and not yet sent (an estimate from the event loop's events).
+    /// The logical bytes of `record` (its line).
+    pub fn bytes(&self, record: &Record) -> u64 {
+        record.to_line().len() as u64
+    }
+
+    /// Publishes queued and not yet settled.
     pub fn queue_depth(&self) -> u64 {
-        let q = self.stats.queued.load(Ordering::Relaxed);
-        let s = self.stats.sent.load(Ordering::Relaxed);
-        q.saturating_sub(s)
+        self.acks().depth() as u64
     }
 
     /// Refuses, before any node runs, while the queue is full.
@@ -90,65 +114,223 @@ impl MqttSink {
         Ok(())
     }
 
-    /// Queues `record` for publishing.
-    pub async fn deliver(&self, record: &Record) -> Result<(), SinkError> {
-        let topic = match self.cfg.topic.render(&Fields::read(record)) {
-            Ok(Value::String(s)) => s,
-            Ok(other) => other.to_string(),
+    /// The topic of `record`: a template value that would add a level or a wildcard is refused.
+    fn topic(&self, record: &Record) -> Result<String, String> {
+        let topic = match self.cfg.topic.render(&Fields::read(record))? {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        if topic.is_empty() || topic.contains(['+', '#', '\0']) {
+            return Err(format!("topic {topic:?} is not valid"));
+        }
+        Ok(topic)
+    }
+
+    /// Publishes `record` and waits for the broker's PUBACK (QoS 1) or the write (QoS 0).
+    pub async fn deliver(&self, record: &Record) -> Result<Delivered, DeliveryError> {
+        let topic = match self.topic(record) {
+            Ok(t) => t,
             Err(e) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                return Err(SinkError::Failed(e));
+                return Err(DeliveryError::Rejected(e));
             }
         };
-        if topic.is_empty() || topic.contains(['+', '#']) {
-            self.stats.failed.fetch_add(1, Ordering::Relaxed);
-            return Err(SinkError::Failed(format!("topic {topic:?} is not valid")));
-        }
         let qos = if self.cfg.qos == 0 {
             QoS::AtMostOnce
         } else {
             QoS::AtLeastOnce
         };
-        match self
-            .client
-            .try_publish(topic, qos, self.cfg.retain, record.to_line())
-        {
-            Ok(()) => {
-                self.stats.queued.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+        let answer = {
+            // Queued under the lock, so the waiters are in the order of the publishes.
+            let mut acks = self.acks();
+            if acks.depth() >= CLIENT_QUEUE {
+                drop(acks);
+                return Err(self.queue_full());
             }
-            Err(_) => {
-                let total = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if total.is_power_of_two() {
-                    log::warn!("mqtt sink queue full, record refused: dropped_total={total}");
-                }
-                Err(SinkError::Refused(Refused { after: RETRY_AFTER }))
+            let (id, answer) = acks.add();
+            if self
+                .client
+                .try_publish(topic, qos, self.cfg.retain, record.to_line())
+                .is_err()
+            {
+                acks.cancel(id);
+                drop(acks);
+                return Err(self.queue_full());
             }
+            answer
+        };
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        let failed = |why: String| {
+            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+            self.set_error(&why);
+            DeliveryError::Publish(why)
+        };
+        match tokio::time::timeout(self.cfg.ack_timeout, answer).await {
+            Ok(Ok(Ok(Ack::Confirmed))) => Ok(Delivered::Stored),
+            Ok(Ok(Ok(Ack::Unconfirmed))) => Ok(Delivered::Unconfirmed),
+            Ok(Ok(Err(why))) => Err(failed(why)),
+            Ok(Err(_)) => Err(failed("the mqtt sink stopped".into())),
+            Err(_) => Err(failed(format!(
+                "no PUBACK within {}s",
+                self.cfg.ack_timeout.as_secs()
+            ))),
         }
     }
 
-    /// `sinks[]` entry of `/api/status`.
-    pub fn status(&self) -> Value {
+    fn queue_full(&self) -> DeliveryError {
+        let total = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if total.is_power_of_two() {
+            log::warn!(
+                "mqtt sink queue full, record refused: sink={} dropped_total={total}",
+                self.name
+            );
+        }
+        DeliveryError::Refused(Refused { after: RETRY_AFTER })
+    }
+
+    fn set_error(&self, e: &str) {
+        *self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+    }
+
+    fn last_error_class(&self) -> Option<String> {
+        self.stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|e| Failure::from_detail(e.clone()).class)
+    }
+
+    /// Starts the event loop on the runtime; it ends on the signal, failing what waits.
+    pub fn start(self: &Arc<Self>, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = Running::default();
+        let sink = Arc::clone(self);
+        running
+            .tasks
+            .push(ctx.runtime.spawn(sink.run(ctx.shutdown.clone())));
+        Ok(running)
+    }
+
+    /// Batch size and back-off of the deliverer of its `queue: disk`: a batch fits the
+    /// client's queue.
+    pub fn delivery(&self) -> DeliveryConfig {
+        DeliveryConfig {
+            batch_rows: 256,
+            retry_initial: Duration::from_millis(200),
+            retry_max: self.cfg.connection.reconnect_max,
+        }
+    }
+
+    /// The broker as the destination of the sink's `queue: disk`.
+    pub fn destination(self: &Arc<Self>, ctx: &StartContext) -> Box<dyn Destination> {
+        Box::new(Publisher {
+            sink: Arc::clone(self),
+            runtime: ctx.runtime.clone(),
+        })
+    }
+
+    /// Everything the rest of the program reads of it (a disk queue's part comes from the
+    /// queue).
+    pub fn report(&self) -> Report {
         let s = &self.stats;
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        json!({
-            "name": "mqtt",
+        let depth = self.queue_depth();
+        let mut r = Report {
+            accepting: true,
+            ..Report::default()
+        };
+        let entry = json!({
             "dropped": l(&s.dropped),
             "blocked": l(&s.blocked),
             "failed": l(&s.failed),
             "queued": l(&s.queued),
             "sent": l(&s.sent),
             "acked": l(&s.acked),
-            "queue_depth": self.queue_depth(),
+            "unconfirmed": l(&s.unconfirmed),
+            "qos": self.cfg.qos,
+            "queue_depth": depth,
             "queue_capacity": CLIENT_QUEUE,
             "connected": s.connected.load(Ordering::Relaxed),
             "durable": false,
-            "last_error": *s.last_error.lock().unwrap_or_else(|e| e.into_inner()),
-        })
+            "last_error": self.last_error_class(),
+        });
+        if let Value::Object(m) = &entry {
+            r.entry = m.clone();
+        }
+        r.status = entry;
+        r.queues = vec![crate::alerts::QueueReport {
+            name: self.name.clone(),
+            tracker: Arc::default(),
+            reading: crate::alerts::QueueReading {
+                kind: crate::alerts::QueueKind::Channel,
+                on_full: "block",
+                quota: CLIENT_QUEUE as u64,
+                quota_unit: "messages",
+                used: depth,
+                blocked_total: l(&s.blocked),
+                evicted_total: 0,
+                dropped_total: l(&s.dropped),
+            },
+        }];
+        r.components = vec![ComponentReport {
+            name: format!("{}.failed", self.name),
+            message: "MQTT publishes not confirmed (timeout, lost session): sources told to retry",
+            counters: vec![("failed", l(&s.failed))],
+        }];
+        let (acked, unconfirmed) = (l(&s.acked), l(&s.unconfirmed));
+        r.ledger = SinkFigures {
+            accepted: acked + unconfirmed + depth,
+            delivered: acked,
+            pending: depth,
+            unconfirmed,
+            kept: "memory",
+            ..SinkFigures::default()
+        };
+        let mut m = Samples::new(&self.name);
+        m.counter(
+            "opex_connector_sink_dropped_total",
+            DROPPED_HELP,
+            l(&s.dropped),
+        );
+        m.counter(
+            "opex_connector_sink_blocked_total",
+            BLOCKED_HELP,
+            l(&s.blocked),
+        );
+        m.counter(
+            "opex_connector_sink_failed_total",
+            "Records a messaging sink failed to publish (after its retries, or unconfirmed).",
+            l(&s.failed),
+        );
+        m.gauge("opex_connector_sink_queue_depth", DEPTH_HELP, depth as f64);
+        m.counter(
+            "opex_connector_sink_unconfirmed_total",
+            "Records an MQTT sink published with QoS 0: written, never confirmed.",
+            unconfirmed,
+        );
+        r.metrics = m.finish();
+        r
+    }
+
+    /// The last error in full, for the admin endpoint.
+    pub fn error_detail(&self) -> Value {
+        match &*self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            Some(e) => json!({"class": Failure::from_detail(e.clone()).class, "detail": e}),
+            None => Value::Null,
+        }
     }
 
     /// Drives the event loop until shutdown, reconnecting with back-off.
-    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+    async fn run(self: Arc<Self>, shutdown: Shutdown) {
         let Some(mut eventloop) = self
             .eventloop
             .lock()
@@ -167,38 +349,40 @@ impl MqttSink {
                 Ok(Event::Incoming(Incoming::ConnAck(ack))) => {
                     failures = 0;
                     self.stats.connected.store(true, Ordering::Relaxed);
-                    *self
-                        .stats
-                        .last_error
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = None;
+                    self.acks().connected(ack.session_present);
                     log::info!(
-                        "mqtt sink connected: session_present={}",
+                        "mqtt sink connected: sink={} session_present={}",
+                        self.name,
                         ack.session_present
                     );
                 }
-                Ok(Event::Incoming(Incoming::PubAck(_))) => {
-                    self.stats.acked.fetch_add(1, Ordering::Relaxed);
+                Ok(Event::Incoming(Incoming::PubAck(ack))) => {
+                    if self.acks().acked(ack.pkid) {
+                        self.stats.acked.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                Ok(Event::Outgoing(Outgoing::Publish(_))) => {
+                Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
                     self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                    if pkid == 0 {
+                        self.stats.unconfirmed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.acks().written(pkid);
                 }
+                Ok(Event::Outgoing(Outgoing::AwaitAck(pkid))) => self.acks().held_back(pkid),
                 Ok(_) => {}
                 Err(e) => {
                     failures += 1;
                     self.stats.connected.store(false, Ordering::Relaxed);
+                    self.acks().disconnected();
                     let wait = reconnect_delay(failures, self.cfg.connection.reconnect_max);
                     if failures == 1 || failures.is_power_of_two() {
                         log::warn!(
-                            "mqtt sink disconnected, reconnecting: attempt={failures} retry_in_ms={} error=\"{e}\"",
+                            "mqtt sink disconnected, reconnecting: sink={} attempt={failures} retry_in_ms={} error=\"{e}\"",
+                            self.name,
                             wait.as_millis()
                         );
                     }
-                    *self
-                        .stats
-                        .last_error
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                    self.set_error(&e.to_string());
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {},
                         _ = shutdown.wait() => break,
@@ -209,7 +393,61 @@ impl MqttSink {
         self.stats.connected.store(false, Ordering::Relaxed);
         let depth = self.queue_depth();
         if depth > 0 {
-            log::warn!("mqtt sink stopped with queued records: records={depth}");
+            log::warn!(
+                "mqtt sink stopped with unconfirmed publishes, their sources retry: sink={} records={depth}",
+                self.name
+            );
         }
+        self.acks().fail_all("the mqtt sink stopped");
+    }
+}
+
+/// Publishes a disk queue's rows and waits for every confirmation.
+struct Publisher {
+    sink: Arc<MqttSink>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Destination for Publisher {
+    fn send(&mut self, rows: &[Row]) -> Verdict {
+        let mut records = Vec::with_capacity(rows.len());
+        for r in rows {
+            match Record::from_line(&r.line) {
+                Ok(record) => records.push(record),
+                Err(e) => {
+                    return Verdict::Refused {
+                        error: Failure::new("not a record", e.to_string()),
+                    }
+                }
+            }
+        }
+        let sink = &self.sink;
+        let results = self.runtime.block_on(futures_util::future::join_all(
+            records.iter().map(|r| sink.deliver(r)),
+        ));
+        let mut verdict = Verdict::Delivered;
+        for result in results {
+            match result {
+                Ok(_) => {}
+                Err(DeliveryError::Rejected(why)) => {
+                    return Verdict::Refused {
+                        error: Failure::new("bad topic", why),
+                    }
+                }
+                Err(DeliveryError::Refused(_)) => {
+                    verdict = Verdict::Retry {
+                        error: Failure::new("client queue full", "the client's queue is full"),
+                        after: None,
+                    }
+                }
+                Err(e) => {
+                    verdict = Verdict::Retry {
+                        error: Failure::from_detail(e.to_string()),
+                        after: None,
+                    }
+                }
+            }
+        }
+        verdict
     }
 }

@@ -9,6 +9,8 @@ use crate::brokers::nats::NatsConnectionConfig;
 use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::flow::Template;
+use crate::sinks::queue::config::validate_queue;
+use crate::sinks::queue::QueueMode;
 
 /// Records waiting for the publisher: the spec's fixed memory channel of 4096.
 pub const CHANNEL: usize = 4096;
@@ -32,6 +34,15 @@ pub struct RawNatsSink {
     pub retry_max_ms: Option<u64>,
     /// Seconds one publish may wait for its ack. Default 5.
     pub timeout_secs: Option<u64>,
+    /// `memory` (default) or `disk`: a durable LMDB queue (`queue-<name>.db` under the data
+    /// dir) in front of the server, acknowledged to the source after its commit, so records
+    /// survive a crash and an outage longer than the memory bound.
+    pub queue: Option<String>,
+    /// With `queue: disk`: the queue's quota in MiB of logical bytes. Default 1024.
+    pub max_quota_mb: Option<u64>,
+    /// With `queue: disk`: `evict_oldest` (default) or `block` at the quota, as the push
+    /// queue's.
+    pub on_full: Option<String>,
 }
 
 /// The `nats` sink, validated.
@@ -49,6 +60,8 @@ pub struct NatsSinkConfig {
     pub retry_max: Duration,
     /// Ack wait of one publish.
     pub timeout: Duration,
+    /// What waits in front of the server: the publisher's memory channel (4096), or a disk queue.
+    pub queue: QueueMode,
 }
 
 impl NatsSinkConfig {
@@ -96,6 +109,13 @@ impl NatsSinkConfig {
             p,
         );
         Some(Self {
+            queue: validate_queue(
+                raw.queue.as_deref(),
+                raw.max_quota_mb,
+                raw.on_full.as_deref(),
+                at,
+                p,
+            ),
             connection: connection?,
             subject: subject?,
             retries: retries as u32,

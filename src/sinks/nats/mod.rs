@@ -5,4 +5,4 @@ pub mod config;
 mod sink;
 
 pub use config::{NatsSinkConfig, RawNatsSink};
-pub use sink::{NatsSink, NatsSinkStats, SinkError};
+pub use sink::{NatsSink, NatsSinkStats};

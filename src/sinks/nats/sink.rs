@@ -27,10 +27,17 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::config::{NatsSinkConfig, CHANNEL};
 use crate::admission::{Gate, OnFull, Refused};
+use crate::alerts::{ComponentReport, QueueReport};
+use crate::alerts::{QueueKind, QueueReading};
 use crate::brokers::nats::connect;
 use crate::flow::path::Fields;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
+use crate::sinks::backlog::{BLOCKED_HELP, DEPTH_HELP, DROPPED_HELP};
+use crate::sinks::queue::{DeliveryConfig, Destination, Failure, Verdict};
+use crate::sinks::report::{Report, Samples, SinkFigures};
+use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
+use crate::store::Row;
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -67,8 +74,9 @@ struct Job {
     done: oneshot::Sender<Result<(), String>>,
 }
 
-/// The `nats` sink.
+/// A `nats` sink.
 pub struct NatsSink {
+    name: String,
     cfg: NatsSinkConfig,
     tx: mpsc::Sender<Job>,
     rx: Mutex<Option<mpsc::Receiver<Job>>>,
@@ -78,10 +86,11 @@ pub struct NatsSink {
 }
 
 impl NatsSink {
-    /// A sink from its config; [`NatsSink::run`] publishes.
-    pub fn new(cfg: NatsSinkConfig) -> Self {
+    /// Sink `name` from its config; [`Self::start`] starts its publisher.
+    pub fn new(name: &str, cfg: NatsSinkConfig) -> Self {
         let (tx, rx) = mpsc::channel(CHANNEL);
         Self {
+            name: name.to_string(),
             cfg,
             tx,
             rx: Mutex::new(Some(rx)),
@@ -110,9 +119,20 @@ impl NatsSink {
         Ok(())
     }
 
+    /// The logical bytes of `record` (its line).
+    pub fn bytes(&self, record: &Record) -> u64 {
+        record.to_line().len() as u64
+    }
+
     /// Hands `record` to the publisher and waits for the server's confirmation.
-    pub async fn deliver(&self, record: &Record) -> Result<(), SinkError> {
-        let subject = self.subject(record).map_err(SinkError::Failed)?;
+    pub async fn deliver(&self, record: &Record) -> Result<Delivered, DeliveryError> {
+        let subject = match self.subject(record) {
+            Ok(s) => s,
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                return Err(DeliveryError::Rejected(e));
+            }
+        };
         let (done, answer) = oneshot::channel();
         let job = Job {
             subject,
@@ -123,14 +143,67 @@ impl NatsSink {
         if self.tx.try_send(job).is_err() {
             let total = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if total.is_power_of_two() {
-                log::warn!("nats sink channel full, record refused: dropped_total={total}");
+                log::warn!(
+                    "nats sink channel full, record refused: sink={} dropped_total={total}",
+                    self.name
+                );
             }
-            return Err(SinkError::Refused(Refused { after: RETRY_AFTER }));
+            return Err(DeliveryError::Refused(Refused { after: RETRY_AFTER }));
         }
         match answer.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(SinkError::Failed(e)),
-            Err(_) => Err(SinkError::Failed("nats sink stopped".into())),
+            Ok(Ok(())) => Ok(Delivered::Stored),
+            Ok(Err(e)) => Err(DeliveryError::Publish(e)),
+            Err(_) => Err(DeliveryError::Publish("nats sink stopped".into())),
+        }
+    }
+
+    /// Starts the publisher on the runtime; it ends on the signal, failing what is left so the
+    /// sources retry.
+    pub fn start(self: &Arc<Self>, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = Running::default();
+        running.tasks.push(
+            ctx.runtime
+                .spawn(Arc::clone(self).run(ctx.shutdown.clone())),
+        );
+        Ok(running)
+    }
+
+    /// Batch size and back-off of the deliverer of its `queue: disk`: the publisher's.
+    pub fn delivery(&self) -> DeliveryConfig {
+        DeliveryConfig {
+            batch_rows: BATCH,
+            retry_initial: self.cfg.retry_initial,
+            retry_max: self.cfg.retry_max,
+        }
+    }
+
+    /// The server as the destination of the sink's `queue: disk`.
+    pub fn destination(self: &Arc<Self>, ctx: &StartContext) -> Box<dyn Destination> {
+        Box::new(Publisher {
+            sink: Arc::clone(self),
+            runtime: ctx.runtime.clone(),
+        })
+    }
+
+    fn last_error_class(&self) -> Option<String> {
+        self.stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|e| Failure::from_detail(e.clone()).class)
+    }
+
+    /// The last publish error in full, for the admin endpoint.
+    pub fn error_detail(&self) -> Value {
+        match &*self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            Some(e) => json!({"class": Failure::from_detail(e.clone()).class, "detail": e}),
+            None => Value::Null,
         }
     }
 
@@ -140,33 +213,94 @@ impl NatsSink {
             Value::String(s) => s,
             other => other.to_string(),
         };
-        if subject.is_empty() || subject.chars().any(char::is_whitespace) {
+        if subject.is_empty()
+            || subject
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '*' | '>'))
+        {
             return Err(format!("subject {subject:?} is not valid"));
         }
         Ok(subject)
     }
 
-    /// `sinks[]` entry of `/api/status`.
-    pub fn status(&self) -> Value {
+    /// Everything the rest of the program reads of it (a disk queue's part comes from the
+    /// queue).
+    pub fn report(&self) -> Report {
         let s = &self.stats;
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        json!({
-            "name": "nats",
+        let depth = self.queue_depth() as u64;
+        let entry = json!({
             "dropped": l(&s.dropped),
             "blocked": l(&s.blocked),
             "failed": l(&s.failed),
             "published": l(&s.published),
             "retries": l(&s.retries),
-            "queue_depth": self.queue_depth(),
+            "queue_depth": depth,
             "queue_capacity": CHANNEL,
             "connected": s.connected.load(Ordering::Relaxed),
             "durable": false,
-            "last_error": *s.last_error.lock().unwrap_or_else(|e| e.into_inner()),
-        })
+            "last_error": self.last_error_class(),
+        });
+        let mut r = Report {
+            accepting: true,
+            ..Report::default()
+        };
+        if let Value::Object(m) = &entry {
+            r.entry = m.clone();
+        }
+        r.status = entry;
+        r.queues = vec![QueueReport {
+            name: self.name.clone(),
+            tracker: Arc::default(),
+            reading: QueueReading {
+                kind: QueueKind::Channel,
+                on_full: "block",
+                quota: CHANNEL as u64,
+                quota_unit: "messages",
+                used: depth,
+                blocked_total: l(&s.blocked),
+                evicted_total: 0,
+                dropped_total: l(&s.dropped),
+            },
+        }];
+        r.components = vec![ComponentReport {
+            name: format!("{}.failed", self.name),
+            message: "NATS publishes failed after their retries: sources told to retry",
+            counters: vec![("failed", l(&s.failed))],
+        }];
+        // A publish that failed after its retries is handed back to the engine (the source
+        // retries, or the record is parked): not accepted, not lost here.
+        let published = l(&s.published);
+        r.ledger = SinkFigures {
+            accepted: published + depth,
+            delivered: published,
+            pending: depth,
+            kept: "memory",
+            ..SinkFigures::default()
+        };
+        let mut m = Samples::new(&self.name);
+        m.counter(
+            "opex_connector_sink_dropped_total",
+            DROPPED_HELP,
+            l(&s.dropped),
+        );
+        m.counter(
+            "opex_connector_sink_blocked_total",
+            BLOCKED_HELP,
+            l(&s.blocked),
+        );
+        m.counter(
+            "opex_connector_sink_failed_total",
+            "Records a messaging sink failed to publish (after its retries, or unconfirmed).",
+            l(&s.failed),
+        );
+        m.gauge("opex_connector_sink_queue_depth", DEPTH_HELP, depth as f64);
+        r.metrics = m.finish();
+        r
     }
 
     /// The publisher: runs until shutdown, then fails what is left so the sources retry.
-    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+    async fn run(self: Arc<Self>, shutdown: Shutdown) {
         let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
         };
@@ -275,7 +409,8 @@ impl NatsSink {
                 let n = failed.len() as u64;
                 let total = self.stats.failed.fetch_add(n, Ordering::Relaxed) + n;
                 log::error!(
-                    "alert: sink=nats message=\"publish failed after its retries, sources told to retry\" records={n} failed_total={total} error=\"{reason}\""
+                    "alert: sink={} message=\"publish failed after its retries, sources told to retry\" records={n} failed_total={total} error=\"{reason}\"",
+                    self.name
                 );
                 for (job, e) in failed {
                     let _ = job.done.send(Err(e));
@@ -292,7 +427,8 @@ impl NatsSink {
                 .saturating_mul(1 << (attempt - 1).min(20))
                 .min(self.cfg.retry_max);
             log::warn!(
-                "nats sink publish failed, retrying: records={} attempt={attempt} retry_in_ms={} error=\"{reason}\"",
+                "nats sink publish failed, retrying: sink={} records={} attempt={attempt} retry_in_ms={} error=\"{reason}\"",
+                self.name,
                 failed.len(),
                 wait.as_millis()
             );
@@ -340,11 +476,52 @@ fn fail_all(rx: &mut mpsc::Receiver<Job>, why: &str) {
     }
 }
 
-/// Why a delivery to a messaging sink failed.
-#[derive(Debug)]
-pub enum SinkError {
-    /// The queue was full: nothing was sent; the source retries.
-    Refused(Refused),
-    /// The publish failed (after its retries); the source retries.
-    Failed(String),
+/// Publishes a disk queue's rows and waits for every confirmation.
+struct Publisher {
+    sink: Arc<NatsSink>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Destination for Publisher {
+    fn send(&mut self, rows: &[Row]) -> Verdict {
+        let mut records = Vec::with_capacity(rows.len());
+        for r in rows {
+            match Record::from_line(&r.line) {
+                Ok(record) => records.push(record),
+                Err(e) => {
+                    return Verdict::Refused {
+                        error: Failure::new("not a record", e.to_string()),
+                    }
+                }
+            }
+        }
+        if !self.sink.stats.connected.load(Ordering::Relaxed) {
+            return Verdict::Retry {
+                error: Failure::new("not connected", "the NATS server is not connected"),
+                after: None,
+            };
+        }
+        let sink = &self.sink;
+        let results = self.runtime.block_on(futures_util::future::join_all(
+            records.iter().map(|r| sink.deliver(r)),
+        ));
+        let mut verdict = Verdict::Delivered;
+        for result in results {
+            match result {
+                Ok(_) => {}
+                Err(DeliveryError::Rejected(why)) => {
+                    return Verdict::Refused {
+                        error: Failure::new("bad subject", why),
+                    }
+                }
+                Err(e) => {
+                    verdict = Verdict::Retry {
+                        error: Failure::from_detail(e.to_string()),
+                        after: None,
+                    }
+                }
+            }
+        }
+        verdict
+    }
 }

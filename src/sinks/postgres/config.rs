@@ -9,6 +9,8 @@ use serde::Deserialize;
 use crate::config::Problems;
 use crate::sinks::backlog::config::{validate_columns, validate_table, DEFAULT_TIMEOUT_SECS};
 use crate::sinks::backlog::{Column, RawColumn, RawSinkBatch, SinkBatchConfig};
+use crate::sinks::queue::config::validate_queue;
+use crate::sinks::queue::QueueMode;
 
 /// `postgres:`
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +34,15 @@ pub struct RawPostgres {
     /// Seconds one connection attempt or one batch may take before it counts as failed (and is
     /// retried). Default 10.
     pub timeout_secs: Option<u64>,
+    /// `memory` (default) or `disk`: a durable LMDB queue (`queue-<name>.db` under the data
+    /// dir) in front of the table, acknowledged to the source after its commit, so records
+    /// survive a crash and an outage longer than the memory bound.
+    pub queue: Option<String>,
+    /// With `queue: disk`: the queue's quota in MiB of logical bytes. Default 1024.
+    pub max_quota_mb: Option<u64>,
+    /// With `queue: disk`: `evict_oldest` (default) or `block` at the quota, as the push
+    /// queue's.
+    pub on_full: Option<String>,
 }
 
 /// `postgres:`, validated.
@@ -49,6 +60,8 @@ pub struct PostgresConfig {
     pub ca_file: Option<PathBuf>,
     /// Longest a connection attempt or a batch may take.
     pub timeout: Duration,
+    /// What waits in front of the table: the bounded memory backlog (`sink_batch`), or a disk queue.
+    pub queue: QueueMode,
 }
 
 impl PostgresConfig {
@@ -85,6 +98,13 @@ impl PostgresConfig {
             );
         }
         Self {
+            queue: validate_queue(
+                raw.queue.as_deref(),
+                raw.max_quota_mb,
+                raw.on_full.as_deref(),
+                path,
+                p,
+            ),
             url,
             table,
             batch,

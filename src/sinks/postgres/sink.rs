@@ -12,12 +12,11 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use futures_util::pin_mut;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::types::{ToSql, Type};
@@ -26,86 +25,136 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::config::PostgresConfig;
 use super::encode::{cell, Cell};
-use crate::admission::level::LevelTracker;
-use crate::admission::{Gate, Reservation};
-use crate::engine::Engine;
+use crate::admission::Reservation;
 use crate::record::Record;
 use crate::sinks::backlog::columns::extract;
-use crate::sinks::backlog::{Backlog, BacklogStatus, InsertError, Inserter, PushError, Row};
+use crate::sinks::backlog::{
+    Backlog, InsertError, Inserter, Row, TableDestination, RETRY_INITIAL, RETRY_MAX,
+};
+use crate::sinks::queue::{DeliveryConfig, Destination};
+use crate::sinks::report::Report;
+use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 
-/// The name flows use.
-pub const NAME: &str = "postgres";
-
-/// The Postgres sink.
+/// A Postgres sink.
 pub struct PostgresSink {
+    name: String,
     cfg: PostgresConfig,
-    backlog: Backlog<Vec<Option<Value>>>,
+    /// The memory backlog; `None` with `queue: disk` (the sink's queue is in front instead).
+    backlog: Option<Backlog<Vec<Option<Value>>>>,
 }
 
 impl PostgresSink {
-    /// A sink with an empty backlog; [`PostgresSink::start`] starts copying.
-    pub fn new(cfg: PostgresConfig) -> Self {
-        let backlog = Backlog::new(NAME, cfg.table.join("."), cfg.batch.clone());
-        Self { cfg, backlog }
+    /// Sink `name`, with an empty backlog unless it has `queue: disk`; [`Self::start`] starts
+    /// copying.
+    pub fn new(name: &str, cfg: PostgresConfig) -> Self {
+        let backlog = (!cfg.queue.is_disk())
+            .then(|| Backlog::new(name, cfg.table.join("."), cfg.batch.clone()));
+        Self {
+            name: name.to_string(),
+            cfg,
+            backlog,
+        }
     }
 
-    /// The admission gate (counts rows).
-    pub fn gate(&self) -> &Arc<Gate> {
-        self.backlog.gate()
+    /// The memory backlog (`None` with `queue: disk`).
+    pub fn backlog(&self) -> Option<&Backlog<Vec<Option<Value>>>> {
+        self.backlog.as_ref()
     }
 
-    /// Takes one record into the backlog; returns once it is there (not yet written).
+    /// Takes one record into the memory backlog; returns once it is there (not yet written).
     pub fn deliver(
         &self,
         record: &Record,
         tracked: bool,
         reservation: Reservation,
-    ) -> Result<(), PushError> {
+    ) -> Result<Delivered, DeliveryError> {
+        let Some(backlog) = &self.backlog else {
+            return Err(DeliveryError::Publish("the sink has no backlog".into()));
+        };
         let data = extract(record, &self.cfg.columns);
-        self.backlog.push(
+        backlog.push(
             Row {
                 record: record.clone(),
                 tracked,
                 data,
             },
             reservation,
-        )
+        )?;
+        Ok(Delivered::Stored)
     }
 
-    /// Its backlog's part of the loss ledger.
-    pub fn ledger(&self) -> &crate::ledger::Book {
-        self.backlog.ledger()
-    }
-
-    /// The status now.
-    pub fn status(&self) -> BacklogStatus {
-        self.backlog.status()
-    }
-
-    /// The level tracker the alert checker advances.
-    pub fn level(&self) -> &std::sync::Arc<LevelTracker> {
-        self.backlog.level()
-    }
-
-    /// Starts the copy thread. It runs until [`PostgresSink::close`], then writes what is left
-    /// (bounded by the stop deadline) and ends.
-    pub fn start(self: &Arc<Self>, engine: Arc<Engine>) -> std::io::Result<JoinHandle<()>> {
+    /// Starts the copy thread of the memory backlog. It runs until [`Self::close`], then
+    /// writes what is left (bounded by the stop deadline) and ends.
+    pub fn start(self: &Arc<Self>, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = Running::default();
+        if self.backlog.is_none() {
+            return Ok(running);
+        }
         let sink = Arc::clone(self);
+        let engine = Arc::clone(&ctx.engine);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        std::thread::Builder::new()
-            .name("postgres-sink".into())
-            .spawn(move || {
-                crate::priority::background_thread();
-                let mut inserter = CopyInserter::new(&sink.cfg, rt);
-                sink.backlog.run(&mut inserter, &engine);
-            })
+        running.on_close.push(
+            std::thread::Builder::new()
+                .name(format!("pg-{}", self.name))
+                .spawn(move || {
+                    crate::priority::background_thread();
+                    let mut inserter = CopyInserter::new(&sink.cfg, rt);
+                    if let Some(backlog) = &sink.backlog {
+                        backlog.run(&mut inserter, &engine);
+                    }
+                })?,
+        );
+        Ok(running)
+    }
+
+    /// The table as the destination of the sink's `queue: disk` (its own single-threaded
+    /// runtime drives the connection on the deliverer's thread).
+    pub fn destination(&self) -> std::io::Result<Box<dyn Destination>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let columns = self.cfg.columns.clone();
+        Ok(Box::new(TableDestination::new(
+            CopyInserter::new(&self.cfg, rt),
+            move |r: &Record| extract(r, &columns),
+        )))
+    }
+
+    /// Batch size and back-off of the deliverer of its `queue: disk`: the backlog's.
+    pub fn delivery(&self) -> DeliveryConfig {
+        DeliveryConfig {
+            batch_rows: self.cfg.batch.batch_rows,
+            retry_initial: RETRY_INITIAL,
+            retry_max: RETRY_MAX,
+        }
+    }
+
+    /// Everything the rest of the program reads of it (the queue's part comes from the queue).
+    pub fn report(&self) -> Report {
+        match &self.backlog {
+            Some(b) => b.report(),
+            None => Report {
+                status: json!({"table": self.cfg.table.join(".")}),
+                accepting: true,
+                ..Report::default()
+            },
+        }
+    }
+
+    /// The last copy error in full, for the admin endpoint.
+    pub fn error_detail(&self) -> Value {
+        self.backlog
+            .as_ref()
+            .map_or(Value::Null, |b| b.error_detail())
     }
 
     /// Stops taking rows and lets the thread finish. Idempotent.
     pub fn close(&self) {
-        self.backlog.close();
+        if let Some(b) = &self.backlog {
+            b.close();
+        }
     }
 }
 

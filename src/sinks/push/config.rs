@@ -1,11 +1,16 @@
-//! `connector.push_queue` and `connector.push`: raw, validated without I/O.
+//! A `push` sink's config: the queue (`connector.push_queue`, or the queue keys of a
+//! `sinks[]` entry), the uplink (`connector.push`, or `uplink:`) and the preprocess rules:
+//! raw, validated without I/O.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::preprocess::{PreprocessRule, RawPreprocessRule};
 use crate::admission::OnFull;
 use crate::config::Problems;
+use crate::sinks::queue::config::{validate_on_full, validate_quota_mb, DEFAULT_QUOTA_MB};
+use crate::sinks::queue::DeliveryConfig;
 
 /// `connector.push_queue:`
 #[derive(Debug, Default, Deserialize)]
@@ -38,6 +43,35 @@ pub struct RawPush {
     pub retry_max_ms: Option<u64>,
 }
 
+/// A `sinks[]` entry of `type: push`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawPushSink {
+    /// `disk` (default): a durable LMDB queue, `push_queue.db` for the sink named `push`,
+    /// `push-<name>.db` for the others. `memory`: a 16 MiB buffer lost on restart.
+    pub queue: Option<String>,
+    /// The queue's quota in MiB of logical bytes. Default 1024.
+    pub max_quota_mb: Option<u64>,
+    /// `evict_oldest` (default) or `block`, as `connector.push_queue.on_full`.
+    pub on_full: Option<String>,
+    /// The uplink that drains the queue, with the keys of `connector.push`; without it the
+    /// queue only fills.
+    pub uplink: Option<RawPush>,
+    /// Deadband, aggregation and heartbeat rules in front of this queue, as
+    /// `connector.preprocess`.
+    pub preprocess: Option<Vec<RawPreprocessRule>>,
+}
+
+/// A push sink, validated.
+#[derive(Debug, Clone)]
+pub struct PushConfig {
+    /// The queue.
+    pub queue: PushQueueConfig,
+    /// The uplink, when configured.
+    pub uplink: Option<UplinkConfig>,
+    /// The preprocess rules; empty for none.
+    pub preprocess: Vec<PreprocessRule>,
+}
+
 /// The push queue, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushQueueConfig {
@@ -48,9 +82,6 @@ pub struct PushQueueConfig {
     /// Policy at the quota.
     pub on_full: OnFull,
 }
-
-/// Largest quota on 32-bit boards, whose address space limits the memory map to about 1 GiB.
-const MAX_QUOTA_MB_32BIT: u64 = 400;
 
 impl PushQueueConfig {
     /// Validates `connector.push_queue` (absent: the volatile buffer).
@@ -63,51 +94,68 @@ impl PushQueueConfig {
             };
         };
         let enabled = raw.enabled.unwrap_or(true);
-        let quota_mb = raw.max_quota_mb.unwrap_or(1024);
-        let on_full = match raw.on_full.as_deref() {
-            None => OnFull::EvictOldest,
-            Some(s) => OnFull::parse(s).unwrap_or_else(|| {
+        Self::checked(
+            enabled,
+            raw.max_quota_mb,
+            raw.on_full.as_deref(),
+            path,
+            "push_queue.enabled: true",
+            p,
+        )
+    }
+
+    /// Validates the queue keys of a `sinks[]` entry of `type: push` at `at`.
+    pub fn validate_entry(raw: &RawPushSink, at: &str, p: &mut Problems) -> Self {
+        let enabled = match raw.queue.as_deref() {
+            None | Some("disk") => true,
+            Some("memory") => false,
+            Some(other) => {
                 p.push(
-                    format!("{path}.on_full"),
-                    format!("expected evict_oldest or block, got {s:?}"),
+                    format!("{at}.queue"),
+                    format!("expected disk or memory, got {other:?}"),
                 );
-                OnFull::EvictOldest
-            }),
+                true
+            }
         };
+        Self::checked(
+            enabled,
+            raw.max_quota_mb,
+            raw.on_full.as_deref(),
+            at,
+            "queue: disk",
+            p,
+        )
+    }
+
+    fn checked(
+        enabled: bool,
+        max_quota_mb: Option<u64>,
+        on_full: Option<&str>,
+        path: &str,
+        durable_key: &str,
+        p: &mut Problems,
+    ) -> Self {
+        let quota_mb = max_quota_mb.unwrap_or(DEFAULT_QUOTA_MB);
+        let on_full = validate_on_full(on_full, &format!("{path}.on_full"), p);
         if on_full == OnFull::Block {
             if !enabled {
                 p.push(
                     format!("{path}.on_full"),
-                    "block needs push_queue.enabled: true (the volatile buffer cannot block)",
+                    format!("block needs {durable_key} (the volatile buffer cannot block)"),
                 );
             }
             if quota_mb == 0 {
                 p.push(format!("{path}.on_full"), "block needs max_quota_mb > 0");
             }
-        } else if enabled && quota_mb == 0 {
-            p.push(format!("{path}.max_quota_mb"), "must be > 0");
         }
-        if usize::BITS < 64 && quota_mb > MAX_QUOTA_MB_32BIT {
-            p.push(
-                format!("{path}.max_quota_mb"),
-                format!(
-                    "{quota_mb} is over {MAX_QUOTA_MB_32BIT} MiB, the most a 32-bit board can map"
-                ),
-            );
-        }
-        if quota_mb > 1 << 24 {
-            p.push(
-                format!("{path}.max_quota_mb"),
-                format!("{quota_mb} is over 16 TiB"),
-            );
-        }
+        let quota_bytes = if enabled && (quota_mb > 0 || on_full != OnFull::Block) {
+            validate_quota_mb(quota_mb, &format!("{path}.max_quota_mb"), p)
+        } else {
+            super::VOLATILE_QUOTA
+        };
         Self {
             enabled,
-            quota_bytes: if enabled {
-                quota_mb.min(1 << 24) << 20
-            } else {
-                super::VOLATILE_QUOTA
-            },
+            quota_bytes,
             on_full: if enabled {
                 on_full
             } else {
@@ -135,6 +183,15 @@ pub struct UplinkConfig {
 }
 
 impl UplinkConfig {
+    /// The deliverer's batch size and back-off.
+    pub fn delivery(&self) -> DeliveryConfig {
+        DeliveryConfig {
+            batch_rows: self.batch_rows,
+            retry_initial: self.retry_initial,
+            retry_max: self.retry_max,
+        }
+    }
+
     /// Validates `connector.push`; `None` when it has problems (all recorded in `p`).
     pub fn validate(raw: &RawPush, path: &str, p: &mut Problems) -> Option<Self> {
         let before = p.0.len();

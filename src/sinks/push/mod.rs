@@ -1,5 +1,6 @@
-//! The push sink: records go into the push queue, and the uplink drains it upstream;
-//! [`preprocess`] (deadband, aggregation) runs in front of the queue.
+//! The push sink: records go into its queue (durable, or the volatile buffer), and the uplink
+//! drains it to an HTTP receiver; [`preprocess`] (deadband, aggregation) runs in front of the
+//! queue.
 
 pub mod config;
 pub mod preprocess;
@@ -7,6 +8,6 @@ mod sink;
 mod uplink;
 mod volatile;
 
-pub use sink::{Drain, PushSink, QueueStatus};
-pub use uplink::{refusal, Uplink, UplinkStatus};
+pub use sink::{queue_file, PushSink};
+pub use uplink::{judge, HttpUplink, Refusal};
 pub use volatile::{VolatileBuffer, VOLATILE_QUOTA};

@@ -1,275 +1,377 @@
-//! The push sink: admission against the queue's gate, then a durable (or volatile) append.
+//! The push sink: the preprocess stage, then a durable (or volatile) append to its queue; the
+//! uplink drains the queue upstream.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde::Serialize;
+use serde_json::{json, Value};
 
-use super::config::PushQueueConfig;
-use super::preprocess::{Preprocess, PreprocessRule};
-use super::volatile::VolatileBuffer;
-use crate::admission::level::{Level, LevelTracker};
+use super::config::{PushConfig, UplinkConfig};
+use super::preprocess::{Output, Preprocess};
+use super::uplink::HttpUplink;
+use super::volatile::{VolatileBuffer, DEAD_CAP};
+use crate::admission::level::LevelTracker;
 use crate::admission::{Gate, Refused, Reservation};
-use crate::ledger::Counts;
-use crate::store::push_queue::{PendingCheck, Tag};
-use crate::store::{DeadLetter, PushQueue, QueueCounters, Row, StoreError};
-
-/// What the uplink needs of a push buffer, durable or volatile.
-pub trait Drain: Send + Sync {
-    /// Up to `max` rows from the head, oldest first.
-    fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError>;
-    /// Deletes every row up to and including `seq` (delivered); returns how many.
-    fn remove_through(&self, seq: u64) -> Result<u64, StoreError>;
-    /// Moves row `seq` to the dead-letter table; false when it was no longer there.
-    fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError>;
-    /// Waits up to `timeout` for rows appended after `seen`; returns the new mark.
-    fn wait_appended(&self, seen: u64, timeout: Duration) -> u64;
-}
-
-impl Drain for PushQueue {
-    fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
-        PushQueue::peek(self, max)
-    }
-    fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
-        PushQueue::remove_through(self, seq)
-    }
-    fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError> {
-        PushQueue::dead_letter(self, seq, reason)
-    }
-    fn wait_appended(&self, seen: u64, timeout: Duration) -> u64 {
-        PushQueue::wait_appended(self, seen, timeout)
-    }
-}
+use crate::alerts::{ComponentReport, QueueReport};
+use crate::alerts::{QueueKind, QueueReading};
+use crate::record::Record;
+use crate::sinks::queue::{
+    write_samples, Deliverer, DeliveryStatus, DiskQueue, Drain, QueueStatus, PUSH_FAMILIES,
+};
+use crate::sinks::report::{Report, Samples, SinkFigures};
+use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
+use crate::store::queue::{row_bytes, Tag};
+use crate::store::{DeadLetter, QueueCounters, StoreError};
 
 enum Buffer {
-    Durable(Arc<PushQueue>),
-    Volatile(Arc<VolatileBuffer>),
+    Durable(DiskQueue),
+    Volatile {
+        buffer: Arc<VolatileBuffer>,
+        counters: Arc<QueueCounters>,
+        level: Arc<LevelTracker>,
+        dead_level: Arc<LevelTracker>,
+        delivery: Arc<DeliveryStatus>,
+    },
 }
 
-/// The push sink.
+/// A push sink: its queue, its uplink, its preprocess stage.
 pub struct PushSink {
+    name: String,
     buffer: Buffer,
-    counters: Arc<QueueCounters>,
-    level: Arc<LevelTracker>,
+    uplink: Option<UplinkConfig>,
     preprocess: Option<Preprocess>,
 }
 
-/// `push_queue` (and `push_status`) in `/api/status`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct QueueStatus {
-    /// The push queue is configured and enabled.
-    pub enabled: bool,
-    /// On disk (`push_queue.db`) rather than the volatile memory buffer.
-    pub durable: bool,
-    /// `evict_oldest` or `block`.
-    pub on_full: &'static str,
-    /// Quota in logical bytes.
-    pub quota_bytes: u64,
-    /// Logical bytes stored.
-    pub used_bytes: u64,
-    /// Rows stored.
-    pub rows: u64,
-    /// `used_bytes / quota_bytes` in percent.
-    pub fill_pct: f64,
-    /// Refusing new records now (`block`).
-    pub blocking: bool,
-    /// Records refused at the quota (`block`), not lost: their sources retry.
-    pub blocked_total: u64,
-    /// Rows deleted at the quota (`evict_oldest`): data gaps.
-    pub evicted_total: u64,
-    /// Records refused because the writer channel was full.
-    pub dropped_total: u64,
-    /// Failed write transactions.
-    pub write_errors_total: u64,
-    /// `ok`, `high` (80 % or more) or `full`.
-    pub level: Level,
-    /// Values the preprocess stage kept out of the queue (deadband, aggregation), by design.
-    pub suppressed_total: u64,
+/// The queue file of push sink `name`: `push_queue.db` for the sink called `push` (the name
+/// the delivery document gives it), `push-<name>.db` for the others.
+pub fn queue_file(name: &str) -> String {
+    if name == "push" {
+        "push_queue.db".to_string()
+    } else {
+        format!("push-{name}.db")
+    }
 }
 
 impl PushSink {
-    /// Opens the push queue under `data_dir`, or the volatile buffer when it is not enabled.
-    pub fn open(cfg: &PushQueueConfig, data_dir: &Path) -> Result<Self, StoreError> {
-        let counters = Arc::new(QueueCounters::default());
-        let buffer = if cfg.enabled {
-            Buffer::Durable(Arc::new(PushQueue::open(
-                data_dir,
-                cfg.on_full,
-                cfg.quota_bytes,
-                Arc::clone(&counters),
-            )?))
+    /// Opens push sink `name`'s queue under `data_dir`, or its volatile buffer when the queue
+    /// is not durable.
+    pub fn open(name: &str, cfg: &PushConfig, data_dir: &Path) -> Result<Self, StoreError> {
+        let buffer = if cfg.queue.enabled {
+            Buffer::Durable(DiskQueue::open(
+                &data_dir.join(queue_file(name)),
+                name,
+                &crate::sinks::queue::DiskQueueConfig {
+                    quota_bytes: cfg.queue.quota_bytes,
+                    on_full: cfg.queue.on_full,
+                },
+            )?)
         } else {
-            Buffer::Volatile(Arc::new(VolatileBuffer::new(Arc::clone(&counters))))
+            let counters = Arc::new(QueueCounters::default());
+            Buffer::Volatile {
+                buffer: Arc::new(VolatileBuffer::new(Arc::clone(&counters))),
+                counters,
+                level: Arc::default(),
+                dead_level: Arc::default(),
+                delivery: Arc::default(),
+            }
         };
         Ok(Self {
+            name: name.to_string(),
             buffer,
-            counters,
-            level: Arc::default(),
-            preprocess: None,
+            uplink: cfg.uplink.clone(),
+            preprocess: (!cfg.preprocess.is_empty())
+                .then(|| Preprocess::new(cfg.preprocess.clone())),
         })
     }
 
-    /// Puts the preprocess stage (`connector.preprocess`) in front of the queue; no rules,
-    /// no stage.
-    pub fn with_preprocess(mut self, rules: Vec<PreprocessRule>) -> Self {
-        self.preprocess = (!rules.is_empty()).then(|| Preprocess::new(rules));
-        self
-    }
-
-    /// The preprocess stage, when configured.
-    pub fn preprocess(&self) -> Option<&Preprocess> {
-        self.preprocess.as_ref()
-    }
-
-    /// The admission gate.
+    /// The admission gate (logical bytes).
     pub fn gate(&self) -> &Arc<Gate> {
         match &self.buffer {
             Buffer::Durable(q) => q.gate(),
-            Buffer::Volatile(v) => v.gate(),
+            Buffer::Volatile { buffer, .. } => buffer.gate(),
         }
     }
 
-    /// Asks the gate to admit a record of `bytes` logical bytes.
+    /// The logical bytes `record` takes in the queue.
+    pub fn bytes(&self, record: &Record) -> u64 {
+        row_bytes(record.to_line().len())
+    }
+
+    /// Asks the gate to admit `bytes`.
     pub fn admit(&self, bytes: u64) -> Result<Reservation, Refused> {
         self.gate().admit(bytes)
     }
 
-    /// Stores one line; returns once it is committed (durable) or buffered (volatile). `tag`
-    /// names its source for the ledger.
-    pub async fn store(
+    /// Runs the preprocess stage, then stores the line; returns once it is committed
+    /// (durable) or buffered (volatile). [`Delivered::Suppressed`]: the stage kept it out by
+    /// design, so no copy (and no ledger entry) was written.
+    pub async fn deliver(
         &self,
-        line: Vec<u8>,
-        tag: &Tag,
-        reservation: Reservation,
-    ) -> Result<u64, StoreError> {
+        record: &Record,
+        mut reservation: Reservation,
+        tracked: bool,
+    ) -> Result<Delivered, DeliveryError> {
+        let (line, commit) = match self.preprocess.as_ref().map(|pre| pre.apply(record)) {
+            None => (record.to_line(), None),
+            Some((Output::Suppressed, commit)) => {
+                // Kept out by design: acknowledged, counted; the reservation is freed.
+                if let Some(pre) = &self.preprocess {
+                    pre.commit(commit);
+                }
+                return Ok(Delivered::Suppressed);
+            }
+            Some((Output::Unchanged, commit)) => (record.to_line(), Some(commit)),
+            Some((Output::Changed(r), commit)) => (r.to_line(), Some(commit)),
+        };
+        reservation
+            .top_up(self.gate(), row_bytes(line.len()))
+            .map_err(DeliveryError::Refused)?;
+        let tag = Tag {
+            source: record.source.clone(),
+            tracked,
+        };
         match &self.buffer {
-            Buffer::Durable(q) => q.append(line, tag, reservation).await,
-            Buffer::Volatile(v) => Ok(v.append(line, tag)),
+            Buffer::Durable(q) => {
+                q.append(line, &tag, reservation)
+                    .await
+                    .map_err(DeliveryError::Store)?;
+            }
+            Buffer::Volatile { buffer, .. } => {
+                buffer.append(line, &tag);
+            }
         }
-    }
-
-    /// The push buffer's part of the loss ledger: durable (committed with the rows) or, for the
-    /// volatile buffer, in memory.
-    pub fn ledger(&self) -> BTreeMap<String, Counts> {
-        match &self.buffer {
-            Buffer::Durable(q) => q.ledger(),
-            Buffer::Volatile(v) => v.ledger().snapshot(),
+        if let (Some(pre), Some(c)) = (&self.preprocess, commit) {
+            pre.commit(c);
         }
+        Ok(Delivered::Stored)
     }
 
-    /// Rows the buffer ever took.
-    pub fn appended_total(&self) -> u64 {
-        match &self.buffer {
-            Buffer::Durable(q) => q.appended_total(),
-            Buffer::Volatile(v) => v.appended_total(),
-        }
-    }
-
-    /// For the durable queue: the tracked rows of each source now in it, counted row by row
-    /// (the check of the durable `pending` counts). `None` for the volatile buffer.
-    pub fn count_pending(&self) -> Option<Result<PendingCheck, StoreError>> {
-        match &self.buffer {
-            Buffer::Durable(q) => Some(q.count_pending()),
-            Buffer::Volatile(_) => None,
-        }
-    }
-
-    /// True when the buffer is the durable push queue.
-    pub fn is_durable(&self) -> bool {
-        matches!(self.buffer, Buffer::Durable(_))
-    }
-
-    /// What the uplink drains.
+    /// What its uplink drains.
     pub fn drain(&self) -> Arc<dyn Drain> {
         match &self.buffer {
-            Buffer::Durable(q) => Arc::clone(q) as Arc<dyn Drain>,
-            Buffer::Volatile(v) => Arc::clone(v) as Arc<dyn Drain>,
+            Buffer::Durable(q) => q.drain(),
+            Buffer::Volatile { buffer, .. } => Arc::clone(buffer) as Arc<dyn Drain>,
         }
     }
 
-    /// The counters.
-    pub fn counters(&self) -> &QueueCounters {
-        &self.counters
+    fn delivery(&self) -> &Arc<DeliveryStatus> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.delivery(),
+            Buffer::Volatile { delivery, .. } => delivery,
+        }
     }
 
-    /// Up to `max` push dead letters after `after`.
+    fn counters(&self) -> &QueueCounters {
+        match &self.buffer {
+            Buffer::Durable(q) => q.counters(),
+            Buffer::Volatile { counters, .. } => counters,
+        }
+    }
+
+    /// Starts the uplink, when configured: a deliverer thread that stops on the signal.
+    pub fn start(&self, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = Running::default();
+        if let Some(cfg) = &self.uplink {
+            let deliverer = Deliverer::new(
+                &self.name,
+                cfg.delivery(),
+                self.drain(),
+                Box::new(HttpUplink::new(cfg.clone())),
+                Arc::clone(self.delivery()),
+                ctx.shutdown.clone(),
+            );
+            running.on_signal.push(deliverer.spawn()?);
+        }
+        Ok(running)
+    }
+
+    /// The queue now.
+    pub fn status(&self) -> QueueStatus {
+        let suppressed = self
+            .preprocess
+            .as_ref()
+            .map_or(0, |p| p.suppressed_total.load(Ordering::Relaxed));
+        match &self.buffer {
+            Buffer::Durable(q) => q.status(suppressed),
+            Buffer::Volatile {
+                buffer,
+                counters,
+                level,
+                ..
+            } => QueueStatus::read(buffer.gate(), counters, level, false, suppressed),
+        }
+    }
+
+    /// The uplink's part of the status (no caller data: errors by class only).
+    fn uplink_json(&self) -> Value {
+        let c = self.counters();
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut v = json!({
+            "enabled": self.uplink.is_some(),
+            "sent_total": l(&c.sent_total),
+            "dead_lettered_total": l(&c.dead_lettered_total),
+            "dead_letter_rows": l(&c.dead_rows),
+            "dead_trimmed_total": l(&c.dead_trimmed_total),
+            "last_error": null,
+        });
+        if self.uplink.is_some() {
+            if let (Some(o), Value::Object(d)) = (v.as_object_mut(), self.delivery().to_json()) {
+                o.extend(d);
+            }
+        }
+        v
+    }
+
+    /// Everything the rest of the program reads of it.
+    pub fn report(&self) -> Report {
+        let q = self.status();
+        let c = self.counters();
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut r = Report {
+            accepting: self.accepting(),
+            ..Report::default()
+        };
+        r.entry
+            .insert("dropped".into(), (q.evicted_total + q.dropped_total).into());
+        r.entry.insert("blocked".into(), q.blocked_total.into());
+        r.entry.insert("queue_rows".into(), q.rows.into());
+        r.entry.insert("durable".into(), q.durable.into());
+        let queue = serde_json::to_value(&q).unwrap_or_default();
+        let uplink = self.uplink_json();
+        r.status = json!({"queue": queue, "uplink": uplink});
+        if self.name == "push" {
+            r.documents = vec![
+                ("push_queue", queue.clone()),
+                ("push_status", queue),
+                ("uplink", uplink),
+            ];
+        }
+        let (_, rows, _) = self.gate().usage();
+        match &self.buffer {
+            Buffer::Durable(disk) => {
+                r.queues = disk.queue_reports(&q);
+                r.components = disk.components();
+                let part = if self.name == "push" {
+                    "push_queue".to_string()
+                } else {
+                    self.name.clone()
+                };
+                r.ledger_part = Some((part, disk.ledger_part()));
+                r.ledger = disk.figures();
+            }
+            Buffer::Volatile {
+                buffer,
+                level,
+                dead_level,
+                delivery,
+                ..
+            } => {
+                let (main, dead) = if self.name == "push" {
+                    ("push_buffer".to_string(), "push_dead_letters".to_string())
+                } else {
+                    (self.name.clone(), format!("{}_dead_letters", self.name))
+                };
+                r.queues = vec![
+                    QueueReport {
+                        name: main.clone(),
+                        tracker: Arc::clone(level),
+                        reading: q.reading(),
+                    },
+                    QueueReport {
+                        name: dead,
+                        tracker: Arc::clone(dead_level),
+                        reading: QueueReading {
+                            kind: QueueKind::Memory,
+                            on_full: "evict_oldest",
+                            quota: DEAD_CAP as u64,
+                            quota_unit: "rows",
+                            used: l(&c.dead_rows),
+                            blocked_total: 0,
+                            evicted_total: l(&c.dead_trimmed_total),
+                            dropped_total: 0,
+                        },
+                    },
+                ];
+                r.components = vec![ComponentReport {
+                    name: format!("{main}.held"),
+                    message: "the receiver refuses the requests or every record: rows kept and retried, none dead-lettered; check its address and credentials",
+                    counters: vec![("held_ms_total", delivery.held_ms_total())],
+                }];
+                let part = if self.name == "push" {
+                    "push_volatile".to_string()
+                } else {
+                    self.name.clone()
+                };
+                r.ledger_part = Some((part, buffer.ledger().snapshot()));
+                r.ledger = SinkFigures {
+                    accepted: buffer.appended_total(),
+                    delivered: l(&c.sent_total),
+                    pending: rows,
+                    dead_lettered: l(&c.dead_lettered_total),
+                    lost: l(&c.evicted_total),
+                    unconfirmed: 0,
+                    kept: "memory",
+                };
+            }
+        }
+        let mut s = Samples::new(&self.name);
+        write_samples(
+            &PUSH_FAMILIES,
+            &q,
+            c,
+            self.uplink.as_ref().map(|_| &**self.delivery()),
+            &mut s,
+        );
+        let pre = self.preprocess.as_ref();
+        let load = |c: Option<&AtomicU64>| c.map_or(0, |c| c.load(Ordering::Relaxed));
+        s.counter(
+            "opex_connector_push_suppressed_total",
+            "Values the preprocess stage kept out of the push queue (deadband, aggregation), by design.",
+            load(pre.map(|x| &x.suppressed_total)),
+        );
+        s.counter(
+            "opex_connector_push_aggregates_total",
+            "Window results the preprocess stage sent in place of values.",
+            load(pre.map(|x| &x.aggregates_total)),
+        );
+        r.metrics = s.finish();
+        r
+    }
+
+    /// The uplink's last failure in full, for the admin endpoint.
+    pub fn error_detail(&self) -> Value {
+        self.delivery().detail_json()
+    }
+
+    /// For the durable queue: its `pending` counts compared with its rows.
+    pub fn verify(&self) -> Value {
+        match &self.buffer {
+            Buffer::Durable(q) => q.verify(),
+            Buffer::Volatile { .. } => {
+                json!({"checked": false, "reason": "the push buffer is volatile"})
+            }
+        }
+    }
+
+    /// Up to `max` dead letters after `after`, and how many there are.
     pub fn dead_letters(
         &self,
         after: Option<u64>,
         max: usize,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        match &self.buffer {
-            Buffer::Durable(q) => q.dead_letters(after, max),
-            Buffer::Volatile(v) => Ok(v.dead_letters(after, max)),
-        }
-    }
-
-    /// Rows the push dead-letter table keeps before it trims the oldest.
-    pub fn dead_letter_cap(&self) -> u64 {
-        match &self.buffer {
-            Buffer::Durable(q) => q.dead_letter_cap(),
-            Buffer::Volatile(_) => super::volatile::DEAD_CAP as u64,
-        }
-    }
-
-    /// True for the durable queue on disk, false for the volatile memory buffer.
-    pub fn durable(&self) -> bool {
-        matches!(self.buffer, Buffer::Durable(_))
-    }
-
-    /// The level tracker that the alert checker advances.
-    pub fn level(&self) -> &Arc<LevelTracker> {
-        &self.level
-    }
-
-    /// The status of the queue now.
-    pub fn status(&self) -> QueueStatus {
-        let gate = self.gate();
-        let (used, rows, _) = gate.usage();
-        let quota = gate.quota();
-        let fill_pct = if quota == 0 {
-            0.0
-        } else {
-            (used as f64 * 10_000.0 / quota as f64).round() / 100.0
+    ) -> Result<(Vec<DeadLetter>, u64), StoreError> {
+        let rows = match &self.buffer {
+            Buffer::Durable(q) => q.dead_letters(after, max)?,
+            Buffer::Volatile { buffer, .. } => buffer.dead_letters(after, max),
         };
-        let blocked_total = gate.blocked_total();
-        let evicted_total = self.counters.evicted_total.load(Ordering::Relaxed);
-        let dropped_total = self.counters.dropped_total.load(Ordering::Relaxed);
-        let durable = matches!(self.buffer, Buffer::Durable(_));
-        let write_errors_total = self.counters.write_errors_total.load(Ordering::Relaxed);
-        QueueStatus {
-            enabled: durable,
-            durable,
-            on_full: gate.on_full().as_str(),
-            quota_bytes: quota,
-            used_bytes: used,
-            rows,
-            fill_pct,
-            blocking: gate.blocking(),
-            blocked_total,
-            evicted_total,
-            dropped_total,
-            write_errors_total,
-            // Writer channel drops are the `push_writer` queue's level, not the quota's; a
-            // failed write (a full disk) refused its records, as a full `block` queue does.
-            level: self
-                .level
-                .peek(fill_pct, blocked_total + evicted_total + write_errors_total),
-            suppressed_total: self
-                .preprocess
-                .as_ref()
-                .map_or(0, |p| p.suppressed_total.load(Ordering::Relaxed)),
-        }
+        Ok((rows, self.counters().dead_rows.load(Ordering::Relaxed)))
     }
 
     /// True while records can be stored (the durable writer runs; the volatile buffer always).
     pub fn accepting(&self) -> bool {
         match &self.buffer {
             Buffer::Durable(q) => q.accepting(),
-            Buffer::Volatile(_) => true,
+            Buffer::Volatile { .. } => true,
         }
     }
 

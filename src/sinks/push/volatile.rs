@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::admission::{Gate, OnFull};
 use crate::ledger::{Book, Cause, Left};
-use crate::store::push_queue::{decode_row, encode_row, row_bytes, Tag};
+use crate::store::queue::{decode_row, encode_row, row_bytes, Tag};
 use crate::store::{DeadLetter, QueueCounters, Row, StoreError};
 use crate::telemetry::events;
 
@@ -133,7 +133,7 @@ impl VolatileBuffer {
     }
 }
 
-impl super::Drain for VolatileBuffer {
+impl crate::sinks::queue::Drain for VolatileBuffer {
     fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
         Ok(self
             .lock()
@@ -222,7 +222,7 @@ impl super::Drain for VolatileBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sinks::push::Drain;
+    use crate::sinks::queue::Drain;
 
     #[test]
     fn volatile_buffer_evicts_oldest_at_sixteen_mib_and_counts_it() {

@@ -12,16 +12,22 @@ use serde::Serialize;
 use super::config::StorageConfig;
 use crate::admission::level::{Level, LevelTracker};
 use crate::admission::{Gate, Refused, Reservation};
+use crate::alerts::{ComponentReport, QueueReport};
+use crate::alerts::{QueueKind, QueueReading};
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
+use crate::sinks::report::{Report, Samples, SinkFigures};
+use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 use crate::store::{EventCounters, EventStore, StoreError};
 use crate::telemetry::events;
 
 /// How often the retention sweeper runs (and once at start).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
-/// The storage sink: the local event history (`events.db`).
+/// A storage sink: a local event history (`events.db` for the sink called `storage`,
+/// `events-<name>.db` for the others).
 pub struct StorageSink {
+    name: String,
     /// Shared with the sweeper thread.
     store: Arc<EventStore>,
     level: Arc<LevelTracker>,
@@ -57,16 +63,22 @@ pub struct StorageStatus {
 }
 
 impl StorageSink {
-    /// Opens `events.db` under `data_dir`.
-    pub fn open(cfg: &StorageConfig, data_dir: &Path) -> Result<Self, StoreError> {
+    /// Opens storage sink `name`'s event history under `data_dir`.
+    pub fn open(name: &str, cfg: &StorageConfig, data_dir: &Path) -> Result<Self, StoreError> {
+        let file = if name == "storage" {
+            "events.db".to_string()
+        } else {
+            format!("events-{name}.db")
+        };
         let store = EventStore::open(
-            data_dir,
+            &data_dir.join(file),
             cfg.on_full,
             cfg.quota_bytes,
             cfg.retention_ms,
             Arc::new(EventCounters::default()),
         )?;
         Ok(Self {
+            name: name.to_string(),
             store: Arc::new(store),
             level: Arc::default(),
         })
@@ -83,9 +95,116 @@ impl StorageSink {
         self.gate().admit(bytes)
     }
 
+    /// The logical bytes `record` takes.
+    pub fn bytes(&self, record: &Record) -> u64 {
+        EventStore::row_bytes(record)
+    }
+
     /// Stores one record; returns once the transaction holding it has committed.
-    pub async fn store(&self, record: &Record, reservation: Reservation) -> Result<(), StoreError> {
-        self.store.append(record, reservation).await
+    pub async fn deliver(
+        &self,
+        record: &Record,
+        mut reservation: Reservation,
+    ) -> Result<Delivered, DeliveryError> {
+        reservation
+            .top_up(self.gate(), EventStore::row_bytes(record))
+            .map_err(DeliveryError::Refused)?;
+        self.store
+            .append(record, reservation)
+            .await
+            .map_err(DeliveryError::Store)?;
+        Ok(Delivered::Stored)
+    }
+
+    /// Starts the retention sweeper, which stops on the signal.
+    pub fn start(&self, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = Running::default();
+        running
+            .on_signal
+            .push(self.start_sweeper(ctx.shutdown.clone())?);
+        Ok(running)
+    }
+
+    /// Everything the rest of the program reads of it.
+    pub fn report(&self) -> Report {
+        let st = self.status();
+        let c = self.counters();
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let mut r = Report {
+            accepting: self.store.accepting(),
+            ..Report::default()
+        };
+        r.entry.insert(
+            "dropped".into(),
+            (st.evicted_total + st.dropped_total).into(),
+        );
+        r.entry.insert("blocked".into(), st.blocked_total.into());
+        r.entry.insert("queue_rows".into(), st.rows.into());
+        r.entry.insert("durable".into(), true.into());
+        r.status = serde_json::to_value(&st).unwrap_or_default();
+        if self.name == "storage" {
+            r.documents = vec![("storage", r.status.clone())];
+        }
+        r.queues = vec![QueueReport {
+            name: self.name.clone(),
+            tracker: Arc::clone(&self.level),
+            reading: QueueReading {
+                kind: QueueKind::Disk,
+                on_full: st.on_full,
+                quota: st.quota_bytes,
+                quota_unit: "bytes",
+                used: st.used_bytes,
+                blocked_total: st.blocked_total,
+                evicted_total: st.evicted_total,
+                dropped_total: st.dropped_total,
+            },
+        }];
+        r.components = vec![ComponentReport {
+            name: format!("{}.write_errors", self.name),
+            message: "storage writes failed: their callers got the error",
+            counters: vec![("write_errors_total", st.write_errors_total)],
+        }];
+        // A stored record is delivered: its copy is not tracked as pending anywhere.
+        let stored = l(&c.stored_total);
+        r.ledger = SinkFigures {
+            accepted: stored,
+            delivered: stored,
+            kept: "disk",
+            ..SinkFigures::default()
+        };
+        let mut s = Samples::new(&self.name);
+        s.counter(
+            "opex_connector_storage_stored_total",
+            "Records the event history stored.",
+            stored,
+        );
+        s.counter(
+            "opex_connector_storage_evicted_total",
+            "Rows the event history deleted at its quota (evict_oldest).",
+            st.evicted_total,
+        );
+        s.counter(
+            "opex_connector_storage_expired_total",
+            "Rows the event history deleted past the retention.",
+            st.expired_total,
+        );
+        s.counter(
+            "opex_connector_storage_blocked_total",
+            "Records refused at the event history's quota (block); their sources retry.",
+            st.blocked_total,
+        );
+        s.gauge(
+            "opex_connector_storage_rows",
+            "Rows in the event history.",
+            st.rows as f64,
+        );
+        s.gauge(
+            "opex_connector_storage_used_bytes",
+            "Logical bytes in the event history.",
+            st.used_bytes as f64,
+        );
+        r.metrics = s.finish();
+        r
     }
 
     /// The counters.
@@ -202,14 +321,15 @@ mod tests {
 
     async fn put(sink: &StorageSink, r: &Record) -> Result<(), Refused> {
         let reservation = sink.admit(EventStore::row_bytes(r))?;
-        sink.store(r, reservation).await.unwrap();
+        sink.deliver(r, reservation).await.unwrap();
         Ok(())
     }
 
     #[tokio::test]
     async fn stored_records_read_back_and_show_in_the_status() {
         let dir = tempfile::tempdir().unwrap();
-        let sink = StorageSink::open(&cfg(OnFull::EvictOldest, 1 << 20), dir.path()).unwrap();
+        let sink =
+            StorageSink::open("storage", &cfg(OnFull::EvictOldest, 1 << 20), dir.path()).unwrap();
         let now = now_ms();
         let a = record("webhook/stripe", now);
         let b = record("ingest/orders", now + 1);
@@ -251,7 +371,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = record("s", 1);
         let quota = EventStore::row_bytes(&r) * 2;
-        let sink = StorageSink::open(&cfg(OnFull::Block, quota), dir.path()).unwrap();
+        let sink = StorageSink::open("storage", &cfg(OnFull::Block, quota), dir.path()).unwrap();
         put(&sink, &record("s", 1)).await.unwrap();
         put(&sink, &record("s", 2)).await.unwrap();
         assert!(put(&sink, &record("s", 3)).await.is_err());
@@ -266,7 +386,8 @@ mod tests {
     #[test]
     fn the_sweeper_expires_old_rows_at_start_and_stops_on_shutdown() {
         let dir = tempfile::tempdir().unwrap();
-        let sink = StorageSink::open(&cfg(OnFull::EvictOldest, 1 << 20), dir.path()).unwrap();
+        let sink =
+            StorageSink::open("storage", &cfg(OnFull::EvictOldest, 1 << 20), dir.path()).unwrap();
         let now = now_ms();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -301,7 +422,8 @@ mod tests {
     #[test]
     fn the_sweeper_ends_when_the_store_is_closed() {
         let dir = tempfile::tempdir().unwrap();
-        let sink = StorageSink::open(&cfg(OnFull::EvictOldest, 1 << 20), dir.path()).unwrap();
+        let sink =
+            StorageSink::open("storage", &cfg(OnFull::EvictOldest, 1 << 20), dir.path()).unwrap();
         sink.close();
         let sweeper = sink.start_sweeper(Shutdown::new()).unwrap();
         sweeper.join().unwrap();

@@ -365,30 +365,32 @@ impl Line {
     }
 }
 
-/// The running Modbus pollers: each device's status, and the line tasks.
+/// The Modbus pollers: each device's status, the lines before they start, their tasks after.
 pub struct ModbusPollers {
     /// Each device's status, in config order.
     pub devices: Vec<Arc<DeviceStatus>>,
+    lines: Vec<Line>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl ModbusPollers {
-    /// Starts one task per line on the pollers' runtime.
-    pub fn start(
-        devices: &[ModbusDeviceConfig],
-        engine: &Arc<Engine>,
-        runtime: &PollerRuntime,
-        shutdown: &Shutdown,
-    ) -> Self {
+    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling.
+    pub fn new(devices: &[ModbusDeviceConfig]) -> Self {
         let (lines, statuses) = Line::build(devices);
-        let tasks = lines
-            .into_iter()
-            .map(|line| runtime.spawn(line.run(Arc::clone(engine), shutdown.clone())))
-            .collect();
         Self {
             devices: statuses,
-            tasks,
+            lines,
+            tasks: Vec::new(),
         }
+    }
+
+    /// Starts one task per line on the pollers' runtime.
+    pub fn start(&mut self, engine: &Arc<Engine>, runtime: &PollerRuntime, shutdown: &Shutdown) {
+        self.tasks.extend(
+            std::mem::take(&mut self.lines)
+                .into_iter()
+                .map(|line| runtime.spawn(line.run(Arc::clone(engine), shutdown.clone()))),
+        );
     }
 
     /// Waits for every line task to end (after the shutdown signal).

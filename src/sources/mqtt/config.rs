@@ -6,7 +6,7 @@ use serde::Deserialize;
 use crate::brokers::mqtt::{validate_connections, MqttConnectionConfig, RawMqttConnection};
 use crate::config::checks::checked_name;
 use crate::config::{pick_connection, Problems};
-use crate::sinks::mqtt::config::{MqttSinkConfig, RawMqttSink};
+use crate::sinks::mqtt::config::RawMqttSink;
 
 /// Messages buffered per subscription; beyond it the oldest is dropped and counted.
 pub const SUBSCRIPTION_BUFFER: usize = 1024;
@@ -70,8 +70,6 @@ pub struct MqttConfig {
     pub connections: Vec<MqttConnectionConfig>,
     /// Sources.
     pub sources: Vec<MqttSourceConfig>,
-    /// The `mqtt` sink, when configured.
-    pub sink: Option<MqttSinkConfig>,
 }
 
 impl MqttConfig {
@@ -134,22 +132,9 @@ impl MqttConfig {
                 });
             }
         }
-        let sink = raw.sink.as_ref().and_then(|s| {
-            let at = format!("{path}.sink");
-            let connection = pick_connection(
-                &connections,
-                |c| &c.name,
-                s.connection.as_deref(),
-                "mqtt.connections",
-                &at,
-                p,
-            );
-            MqttSinkConfig::validate(s, connection, &at, p)
-        });
         Self {
             connections,
             sources,
-            sink,
         }
     }
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::brokers::nats::{validate_connections, NatsConnectionConfig, RawNatsConnection};
 use crate::config::checks::{checked_name, in_range};
 use crate::config::{pick_connection, Problems};
-use crate::sinks::nats::config::{NatsSinkConfig, RawNatsSink};
+use crate::sinks::nats::config::RawNatsSink;
 
 /// First nak delay of the consumer backoff (the spec's 2 s).
 pub const NAK_BACKOFF_INITIAL: Duration = Duration::from_secs(2);
@@ -100,8 +100,6 @@ pub struct NatsConfig {
     pub connections: Vec<NatsConnectionConfig>,
     /// JetStream sources.
     pub sources: Vec<NatsSourceConfig>,
-    /// The `nats` sink, when configured.
-    pub sink: Option<NatsSinkConfig>,
 }
 
 impl NatsConfig {
@@ -222,22 +220,9 @@ impl NatsConfig {
                 nak_backoff_max: Duration::from_millis(max),
             });
         }
-        let sink = raw.sink.as_ref().and_then(|s| {
-            let at = format!("{path}.sink");
-            let connection = pick_connection(
-                &connections,
-                |c| &c.name,
-                s.connection.as_deref(),
-                "nats.connections",
-                &at,
-                p,
-            );
-            NatsSinkConfig::validate(s, connection, &at, p)
-        });
         Self {
             connections,
             sources,
-            sink,
         }
     }
 }

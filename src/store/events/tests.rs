@@ -24,7 +24,7 @@ fn record(source: &str, ts: u64, pad: usize) -> Record {
 
 fn open(dir: &Path, on_full: OnFull) -> EventStore {
     EventStore::open(
-        dir,
+        &dir.join("events.db"),
         on_full,
         QUOTA,
         RETENTION,
@@ -211,7 +211,7 @@ fn queries_are_ts_ascending_per_source_from_since_with_a_limit() {
     let dir = tempfile::tempdir().unwrap();
     let rt = rt();
     let store = EventStore::open(
-        dir.path(),
+        &dir.path().join("events.db"),
         OnFull::EvictOldest,
         1 << 20,
         0,
@@ -307,7 +307,7 @@ fn expire_deletes_rows_past_the_retention_in_several_transactions() {
     let dir = tempfile::tempdir().unwrap();
     let rt = rt();
     let store = EventStore::open(
-        dir.path(),
+        &dir.path().join("events.db"),
         OnFull::EvictOldest,
         1 << 20,
         RETENTION,

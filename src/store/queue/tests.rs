@@ -92,11 +92,18 @@ impl Model {
     }
 }
 
-fn open(dir: &Path, on_full: OnFull) -> PushQueue {
-    PushQueue::open(dir, on_full, QUOTA, Arc::new(QueueCounters::default())).unwrap()
+fn open(dir: &Path, on_full: OnFull) -> DurableQueue {
+    DurableQueue::open(
+        &dir.join("push_queue.db"),
+        "push",
+        on_full,
+        QUOTA,
+        Arc::new(QueueCounters::default()),
+    )
+    .unwrap()
 }
 
-fn check(q: &PushQueue, m: &Model) {
+fn check(q: &DurableQueue, m: &Model) {
     let rows = q.peek(usize::MAX).unwrap();
     assert_eq!(rows, Vec::from(m.rows.clone()), "rows and order");
     let (used, count, reserved) = q.gate().usage();
@@ -276,8 +283,9 @@ fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grow
     let dir = tempfile::tempdir().unwrap();
     let counters = Arc::new(QueueCounters::default());
     // A 256 KiB map cannot hold a 400 KB record; the quota itself would admit it.
-    let q = PushQueue::open_with_map(
-        dir.path(),
+    let q = DurableQueue::open_with_map(
+        &dir.path().join("push_queue.db"),
+        "push",
         OnFull::EvictOldest,
         64 << 20,
         Arc::clone(&counters),

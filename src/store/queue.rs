@@ -1,15 +1,18 @@
-//! The durable push queue: `push_queue.db` under the data dir.
+//! The durable queue: the one implementation of a bounded FIFO on disk that waits in front of
+//! a destination. The push sink's is `push_queue.db` under the data dir (other push sinks'
+//! `push-<name>.db`); a sink with `queue: disk` has `queue-<name>.db`. Each is drained by its
+//! sink's deliverer, which deletes rows only after the destination confirmed them.
 //!
 //! On disk (one LMDB environment, one file):
 //! - `rows`: key = big-endian `u64` sequence number, value = the record's uplink line (one JSON
 //!   object, no newline). Big-endian keys make a cursor walk FIFO order and let appends use
 //!   `MDB_APPEND`.
-//! - `dead`: the push dead-letter table, key = big-endian `u64`, value = JSON
+//! - `dead`: the queue's dead-letter table (rows its destination refused for good), key = big-endian `u64`, value = JSON
 //!   `{"seq":..,"reason":..,"at":..,"record":{..}}`; at most [`DEAD_LETTER_CAP`] rows, the
 //!   oldest trimmed (logged).
 //! - `meta`: `next_seq`, `used_bytes`, `rows` and the counters, written in the same transaction
 //!   as the rows they describe, so a crash can never separate the accounting from the rows.
-//! - `ledger`: the push queue's part of the loss ledger, key `<field>:<source>` (`acked`,
+//! - `ledger`: the queue's part of the loss ledger, key `<field>:<source>` (`acked`,
 //!   `pending`, `delivered`, `evicted`, `dead_lettered`), also written in the transaction that
 //!   changes the rows it counts.
 //!
@@ -246,6 +249,8 @@ impl State {
 }
 
 struct Shared {
+    /// The sink this queue belongs to, for logs.
+    sink: String,
     env: Env<WithoutTls>,
     rows: Database<'static, Seq, Bytes>,
     dead: Database<'static, Seq, Bytes>,
@@ -269,43 +274,48 @@ struct Shared {
     appended_total: AtomicU64,
 }
 
-/// The durable push queue. Cheap to share behind an `Arc`.
-pub struct PushQueue {
+/// A durable queue. Cheap to share behind an `Arc`.
+pub struct DurableQueue {
     shared: Arc<Shared>,
     writer: WriterThread<Command>,
 }
 
-impl PushQueue {
-    /// Opens (or creates) `push_queue.db` in `dir` with a quota of `quota` logical bytes.
+impl DurableQueue {
+    /// Opens (or creates) the queue file `path` of sink `sink` with a quota of `quota` logical
+    /// bytes.
     ///
     /// Rows, order, counters and accounting are those of the last commit. Changing `on_full`
     /// takes effect here, at start.
     pub fn open(
-        dir: &Path,
+        path: &Path,
+        sink: &str,
         on_full: OnFull,
         quota: u64,
         counters: Arc<QueueCounters>,
     ) -> Result<Self, StoreError> {
         // Room for the rows, the B-tree pages around them, the freelist and the dead letters.
         let wanted = quota.saturating_mul(2).saturating_add(64 << 20);
-        Self::open_with_map(dir, on_full, quota, counters, wanted)
+        Self::open_with_map(path, sink, on_full, quota, counters, wanted)
     }
 
     fn open_with_map(
-        dir: &Path,
+        path: &Path,
+        sink: &str,
         on_full: OnFull,
         quota: u64,
         counters: Arc<QueueCounters>,
         wanted_map: u64,
     ) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        }
         let max_map = if usize::BITS < 64 {
             MAX_MAP_32BIT
         } else {
             usize::MAX / 2
         };
         let map_size = lmdb::round_to_pages(wanted_map.min(max_map as u64) as usize);
-        let env = lmdb::open(&dir.join("push_queue.db"), map_size, 4)?;
+        let env = lmdb::open(path, map_size, 4)?;
         let (rows, dead, meta, ledger) = env
             .create_databases_and_commit(env.write_txn()?, |opener, wtxn| {
                 Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((
@@ -331,7 +341,7 @@ impl PushQueue {
                 used += row_bytes(decode_row(value).1.len());
                 last = Some(seq);
             }
-            events::push_queue_accounting_repaired(state.rows, actual_rows, state.used, used);
+            events::queue_accounting_repaired(sink, state.rows, actual_rows, state.used, used);
             state.rows = actual_rows;
             state.used = used;
             state.next_seq = state.next_seq.max(last.map_or(0, |s| s + 1));
@@ -368,6 +378,7 @@ impl PushQueue {
             state.blocked_total,
         ));
         let shared = Arc::new(Shared {
+            sink: sink.to_string(),
             env,
             rows,
             dead,
@@ -384,7 +395,7 @@ impl PushQueue {
             appended_total: AtomicU64::new(state.appended_total),
         });
         let writer_shared = Arc::clone(&shared);
-        let writer = WriterThread::spawn("push-writer", WRITER_CHANNEL, move |rx| {
+        let writer = WriterThread::spawn(&format!("queue-{sink}"), WRITER_CHANNEL, move |rx| {
             Writer::new(writer_shared, state, sources).run(rx)
         })?;
         Ok(Self { shared, writer })
@@ -444,7 +455,7 @@ impl PushQueue {
         match sent {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                events::push_writer_channel_full(&self.shared.counters);
+                events::queue_writer_channel_full(&self.shared.sink, &self.shared.counters);
                 return Err(StoreError::Busy);
             }
             Err(TrySendError::Disconnected(_)) => return Err(StoreError::Closed),
@@ -597,7 +608,7 @@ impl PushQueue {
     }
 }
 
-impl Drop for PushQueue {
+impl Drop for DurableQueue {
     fn drop(&mut self) {
         self.close();
     }
@@ -671,7 +682,10 @@ impl Writer {
             txn.commit()
         });
         if let Err(e) = result {
-            log::error!("push queue counters not saved at stop: error=\"{e}\"");
+            log::error!(
+                "queue counters not saved at stop: sink={} error=\"{e}\"",
+                self.shared.sink
+            );
         }
     }
 
@@ -705,10 +719,11 @@ impl Writer {
                     .store(self.state.dead_trimmed_total, Ordering::Relaxed);
                 c.dead_rows.store(self.state.dead_rows, Ordering::Relaxed);
                 if evicted.0 > 0 {
-                    events::push_queue_evicted(c, evicted.0, evicted.1);
+                    events::queue_evicted(&self.shared.sink, c, evicted.0, evicted.1);
                 }
                 if self.state.dead_trimmed_total > before.dead_trimmed_total {
-                    events::push_dead_letters_trimmed(
+                    events::queue_dead_letters_trimmed(
+                        &self.shared.sink,
                         self.state.dead_trimmed_total - before.dead_trimmed_total,
                     );
                 }
@@ -739,7 +754,7 @@ impl Writer {
                 self.state = before;
                 self.touched.clear();
                 self.state.write_errors_total += 1;
-                events::push_queue_write_failed(&self.shared.counters, &error);
+                events::queue_write_failed(&self.shared.sink, &self.shared.counters, &error);
                 for p in pending {
                     match p {
                         Pending::Seq(reply, _, reservation) => {
@@ -956,20 +971,24 @@ impl Writer {
         let mut size = s.map_size.lock().unwrap_or_else(|e| e.into_inner());
         let new_size = size.saturating_add(*size / 2).min(s.max_map);
         if new_size <= *size {
-            log::error!("push queue map is at its limit of {} bytes", *size);
+            log::error!("queue map is at its limit: sink={} bytes={}", s.sink, *size);
             return;
         }
         match lmdb::resize(&s.env, new_size) {
             Ok(()) => {
-                log::warn!("push queue map grown from {} to {new_size} bytes", *size);
+                log::warn!(
+                    "queue map grown: sink={} from_bytes={} to_bytes={new_size}",
+                    s.sink,
+                    *size
+                );
                 *size = new_size;
             }
-            Err(e) => log::error!("push queue map could not grow: {e}"),
+            Err(e) => log::error!("queue map could not grow: sink={} error=\"{e}\"", s.sink),
         }
     }
 }
 
-/// The ledger fields the push queue keeps on disk.
+/// The ledger fields a durable queue keeps on disk.
 const LEDGER_FIELDS: [&str; 5] = ["acked", "pending", "delivered", "evicted", "dead_lettered"];
 
 fn ledger_field<'a>(c: &'a mut Counts, field: &str) -> Option<&'a mut u64> {

@@ -1,0 +1,148 @@
+//! Building a connector from its validated config: every store opened, every client set up,
+//! every secret read. Nothing runs yet; [`super::run`] starts and stops the parts.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::DaemonError;
+use crate::alerts::{self, Hub};
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::flow::Plan;
+use crate::http::{AppState, HttpStats};
+use crate::shutdown::Shutdown;
+use crate::simulator::Simulator;
+use crate::sinks::{Sink, Sinks};
+use crate::sources::backfill::BackfillSource;
+use crate::sources::ingest::IngestSource;
+use crate::sources::modbus::ModbusPollers;
+use crate::sources::mqtt::MqttSource;
+use crate::sources::nats::NatsSource;
+use crate::sources::opcua::DeviceStatus;
+use crate::sources::schedule::ScheduleSource;
+use crate::sources::webhook::{config::load_secret, WebhookSource};
+use crate::store::dead_letters::DeadLetterQueue;
+use crate::store::StoreError;
+
+/// A connector built and not yet running.
+pub struct Parts {
+    /// What request handlers see; holds the engine and every source.
+    pub state: Arc<AppState>,
+    /// The config the parts were built from (devices, data dir).
+    pub config: Config,
+    /// The simulated plant, bound (the demo's first poll finds it).
+    pub simulator: Simulator,
+    /// The alert channels' workers, started with the runtime.
+    pub alert_workers: alerts::channels::Workers,
+    /// The Modbus lines, not yet polling.
+    pub modbus: ModbusPollers,
+}
+
+/// Builds every part of the connector `config` describes.
+pub fn build(config: Config) -> Result<Parts, DaemonError> {
+    let c = &config.connector;
+    std::fs::create_dir_all(&c.data_dir).map_err(|e| {
+        DaemonError::Store(StoreError::Io(format!("{}: {e}", c.data_dir.display())))
+    })?;
+    for w in &config.warnings {
+        log::warn!("config: {w}");
+    }
+    for s in &config.sinks {
+        if let Some(w) = s.startup_warning() {
+            log::warn!("sink {}: {w}", s.name);
+        }
+    }
+    let webhooks = config
+        .webhooks
+        .iter()
+        .map(|w| {
+            load_secret(&w.secret)
+                .map(|secret| Arc::new(WebhookSource::new(w.clone(), secret)))
+                .map_err(DaemonError::Secret)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sinks = config
+        .sinks
+        .iter()
+        .map(|s| Sink::build(s, &c.data_dir))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(DaemonError::Sink)?;
+    let dlq = Arc::new(
+        DeadLetterQueue::open(&c.data_dir, config.dead_letters_max_rows)
+            .map_err(DaemonError::Store)?,
+    );
+    let plan = if config.flows.is_empty() {
+        Plan::direct(&config.source_names(), "push")
+    } else {
+        Plan::compile(config.flows.clone())
+    };
+    let engine = Arc::new(Engine::new(plan, Sinks::new(sinks), dlq));
+    // Bound before the pollers start, so the demo's first poll finds its device.
+    let simulator = Simulator::bind(&config.simulator).map_err(DaemonError::Bind)?;
+    if let Some(addr) = simulator.modbus_addr() {
+        log::info!("simulator: Modbus TCP plant on {addr}");
+    }
+    let modbus = ModbusPollers::new(&config.devices.modbus);
+    let (channels, alert_workers) = alerts::channels::build(&config.alerts);
+    let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
+    alerts::queues::watch(&mut hub, &engine);
+    let state = Arc::new(AppState {
+        name: c.name.clone(),
+        started: Instant::now(),
+        previous_version: crate::release::previous_version(),
+        http: c.http.clone(),
+        data_dir: c.data_dir.clone(),
+        shutdown: Shutdown::new(),
+        engine,
+        ingest: config
+            .ingest
+            .sources
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(IngestSource::new(s)))
+            .collect(),
+        webhooks,
+        devices: modbus.devices.clone(),
+        opcua: config
+            .devices
+            .opcua
+            .iter()
+            .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
+            .collect(),
+        stats: HttpStats::default(),
+        nats_sources: config
+            .nats
+            .sources
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(NatsSource::new(s)))
+            .collect(),
+        mqtt_sources: config
+            .mqtt
+            .sources
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(MqttSource::new(s)))
+            .collect(),
+        alerts: Arc::new(hub),
+        schedules: config
+            .schedules
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(ScheduleSource::new(s)))
+            .collect(),
+        backfills: config
+            .backfills
+            .iter()
+            .cloned()
+            .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
+            .collect(),
+    });
+    Ok(Parts {
+        state,
+        config,
+        simulator,
+        alert_workers,
+        modbus,
+    })
+}

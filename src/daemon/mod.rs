@@ -1,0 +1,278 @@
+//! `opex-connector run`: [`build`] makes every part from a validated config; [`run`] starts
+//! them, serves until SIGTERM or SIGINT, then stops them in order: stop accepting, let requests
+//! finish, stop the pollers, the sources and the deliverers, commit or insert what the sinks
+//! hold, close the stores.
+
+mod build;
+
+pub use build::{build, Parts};
+
+use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
+
+use crate::alerts;
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::shutdown::Shutdown;
+use crate::sinks::{BuildError, Running, StartContext};
+use crate::sources::pollers::PollerRuntime;
+use crate::sources::webhook;
+use crate::store::StoreError;
+
+/// Why the daemon could not start or run.
+#[derive(Debug)]
+pub enum DaemonError {
+    /// The data dir or a store could not be opened.
+    Store(StoreError),
+    /// A sink could not be built (its store, its client's TLS files).
+    Sink(BuildError),
+    /// The HTTP listener could not be bound.
+    Bind(std::io::Error),
+    /// The runtime or a thread could not be started.
+    Runtime(std::io::Error),
+    /// A secret file could not be read, or is readable by every user.
+    Secret(String),
+}
+
+impl fmt::Display for DaemonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Store(e) => write!(f, "cannot open a store: {e}"),
+            Self::Sink(e) => write!(f, "{e}"),
+            Self::Bind(e) => write!(f, "cannot listen: {e}"),
+            Self::Runtime(e) => write!(f, "cannot start: {e}"),
+            Self::Secret(e) => write!(f, "webhook secret: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DaemonError {}
+
+/// Builds the connector `config` describes and runs it until it is told to stop.
+pub fn run(config: Config) -> Result<(), DaemonError> {
+    let Parts {
+        state,
+        config,
+        simulator,
+        alert_workers,
+        mut modbus,
+    } = build(config)?;
+    let shutdown = state.shutdown.clone();
+    let engine = Arc::clone(&state.engine);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("opex-rt")
+        .on_thread_start(crate::priority::background_thread)
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    // The sinks first: their clients and deliverers run before any record arrives.
+    let ctx = StartContext {
+        engine: Arc::clone(&engine),
+        runtime: runtime.handle().clone(),
+        shutdown: shutdown.clone(),
+    };
+    let mut sinks = Running::default();
+    for sink in engine.sinks().iter() {
+        sinks.extend(sink.start(&ctx).map_err(DaemonError::Runtime)?);
+    }
+    // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
+    let pollers = if config.devices.modbus.is_empty() && config.devices.opcua.is_empty() {
+        None
+    } else {
+        Some(PollerRuntime::start().map_err(DaemonError::Runtime)?)
+    };
+    if let Some(rt) = &pollers {
+        modbus.start(&engine, rt, &shutdown);
+    }
+    #[allow(unused_mut)] // Without the `opcua` feature there is no OPC-UA task to push.
+    let mut poll_tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    #[cfg(feature = "opcua")]
+    if let Some(rt) = &pollers {
+        for (d, status) in config.devices.opcua.iter().zip(&state.opcua) {
+            poll_tasks.push(crate::sources::opcua::spawn(
+                rt,
+                d.clone(),
+                &config.connector.data_dir,
+                Arc::clone(&engine),
+                Arc::clone(status),
+                shutdown.clone(),
+            ));
+        }
+    }
+    let simulator_stop = Shutdown::new();
+    let simulator_tasks = {
+        let _entered = runtime.enter();
+        // Its own stop signal: the simulated plant stops after the pollers that read it, so
+        // they do not see their device vanish at every stop.
+        simulator.spawn(simulator_stop.clone())
+    };
+
+    let result = runtime.block_on(serve(Arc::clone(&state), alert_workers, shutdown.clone()));
+
+    // Stop, in order. The poll tasks end on the signal; a sample held at that moment is not
+    // offered again.
+    shutdown.trigger();
+    runtime.block_on(modbus.join());
+    if let Some(rt) = pollers {
+        // Each OPC-UA device task ends on the shutdown signal (a sample held for a full sink
+        // is given up with it); then the pollers' thread is joined, before the stores close.
+        let _ = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                for t in poll_tasks {
+                    let _ = t.await;
+                }
+            })
+            .await
+        });
+        rt.stop();
+    }
+    simulator_stop.trigger();
+    runtime.block_on(async {
+        for t in simulator_tasks {
+            let _ = t.await;
+        }
+        // The sinks' clients end on the signal, failing what waits so its sources retry.
+        for t in std::mem::take(&mut sinks.tasks) {
+            let _ = t.await;
+        }
+    });
+    // Deliverers and sweepers end on the signal; their queues keep what is not delivered.
+    for t in std::mem::take(&mut sinks.on_signal) {
+        if t.join().is_err() {
+            log::error!("a sink thread panicked");
+        }
+    }
+    // Tasks still running (webhook flows after an on_receipt 200) stop here; their requests
+    // stay in the inbox and run again at the next start.
+    drop(runtime);
+    // Commit what the writers hold; the database backlogs insert what they hold (bounded by
+    // their stop deadline).
+    for sink in engine.sinks().iter() {
+        sink.close();
+    }
+    for t in sinks.on_close {
+        if t.join().is_err() {
+            log::error!("a database sink thread panicked");
+        }
+    }
+    log::info!("stopped");
+    result
+}
+
+async fn serve(
+    state: Arc<AppState>,
+    alert_workers: alerts::channels::Workers,
+    shutdown: Shutdown,
+) -> Result<(), DaemonError> {
+    let listener = http::bind(state.http.listen)
+        .await
+        .map_err(DaemonError::Bind)?;
+    let addr = listener.local_addr().map_err(DaemonError::Bind)?;
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "opex-connector listening on http://{addr}/");
+        let _ = out.flush();
+    }
+    log::info!(
+        "started: name={} version={} http={addr}",
+        state.name,
+        crate::VERSION
+    );
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+
+    tokio::spawn(webhook::recover_inbox(Arc::clone(&state.engine)));
+    let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
+    let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
+    let live = tokio::spawn(http::publish_live_status(
+        Arc::clone(&state),
+        shutdown.clone(),
+    ));
+    let mut messaging = spawn_messaging(&state, &shutdown);
+    messaging.extend(alert_workers.spawn(&shutdown));
+    let feeds = spawn_feeds(&state, &shutdown);
+
+    wait_for_signal().await;
+    log::info!("stopping: finishing requests, committing, closing stores");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    shutdown.trigger();
+    let _ = server.await;
+    let _ = checker.await;
+    let _ = live.await;
+    http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
+    for task in messaging {
+        let _ = task.await;
+    }
+    // Backfills write their last checkpoint before the stores close.
+    for task in feeds {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+/// Starts the schedules and the backfills; each ends on the shutdown signal (a backfill
+/// checkpoints where it stands first).
+fn spawn_feeds(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
+    let engine = &state.engine;
+    let schedules = state
+        .schedules
+        .iter()
+        .map(|s| tokio::spawn(Arc::clone(s).run(Arc::clone(engine), shutdown.clone())));
+    let backfills = state
+        .backfills
+        .iter()
+        .map(|b| tokio::spawn(Arc::clone(b).run(Arc::clone(engine), shutdown.clone())));
+    schedules.chain(backfills).collect()
+}
+
+/// Starts the NATS and MQTT sources' consumers; each ends on the shutdown signal (a source
+/// settles what is in its pipeline first).
+fn spawn_messaging(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for s in &state.nats_sources {
+        tasks.push(tokio::spawn(
+            Arc::clone(s).run(Arc::clone(&state.engine), shutdown.clone()),
+        ));
+    }
+    for s in &state.mqtt_sources {
+        tasks.push(tokio::spawn(
+            Arc::clone(s).run(Arc::clone(&state.engine), shutdown.clone()),
+        ));
+    }
+    tasks
+}
+
+/// Waits for SIGTERM or SIGINT.
+pub(crate) async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+/// Runs the alert hub's checks (every `telemetry.alerts.check_interval_secs`) until shutdown,
+/// and feeds the systemd watchdog every [`CHECK_EVERY`](crate::admission::level::CHECK_EVERY) while the connector is healthy
+/// (on its own beat, so a long check interval cannot starve `WatchdogSec=30`).
+async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
+    let hub = tokio::spawn(Arc::clone(&state.alerts).run(shutdown.clone()));
+    let mut tick = tokio::time::interval(crate::admission::level::CHECK_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {},
+            _ = shutdown.wait() => break,
+        }
+        if http::healthy(&state) {
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+        }
+    }
+    let _ = hub.await;
+}

@@ -1,0 +1,57 @@
+//! A database table as the destination of a `queue: disk`: the deliverer's rows are decoded
+//! back into records, encoded for the table, and inserted with the kind's own [`Inserter`].
+//! A transient error keeps the rows; a permanent one (a column, a type) refuses the content,
+//! so the deliverer sends the batch row by row and the row refused alone goes to the queue's
+//! dead letters.
+
+use super::queue::{InsertError, Inserter, Row};
+use crate::record::Record;
+use crate::sinks::queue::{Destination, Failure, Verdict};
+use crate::store;
+
+/// Inserts batches from a disk queue into one table.
+pub struct TableDestination<T, I> {
+    inserter: I,
+    encode: Box<dyn Fn(&Record) -> T + Send>,
+}
+
+impl<T, I: Inserter<T>> TableDestination<T, I> {
+    /// A destination inserting with `inserter` the rows `encode` makes of each record.
+    pub fn new(inserter: I, encode: impl Fn(&Record) -> T + Send + 'static) -> Self {
+        Self {
+            inserter,
+            encode: Box::new(encode),
+        }
+    }
+}
+
+impl<T: Send, I: Inserter<T>> Destination for TableDestination<T, I> {
+    fn send(&mut self, rows: &[store::Row]) -> Verdict {
+        let mut batch = Vec::with_capacity(rows.len());
+        for r in rows {
+            match Record::from_line(&r.line) {
+                Ok(record) => batch.push(Row {
+                    data: (self.encode)(&record),
+                    record,
+                    tracked: false,
+                }),
+                // A row that is not a record can never be inserted.
+                Err(e) => {
+                    return Verdict::Refused {
+                        error: Failure::new("not a record", e.to_string()),
+                    }
+                }
+            }
+        }
+        match self.inserter.insert(&batch) {
+            Ok(()) => Verdict::Delivered,
+            Err(InsertError::Transient(m)) => Verdict::Retry {
+                error: Failure::from_detail(m),
+                after: None,
+            },
+            Err(InsertError::Permanent(m)) => Verdict::Refused {
+                error: Failure::from_detail(m),
+            },
+        }
+    }
+}

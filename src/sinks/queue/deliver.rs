@@ -1,0 +1,550 @@
+//! The deliverer: drains a queue's head to its destination, in order, on a thread of its own.
+//!
+//! Rows are deleted only after the destination confirmed them. Each attempt ends in a
+//! [`Verdict`]:
+//! - `Delivered`: the rows go.
+//! - `Retry` (a timeout, a lost connection, a busy server; HTTP 408, 429, 5xx): the batch is
+//!   kept, order with it, and sent again after a back-off that doubles from `retry_initial` to
+//!   `retry_max` (a `Retry-After` in seconds is honoured).
+//! - `Held` (the destination refuses the *request*, not the records: HTTP 401, 403, 404, a
+//!   rotated token, a wrong URL): the rows are kept and retried with the same back-off, the
+//!   queue's `held` alert is raised and the reason shown. A misconfiguration never costs data.
+//! - `Refused` (the destination names the *content*: HTTP 400, 413, 415, 422, a database type
+//!   error): the batch is sent again one row at a time, and a row refused alone moves to the
+//!   queue's dead-letter table, so one bad record cannot hold the queue back. After
+//!   [`HOLD_AFTER_REFUSALS`] single-row refusals in a row the deliverer stops dead-lettering and
+//!   holds the queue instead: a destination that refuses everything is broken, not the data.
+//!
+//! It runs on its own thread (blocking clients, or `block_on` for the async ones), so a slow
+//! destination never occupies the async runtime.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::Drain;
+use crate::shutdown::Shutdown;
+use crate::store::Row;
+use crate::telemetry::events;
+
+/// Single-row refusals in a row after which the queue is held instead of dead-lettered.
+pub const HOLD_AFTER_REFUSALS: u64 = 20;
+/// Longest detail kept of a failure (a receiver's body, a server's message).
+pub const MAX_DETAIL: usize = 512;
+
+/// What went wrong with one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// A short class that carries no caller data (`HTTP 401`, `timeout`, `connect`): what
+    /// the public documents show.
+    pub class: String,
+    /// The full text (a receiver's body, a server's message), which may echo a record: only
+    /// the admin endpoint shows it.
+    pub detail: String,
+}
+
+impl Failure {
+    /// A failure whose class is the start of `detail` up to its first `": "` (a status, an
+    /// SQLSTATE, `request failed`), at most 48 bytes: the messages of the destinations put
+    /// their code first and the rows or bodies after it.
+    pub fn from_detail(detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        let head = detail.split(": ").next().unwrap_or("");
+        let mut end = head.len().min(48);
+        while !head.is_char_boundary(end) {
+            end -= 1;
+        }
+        let class = head[..end].trim().to_string();
+        Self::new(class, detail)
+    }
+
+    /// A failure of class `class` with `detail` (cut at [`MAX_DETAIL`] bytes).
+    pub fn new(class: impl Into<String>, detail: impl Into<String>) -> Self {
+        let mut detail = detail.into();
+        if detail.len() > MAX_DETAIL {
+            let mut end = MAX_DETAIL;
+            while !detail.is_char_boundary(end) {
+                end -= 1;
+            }
+            detail.truncate(end);
+            detail.push_str("...");
+        }
+        Self {
+            class: class.into(),
+            detail,
+        }
+    }
+}
+
+/// The judgement of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Confirmed: the rows may be deleted.
+    Delivered,
+    /// Transient: keep the rows, send them again after the back-off or `after`.
+    Retry {
+        /// Why.
+        error: Failure,
+        /// The destination's own wait (`Retry-After`).
+        after: Option<Duration>,
+    },
+    /// The request or the configuration is refused (authentication, address): keep the rows,
+    /// retry with back-off, alert.
+    Held {
+        /// Why.
+        error: Failure,
+    },
+    /// The content is refused: row by row, then dead letters.
+    Refused {
+        /// Why.
+        error: Failure,
+    },
+}
+
+/// A destination a deliverer sends batches to.
+pub trait Destination: Send {
+    /// Sends `rows` (oldest first; each `line` is a record's uplink line) and judges the
+    /// answer. Blocking.
+    fn send(&mut self, rows: &[Row]) -> Verdict;
+}
+
+/// Back-off and batch size of a deliverer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryConfig {
+    /// Most rows per attempt.
+    pub batch_rows: usize,
+    /// First retry delay, doubled after each failure.
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+}
+
+/// What `/api/status` and the alert hub see of a deliverer.
+#[derive(Debug, Default)]
+pub struct DeliveryStatus {
+    /// True while the last attempt succeeded.
+    healthy: AtomicBool,
+    /// Failed attempts (each retried).
+    failures_total: AtomicU64,
+    /// Holding the queue: the destination refuses the requests, or refused
+    /// [`HOLD_AFTER_REFUSALS`] rows in a row.
+    held: AtomicBool,
+    /// Times the queue was put on hold.
+    holds_total: AtomicU64,
+    /// Milliseconds spent on hold before the current hold.
+    held_ms: AtomicU64,
+    /// Single-row refusals since the last delivery.
+    refusals_in_a_row: AtomicU64,
+    /// The last failure and when it happened (Unix ms), cleared by the next delivery.
+    last_error: Mutex<Option<(Failure, u64)>>,
+    /// When the current hold began.
+    held_since: Mutex<Option<Instant>>,
+}
+
+impl DeliveryStatus {
+    /// True while the last attempt succeeded.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// True while the queue is on hold.
+    pub fn held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Failed attempts.
+    pub fn failures_total(&self) -> u64 {
+        self.failures_total.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds spent on hold in all, the current hold included: grows while on hold, so
+    /// the alert hub sees it as a counter that is critical while it grows.
+    pub fn held_ms_total(&self) -> u64 {
+        let now = self
+            .held_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_or(0, |t| t.elapsed().as_millis() as u64);
+        self.held_ms.load(Ordering::Relaxed) + now
+    }
+
+    /// The class of the last failure (public), when there is one.
+    pub fn last_error_class(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(f, _)| f.class.clone())
+    }
+
+    /// The public part: no caller data.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "healthy": self.healthy(),
+            "held": self.held(),
+            "holds_total": self.holds_total.load(Ordering::Relaxed),
+            "failures_total": self.failures_total(),
+            "refusals_in_a_row": self.refusals_in_a_row.load(Ordering::Relaxed),
+            "last_error": self.last_error_class(),
+        })
+    }
+
+    /// The full text of the last failure, for the admin endpoint.
+    pub fn detail_json(&self) -> Value {
+        match &*self.last_error.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((f, at)) => json!({"class": f.class, "detail": f.detail, "at": at}),
+            None => Value::Null,
+        }
+    }
+
+    fn failed(&self, error: &Failure) {
+        self.failures_total.fetch_add(1, Ordering::Relaxed);
+        self.healthy.store(false, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((error.clone(), crate::record::now_ms()));
+    }
+
+    fn delivered(&self) {
+        self.healthy.store(true, Ordering::Relaxed);
+        self.refusals_in_a_row.store(0, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.release();
+    }
+
+    /// Puts the queue on hold; true when it was not on hold before.
+    fn hold(&self) -> bool {
+        let mut since = self.held_since.lock().unwrap_or_else(|e| e.into_inner());
+        if since.is_some() {
+            return false;
+        }
+        *since = Some(Instant::now());
+        self.held.store(true, Ordering::Relaxed);
+        self.holds_total.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn release(&self) {
+        let mut since = self.held_since.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = since.take() {
+            self.held_ms
+                .fetch_add(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+            self.held.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A deliverer: one queue, one destination, one thread.
+pub struct Deliverer {
+    /// The sink's name, for logs and the thread.
+    sink: String,
+    cfg: DeliveryConfig,
+    drain: Arc<dyn Drain>,
+    destination: Box<dyn Destination>,
+    status: Arc<DeliveryStatus>,
+    shutdown: Shutdown,
+}
+
+impl Deliverer {
+    /// A deliverer of sink `sink` draining `drain` into `destination`.
+    pub fn new(
+        sink: &str,
+        cfg: DeliveryConfig,
+        drain: Arc<dyn Drain>,
+        destination: Box<dyn Destination>,
+        status: Arc<DeliveryStatus>,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            sink: sink.to_string(),
+            cfg,
+            drain,
+            destination,
+            status,
+            shutdown,
+        }
+    }
+
+    /// Starts the thread; it stops when `shutdown` triggers.
+    pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name(format!("deliver-{}", self.sink))
+            .spawn(move || {
+                crate::priority::background_thread();
+                self.run()
+            })
+    }
+
+    fn run(mut self) {
+        let mut mark = 0;
+        let mut delay = self.cfg.retry_initial;
+        // After a content refusal of a batch, rows up to this seq go one at a time.
+        let mut singles_through: Option<u64> = None;
+        while !self.shutdown.is_triggered() {
+            let max = if singles_through.is_some() {
+                1
+            } else {
+                self.cfg.batch_rows
+            };
+            let rows = match self.drain.peek(max) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    let error = Failure::new("queue", format!("cannot read the queue: {e}"));
+                    self.wait_after(&error, delay);
+                    continue;
+                }
+            };
+            let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+                singles_through = None;
+                mark = self.drain.wait_appended(mark, Duration::from_millis(500));
+                continue;
+            };
+            let (first, last) = (first.seq, last.seq);
+            if singles_through.is_some_and(|s| first > s) {
+                singles_through = None;
+                continue;
+            }
+            match self.destination.send(&rows) {
+                Verdict::Delivered => {
+                    delay = self.cfg.retry_initial;
+                    self.status.delivered();
+                    match self.drain.remove_through(last) {
+                        Ok(n) => events::delivered(&self.sink, n),
+                        Err(e) => {
+                            // Delivered but not deleted: it will be sent again (a duplicate
+                            // with the same id, which the destination can drop).
+                            let error =
+                                Failure::new("queue", format!("cannot delete delivered rows: {e}"));
+                            self.wait_after(&error, delay);
+                        }
+                    }
+                }
+                Verdict::Retry { error, after } => {
+                    let wait = after.unwrap_or(delay).min(self.cfg.retry_max.max(delay));
+                    self.wait_after(&error, wait);
+                    delay = (delay * 2).min(self.cfg.retry_max);
+                }
+                Verdict::Held { error } => {
+                    if self.status.hold() {
+                        events::delivery_held(
+                            &self.sink,
+                            &error.class,
+                            "the destination refuses the requests",
+                        );
+                    }
+                    self.wait_after(&error, delay);
+                    delay = (delay * 2).min(self.cfg.retry_max);
+                }
+                Verdict::Refused { error } if rows.len() > 1 => {
+                    singles_through = Some(last);
+                    log::warn!(
+                        "destination refused a batch, sending it one row at a time: sink={} rows={} error={}",
+                        self.sink,
+                        rows.len(),
+                        error.class
+                    );
+                }
+                Verdict::Refused { error } => {
+                    let in_a_row = self
+                        .status
+                        .refusals_in_a_row
+                        .fetch_add(1, Ordering::Relaxed)
+                        + 1;
+                    if in_a_row >= HOLD_AFTER_REFUSALS {
+                        if self.status.hold() {
+                            events::delivery_held(
+                                &self.sink,
+                                &error.class,
+                                "the destination refused every one of the last rows: rows kept, not dead-lettered",
+                            );
+                        }
+                        self.wait_after(&error, delay);
+                        delay = (delay * 2).min(self.cfg.retry_max);
+                        continue;
+                    }
+                    self.status.failed(&error);
+                    events::delivery_dead_lettered(&self.sink, first, &error.class);
+                    let reason = format!("{}: {}", error.class, error.detail);
+                    if let Err(e) = self.drain.dead_letter(first, &reason) {
+                        let error =
+                            Failure::new("queue", format!("cannot move a dead letter: {e}"));
+                        self.wait_after(&error, delay);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a failed attempt and waits `wait` (or until shutdown).
+    fn wait_after(&self, error: &Failure, wait: Duration) {
+        self.status.failed(error);
+        events::delivery_retry(&self.sink, &error.class, wait.as_millis() as u64);
+        self.shutdown.wait_timeout(wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::store::StoreError;
+
+    /// A queue in memory that records what the deliverer did.
+    #[derive(Default)]
+    struct FakeQueue {
+        rows: Mutex<VecDeque<Row>>,
+        dead: Mutex<Vec<u64>>,
+    }
+
+    impl Drain for FakeQueue {
+        fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
+            Ok(self
+                .rows
+                .lock()
+                .unwrap()
+                .iter()
+                .take(max)
+                .cloned()
+                .collect())
+        }
+        fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
+            let mut rows = self.rows.lock().unwrap();
+            let before = rows.len();
+            rows.retain(|r| r.seq > seq);
+            Ok((before - rows.len()) as u64)
+        }
+        fn dead_letter(&self, seq: u64, _reason: &str) -> Result<bool, StoreError> {
+            self.rows.lock().unwrap().retain(|r| r.seq != seq);
+            self.dead.lock().unwrap().push(seq);
+            Ok(true)
+        }
+        fn wait_appended(&self, seen: u64, timeout: Duration) -> u64 {
+            std::thread::sleep(timeout.min(Duration::from_millis(5)));
+            seen
+        }
+    }
+
+    /// Answers with a scripted verdict per attempt, then `Delivered`; stops the deliverer once
+    /// `stop_after` attempts were made.
+    struct Script {
+        verdicts: VecDeque<Verdict>,
+        attempts: Arc<Mutex<Vec<Vec<u64>>>>,
+        stop_after: usize,
+        shutdown: Shutdown,
+    }
+
+    impl Destination for Script {
+        fn send(&mut self, rows: &[Row]) -> Verdict {
+            let mut attempts = self.attempts.lock().unwrap();
+            attempts.push(rows.iter().map(|r| r.seq).collect());
+            if attempts.len() >= self.stop_after {
+                self.shutdown.trigger();
+            }
+            self.verdicts.pop_front().unwrap_or(Verdict::Delivered)
+        }
+    }
+
+    fn run(
+        rows: u64,
+        verdicts: Vec<Verdict>,
+        stop_after: usize,
+    ) -> (Arc<FakeQueue>, Vec<Vec<u64>>, Arc<DeliveryStatus>) {
+        let queue = Arc::new(FakeQueue::default());
+        for seq in 0..rows {
+            queue.rows.lock().unwrap().push_back(Row {
+                seq,
+                line: b"{}".to_vec(),
+            });
+        }
+        let shutdown = Shutdown::new();
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(DeliveryStatus::default());
+        let d = Deliverer::new(
+            "test",
+            DeliveryConfig {
+                batch_rows: 10,
+                retry_initial: Duration::from_millis(1),
+                retry_max: Duration::from_millis(2),
+            },
+            Arc::clone(&queue) as Arc<dyn Drain>,
+            Box::new(Script {
+                verdicts: verdicts.into(),
+                attempts: Arc::clone(&attempts),
+                stop_after,
+                shutdown: shutdown.clone(),
+            }),
+            Arc::clone(&status),
+            shutdown,
+        );
+        d.run();
+        let attempts = attempts.lock().unwrap().clone();
+        (queue, attempts, status)
+    }
+
+    fn refused() -> Verdict {
+        Verdict::Refused {
+            error: Failure::new("HTTP 422", "bad field"),
+        }
+    }
+
+    #[test]
+    fn an_auth_failure_keeps_every_row_and_holds_the_queue_until_the_receiver_takes_them() {
+        let held = Verdict::Held {
+            error: Failure::new("HTTP 401", "token expired"),
+        };
+        let (queue, attempts, status) = run(3, vec![held.clone(), held.clone(), held], 4);
+        assert!(queue.dead.lock().unwrap().is_empty());
+        assert_eq!(attempts.len(), 4);
+        assert!(attempts.iter().all(|a| a == &vec![0, 1, 2]), "{attempts:?}");
+        assert!(queue.rows.lock().unwrap().is_empty());
+        assert!(!status.held());
+        assert_eq!(status.holds_total.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_refused_batch_goes_row_by_row_and_only_the_row_refused_alone_is_dead_lettered() {
+        // The batch is refused, then row 0 passes, row 1 is refused alone, row 2 passes.
+        let (queue, attempts, _) = run(3, vec![refused(), Verdict::Delivered, refused()], 4);
+        assert_eq!(attempts, vec![vec![0, 1, 2], vec![0], vec![1], vec![2]]);
+        assert_eq!(*queue.dead.lock().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn twenty_refusals_in_a_row_hold_the_queue_instead_of_dead_lettering_it() {
+        let n = HOLD_AFTER_REFUSALS as usize;
+        let verdicts = vec![refused(); n + 5];
+        let (queue, _, status) = run(40, verdicts, n + 4);
+        // The first 19 rows refused alone are dead letters; the 20th holds the queue (batch
+        // refusals do not count: only a row refused alone says something about that row).
+        assert_eq!(queue.dead.lock().unwrap().len(), n - 1);
+        assert!(status.held());
+        assert_eq!(queue.rows.lock().unwrap().len(), 40 - (n - 1));
+        assert_eq!(status.last_error_class().as_deref(), Some("HTTP 422"));
+    }
+
+    #[test]
+    fn the_public_class_is_the_code_in_front_of_the_message() {
+        assert_eq!(
+            Failure::from_detail("HTTP 500: Code: 16. DB::Exception: row {\"card\":1}").class,
+            "HTTP 500"
+        );
+        assert_eq!(
+            Failure::from_detail("ERROR 23505: duplicate key (detail: Key (id)=(7))").class,
+            "ERROR 23505"
+        );
+        assert_eq!(
+            Failure::from_detail("no answer within 10s").class,
+            "no answer within 10s"
+        );
+    }
+
+    #[test]
+    fn failure_details_are_cut_on_a_character_boundary() {
+        let f = Failure::new("HTTP 400", "é".repeat(MAX_DETAIL));
+        assert!(f.detail.len() <= MAX_DETAIL + 3);
+        assert!(f.detail.ends_with("..."));
+    }
+}

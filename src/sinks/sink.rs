@@ -1,0 +1,561 @@
+//! One configured sink: its name, its kind, and (with `queue: disk`) the durable queue in
+//! front of its destination. Everything the rest of the program does with a sink is a method
+//! of [`Sink`]; the arms per kind are all in this file, and none is a wildcard, so a new kind
+//! is its folder, its [`Kind`] arm here and its config arm in [`super::config`].
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use serde_json::{Map, Value};
+
+use super::backlog::PushError;
+use super::clickhouse::ClickHouseSink;
+use super::config::{SinkConfig, SinkSpec};
+use super::mqtt::MqttSink;
+use super::nats::NatsSink;
+use super::postgres::PostgresSink;
+use super::push::PushSink;
+use super::queue::{Deliverer, DiskQueue, DiskQueueConfig, QueueMode, DISK_FAMILIES};
+use super::report::{Report, Samples};
+use super::storage::StorageSink;
+use crate::admission::{Refused, Reservation};
+use crate::engine::Engine;
+use crate::record::Record;
+use crate::shutdown::Shutdown;
+use crate::store::queue::Tag;
+use crate::store::{DeadLetter, StoreError};
+
+/// The documents of the delivery document that a sink named after its kind shows at the top
+/// level of `/api/status`; `null` when no such sink exists.
+pub const TOP_LEVEL_DOCUMENTS: &[&str] = &[
+    "push_queue",
+    "push_status",
+    "uplink",
+    "storage",
+    "clickhouse",
+    "postgres",
+];
+
+/// The kinds, with their runtime.
+enum Kind {
+    /// A durable (or volatile) queue and its HTTP uplink.
+    Push(Arc<PushSink>),
+    /// A local event history.
+    Storage(Arc<StorageSink>),
+    /// A ClickHouse table.
+    ClickHouse(Arc<ClickHouseSink>),
+    /// A Postgres table.
+    Postgres(Arc<PostgresSink>),
+    /// A NATS subject (JetStream with ack, or core + flush).
+    Nats(Arc<NatsSink>),
+    /// An MQTT topic.
+    Mqtt(Arc<MqttSink>),
+}
+
+/// What a sink did with a record it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// Stored, queued, or confirmed by its destination.
+    Stored,
+    /// Kept out by design (the push preprocess: deadband, aggregation).
+    Suppressed,
+    /// Handed over with nothing to confirm it (MQTT QoS 0).
+    Unconfirmed,
+}
+
+/// Why a delivery failed after admission.
+#[derive(Debug)]
+pub enum DeliveryError {
+    /// The sink refused (it filled up since admission, or the record grew): the source retries.
+    Refused(Refused),
+    /// The sink could not store it: the source retries.
+    Store(StoreError),
+    /// The destination did not confirm it (after its retries): the source retries.
+    Publish(String),
+    /// The record itself cannot be delivered (a topic or subject it would make is not valid):
+    /// retrying cannot help, so it goes to the dead-letter queue with the reason.
+    Rejected(String),
+}
+
+impl std::fmt::Display for DeliveryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused(_) => write!(f, "refused (full)"),
+            Self::Store(e) => write!(f, "{e}"),
+            Self::Publish(e) | Self::Rejected(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<PushError> for DeliveryError {
+    fn from(e: PushError) -> Self {
+        match e {
+            PushError::Refused(r) => Self::Refused(r),
+            PushError::Closed => Self::Store(StoreError::Closed),
+        }
+    }
+}
+
+/// Why a sink could not be built.
+#[derive(Debug)]
+pub enum BuildError {
+    /// A store could not be opened.
+    Store(String, StoreError),
+    /// A client could not be set up (a TLS file, say).
+    Client(String, String),
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Store(sink, e) => write!(f, "sink {sink}: cannot open its store: {e}"),
+            Self::Client(sink, e) => write!(f, "sink {sink}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// What a sink needs to start.
+pub struct StartContext {
+    /// The engine (for the dead-letter queue of the memory backlogs).
+    pub engine: Arc<Engine>,
+    /// The daemon's runtime, for the async clients.
+    pub runtime: tokio::runtime::Handle,
+    /// The stop signal.
+    pub shutdown: Shutdown,
+}
+
+/// What a started sink leaves running.
+#[derive(Default)]
+pub struct Running {
+    /// Threads that end on the stop signal (deliverers, sweepers): joined before the runtime
+    /// stops.
+    pub on_signal: Vec<JoinHandle<()>>,
+    /// Threads that end once the sink is closed (memory backlogs inserting what is left):
+    /// joined after [`Sink::close`].
+    pub on_close: Vec<JoinHandle<()>>,
+    /// Tasks on the runtime that end on the stop signal (broker clients).
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Adds what `other` runs.
+    pub fn extend(&mut self, other: Running) {
+        self.on_signal.extend(other.on_signal);
+        self.on_close.extend(other.on_close);
+        self.tasks.extend(other.tasks);
+    }
+}
+
+/// One sink.
+pub struct Sink {
+    name: String,
+    kind: Kind,
+    /// `queue: disk` in front of the destination (push keeps its queue inside).
+    queue: Option<Arc<DiskQueue>>,
+}
+
+/// The file of sink `name`'s `queue: disk`.
+pub fn queue_file(name: &str) -> String {
+    format!("queue-{name}.db")
+}
+
+impl Sink {
+    /// Builds sink `cfg` (opens its stores under `data_dir`, sets up its clients).
+    pub fn build(cfg: &SinkConfig, data_dir: &Path) -> Result<Self, BuildError> {
+        let name = cfg.name.as_str();
+        let store = |e| BuildError::Store(name.to_string(), e);
+        let client = |e| BuildError::Client(name.to_string(), e);
+        let (kind, mode) = match &cfg.spec {
+            SinkSpec::Push(c) => (
+                Kind::Push(Arc::new(PushSink::open(name, c, data_dir).map_err(store)?)),
+                QueueMode::Memory,
+            ),
+            SinkSpec::Storage(c) => (
+                Kind::Storage(Arc::new(
+                    StorageSink::open(name, c, data_dir).map_err(store)?,
+                )),
+                QueueMode::Memory,
+            ),
+            SinkSpec::ClickHouse(c) => (
+                Kind::ClickHouse(Arc::new(ClickHouseSink::new(name, c.clone()))),
+                c.queue,
+            ),
+            SinkSpec::Postgres(c) => (
+                Kind::Postgres(Arc::new(PostgresSink::new(name, c.clone()))),
+                c.queue,
+            ),
+            SinkSpec::Nats(c) => (
+                Kind::Nats(Arc::new(NatsSink::new(name, c.clone()))),
+                c.queue,
+            ),
+            SinkSpec::Mqtt(c) => (
+                Kind::Mqtt(Arc::new(MqttSink::new(name, c.clone()).map_err(client)?)),
+                c.queue,
+            ),
+        };
+        let queue = match mode {
+            QueueMode::Memory => None,
+            QueueMode::Disk(q) => Some(Arc::new(open_queue(name, &q, data_dir).map_err(store)?)),
+        };
+        Ok(Self {
+            name: name.to_string(),
+            kind,
+            queue,
+        })
+    }
+
+    /// The name flows, `/api/status`, metric labels and the ledger use.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its kind: `push`, `storage`, `clickhouse`, `postgres`, `nats` or `mqtt`.
+    pub fn kind(&self) -> &'static str {
+        match &self.kind {
+            Kind::Push(_) => "push",
+            Kind::Storage(_) => "storage",
+            Kind::ClickHouse(_) => "clickhouse",
+            Kind::Postgres(_) => "postgres",
+            Kind::Nats(_) => "nats",
+            Kind::Mqtt(_) => "mqtt",
+        }
+    }
+
+    /// The logical bytes `record` takes in this sink (rows for a database backlog).
+    pub fn bytes(&self, record: &Record) -> u64 {
+        if self.queue.is_some() {
+            return DiskQueue::row_bytes(&record.to_line());
+        }
+        match &self.kind {
+            Kind::Push(p) => p.bytes(record),
+            Kind::Storage(s) => s.bytes(record),
+            // The database backlogs are bounded in rows: their gates count one per record.
+            Kind::ClickHouse(_) | Kind::Postgres(_) => 1,
+            Kind::Nats(n) => n.bytes(record),
+            Kind::Mqtt(m) => m.bytes(record),
+        }
+    }
+
+    /// Asks the sink to admit `bytes`, before any node runs.
+    pub fn admit(&self, bytes: u64) -> Result<Reservation, Refused> {
+        if let Some(q) = &self.queue {
+            return q.admit(bytes);
+        }
+        match &self.kind {
+            Kind::Push(p) => p.admit(bytes),
+            Kind::Storage(s) => s.admit(bytes),
+            Kind::ClickHouse(c) => match c.backlog() {
+                Some(b) => b.gate().admit(bytes),
+                None => Err(Refused {
+                    after: crate::admission::RETRY_AFTER,
+                }),
+            },
+            Kind::Postgres(p) => match p.backlog() {
+                Some(b) => b.gate().admit(bytes),
+                None => Err(Refused {
+                    after: crate::admission::RETRY_AFTER,
+                }),
+            },
+            Kind::Nats(n) => {
+                n.admit()?;
+                n.gate().admit(bytes)
+            }
+            Kind::Mqtt(m) => {
+                m.admit()?;
+                m.gate().admit(bytes)
+            }
+        }
+    }
+
+    /// True for the sinks that hold a record in a queue before it reaches its destination
+    /// (push, the database backlogs, any `queue: disk`): the ledger tracks a record's copy
+    /// there until it leaves.
+    pub fn is_queue(&self) -> bool {
+        if self.queue.is_some() {
+            return true;
+        }
+        match &self.kind {
+            Kind::Push(_) | Kind::ClickHouse(_) | Kind::Postgres(_) => true,
+            Kind::Storage(_) | Kind::Nats(_) | Kind::Mqtt(_) => false,
+        }
+    }
+
+    /// Hands `record` to the sink; returns once it is stored, queued or confirmed.
+    /// `reservation` covers what admission reserved; `tracked`: this copy carries the record in
+    /// the ledger's per-source figures.
+    pub async fn deliver(
+        &self,
+        record: &Record,
+        mut reservation: Reservation,
+        tracked: bool,
+    ) -> Result<Delivered, DeliveryError> {
+        if let Some(q) = &self.queue {
+            let line = record.to_line();
+            reservation
+                .top_up(q.gate(), DiskQueue::row_bytes(&line))
+                .map_err(DeliveryError::Refused)?;
+            let tag = Tag {
+                source: record.source.clone(),
+                tracked,
+            };
+            q.append(line, &tag, reservation)
+                .await
+                .map_err(DeliveryError::Store)?;
+            return Ok(Delivered::Stored);
+        }
+        match &self.kind {
+            Kind::Push(p) => p.deliver(record, reservation, tracked).await,
+            Kind::Storage(s) => s.deliver(record, reservation).await,
+            // Returns once the row is in the memory backlog, not once it is inserted.
+            Kind::ClickHouse(c) => c.deliver(record, tracked, reservation),
+            Kind::Postgres(p) => p.deliver(record, tracked, reservation),
+            Kind::Nats(n) => n.deliver(record).await,
+            Kind::Mqtt(m) => m.deliver(record).await,
+        }
+    }
+
+    /// Starts what the sink runs: its clients, its insert thread, its deliverer.
+    pub fn start(&self, ctx: &StartContext) -> std::io::Result<Running> {
+        let mut running = match &self.kind {
+            Kind::Push(p) => p.start(ctx)?,
+            Kind::Storage(s) => s.start(ctx)?,
+            Kind::ClickHouse(c) => c.start(ctx)?,
+            Kind::Postgres(p) => p.start(ctx)?,
+            Kind::Nats(n) => n.start(ctx)?,
+            Kind::Mqtt(m) => m.start(ctx)?,
+        };
+        if let Some(q) = &self.queue {
+            let destination = match &self.kind {
+                // Push's queue is its own, drained by its uplink; storage has no queue.
+                Kind::Push(_) | Kind::Storage(_) => None,
+                Kind::ClickHouse(c) => Some((c.destination(), c.delivery())),
+                Kind::Postgres(p) => Some((p.destination()?, p.delivery())),
+                Kind::Nats(n) => Some((n.destination(ctx), n.delivery())),
+                Kind::Mqtt(m) => Some((m.destination(ctx), m.delivery())),
+            };
+            if let Some((destination, delivery)) = destination {
+                let deliverer = Deliverer::new(
+                    &self.name,
+                    delivery,
+                    q.drain(),
+                    destination,
+                    Arc::clone(q.delivery()),
+                    ctx.shutdown.clone(),
+                );
+                running.on_signal.push(deliverer.spawn()?);
+            }
+        }
+        Ok(running)
+    }
+
+    /// Stops taking records and commits or inserts what is held (database backlogs up to
+    /// their stop deadline). Call it after the threads that end on the signal were joined.
+    pub fn close(&self) {
+        match &self.kind {
+            Kind::Push(p) => p.close(),
+            Kind::Storage(s) => s.close(),
+            Kind::ClickHouse(c) => c.close(),
+            Kind::Postgres(p) => p.close(),
+            Kind::Nats(_) | Kind::Mqtt(_) => {}
+        }
+        if let Some(q) = &self.queue {
+            q.close();
+        }
+    }
+
+    /// Everything the rest of the program reads of it, now.
+    pub fn report(&self) -> Report {
+        let mut r = match &self.kind {
+            Kind::Push(p) => p.report(),
+            Kind::Storage(s) => s.report(),
+            Kind::ClickHouse(c) => c.report(),
+            Kind::Postgres(p) => p.report(),
+            Kind::Nats(n) => n.report(),
+            Kind::Mqtt(m) => m.report(),
+        };
+        if let Some(q) = &self.queue {
+            queued_report(&self.name, q, &mut r);
+        }
+        let mut entry = Map::new();
+        entry.insert("name".into(), self.name.clone().into());
+        entry.insert("type".into(), self.kind().into());
+        entry.extend(std::mem::take(&mut r.entry));
+        r.entry = entry;
+        if self.name == self.kind() {
+            r.documents = match &self.kind {
+                Kind::Push(_) => vec![
+                    ("push_queue", r.status["queue"].clone()),
+                    ("push_status", r.status["queue"].clone()),
+                    ("uplink", r.status["uplink"].clone()),
+                ],
+                Kind::Storage(_) => vec![("storage", r.status.clone())],
+                Kind::ClickHouse(_) => vec![("clickhouse", r.status.clone())],
+                Kind::Postgres(_) => vec![("postgres", r.status.clone())],
+                Kind::Nats(_) | Kind::Mqtt(_) => Vec::new(),
+            };
+        }
+        r
+    }
+
+    /// The full text of the sink's last errors (they may echo records): the admin endpoint's.
+    pub fn error_detail(&self) -> Value {
+        let own = match &self.kind {
+            Kind::Push(p) => p.error_detail(),
+            Kind::Storage(_) => Value::Null,
+            Kind::ClickHouse(c) => c.error_detail(),
+            Kind::Postgres(p) => p.error_detail(),
+            Kind::Nats(n) => n.error_detail(),
+            Kind::Mqtt(m) => m.error_detail(),
+        };
+        serde_json::json!({
+            "sink": self.name,
+            "type": self.kind(),
+            "last_error": own,
+            "queue_last_error": self.queue.as_ref().map(|q| q.delivery().detail_json()),
+        })
+    }
+
+    /// For sinks with a durable queue: its `pending` counts compared with its rows, read one
+    /// by one (one pass over the queue). `None` for the others.
+    pub fn verify(&self) -> Option<Value> {
+        if let Some(q) = &self.queue {
+            return Some(q.verify());
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.verify()),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
+    /// The dead letters of its queue (after `after`, at most `max`) and how many there are;
+    /// `None` for sinks without a queue of their own.
+    pub fn dead_letters(
+        &self,
+        after: Option<u64>,
+        max: usize,
+    ) -> Option<Result<(Vec<DeadLetter>, u64), StoreError>> {
+        if let Some(q) = &self.queue {
+            let total = q
+                .counters()
+                .dead_rows
+                .load(std::sync::atomic::Ordering::Relaxed);
+            return Some(q.dead_letters(after, max).map(|rows| (rows, total)));
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.dead_letters(after, max)),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
+    /// What its deliverer drains: its queue (`None` for sinks without one).
+    pub fn drain(&self) -> Option<Arc<dyn super::queue::Drain>> {
+        if let Some(q) = &self.queue {
+            return Some(q.drain());
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.drain()),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
+    /// The event history, for a storage sink.
+    pub fn storage(&self) -> Option<&Arc<StorageSink>> {
+        match &self.kind {
+            Kind::Storage(s) => Some(s),
+            Kind::Push(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+}
+
+fn open_queue(name: &str, cfg: &DiskQueueConfig, data_dir: &Path) -> Result<DiskQueue, StoreError> {
+    DiskQueue::open(&data_dir.join(queue_file(name)), name, cfg)
+}
+
+/// Adds a `queue: disk`'s part to its sink's report: the queue in the entry and the status,
+/// its queues and alerted counters, its ledger part and figures, its samples.
+fn queued_report(name: &str, q: &DiskQueue, r: &mut Report) {
+    let st = q.status(0);
+    r.entry.insert(
+        "dropped".into(),
+        (st.evicted_total + st.dropped_total).into(),
+    );
+    r.entry.insert("blocked".into(), st.blocked_total.into());
+    r.entry.insert("queue_rows".into(), st.rows.into());
+    r.entry.insert("durable".into(), true.into());
+    r.entry.insert("backlog".into(), "disk".into());
+    r.entry
+        .insert("note".into(), super::queue::DISK_NOTE.into());
+    r.entry
+        .insert("last_error".into(), q.delivery().last_error_class().into());
+    let mut status = match std::mem::take(&mut r.status) {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    status.insert(
+        "queue".into(),
+        serde_json::to_value(&st).unwrap_or_default(),
+    );
+    status.insert("delivery".into(), q.delivery().to_json());
+    r.status = Value::Object(status);
+    r.queues = q.queue_reports(&st);
+    r.components.extend(q.components());
+    r.ledger_part = Some((name.to_string(), q.ledger_part()));
+    r.ledger = q.figures();
+    r.accepting = q.accepting();
+    let mut s = Samples::new(name);
+    super::queue::write_samples(
+        &DISK_FAMILIES,
+        &st,
+        q.counters(),
+        Some(q.delivery()),
+        &mut s,
+    );
+    r.metrics.extend(s.finish());
+}
+
+/// The sinks of a connector, in config order.
+#[derive(Default)]
+pub struct Sinks {
+    list: Vec<Sink>,
+}
+
+impl Sinks {
+    /// Sinks from a list.
+    pub fn new(list: Vec<Sink>) -> Self {
+        Self { list }
+    }
+
+    /// The sink called `name`.
+    pub fn get(&self, name: &str) -> Option<&Sink> {
+        self.list.iter().find(|s| s.name() == name)
+    }
+
+    /// The index of the sink called `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.list.iter().position(|s| s.name() == name)
+    }
+
+    /// Every sink.
+    pub fn iter(&self) -> impl Iterator<Item = &Sink> {
+        self.list.iter()
+    }
+}
