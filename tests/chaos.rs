@@ -507,7 +507,7 @@ fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_
         "{status:#}"
     );
     assert!(
-        daemon.stderr().contains("push queue write failed"),
+        daemon.stderr().contains("queue write failed: sink=push"),
         "the write errors are logged"
     );
     wait_until(Duration::from_secs(20), "the push queue alert", || {

@@ -1,8 +1,8 @@
 //! The `mqtt` sink: records are published through the client's queue ([`CLIENT_QUEUE`], 1024)
 //! by its event loop, and a QoS 1 record is settled only once the broker acknowledged it
-//! (PUBACK, matched to its publish by [`super::acks`]). A full queue refuses and the source is
-//! told to retry: at admission (before any node runs) counted `blocked`, at delivery counted
-//! `dropped`. A PUBACK that does not come within `ack_timeout_secs`, or a broker that lost the
+//! (PUBACK, matched to its publish by [`super::acks`]). While the broker is not connected, or
+//! the queue is full, the source is told to retry: at admission (before any node runs) counted
+//! `blocked`, at delivery counted `dropped`. A PUBACK that does not come within `ack_timeout_secs`, or a broker that lost the
 //! session, fails the record: its source retries (the record may arrive twice).
 //!
 //! With QoS 0 nothing confirms a publish: such records settle once written and are counted
@@ -105,9 +105,12 @@ impl MqttSink {
         self.acks().depth() as u64
     }
 
-    /// Refuses, before any node runs, while the queue is full.
+    /// Refuses, before any node runs, while the broker is not connected (nothing could
+    /// confirm the record) or the queue is full.
     pub fn admit(&self) -> Result<(), Refused> {
-        if self.queue_depth() >= CLIENT_QUEUE as u64 {
+        if !self.stats.connected.load(Ordering::Relaxed)
+            || self.queue_depth() >= CLIENT_QUEUE as u64
+        {
             self.stats.blocked.fetch_add(1, Ordering::Relaxed);
             return Err(Refused { after: RETRY_AFTER });
         }
@@ -420,6 +423,12 @@ impl Destination for Publisher {
                     }
                 }
             }
+        }
+        if !self.sink.stats.connected.load(Ordering::Relaxed) {
+            return Verdict::Retry {
+                error: Failure::new("not connected", "the MQTT broker is not connected"),
+                after: None,
+            };
         }
         let sink = &self.sink;
         let results = self.runtime.block_on(futures_util::future::join_all(
