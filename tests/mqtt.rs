@@ -1,6 +1,5 @@
 //! MQTT source and `mqtt` sink against a real `mosquitto` per test.
 
-mod brokers;
 mod common;
 
 use std::collections::HashSet;
@@ -8,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use brokers::{Mosquitto, MqttClient};
 use common::*;
 use opex_connector::shutdown::Shutdown;
 use opex_connector::sources::mqtt::config::{MqttConfig, RawMqtt};

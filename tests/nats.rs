@@ -1,6 +1,5 @@
 //! NATS JetStream source and `nats` sink against a real `nats-server -js` per test.
 
-mod brokers;
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
@@ -9,7 +8,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use brokers::{Js, NatsServer};
 use common::*;
 use serde_json::{json, Value};
 
