@@ -14,7 +14,7 @@
 //!   `api.rs` reads the flow-era API: events, dead letters, refusals, `engine.webhooks[]`.
 //! - `ledger.rs` reads `GET /api/ledger` and checks its identity.
 //! - `recovery.rs` measures and prints the recovery time after a peer outage.
-//! - `peers/` starts every real peer (nats-server, mosquitto, PostgreSQL,
+//! - `peers/` starts every real peer (nats-server, a JetStream cluster, mosquitto, PostgreSQL,
 //!   ClickHouse, pymodbus over TCP and RTU, asyncua), one file each, all of one shape: see
 //!   its module doc.
 //! - [`free_port`] (`ports.rs`, shared with the benches) picks a free loopback port.

@@ -11,6 +11,7 @@
 //! | peer | type | file |
 //! |---|---|---|
 //! | `nats-server` with JetStream | [`NatsServer`] (client: [`Js`]) | `nats.rs` |
+//! | three-node JetStream cluster | [`NatsCluster`] | `nats_cluster.rs` |
 //! | `mosquitto` | [`Mosquitto`] (client: [`MqttClient`]) | `mosquitto.rs` |
 //! | PostgreSQL | [`Postgres`] (`start_tls` for TLS) | `postgres.rs` |
 //! | ClickHouse | [`ClickHouse`] | `clickhouse.rs` |
@@ -25,6 +26,7 @@ mod clickhouse;
 mod modbus;
 mod mosquitto;
 mod nats;
+mod nats_cluster;
 mod opcua;
 mod postgres;
 mod process;
@@ -32,6 +34,6 @@ mod process;
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]
 pub use self::{
-    clickhouse::*, modbus::*, mosquitto::*, nats::*, opcua::*, postgres::*,
+    clickhouse::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*, opcua::*, postgres::*,
     process::PEER_START_DEADLINE,
 };

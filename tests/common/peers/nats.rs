@@ -17,7 +17,7 @@ use tempfile::TempDir;
 use super::process::{binary, PeerProcess};
 use crate::common::free_ports;
 
-/// A `nats-server -js` of its own.
+/// A `nats-server -js` of its own: one node, or one node of a [`super::NatsCluster`].
 pub struct NatsServer {
     dir: TempDir,
     name: String,
@@ -129,6 +129,11 @@ impl NatsServer {
         serde_json::from_str(&reply.body_mut().read_to_string().ok()?).ok()
     }
 
+    /// Whether it was started and not stopped or killed since.
+    pub fn is_started(&self) -> bool {
+        self.process.is_started()
+    }
+
     /// SIGTERM: the server shuts down cleanly.
     pub fn stop(&mut self) {
         self.process.stop();
@@ -157,6 +162,16 @@ pub struct Js {
 impl Js {
     /// Connects to the server at `url`, reconnecting forever (it may be restarted).
     pub fn connect(url: &str) -> Js {
+        Js::connect_to(url)
+    }
+
+    /// Connects to any of a cluster's `urls` (see [`super::NatsCluster::urls`]), reconnecting
+    /// forever.
+    pub fn connect_cluster(urls: &[String]) -> Js {
+        Js::connect_to(urls)
+    }
+
+    fn connect_to(servers: impl async_nats::ToServerAddrs) -> Js {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -167,7 +182,7 @@ impl Js {
                 async_nats::ConnectOptions::new()
                     .max_reconnects(None)
                     .reconnect_delay_callback(|_| Duration::from_millis(100))
-                    .connect(url),
+                    .connect(servers),
             )
             .expect("connect to nats-server");
         let js = {
@@ -177,14 +192,20 @@ impl Js {
         Js { rt, client, js }
     }
 
-    /// Creates stream `name` on `subjects`.
+    /// Creates stream `name` on `subjects` (one replica).
     pub fn create_stream(&self, name: &str, subjects: &[&str]) {
+        self.create_replicated_stream(name, subjects, 1);
+    }
+
+    /// Creates stream `name` on `subjects` with `replicas` copies (a cluster's).
+    pub fn create_replicated_stream(&self, name: &str, subjects: &[&str], replicas: usize) {
         self.rt
             .block_on(
                 self.js
                     .create_stream(async_nats::jetstream::stream::Config {
                         name: name.to_string(),
                         subjects: subjects.iter().map(|s| s.to_string()).collect(),
+                        num_replicas: replicas,
                         ..Default::default()
                     }),
             )
@@ -231,10 +252,16 @@ impl Js {
 
     /// Messages in a stream and its last sequence.
     pub fn stream_state(&self, stream: &str) -> (u64, u64) {
+        self.try_stream_state(stream)
+            .unwrap_or_else(|e| panic!("stream {stream}: {e}"))
+    }
+
+    /// Like [`Js::stream_state`], or the error (a cluster may be electing a leader).
+    pub fn try_stream_state(&self, stream: &str) -> Result<(u64, u64), async_nats::Error> {
         self.rt.block_on(async {
-            let mut s = self.js.get_stream(stream).await.expect("stream");
-            let info = s.info().await.expect("stream info");
-            (info.state.messages, info.state.last_sequence)
+            let mut s = self.js.get_stream(stream).await?;
+            let info = s.info().await?;
+            Ok((info.state.messages, info.state.last_sequence))
         })
     }
 }

@@ -183,6 +183,11 @@ impl PeerProcess {
         self.child = Some(child);
     }
 
+    /// Whether it was spawned and not stopped or killed since (it may have died on its own).
+    pub(super) fn is_started(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Its process id, while it runs.
     pub(super) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
