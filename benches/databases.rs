@@ -22,8 +22,9 @@
 //! the end-to-end run, `OPEX_CONNECTOR_BIN` (the daemon; `scripts/bench.sh databases` passes the
 //! release build).
 
-#[path = "../tests/peers/mod.rs"]
-mod peers;
+// The tests' harness: the same PostgreSQL and ClickHouse peers the sink tests start.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::error::Error;
 use std::fmt::Write as _;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{ClickHouse, Postgres, CH_PASSWORD};
 use opex_connector::engine::Engine;
 use opex_connector::flow::Plan;
 use opex_connector::record::Record;
@@ -44,7 +46,6 @@ use opex_connector::sinks::clickhouse::{encode_row, ClickHouseConfig};
 use opex_connector::sinks::postgres::PostgresConfig;
 use opex_connector::sinks::{Sink, SinkConfig, SinkSpec, Sinks, StartContext};
 use opex_connector::store::dead_letters::DeadLetterQueue;
-use peers::{ClickHouse, Postgres, CH_PASSWORD};
 use serde_json::{json, Value};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;

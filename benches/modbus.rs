@@ -20,6 +20,10 @@
 //! binary), `MODBUS_C_CLIENT` (the built libmodbus client; without it part 1 reports only the
 //! connector's rate, and says why), `BENCH_DIR` (temp folders).
 
+// The tests' free loopback port (only that file of the harness: nothing else is needed here).
+#[path = "../tests/common/ports.rs"]
+mod ports;
+
 use std::error::Error;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -30,6 +34,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use ports::free_port;
 use tokio_modbus::client::Reader;
 use tokio_modbus::Slave;
 
@@ -59,7 +64,7 @@ fn run(bench: bool) -> BoxResult<()> {
     println!("modbus bench: {} ({secs} s per measurement)", bin.display());
 
     // 1. Requests/s on one connection.
-    let port = free_port()?;
+    let port = free_port();
     let mut sim = Proc::spawn(
         Command::new(&bin)
             .args(["simulate", "--modbus", &format!("127.0.0.1:{port}")])
@@ -88,7 +93,7 @@ fn run(bench: bool) -> BoxResult<()> {
     // 2. Jitter under ingest load.
     // The plant runs in a process of its own here: inside the daemon it would share the
     // runtime the ingest load saturates, and its answers, not the poll starts, would be timed.
-    let sim_port = free_port()?;
+    let sim_port = free_port();
     let mut sim = Proc::spawn(
         Command::new(&bin)
             .args(["simulate", "--modbus", &format!("127.0.0.1:{sim_port}")])
@@ -127,7 +132,7 @@ fn run(bench: bool) -> BoxResult<()> {
 
     // 3. RSS with 50 devices against none.
     let n = if bench { 50 } else { 5 };
-    let sim_port = free_port()?;
+    let sim_port = free_port();
     let mut idle = Daemon::start(
         &bin,
         &work.path().join("rss0"),
@@ -136,7 +141,7 @@ fn run(bench: bool) -> BoxResult<()> {
     thread::sleep(Duration::from_secs_f64(secs.min(5.0)));
     let rss0 = rss_kib(idle.pid()).unwrap_or(0);
     idle.stop();
-    let sim_port = free_port()?;
+    let sim_port = free_port();
     let devices: String = (1..=n)
         .map(|u| device_yaml(&format!("dev-{u}"), sim_port, u, 1000))
         .collect();
@@ -328,12 +333,6 @@ fn daemon_binary() -> BoxResult<PathBuf> {
         Some(bin) if Path::new(bin).is_file() => Ok(PathBuf::from(bin)),
         _ => Err("set OPEX_CONNECTOR_BIN (scripts/bench.sh modbus does)".into()),
     }
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 fn wait_for_port(port: u16) -> BoxResult<()> {

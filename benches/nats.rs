@@ -16,14 +16,19 @@
 //! that fails unless every one is acked. Needs `nats-server` on PATH (`scripts/test.sh`
 //! installs it). Run it with `scripts/bench.sh nats`, which builds the daemon first.
 
+// The tests' free loopback port (only that file of the harness: nothing else is needed here).
+#[path = "../tests/common/ports.rs"]
+mod ports;
+
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use ports::free_port;
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -40,10 +45,6 @@ impl Drop for Kill {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn daemon_bin() -> PathBuf {
@@ -67,7 +68,7 @@ fn run() -> BoxResult<()> {
     let dir = tempfile::Builder::new()
         .prefix("opex-bench-nats-")
         .tempdir()?;
-    let port = free_port()?;
+    let port = free_port();
     let server = Kill(
         Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])

@@ -2,14 +2,12 @@
 //! through the library's hub (the 10-minute repeat by passing a later instant), then through
 //! the real daemon with a `block` push queue that fills and drains.
 
-mod brokers;
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use brokers::{Mosquitto, MqttClient};
 use common::*;
 use opex_connector::admission::level::REPEAT_FULL;
 use opex_connector::alerts::{channels, Hub, Queue, QueueKind, QueueReading};
@@ -299,8 +297,8 @@ fn a_block_queue_that_fills_raises_full_on_the_webhook_and_mqtt_and_ok_once_it_d
 fn hub_alerts_reach_a_nats_subscriber() {
     use futures_util::StreamExt;
 
-    let server = brokers::NatsServer::start();
-    let js = brokers::Js::connect(&server.url());
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
     let mut sub = js
         .rt
         .block_on(js.client.subscribe("opex.alerts.hall-2"))

@@ -13,18 +13,16 @@
 //!
 //! Each test prints one `chaos:` line with its figures.
 
-mod brokers;
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use brokers::{Js, NatsServer};
 use common::*;
 use serde_json::json;
 
@@ -36,7 +34,6 @@ const DEFAULT_ACKS_PER_CYCLE: u64 = 200;
 const ERP: &str = "erp";
 const ERP_SECRET: &str = "whsec_erp_0123456789abcdef";
 const DEVICE: &str = "press-1";
-const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/modbus_device.py");
 
 /// A positive number from the environment, or `default`.
 fn env_number<T: std::str::FromStr + PartialOrd + Default>(name: &str, default: T) -> T {
@@ -163,47 +160,6 @@ fn publisher(url: String, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
     })
 }
 
-/// The pymodbus device of tests/peers, killed on drop.
-struct Device(Child);
-
-impl Device {
-    fn start(port: u16) -> Device {
-        let ok = Command::new("python3")
-            .args(["-c", "import pymodbus"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "pymodbus is not installed for python3: run scripts/test.sh"
-        );
-        let child = Command::new("python3")
-            .args([PEER, "tcp", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start python3 (pymodbus)");
-        wait_until(Duration::from_secs(15), "pymodbus listening", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        Device(child)
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
-}
-
 /// Distinct record ids and lines at the receiver, by source.
 fn arrivals(receiver: &Receiver) -> BTreeMap<String, (HashSet<String>, u64)> {
     let mut out: BTreeMap<String, (HashSet<String>, u64)> = BTreeMap::new();
@@ -224,8 +180,7 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
     let started = Instant::now();
     let nats = NatsServer::start();
     Js::connect(&nats.url()).create_stream("ORDERS", &["orders.>"]);
-    let modbus_port = free_port();
-    let _device = Device::start(modbus_port);
+    let device = ModbusTcp::start();
     let receiver = Receiver::start();
 
     let mut config = queue_config(64, "block");
@@ -249,7 +204,7 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
         "name": DEVICE,
         "protocol": "modbus_tcp",
         "host": "127.0.0.1",
-        "port": modbus_port,
+        "port": device.port(),
         "unit": 1,
         "timeout_ms": 500,
         "groups": [{"name": "main", "interval_ms": 50}],

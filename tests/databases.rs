@@ -5,14 +5,11 @@
 //! error parks the batch in the dead-letter queue with the server's message.
 
 mod common;
-#[path = "peers/mod.rs"]
-mod peers;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
-use peers::{ClickHouse, Postgres, CH_PASSWORD};
 use serde_json::{json, Value};
 
 /// One database under test.
@@ -26,7 +23,9 @@ trait Db: Sized {
     fn section(&self, table: &str) -> Value;
     /// The `key` column of every row, sorted.
     fn keys(&self, table: &str) -> Vec<String>;
+    /// Takes the server down.
     fn down(&mut self);
+    /// Brings it back on the same port and data dir.
     fn up(&mut self);
 }
 
@@ -48,11 +47,12 @@ impl Db for ClickHouse {
             "SELECT key FROM {table} ORDER BY key FORMAT TabSeparated"
         )))
     }
+    /// Killed, as a crash or a pulled cable would.
     fn down(&mut self) {
-        ClickHouse::down(self);
+        self.kill9();
     }
     fn up(&mut self) {
-        ClickHouse::up(self);
+        self.restart();
     }
 }
 
@@ -72,11 +72,12 @@ impl Db for Postgres {
     fn keys(&self, table: &str) -> Vec<String> {
         lines(&self.sql(&format!("SELECT key FROM {table} ORDER BY key")))
     }
+    /// A fast shutdown: open connections are cut.
     fn down(&mut self) {
-        Postgres::down(self);
+        self.stop();
     }
     fn up(&mut self) {
-        Postgres::up(self);
+        self.restart();
     }
 }
 

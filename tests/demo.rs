@@ -7,18 +7,12 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
 
 const DEMO: &str = include_str!("../config/demo.yaml");
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local addr").port()
-}
 
 fn device<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["devices"]

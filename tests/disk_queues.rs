@@ -3,20 +3,14 @@
 //! back; a full `block` queue refuses in the source's own protocol. Real ClickHouse and
 //! mosquitto, each started by the test.
 
-#[path = "brokers/mod.rs"]
-mod brokers;
 mod common;
-#[path = "peers/mod.rs"]
-mod peers;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use brokers::{Mosquitto, MqttClient};
 use common::*;
-use peers::{ClickHouse, CH_PASSWORD};
 use serde_json::{json, Value};
 
 fn flow(sinks: &[&str]) -> Value {
@@ -74,7 +68,7 @@ fn disk_queues_keep_every_acked_record_through_kill_nine_while_the_database_and_
     });
 
     // Both destinations go away; records keep being acknowledged: the queues hold them.
-    ch.down();
+    ch.kill9();
     broker.stop();
     wait_until(POLL_DEADLINE, "the sink sees the broker down", || {
         named(&daemon.status(), "/sinks", "mq")["connected"] == false
@@ -129,7 +123,7 @@ fn disk_queues_keep_every_acked_record_through_kill_nine_while_the_database_and_
     };
     assert!(rows("ch") >= acked.len() as u64, "{status:#}");
     assert!(rows("mq") >= acked.len() as u64, "{status:#}");
-    ch.up();
+    ch.restart();
     broker.restart();
     wait_until(
         Duration::from_secs(120),

@@ -1,85 +1,19 @@
 //! Modbus polling against a device nobody here wrote: pymodbus (pinned in scripts/test.sh),
 //! over TCP and over RTU on a `socat` pty pair. And hold-then-drop through a real poller.
 //!
-//! Each test starts its own peer on a free loopback port (or its own pty pair in a temp dir),
-//! waits for it by polling, and stops it on drop. A missing peer fails the test with a message
-//! saying what to install.
+//! Each test starts its own device (`common::ModbusTcp` on a free loopback port, or
+//! `common::ModbusRtu` on its own pty pair in a temp dir); the harness waits for it by polling
+//! and stops it on drop. A missing peer fails the test with a message saying what to install.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_balanced, ledger, measure_recovery, poll_until, source_figure, u64_at, wait_until,
-    Daemon, RECOVERY_BOUND,
+    assert_balanced, free_port, ledger, measure_recovery, poll_until, source_figure, u64_at,
+    wait_until, Daemon, ModbusRtu, ModbusTcp, RECOVERY_BOUND,
 };
 use serde_json::{json, Value};
-
-const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/modbus_device.py");
-
-/// A child process killed on drop.
-struct Peer {
-    child: Option<Child>,
-}
-
-impl Peer {
-    fn spawn(cmd: &mut Command, what: &str) -> Peer {
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e} (scripts/test.sh installs it)"));
-        Peer { child: Some(child) }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn require_pymodbus() {
-    let ok = Command::new("python3")
-        .args(["-c", "import pymodbus, serial"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "pymodbus or pyserial is not installed for python3: run scripts/test.sh (it pins pymodbus 3.7.4 and pyserial 3.5)"
-    );
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
-}
-
-fn pymodbus_tcp(port: u16) -> Peer {
-    require_pymodbus();
-    let peer = Peer::spawn(
-        Command::new("python3").args([PEER, "tcp", &port.to_string()]),
-        "python3 (pymodbus)",
-    );
-    wait_until(
-        Duration::from_secs(15),
-        "pymodbus TCP server listening",
-        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-    );
-    peer
-}
 
 fn device(daemon: &Daemon, i: usize) -> Value {
     let status = daemon
@@ -89,7 +23,7 @@ fn device(daemon: &Daemon, i: usize) -> Value {
     status.json()["devices"][i].clone()
 }
 
-/// The points of the map in tests/peers/modbus_device.py.
+/// The points of the map in tests/common/peers/modbus_device.py.
 fn known_points() -> Value {
     json!([
         json!({"name": "u16", "register": 0, "type": "u16", "unit": "rpm"}),
@@ -140,9 +74,8 @@ fn value(d: &Value, name: &str) -> Value {
 
 #[test]
 fn a_pymodbus_device_is_decoded_right_and_its_exception_addresses_are_bad() {
-    let port = free_port();
-    let _device = pymodbus_tcp(port);
-    let daemon = Daemon::start(tcp_config(port, 200));
+    let peer = ModbusTcp::start();
+    let daemon = Daemon::start(tcp_config(peer.port(), 200));
     wait_until(Duration::from_secs(15), "a first good poll", || {
         device(&daemon, 0)["polls_total"].as_u64().unwrap_or(0) >= 2
     });
@@ -205,20 +138,19 @@ fn a_pymodbus_device_is_decoded_right_and_its_exception_addresses_are_bad() {
 
 #[test]
 fn polling_resumes_after_the_device_is_killed_and_restarted() {
-    let port = free_port();
-    let mut peer = pymodbus_tcp(port);
-    let daemon = Daemon::start(tcp_config(port, 100));
+    let mut peer = ModbusTcp::start();
+    let daemon = Daemon::start(tcp_config(peer.port(), 100));
     wait_until(Duration::from_secs(15), "polling", || {
         device(&daemon, 0)["polls_total"].as_u64().unwrap_or(0) >= 3
     });
-    peer.kill();
+    peer.kill9();
     wait_until(Duration::from_secs(10), "the poller notices", || {
         let d = device(&daemon, 0);
         d["state"] != "connected"
             && u64_at(&d, "/errors_total") + u64_at(&d, "/timeouts_total") >= 1
     });
     let before = u64_at(&device(&daemon, 0), "/polls_total");
-    let _peer = pymodbus_tcp(port);
+    peer.restart();
     measure_recovery("pymodbus device", Instant::now(), RECOVERY_BOUND, || {
         let d = device(&daemon, 0);
         d["state"] == "connected" && u64_at(&d, "/polls_total") > before
@@ -239,50 +171,14 @@ fn polling_resumes_after_the_device_is_killed_and_restarted() {
     assert_eq!(source_figure(&l, &source, "/lost"), 0, "{source}: {l:#}");
 }
 
-/// A `socat` pty pair in a temp dir: the device's end and the connector's end.
-struct PtyPair {
-    _socat: Peer,
-    device: PathBuf,
-    connector: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-fn pty_pair() -> PtyPair {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let device = dir.path().join("device");
-    let connector = dir.path().join("connector");
-    let socat = Peer::spawn(
-        Command::new("socat").args([
-            format!("pty,raw,echo=0,link={}", device.display()),
-            format!("pty,raw,echo=0,link={}", connector.display()),
-        ]),
-        "socat",
-    );
-    let exists = |p: &Path| p.exists();
-    wait_until(Duration::from_secs(10), "socat's pty links", || {
-        exists(&device) && exists(&connector)
-    });
-    PtyPair {
-        _socat: socat,
-        device,
-        connector,
-        _dir: dir,
-    }
-}
-
 #[test]
 fn on_an_rtu_line_a_missing_unit_does_not_delay_the_healthy_one() {
-    require_pymodbus();
-    let pty = pty_pair();
-    let _device = Peer::spawn(
-        Command::new("python3").args([PEER, "rtu", &pty.device.to_string_lossy()]),
-        "python3 (pymodbus)",
-    );
+    let rtu = ModbusRtu::start();
     let line = |name: &str, unit: u64| {
         json!({
             "name": name,
             "protocol": "modbus_rtu",
-            "port": pty.connector.to_string_lossy(),
+            "port": rtu.serial_port().to_string_lossy(),
             "baud": 19200,
             "unit": unit,
             "timeout_ms": 150,

@@ -2,17 +2,11 @@
 //! against real peers (one PostgreSQL with two tables, two mosquitto brokers, two uplink
 //! receivers); and the old top-level sections against the `sinks:` list for the same sinks.
 
-#[path = "brokers/mod.rs"]
-mod brokers;
 mod common;
-#[path = "peers/mod.rs"]
-mod peers;
 
 use std::collections::BTreeSet;
 
-use brokers::{Mosquitto, MqttClient};
 use common::*;
-use peers::Postgres;
 use serde_json::{json, Value};
 
 const N: usize = 12;

@@ -1,6 +1,6 @@
-//! NATS JetStream source and `nats` sink against a real `nats-server -js` per test.
+//! NATS JetStream source and `nats` sink against a real `nats-server -js` per test; and a
+//! self-test of the harness's three-node JetStream cluster.
 
-mod brokers;
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use brokers::{Js, NatsServer};
 use common::*;
 use serde_json::{json, Value};
 
@@ -293,4 +292,40 @@ fn the_nats_sink_publishes_refuses_while_the_server_is_down_and_resumes_when_it_
     assert!(js.stream_state("OUT").0 >= 6);
     let s = sink_status(&daemon, "nats");
     assert_eq!(u64_at(&s, "/published"), js.stream_state("OUT").0, "{s}");
+}
+
+/// The harness's three-node JetStream cluster, which later tests of failover start: the nodes
+/// agree on a meta leader, a stream keeps three replicas, and when the leader is killed the
+/// other two elect a new one and the stream still takes messages.
+#[test]
+fn the_three_node_test_cluster_elects_a_new_meta_leader_when_the_leader_is_killed_and_keeps_its_stream(
+) {
+    let mut cluster = NatsCluster::start();
+    let leader = cluster.wait_for_meta_leader();
+    let js = Js::connect_cluster(&cluster.urls());
+    js.create_replicated_stream("R3", &["r3.>"], 3);
+    js.publish("r3.before", b"1".to_vec());
+    let on_n2 = Js::connect(&cluster.node(2).url());
+    wait_until(POLL_DEADLINE, "the message seen through n2", || {
+        on_n2.try_stream_state("R3").is_ok_and(|s| s.0 == 1)
+    });
+
+    let i = (0..3)
+        .find(|&i| cluster.node(i).name() == leader)
+        .expect("the leader is one of the nodes");
+    cluster.node_mut(i).kill9();
+    wait_until(POLL_DEADLINE, "a new meta leader", || {
+        cluster.meta_leader().is_some_and(|l| l != leader)
+    });
+    js.publish("r3.after", b"2".to_vec());
+
+    cluster.node_mut(i).restart();
+    cluster.wait_for_meta_leader();
+    let on_restarted = Js::connect(&cluster.node(i).url());
+    wait_until(
+        POLL_DEADLINE,
+        "both messages through the restarted node",
+        || on_restarted.try_stream_state("R3").is_ok_and(|s| s.0 == 2),
+    );
+    cluster.stop();
 }

@@ -1,5 +1,6 @@
 //! OPC-UA devices against a server nobody here wrote: an asyncua server
-//! (`tests/peers/opcua_server.py`, installed by `scripts/test.sh`) on a free loopback port.
+//! (`common::OpcuaServer`: `tests/common/peers/opcua_server.py`, asyncua installed by
+//! `scripts/test.sh`) on a free loopback port.
 //! Reads and subscriptions, security None and Basic256Sha256 SignAndEncrypt with a user, a
 //! server restart, and a node id the server does not know. Drives the real binary.
 
@@ -7,108 +8,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/opcua_server.py");
 const USER: &str = "operator";
 const PASSWORD: &str = "pump-r00m";
-
-/// The asyncua server process; killed on drop.
-struct OpcuaServer {
-    port: u16,
-    secure: Option<PathBuf>,
-    child: Option<Child>,
-}
-
-impl OpcuaServer {
-    /// Starts it on a free loopback port; with `secure`, its certificate is made in that
-    /// folder and only Basic256Sha256 SignAndEncrypt with [`USER`] is served.
-    fn start(secure: Option<&Path>) -> OpcuaServer {
-        let check = Command::new("python3")
-            .args(["-c", "import asyncua"])
-            .output();
-        match check {
-            Ok(out) if out.status.success() => {}
-            _ => panic!(
-                "the asyncua Python package is missing: run scripts/test.sh (it installs the pinned asyncua) or `python3 -m pip install asyncua==1.1.8`"
-            ),
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("pick a free port");
-        let mut server = OpcuaServer {
-            port,
-            secure: secure.map(Path::to_path_buf),
-            child: None,
-        };
-        server.spawn();
-        server
-    }
-
-    fn spawn(&mut self) {
-        let mut cmd = Command::new("python3");
-        cmd.arg(SCRIPT).arg("--port").arg(self.port.to_string());
-        if let Some(dir) = &self.secure {
-            cmd.arg("--secure")
-                .arg(dir)
-                .args(["--user", USER, "--password", PASSWORD]);
-        }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn python3 opcua_server.py");
-        let stdout = child.stdout.take().expect("piped stdout");
-        // Drain stdout so the server never blocks on it.
-        std::thread::spawn(move || for _ in BufReader::new(stdout).lines() {});
-        self.child = Some(child);
-        let port = self.port;
-        let mut exited = false;
-        let ready = poll_until(Duration::from_secs(60), || {
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
-                exited = true;
-                return true;
-            }
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        assert!(
-            ready && !exited,
-            "the asyncua server did not listen on port {port}"
-        );
-    }
-
-    fn endpoint(&self) -> String {
-        format!("opc.tcp://127.0.0.1:{}/opex-test/", self.port)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Killed and started again on the same port.
-    fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-}
-
-impl Drop for OpcuaServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// A connector with one OPC-UA device `plc` (as given) whose records go to storage.
 fn config(device: Value) -> Value {
@@ -147,7 +53,7 @@ fn device_status(daemon: &Daemon) -> Value {
 
 #[test]
 fn polled_and_subscribed_groups_deliver_values_and_an_unknown_node_does_not_stop_the_others() {
-    let server = OpcuaServer::start(None);
+    let server = OpcuaServer::start();
     let daemon = Daemon::start(config(json!({
         "endpoint": server.endpoint(),
         "reconnect_initial_ms": 200,
@@ -226,8 +132,7 @@ fn polled_and_subscribed_groups_deliver_values_and_an_unknown_node_does_not_stop
 
 #[test]
 fn basic256sha256_sign_and_encrypt_with_a_username_reads_and_subscribes() {
-    let certs = tempfile::tempdir().expect("temp dir");
-    let server = OpcuaServer::start(Some(certs.path()));
+    let server = OpcuaServer::start_secure(USER, PASSWORD);
     let daemon = Daemon::start(config(json!({
         "endpoint": server.endpoint(),
         "security_policy": "Basic256Sha256",
@@ -265,7 +170,7 @@ fn basic256sha256_sign_and_encrypt_with_a_username_reads_and_subscribes() {
 
 #[test]
 fn after_a_server_restart_values_flow_again_within_the_backoff() {
-    let mut server = OpcuaServer::start(None);
+    let mut server = OpcuaServer::start();
     let daemon = Daemon::start(config(json!({
         "endpoint": server.endpoint(),
         "reconnect_initial_ms": 200,
@@ -282,7 +187,7 @@ fn after_a_server_restart_values_flow_again_within_the_backoff() {
     wait_until(POLL_DEADLINE, "values before the restart", || {
         !records(&daemon, "fast").is_empty() && !records(&daemon, "live").is_empty()
     });
-    server.kill();
+    server.kill9();
     wait_until(
         POLL_DEADLINE,
         "the device to notice the server is gone",

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::thread;
 
-use common::{run_cli, BIN};
+use common::{free_port, run_cli, BIN};
 
 /// Serves the files of `dir` at `/name` on a loopback port, until the process ends.
 fn serve_dir(dir: PathBuf) -> String {
@@ -54,14 +54,6 @@ fn answer(mut stream: TcpStream, dir: &Path) {
     if let Some(b) = body {
         let _ = stream.write_all(&b);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn sha256(path: &Path) -> String {

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
@@ -18,12 +17,6 @@ const NATS_PASSWORD: &str = "nats-pa55-5ec2e7";
 const MQTT_PASSWORD: &str = "mqtt-pa55-5ec2e7";
 const CH_PASSWORD: &str = "ch-pa55-5ec2e7";
 const PG_PASSWORD: &str = "pg-pa55-5ec2e7";
-
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 fn secrets() -> Vec<&'static str> {
     vec![
@@ -54,10 +47,11 @@ fn config_with_every_secret(dir: &std::path::Path, receiver: &Receiver) -> Value
         webhook(HOOK, HOOK_SECRET, "on_done"),
         { "name": "filed", "secret_file": secret_file.to_string_lossy(), "respond": "on_done" },
     ]);
+    // The brokers and databases are free ports nothing listens on: every connection is refused.
     cfg["nats"] = json!({
         "connections": [{
             "name": "plant",
-            "servers": [format!("nats://127.0.0.1:{}", closed_port())],
+            "servers": [format!("nats://127.0.0.1:{}", free_port())],
             "user": "edge", "password": NATS_PASSWORD, "reconnect_max_ms": 200,
         }],
         "sources": [{ "name": "orders", "stream": "ORDERS" }],
@@ -65,18 +59,18 @@ fn config_with_every_secret(dir: &std::path::Path, receiver: &Receiver) -> Value
     cfg["mqtt"] = json!({
         "connections": [{
             "name": "plant",
-            "url": format!("mqtt://127.0.0.1:{}", closed_port()),
+            "url": format!("mqtt://127.0.0.1:{}", free_port()),
             "client_id": "opex-security", "user": "edge", "password": MQTT_PASSWORD,
             "reconnect_max_ms": 200,
         }],
         "sources": [{ "name": "sensors", "subscriptions": [{ "topic": "plant/#" }] }],
     });
     cfg["clickhouse"] = json!({
-        "url": format!("http://127.0.0.1:{}", closed_port()),
+        "url": format!("http://127.0.0.1:{}", free_port()),
         "user": "default", "password": CH_PASSWORD, "sink_table": "events",
     });
     cfg["postgres"] = json!({
-        "url": format!("postgres://edge:{PG_PASSWORD}@127.0.0.1:{}/plant", closed_port()),
+        "url": format!("postgres://edge:{PG_PASSWORD}@127.0.0.1:{}/plant", free_port()),
         "sink_table": "events",
     });
     let every_sink = |id: &str, source: String| {

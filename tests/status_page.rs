@@ -22,11 +22,6 @@ use serde_json::{json, Value};
 /// Longest the page may take to show polled values and a live message.
 const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
-}
-
 /// The demo's plant (config/demo.yaml), polled faster.
 fn plant_config(port: u16) -> Value {
     json!({

@@ -14,6 +14,10 @@
 //!   `api.rs` reads the flow-era API: events, dead letters, refusals, `engine.webhooks[]`.
 //! - `ledger.rs` reads `GET /api/ledger` and checks its identity.
 //! - `recovery.rs` measures and prints the recovery time after a peer outage.
+//! - `peers/` starts every real peer (nats-server, a JetStream cluster, mosquitto, PostgreSQL,
+//!   ClickHouse, pymodbus over TCP and RTU, asyncua), one file each, all of one shape: see
+//!   its module doc.
+//! - [`free_port`] (`ports.rs`, shared with the benches) picks a free loopback port.
 //! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
 //!
 //! Each test binary uses a subset of this module.
@@ -23,25 +27,18 @@ mod api;
 mod client;
 mod daemon;
 mod ledger;
+mod peers;
+mod ports;
 mod receiver;
 mod recovery;
 mod signing;
 
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]
-pub use api::*;
-#[allow(unused_imports)]
-pub use client::*;
-#[allow(unused_imports)]
-pub use daemon::*;
-#[allow(unused_imports)]
-pub use ledger::*;
-#[allow(unused_imports)]
-pub use receiver::*;
-#[allow(unused_imports)]
-pub use recovery::*;
-#[allow(unused_imports)]
-pub use signing::*;
+pub use self::{
+    api::*, client::*, daemon::*, ledger::*, peers::*, ports::*, receiver::*, recovery::*,
+    signing::*,
+};
 
 use std::thread;
 use std::time::{Duration, Instant};

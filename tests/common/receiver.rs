@@ -79,11 +79,7 @@ impl Receiver {
 
     /// A port is chosen but nothing listens on it: connections are refused until [`Receiver::up`].
     pub fn start_down() -> Receiver {
-        let port = {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("bind receiver");
-            listener.local_addr().expect("local addr").port()
-        };
-        let receiver = Receiver::new(port);
+        let receiver = Receiver::new(super::free_port());
         receiver.shared.down.store(true, Ordering::SeqCst);
         receiver
     }

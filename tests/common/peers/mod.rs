@@ -1,0 +1,39 @@
+//! The real peers the tests run against, one file each, all of the same shape:
+//!
+//! - `X::start()` starts it on a free loopback port ([`super::free_port`]) in a temp dir of
+//!   its own and returns once it is ready, found by polling with a deadline (never a fixed
+//!   sleep). A missing program fails the test with what to install (`scripts/test.sh`).
+//! - `stop()` stops it cleanly (SIGTERM, or `pg_ctl -m fast`), `kill9()` as a crash would;
+//!   `restart()` then starts it again **on the same port and data dir** (the outage tests)
+//!   and waits until it is ready. Dropping it stops it; when a test fails, its log's tail is
+//!   printed.
+//!
+//! | peer | type | file |
+//! |---|---|---|
+//! | `nats-server` with JetStream | [`NatsServer`] (client: [`Js`]) | `nats.rs` |
+//! | three-node JetStream cluster | [`NatsCluster`] | `nats_cluster.rs` |
+//! | `mosquitto` | [`Mosquitto`] (client: [`MqttClient`]) | `mosquitto.rs` |
+//! | PostgreSQL | [`Postgres`] (`start_tls` for TLS) | `postgres.rs` |
+//! | ClickHouse | [`ClickHouse`] | `clickhouse.rs` |
+//! | pymodbus over TCP / over RTU on a socat pty pair | [`ModbusTcp`] / [`ModbusRtu`] | `modbus.rs` |
+//! | asyncua OPC-UA server | [`OpcuaServer`] (`start_secure` for Basic256Sha256) | `opcua.rs` |
+//!
+//! The Python peers' scripts (`modbus_device.py`, `opcua_server.py`) live beside the file
+//! that starts them. `process.rs` holds what they share: finding a program, the child with
+//! its log, readiness polling, SIGTERM with a deadline.
+
+mod clickhouse;
+mod modbus;
+mod mosquitto;
+mod nats;
+mod nats_cluster;
+mod opcua;
+mod postgres;
+mod process;
+
+// Each test binary uses a subset of these.
+#[allow(unused_imports)]
+pub use self::{
+    clickhouse::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*, opcua::*, postgres::*,
+    process::PEER_START_DEADLINE,
+};
