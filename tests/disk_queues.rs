@@ -111,7 +111,6 @@ fn disk_queues_keep_every_acked_record_through_kill_nine_while_the_database_and_
     daemon.kill9();
     stream.join().expect("the stream thread");
     let acked = acked.lock().unwrap().clone();
-    assert!(ch_keys(&ch).is_disjoint(&acked));
 
     // Restarted while both are still down, then both come back: every acked record arrives.
     daemon.restart();
