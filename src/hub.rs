@@ -8,10 +8,10 @@
 //!   oldest ones; the skip is counted (`opex_connector_live_skipped_total`) and the client
 //!   carries on with the newest.
 //! - At most [`MAX_CLIENTS`] watch at once; further ones are refused and counted.
-//! - A value's payload is shown only for device polls and schedule ticks, and only up to
-//!   [`MAX_PAYLOAD_BYTES`]: records from callers (webhooks, ingest, NATS, MQTT) may carry
-//!   business data, which stays behind the admin token (`/api/events`); their messages carry
-//!   the size instead.
+//! - A value's key and payload are shown only for device polls and schedule ticks, the
+//!   payload only up to [`MAX_PAYLOAD_BYTES`]: records from callers (webhooks, ingest, NATS,
+//!   MQTT) may carry business data in both (an order number as the key), which stays behind
+//!   the admin token (`/api/events`); their messages carry the payload's size instead.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,7 +62,8 @@ impl Default for DataHub {
 /// known.
 pub struct Watched {
     source: String,
-    key: String,
+    /// `None` for callers' records: their keys are their data.
+    key: Option<String>,
     ts_ms: u64,
     payload: Option<Box<RawValue>>,
     payload_bytes: usize,
@@ -73,7 +74,8 @@ struct ValueMessage<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     source: &'a str,
-    key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
     time_ms: u64,
     result: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -123,7 +125,7 @@ impl DataHub {
         let public = PUBLIC_SOURCES.iter().any(|p| record.source.starts_with(p));
         Some(Watched {
             source: record.source.clone(),
-            key: record.key.clone(),
+            key: public.then(|| record.key.clone()),
             ts_ms: record.ts_ms,
             payload: (public && text.len() <= MAX_PAYLOAD_BYTES).then(|| record.payload.clone()),
             payload_bytes: text.len(),
@@ -142,7 +144,7 @@ impl DataHub {
         let message = ValueMessage {
             kind: "value",
             source: &w.source,
-            key: &w.key,
+            key: w.key.as_deref(),
             time_ms: w.ts_ms,
             result,
             payload: w.payload.as_deref(),
@@ -247,7 +249,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn device_payloads_are_shown_and_callers_payloads_only_by_size() {
+    async fn device_payloads_are_shown_and_callers_keys_and_payloads_are_not() {
         let hub = DataHub::new();
         let mut sub = hub.subscribe().expect("a slot");
         let device = record("modbus/press-1", &json!({"temp": 21.5}));
@@ -271,6 +273,7 @@ mod tests {
         let m: Value = serde_json::from_str(&sub.next().await.expect("a message")).unwrap();
         assert_eq!(m["result"], "retry");
         assert!(m.get("payload").is_none(), "{m}");
+        assert!(m.get("key").is_none(), "a caller's key is its data: {m}");
         assert_eq!(m["payload_bytes"], 15);
 
         let big = record(

@@ -13,10 +13,12 @@
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
-//! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, then the sinks |
-//! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations |
+//! | [`flow`] | the deployed flows: nodes, wires, error ports, templates; validated, then compiled to a [`flow::Plan`] (per source, its entry nodes and every sink it can reach) |
+//! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, the nodes of the plan, then the sinks |
+//! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations; and [`admission::level`], the alert level of each bounded queue |
 //! | [`hub`] | the DataHub: offered records and status changes broadcast to the live view (256 messages; slow clients skip, counted); not a delivery path |
-//! | [`sinks`] | where records go: [`sinks::push`] (push queue + HTTP uplink, with [`sinks::push::preprocess`]: deadband, aggregation), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`] |
+//! | [`sinks`] | where records go: named instances of kinds behind one contract, [`sinks::Sink`], whose [`sinks::Report`] is all the rest of the program reads of a sink; the kinds [`sinks::push`] (queue + HTTP uplink, with [`sinks::push::preprocess`]: deadband, aggregation), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`]; [`sinks::queue`], the durable queue and its deliverer in front of push and any `queue: disk`; [`sinks::config`], the `sinks:` list and the sections that each make one sink |
+//! | [`brokers`] | NATS and MQTT connections and their TLS, shared by sources, sinks and alert channels |
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | the alert hub: every bounded queue's level (`ok` / `high` / `full`) and the alerted loss counters, checked every few seconds and sent to the log and the `telemetry.alerts` channels (webhook, MQTT, NATS) |
 //! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
@@ -26,7 +28,7 @@
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
-//! | [`daemon`] | builds the parts from a config, runs them, stops them in order |
+//! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
 //! | [`release`] | release artifacts: ed25519 signature checks, the previous version of an OTA install |
 //!
 //! A module never reaches into a sibling's internals: sources talk to the engine through

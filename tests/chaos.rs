@@ -278,6 +278,12 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
     wait_until(POLL_DEADLINE, "the push queue drained", || {
         u64_at(&daemon.status(), "/push_queue/rows") == 0
     });
+    // The device is still polled: wait for a moment when no sample is on its way either.
+    wait_until(POLL_DEADLINE, "nothing pending in the ledger", || {
+        ledger(&daemon, false)["sources"]
+            .as_object()
+            .is_some_and(|m| m.values().all(|c| u64_at(c, "/pending") == 0))
+    });
     assert!(
         receiver.bad_lines().is_empty(),
         "{:?}",

@@ -34,7 +34,13 @@ pub const STATUS_EVERY: Duration = Duration::from_secs(2);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keys of `/api/status` the live status message leaves out: duplicates (`push_status`) and
 /// details the page does not draw (the per-database blocks are summarised in `sinks`).
-const LEFT_OUT: [&str; 4] = ["push_status", "storage", "clickhouse", "postgres"];
+const LEFT_OUT: [&str; 5] = [
+    "push_status",
+    "storage",
+    "clickhouse",
+    "postgres",
+    "sink_status",
+];
 
 /// Answers the upgrade request: 101 and a session task, or why not.
 pub fn upgrade(state: Arc<AppState>, mut req: Request<Incoming>) -> Resp {

@@ -1,15 +1,20 @@
 //! `/api/status` and `/metrics`: two views of the same numbers (the status page draws the
 //! first).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{json, Map, Value};
 
 use super::AppState;
 use crate::sinks::report::Sample;
 use crate::sinks::TOP_LEVEL_DOCUMENTS;
+use crate::sources::backfill::BackfillStats;
+use crate::sources::ingest::IngestStats;
+use crate::sources::mqtt::MqttSourceStats;
+use crate::sources::nats::NatsSourceStats;
 use crate::sources::opcua::status::State;
 use crate::sources::opcua::DeviceStatus;
+use crate::sources::schedule::ScheduleStats;
 use crate::telemetry::prometheus::{Kind, Page};
 
 /// True while the connector does its job: every sink takes records (their writers run).
@@ -124,48 +129,7 @@ fn live(state: &AppState) -> Value {
 pub fn metrics(state: &AppState) -> String {
     let mut p = Page::default();
     sink_metrics(state, &mut p);
-    let names: Vec<String> = state
-        .ingest
-        .iter()
-        .map(|s| s.source().to_string())
-        .collect();
-    for (metric, help, pick) in [
-        (
-            "opex_connector_ingest_stored_total",
-            "Ingest records stored (200).",
-            0,
-        ),
-        (
-            "opex_connector_ingest_refused_total",
-            "Ingest records refused and told to retry (503).",
-            1,
-        ),
-        (
-            "opex_connector_ingest_rejected_total",
-            "Ingest requests rejected as bad input.",
-            2,
-        ),
-    ] {
-        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
-            .ingest
-            .iter()
-            .zip(&names)
-            .map(|(s, name)| {
-                let v = match pick {
-                    0 => &s.stats.stored,
-                    1 => &s.stats.refused,
-                    _ => &s.stats.rejected,
-                };
-                (
-                    vec![("source", name.as_str())],
-                    v.load(Ordering::Relaxed) as f64,
-                )
-            })
-            .collect();
-        let refs: Vec<(&[(&str, &str)], f64)> =
-            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-        p.family(metric, Kind::Counter, help, &refs);
-    }
+    source_metrics(state, &mut p);
     let e = &state.engine.stats;
     let dlq = state.engine.dead_letters().counts();
     p.single(
@@ -211,7 +175,6 @@ pub fn metrics(state: &AppState) -> String {
     state.alerts.write_metrics(&mut p);
     feed_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
-    messaging_metrics(state, &mut p);
     devices(&mut p, state);
     p.single(
         "opex_connector_http_connections_total",
@@ -291,166 +254,156 @@ fn sink_metrics(state: &AppState, p: &mut Page) {
     }
 }
 
-/// The schedules and the backfills.
-fn feed_metrics(state: &AppState, p: &mut Page) {
-    type PickS = fn(&crate::sources::schedule::ScheduleStats) -> &std::sync::atomic::AtomicU64;
-    let families: [(&str, &str, PickS); 3] = [
-        (
-            "opex_connector_schedule_ticks_total",
-            "Schedule ticks offered.",
-            |s| &s.ticks_total,
-        ),
-        (
-            "opex_connector_schedule_backpressured_total",
-            "Schedule ticks a full sink refused: lost, ticks are not replayed.",
-            |s| &s.backpressured_total,
-        ),
-        (
-            "opex_connector_schedule_missed_total",
-            "Schedule ticks not fired because the schedule was late for them.",
-            |s| &s.missed_total,
-        ),
-    ];
-    for (name, help, pick) in families {
-        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
-            .schedules
-            .iter()
-            .map(|s| {
-                (
-                    vec![("source", s.source())],
-                    pick(&s.stats).load(Ordering::Relaxed) as f64,
-                )
-            })
-            .collect();
-        let refs: Vec<(&[(&str, &str)], f64)> =
-            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-        p.family(name, Kind::Counter, help, &refs);
-    }
-    type PickB = fn(&crate::sources::backfill::BackfillStats) -> &std::sync::atomic::AtomicU64;
-    let families: [(&str, &str, PickB); 2] = [
-        (
-            "opex_connector_backfill_acked_total",
-            "Backfill records acknowledged since start.",
-            |s| &s.acked_total,
-        ),
-        (
-            "opex_connector_backfill_retries_total",
-            "Backfill offers refused or failed, waited out and retried.",
-            |s| &s.retries_total,
-        ),
-    ];
-    for (name, help, pick) in families {
-        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
-            .backfills
-            .iter()
-            .map(|b| {
-                (
-                    vec![("source", b.source())],
-                    pick(&b.stats).load(Ordering::Relaxed) as f64,
-                )
-            })
-            .collect();
-        let refs: Vec<(&[(&str, &str)], f64)> =
-            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-        p.family(name, Kind::Counter, help, &refs);
-    }
+fn l(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
 }
 
-/// Counters of the NATS and MQTT sources.
-fn messaging_metrics(state: &AppState, p: &mut Page) {
-    let names: Vec<String> = state
+/// The schedules and the backfills.
+fn feed_metrics(state: &AppState, p: &mut Page) {
+    let schedules: Vec<(&str, &ScheduleStats)> = state
+        .schedules
+        .iter()
+        .map(|s| (s.source(), &s.stats))
+        .collect();
+    p.counters(
+        "source",
+        &schedules,
+        &[
+            (
+                "opex_connector_schedule_ticks_total",
+                "Schedule ticks offered.",
+                |s| l(&s.ticks_total),
+            ),
+            (
+                "opex_connector_schedule_backpressured_total",
+                "Schedule ticks a full sink refused: lost, ticks are not replayed.",
+                |s| l(&s.backpressured_total),
+            ),
+            (
+                "opex_connector_schedule_missed_total",
+                "Schedule ticks not fired because the schedule was late for them.",
+                |s| l(&s.missed_total),
+            ),
+        ],
+    );
+    let backfills: Vec<(&str, &BackfillStats)> = state
+        .backfills
+        .iter()
+        .map(|b| (b.source(), &b.stats))
+        .collect();
+    p.counters(
+        "source",
+        &backfills,
+        &[
+            (
+                "opex_connector_backfill_acked_total",
+                "Backfill records acknowledged since start.",
+                |s| l(&s.acked_total),
+            ),
+            (
+                "opex_connector_backfill_retries_total",
+                "Backfill offers refused or failed, waited out and retried.",
+                |s| l(&s.retries_total),
+            ),
+        ],
+    );
+}
+
+/// Counters of the ingest, NATS and MQTT sources.
+fn source_metrics(state: &AppState, p: &mut Page) {
+    let ingest: Vec<(&str, &IngestStats)> = state
+        .ingest
+        .iter()
+        .map(|s| (s.source(), &s.stats))
+        .collect();
+    p.counters(
+        "source",
+        &ingest,
+        &[
+            (
+                "opex_connector_ingest_stored_total",
+                "Ingest records stored (200).",
+                |s| l(&s.stored),
+            ),
+            (
+                "opex_connector_ingest_refused_total",
+                "Ingest records refused and told to retry (503).",
+                |s| l(&s.refused),
+            ),
+            (
+                "opex_connector_ingest_rejected_total",
+                "Ingest requests rejected as bad input.",
+                |s| l(&s.rejected),
+            ),
+        ],
+    );
+    let nats: Vec<(&str, &NatsSourceStats)> = state
         .nats_sources
         .iter()
-        .map(|s| s.source().to_string())
+        .map(|s| (s.source(), &s.stats))
         .collect();
-    type Pick = fn(&crate::sources::nats::NatsSourceStats) -> &std::sync::atomic::AtomicU64;
-    let nats: [(&str, &str, Pick); 5] = [
-        (
-            "opex_connector_nats_acked_total",
-            "JetStream messages acked after their record was stored.",
-            |s| &s.acked,
-        ),
-        (
-            "opex_connector_nats_refused_total",
-            "JetStream messages nak'd with backoff because a sink refused before any node ran.",
-            |s| &s.refused,
-        ),
-        (
-            "opex_connector_nats_returned_total",
-            "JetStream messages returned (nak) because their subject's buffer was full.",
-            |s| &s.returned,
-        ),
-        (
-            "opex_connector_nats_replaced_total",
-            "JetStream messages replaced by a newer one in latest mode (acked by design).",
-            |s| &s.replaced,
-        ),
-        (
-            "opex_connector_nats_redelivered_total",
-            "JetStream messages received again after an earlier delivery.",
-            |s| &s.redelivered,
-        ),
-    ];
-    for (metric, help, pick) in nats {
-        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
-            .nats_sources
-            .iter()
-            .zip(&names)
-            .map(|(s, n)| {
-                (
-                    vec![("source", n.as_str())],
-                    pick(&s.stats).load(Ordering::Relaxed) as f64,
-                )
-            })
-            .collect();
-        let refs: Vec<(&[(&str, &str)], f64)> =
-            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-        p.family(metric, Kind::Counter, help, &refs);
-    }
-    let names: Vec<String> = state
+    p.counters(
+        "source",
+        &nats,
+        &[
+            (
+                "opex_connector_nats_acked_total",
+                "JetStream messages acked after their record was stored.",
+                |s| l(&s.acked),
+            ),
+            (
+                "opex_connector_nats_refused_total",
+                "JetStream messages nak'd with backoff because a sink refused before any node ran.",
+                |s| l(&s.refused),
+            ),
+            (
+                "opex_connector_nats_returned_total",
+                "JetStream messages returned (nak) because their subject's buffer was full.",
+                |s| l(&s.returned),
+            ),
+            (
+                "opex_connector_nats_replaced_total",
+                "JetStream messages replaced by a newer one in latest mode (acked by design).",
+                |s| l(&s.replaced),
+            ),
+            (
+                "opex_connector_nats_redelivered_total",
+                "JetStream messages received again after an earlier delivery.",
+                |s| l(&s.redelivered),
+            ),
+        ],
+    );
+    let mqtt: Vec<(&str, &MqttSourceStats)> = state
         .mqtt_sources
         .iter()
-        .map(|s| s.source().to_string())
+        .map(|s| (s.source(), &s.stats))
         .collect();
-    type PickM = fn(&crate::sources::mqtt::MqttSourceStats) -> &std::sync::atomic::AtomicU64;
-    let mqtt: [(&str, &str, PickM); 4] = [
-        (
-            "opex_connector_mqtt_received_total",
-            "MQTT messages received (acked on receipt).",
-            |s| &s.received,
-        ),
-        (
-            "opex_connector_mqtt_dropped_total",
-            "MQTT messages dropped because their subscription's buffer was full.",
-            |s| &s.dropped,
-        ),
-        (
-            "opex_connector_mqtt_refused_total",
-            "MQTT records a full sink refused: lost, MQTT acks on receipt.",
-            |s| &s.refused,
-        ),
-        (
-            "opex_connector_mqtt_failed_total",
-            "MQTT records a sink failed to store: lost.",
-            |s| &s.failed,
-        ),
-    ];
-    for (metric, help, pick) in mqtt {
-        let samples: Vec<(Vec<(&str, &str)>, f64)> = state
-            .mqtt_sources
-            .iter()
-            .zip(&names)
-            .map(|(s, n)| {
-                (
-                    vec![("source", n.as_str())],
-                    pick(&s.stats).load(Ordering::Relaxed) as f64,
-                )
-            })
-            .collect();
-        let refs: Vec<(&[(&str, &str)], f64)> =
-            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-        p.family(metric, Kind::Counter, help, &refs);
-    }
+    p.counters(
+        "source",
+        &mqtt,
+        &[
+            (
+                "opex_connector_mqtt_received_total",
+                "MQTT messages received (acked on receipt).",
+                |s| l(&s.received),
+            ),
+            (
+                "opex_connector_mqtt_dropped_total",
+                "MQTT messages dropped because their subscription's buffer was full.",
+                |s| l(&s.dropped),
+            ),
+            (
+                "opex_connector_mqtt_refused_total",
+                "MQTT records a full sink refused: lost, MQTT acks on receipt.",
+                |s| l(&s.refused),
+            ),
+            (
+                "opex_connector_mqtt_failed_total",
+                "MQTT records a sink failed to store: lost.",
+                |s| l(&s.failed),
+            ),
+        ],
+    );
 }
 
 /// The per-device families: one sample per device, labelled `device` and `protocol`.

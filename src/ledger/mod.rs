@@ -7,14 +7,15 @@
 //!
 //! | part | kept | counts |
 //! | --- | --- | --- |
-//! | engine | memory | offers, refusals, records acked without a queue copy: delivered at once (storage, NATS, MQTT), dead-lettered, unrouted, suppressed, lost after a refusal |
-//! | push queue | `push_queue.db`, in the transaction that changes the rows | records acked into the queue: pending until the uplink delivers, evicts or dead-letters them |
-//! | volatile push buffer | memory | the same, lost with the rows on restart |
-//! | ClickHouse, Postgres backlogs | memory | records acked into the backlog: pending until inserted, parked, evicted or given up at a stop |
+//! | engine | memory | offers, refusals, records acked without a queue copy: delivered at once (storage, NATS, MQTT with QoS 1), unconfirmed (MQTT QoS 0), dead-lettered, unrouted, suppressed, lost after a refusal |
+//! | each durable queue (`push_queue` for the sink `push`, else the sink's name) | its file, in the transaction that changes the rows | records acked into the queue: pending until its deliverer delivers, evicts or dead-letters them |
+//! | a volatile push buffer (`push_volatile` for the sink `push`) | memory | the same, lost with the rows on restart |
+//! | each database memory backlog (the sink's name) | memory | records acked into the backlog: pending until inserted, parked, evicted or given up at a stop |
 //!
-//! One copy per record is tracked: when a record fans out to several sinks, the first queue it
-//! reaches (push, ClickHouse, Postgres) carries it in the per-source figures, and the other
-//! copies show only in the per-sink figures. A memory part starts at zero with the process;
+//! Each part comes from its sink's report ([`crate::sinks::Report`]), so the ledger names no
+//! kind. One copy per record is tracked: when a record fans out to several sinks, the first
+//! queue it reaches carries it in the per-source figures, and the other copies show only in
+//! the per-sink figures. A memory part starts at zero with the process;
 //! a crash loses its figures together with the memory rows they describe, so the sum still
 //! balances.
 

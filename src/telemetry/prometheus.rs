@@ -55,6 +55,25 @@ impl Page {
         }
     }
 
+    /// One counter family per entry of `families` (name, help, the counter of an item), with
+    /// one sample per item of `items`, labelled `label="<the item's name>"`.
+    pub fn counters<T>(
+        &mut self,
+        label: &str,
+        items: &[(&str, &T)],
+        families: &[(&str, &str, fn(&T) -> u64)],
+    ) {
+        for (name, help, pick) in families {
+            let labels: Vec<[(&str, &str); 1]> = items.iter().map(|(n, _)| [(label, *n)]).collect();
+            let samples: Vec<(&[(&str, &str)], f64)> = labels
+                .iter()
+                .zip(items)
+                .map(|(l, (_, item))| (l.as_slice(), pick(item) as f64))
+                .collect();
+            self.family(name, Kind::Counter, help, &samples);
+        }
+    }
+
     /// One unlabelled sample.
     pub fn single(&mut self, name: &str, kind: Kind, help: &str, value: f64) {
         self.family(name, kind, help, &[(&[], value)]);

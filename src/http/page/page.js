@@ -288,7 +288,7 @@
 
   function feed(m) {
     var list = $('feed'), li = el('li');
-    var text = new Date(m.time_ms).toLocaleTimeString() + ' ' + m.source + ' ' + m.key + ' ' + m.result + ' ' +
+    var text = new Date(m.time_ms).toLocaleTimeString() + ' ' + m.source + ' ' + (m.key === undefined ? '' : m.key + ' ') + m.result + ' ' +
       (m.payload !== undefined ? JSON.stringify(m.payload) : '(' + m.payload_bytes + ' bytes)');
     li.textContent = text;
     li.title = text;
