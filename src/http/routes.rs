@@ -116,7 +116,7 @@ async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let mac = match hook.verify(signature.as_deref(), &body, now) {
+    let mac = match hook.verify(signature.as_deref(), key.as_deref(), &body, now) {
         Ok(mac) => mac,
         Err(e) => return error(StatusCode::UNAUTHORIZED, &e.to_string()),
     };
