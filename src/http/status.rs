@@ -135,6 +135,7 @@ pub fn status(state: &AppState) -> Value {
             "disk_free_bytes": disk_free_bytes(&state.data_dir),
         },
         "live": live(state),
+        "auth": state.auth.status(),
         "push_queue": queue,
         "push_status": queue,
         "uplink": uplink,
@@ -280,6 +281,11 @@ pub fn metrics(state: &AppState) -> String {
             "Ingest requests rejected as bad input.",
             2,
         ),
+        (
+            "opex_connector_ingest_unauthorized_total",
+            "Ingest requests refused for a missing or wrong token (401).",
+            3,
+        ),
     ] {
         let samples: Vec<(Vec<(&str, &str)>, f64)> = state
             .ingest
@@ -289,7 +295,8 @@ pub fn metrics(state: &AppState) -> String {
                 let v = match pick {
                     0 => &s.stats.stored,
                     1 => &s.stats.refused,
-                    _ => &s.stats.rejected,
+                    2 => &s.stats.rejected,
+                    _ => &s.stats.unauthorized,
                 };
                 (
                     vec![("source", name.as_str())],
@@ -361,6 +368,7 @@ pub fn metrics(state: &AppState) -> String {
         "Times the HTTP server had max_connections open and new ones waited.",
         state.stats.at_capacity_total.load(Ordering::Relaxed) as f64,
     );
+    state.auth.write_metrics(&mut p);
     let hub = state.engine.hub();
     p.single(
         "opex_connector_live_skipped_total",
