@@ -503,10 +503,10 @@ fn admin_endpoints_refuse_missing_and_wrong_tokens_and_change_nothing() {
     );
 }
 
-/// The failed token checks an address may make before its 401s are delayed, and the delay
-/// (`src/http/auth.rs`, documented in the README).
-const FREE_FAILURES: usize = 10;
-const FAILURE_DELAY: Duration = Duration::from_secs(1);
+/// The failed token checks an address may make before its 401s are delayed (10), and the
+/// delay (1 s), as documented in the README.
+const FREE_FAILURES: usize = opex_connector::http::FREE_FAILURES as usize;
+const FAILURE_DELAY: Duration = opex_connector::http::FAILURE_DELAY;
 
 fn ingest_unauthorized(daemon: &Daemon) -> u64 {
     let status = daemon.status();

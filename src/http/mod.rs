@@ -21,7 +21,9 @@ pub use live::{
     publish_status as publish_live_status, wait_for_sessions as wait_for_live_sessions,
 };
 
-pub use auth::{bearer_ok, ct_eq, AuthGuard, AuthStats};
+pub use auth::{
+    bearer_ok, ct_eq, AuthGuard, AuthStats, FAILURE_DELAY, FORGET_AFTER, FREE_FAILURES, TABLE_SIZE,
+};
 pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
