@@ -61,7 +61,7 @@ const RECORD_BYTES: usize = 1024;
 const RAW_MAP_BYTES: usize = 8 << 30;
 /// Ingest source name and token written into the daemon's config.
 const SOURCE: &str = "bench";
-const TOKEN: &str = "bench-token";
+const TOKEN: &str = "bench-token-0123";
 /// How long the daemon may take to print its listening line, and to stop.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);

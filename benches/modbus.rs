@@ -272,7 +272,7 @@ impl Daemon {
         fs::write(
             &config,
             format!(
-                "connector:\n  name: bench\n  data_dir: {data}\n  http:\n    listen: 127.0.0.1:0\n    max_connections: 256\n  push_queue:\n    enabled: true\n    max_quota_mb: 1024\n    on_full: evict_oldest\ningest:\n  sources:\n    - name: bench\n      token: bench-token\n{extra}"
+                "connector:\n  name: bench\n  data_dir: {data}\n  http:\n    listen: 127.0.0.1:0\n    max_connections: 256\n  push_queue:\n    enabled: true\n    max_quota_mb: 1024\n    on_full: evict_oldest\ningest:\n  sources:\n    - name: bench\n      token: bench-token-0123\n{extra}"
             ),
         )?;
         let log = dir.join("daemon.log");
@@ -446,7 +446,7 @@ fn ingest_client(i: usize, addr: &str, deadline: Instant) -> u64 {
         let body = format!(r#"{{"client":{i},"n":{n},"pad":"{pad}"}}"#);
         n += 1;
         let req = format!(
-            "POST /api/ingest/bench/c{i}-{n} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer bench-token\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/ingest/bench/c{i}-{n} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer bench-token-0123\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         match exchange(s, r, req.as_bytes()) {

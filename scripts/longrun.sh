@@ -36,7 +36,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 http_port=$(free_port)
 modbus_port=$(free_port)
 recv_port=$(free_port)
-token="longrun-t0ken"
+token="longrun-t0ken-0123"
 
 # The uplink receiver: answers 200 to every batch and counts the lines.
 cat >"$work/receiver.py" <<'PY'

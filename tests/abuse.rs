@@ -1,12 +1,14 @@
 //! Hostile clients against the real binary: thousands of idle connections, slow bodies,
-//! oversize bodies, wrong methods, path traversal, bad and replayed webhook signatures, and
-//! admin calls without the admin token. Each gets the right status, memory stays bounded, and
-//! nothing is stored or changed (push queue rows, dead letters, webhook acceptances).
+//! oversize bodies, wrong methods, path traversal, bad and replayed webhook signatures, admin
+//! calls without the admin token, and a client trying token after token. Each gets the right
+//! status, memory stays bounded, and nothing is stored or changed (push queue rows, dead
+//! letters, webhook acceptances).
 
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -77,7 +79,52 @@ fn socket(daemon: &Daemon) -> SocketAddr {
 /// Sends `raw` on a fresh connection and returns (status, whole answer) once the server has
 /// answered and closed (every request here says `Connection: close`).
 fn raw_request(daemon: &Daemon, raw: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(socket(daemon)).expect("connect");
+    raw_request_on(TcpStream::connect(socket(daemon)).expect("connect"), raw)
+}
+
+/// A connection to the daemon from the loopback address `from` (any of 127.0.0.0/8 on Linux),
+/// so a test can be several clients. Std cannot bind before connecting; tokio's socket can.
+fn connect_from(daemon: &Daemon, from: Ipv4Addr) -> TcpStream {
+    let to = socket(daemon);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4()?;
+        s.bind(SocketAddr::from((from, 0)))?;
+        let stream = s.connect(to).await?;
+        let stream = stream.into_std()?;
+        stream.set_nonblocking(false)?;
+        Ok::<_, std::io::Error>(stream)
+    })
+    .unwrap_or_else(|e| panic!("connect from {from}: {e}"))
+}
+
+/// `method path` from the address `from`, with `Authorization: <authorization>` when given
+/// and a JSON body; (status, whole answer).
+fn request_from(
+    daemon: &Daemon,
+    from: Ipv4Addr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let mut raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        socket(daemon),
+        body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(body);
+    raw_request_on(connect_from(daemon, from), &raw)
+}
+
+fn raw_request_on(mut s: TcpStream, raw: &[u8]) -> (u16, String) {
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     // The server may answer and close before a large request is fully sent.
     let _ = s.write_all(raw);
@@ -410,30 +457,171 @@ fn admin_endpoints_refuse_missing_and_wrong_tokens_and_change_nothing() {
         ("GET", "/api/events"),
         ("GET", "/api/push/dead-letters"),
     ];
-    let lower = ADMIN_TOKEN.to_uppercase();
-    let prefix = &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1];
-    let longer = format!("{ADMIN_TOKEN}x");
+    let bearer = |t: &str| format!("Bearer {t}");
+    let lower = bearer(&ADMIN_TOKEN.to_uppercase());
+    let prefix = bearer(&ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1]);
+    let longer = bearer(&format!("{ADMIN_TOKEN}x"));
+    let ingest = bearer(TOKEN);
     let basic = format!("Basic {ADMIN_TOKEN}");
-    /// (what, bearer token, extra headers)
-    type Attempt<'a> = (&'a str, Option<&'a str>, Vec<(&'a str, &'a str)>);
-    let bearers: Vec<Attempt> = vec![
-        ("no token", None, vec![]),
-        ("the ingest token", Some(TOKEN), vec![]),
-        ("wrong case", Some(&lower), vec![]),
-        ("a prefix", Some(prefix), vec![]),
-        ("a longer token", Some(&longer), vec![]),
-        ("Basic scheme", None, vec![("Authorization", &basic)]),
+    // (what, `Authorization` header)
+    let attempts: Vec<(&str, Option<&str>)> = vec![
+        ("no token", None),
+        ("the ingest token", Some(&ingest)),
+        ("wrong case", Some(&lower)),
+        ("a prefix", Some(&prefix)),
+        ("a longer token", Some(&longer)),
+        ("Basic scheme", Some(&basic)),
     ];
-    for (method, path) in &calls {
-        for (what, token, headers) in &bearers {
-            let r = daemon.request(method, path, *token, headers, Some(br#"{"order":"x"}"#));
-            assert_eq!(r.status, 401, "{method} {path} with {what}: {r:?}");
+    // Each kind of attempt from its own address, so that none makes more than the free
+    // failures and every 401 comes at once (the slowdown has its own test).
+    for (i, (what, authorization)) in attempts.iter().enumerate() {
+        let from = Ipv4Addr::new(127, 0, 1, 1 + i as u8);
+        for (method, path) in &calls {
+            let (status, text) = request_from(
+                &daemon,
+                from,
+                method,
+                path,
+                *authorization,
+                br#"{"order":"x"}"#,
+            );
+            assert_eq!(status, 401, "{method} {path} with {what}: {text}");
         }
     }
+    let status = daemon.status();
+    assert_eq!(
+        u64_at(&status, "/auth/admin_unauthorized"),
+        (calls.len() * attempts.len()) as u64,
+        "{status:#}"
+    );
+    assert_eq!(u64_at(&status, "/auth/delayed_total"), 0, "{status:#}");
     assert_eq!(stored(&daemon), before);
     assert_eq!(dead_letter(&daemon, id), entry, "the dead letter changed");
     assert_ledger_balanced(
         &daemon,
         "admin endpoints refuse missing and wrong tokens and change nothing",
+    );
+}
+
+/// The failed token checks an address may make before its 401s are delayed (10), and the
+/// delay (1 s), as documented in the README.
+const FREE_FAILURES: usize = opex_connector::http::FREE_FAILURES as usize;
+const FAILURE_DELAY: Duration = opex_connector::http::FAILURE_DELAY;
+
+fn ingest_unauthorized(daemon: &Daemon) -> u64 {
+    let status = daemon.status();
+    let source = status["sources"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["name"] == json!(format!("ingest/{SOURCE}")))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no ingest/{SOURCE} in {status:#}"));
+    u64_at(&source, "/unauthorized")
+}
+
+#[test]
+fn repeated_wrong_tokens_from_one_address_get_slower_401s_while_a_correct_token_from_another_client_is_served_at_once(
+) {
+    let daemon = Daemon::start(abuse_config());
+    let guesser = Ipv4Addr::new(127, 0, 0, 2);
+    let ingest_path = format!("/api/ingest/{SOURCE}/guess");
+    let body = br#"{"order":"o-1"}"#;
+    for i in 0..FREE_FAILURES {
+        let wrong = format!("Bearer guess-{i:04}-0123456789");
+        let (status, text) =
+            request_from(&daemon, guesser, "POST", &ingest_path, Some(&wrong), body);
+        assert_eq!(status, 401, "guess {i}: {text}");
+    }
+    let status = daemon.status();
+    assert_eq!(
+        u64_at(&status, "/auth/delayed_total"),
+        0,
+        "the free failures: {status:#}"
+    );
+    assert_eq!(ingest_unauthorized(&daemon), FREE_FAILURES as u64);
+
+    // The next guess (at the admin endpoints: the count is per address, not per endpoint)
+    // waits; while it does, other clients are served.
+    let (tx, rx) = mpsc::channel();
+    let slow = std::thread::scope(|scope| {
+        let daemon = &daemon;
+        let guess = scope.spawn(move || {
+            let started = Instant::now();
+            let answer = request_from(
+                daemon,
+                guesser,
+                "GET",
+                "/api/dead-letters",
+                Some("Bearer guess-admin-0123456789"),
+                b"",
+            );
+            tx.send(()).expect("main thread waits");
+            (answer, started.elapsed())
+        });
+        wait_until(POLL_DEADLINE, "the guess to be held back", || {
+            u64_at(&daemon.status(), "/auth/delayed_total") == 1
+        });
+        // The right tokens from another address (127.0.0.1): answered while the guess waits.
+        let stored_id = assert_stored(&daemon.ingest("served-1", r#"{"order":"o-2"}"#), "ingest");
+        let admin = daemon.get("/api/dead-letters", Some(ADMIN_TOKEN));
+        assert_eq!(admin.status, 200, "{admin:?}");
+        // A third client's first wrong token is answered without a delay.
+        let (status, text) = request_from(
+            daemon,
+            Ipv4Addr::new(127, 0, 0, 3),
+            "POST",
+            &ingest_path,
+            Some("Bearer not-the-token-0123456"),
+            body,
+        );
+        assert_eq!(status, 401, "{text}");
+        assert_eq!(
+            rx.try_recv(),
+            Err(mpsc::TryRecvError::Empty),
+            "the held-back guess was answered before the other clients"
+        );
+        assert!(!stored_id.is_empty());
+        guess.join().expect("guess thread")
+    });
+    let ((status, text), waited) = slow;
+    assert_eq!(status, 401, "{text}");
+    // Generous: the client saw at least most of the server's delay.
+    assert!(
+        waited >= FAILURE_DELAY.mul_f64(0.9),
+        "the guess was answered after {waited:?}, not after the {FAILURE_DELAY:?} delay"
+    );
+
+    // The guesser's right token is not delayed: nothing more is counted as held back.
+    let (status, text) = request_from(
+        &daemon,
+        guesser,
+        "POST",
+        &format!("/api/ingest/{SOURCE}/right"),
+        Some(&format!("Bearer {TOKEN}")),
+        body,
+    );
+    assert_eq!(status, 200, "{text}");
+    let status = daemon.status();
+    assert_eq!(u64_at(&status, "/auth/delayed_total"), 1, "{status:#}");
+    assert_eq!(u64_at(&status, "/auth/admin_unauthorized"), 1, "{status:#}");
+    assert_eq!(ingest_unauthorized(&daemon), FREE_FAILURES as u64 + 1);
+    let metrics = daemon.metrics();
+    assert_eq!(
+        metric(&metrics, "opex_connector_admin_unauthorized_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&metrics, "opex_connector_auth_delayed_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&metrics, "opex_connector_ingest_unauthorized_total"),
+        Some(FREE_FAILURES as f64 + 1.0)
+    );
+    assert_ledger_balanced(
+        &daemon,
+        "repeated wrong tokens from one address get slower 401s",
     );
 }

@@ -8,7 +8,7 @@ use common::*;
 use serde_json::{json, Value};
 
 const RETURNS: &str = "returns";
-const RETURNS_TOKEN: &str = "returns-t0ken";
+const RETURNS_TOKEN: &str = "returns-t0ken-0123";
 
 /// A flow `id`: `source` -> map `tag` (sets `payload.ref` from `payload.order`, so a record
 /// without `order` fails there) -> sink `out`.

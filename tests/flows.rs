@@ -12,7 +12,7 @@ use tempfile::TempDir;
 
 /// A second ingest source that no flow takes.
 const OTHER: &str = "returns";
-const OTHER_TOKEN: &str = "returns-t0ken";
+const OTHER_TOKEN: &str = "returns-t0ken-0123";
 
 fn source_node(id: &str, source: &str) -> Value {
     json!({ "id": id, "kind": "source", "source": source })

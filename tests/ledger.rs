@@ -8,7 +8,7 @@ use common::*;
 use serde_json::{json, Value};
 
 const OTHER: &str = "unwired";
-const OTHER_TOKEN: &str = "unwired-t0ken";
+const OTHER_TOKEN: &str = "unwired-t0ken-0123";
 const ERP: &str = "erp";
 const ERP_SECRET: &str = "whsec_erp_0123456789abcdef";
 

@@ -219,7 +219,7 @@ fn a_full_block_queue_holds_the_poller_for_its_hold_then_counts_the_drop() {
     let port = free_port();
     let daemon = Daemon::start(json!({
         "connector": {"push_queue": {"enabled": true, "max_quota_mb": 1, "on_full": "block"}},
-        "ingest": {"sources": [{"name": "fill", "token": "t"}]},
+        "ingest": {"sources": [{"name": "fill", "token": "fill-t0ken-01234"}]},
         "simulator": {"modbus": format!("127.0.0.1:{port}")},
         "devices": [{
             "name": "sim",
@@ -242,7 +242,7 @@ fn a_full_block_queue_holds_the_poller_for_its_hold_then_counts_the_drop() {
         wait_until(Duration::from_secs(30), "the queue refuses (block)", || {
             let r = daemon
                 .client()
-                .post(&url, Some("t"), body.as_bytes())
+                .post(&url, Some("fill-t0ken-01234"), body.as_bytes())
                 .expect("ingest");
             r.status == 503
         });

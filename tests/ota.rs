@@ -87,7 +87,7 @@ impl Box_ {
         std::fs::write(
             d.join("config.yaml"),
             format!(
-                "connector:\n  data_dir: {}\n  http:\n    listen: 127.0.0.1:{port}\n  push_queue:\n    max_quota_mb: 16\ningest:\n  sources:\n    - name: orders\n      token: s3cret-t0ken\n",
+                "connector:\n  data_dir: {}\n  http:\n    listen: 127.0.0.1:{port}\n  push_queue:\n    max_quota_mb: 16\ningest:\n  sources:\n    - name: orders\n      token: s3cret-t0ken-0123\n",
                 d.join("data").display()
             ),
         )

@@ -98,7 +98,7 @@ proptest! {
     fn the_signature_parser_never_panics(header in ".{0,200}", now in any::<i64>(), tol in any::<i64>()) {
         if let Ok(sig) = parse(&header) {
             prop_assert!(!sig.v1.is_empty());
-            let _ = verify(&sig, b"whsec", b"{}", now, tol);
+            let _ = verify(&sig, b"whsec", None, b"{}", now, tol);
         }
     }
 
@@ -115,21 +115,28 @@ proptest! {
         }
         h.push_str(&junk);
         if let Ok(sig) = parse(&h) {
-            let _ = verify(&sig, b"k", b"body", 0, 300);
+            let _ = verify(&sig, b"k", Some("key"), b"body", 0, 300);
         }
     }
 
     #[test]
-    fn a_signed_header_always_verifies_and_a_changed_body_never_does(
+    fn a_signed_header_always_verifies_and_a_changed_body_or_key_never_does(
         secret in prop::collection::vec(any::<u8>(), 0..80),
         body in prop::collection::vec(any::<u8>(), 0..200),
+        key in prop::option::of(".{0,20}"),
         t in any::<i64>(),
     ) {
-        let sig = parse(&sign(&secret, t, &body)).expect("own header parses");
-        prop_assert_eq!(verify(&sig, &secret, &body, t, 300), Ok(()));
+        let key = key.as_deref();
+        let sig = parse(&sign(&secret, t, key, &body)).expect("own header parses");
+        prop_assert!(verify(&sig, &secret, key, &body, t, 300).is_ok());
         let mut other = body.clone();
         other.push(b'x');
-        prop_assert_eq!(verify(&sig, &secret, &other, t, 300), Err(SigError::Mismatch));
+        prop_assert_eq!(verify(&sig, &secret, key, &other, t, 300), Err(SigError::Mismatch));
+        let other_key = format!("{}x", key.unwrap_or(""));
+        prop_assert_eq!(
+            verify(&sig, &secret, Some(&other_key), &body, t, 300),
+            Err(SigError::Mismatch)
+        );
     }
 
     #[test]
@@ -148,7 +155,7 @@ proptest! {
         let _ = percent_decode(&segment);
         let header = String::from_utf8(sig).ok();
         let hook = webhook();
-        prop_assert!(hook.verify(header.as_deref(), &body, now).is_err());
+        prop_assert!(hook.verify(header.as_deref(), None, &body, now).is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Security properties of the real binary: secrets (tokens, webhook secrets, broker and
 //! database passwords) never reach the log, `/api/status`, `/metrics` or the status page, even
 //! at `RUST_LOG=debug` and while every peer is failing; files holding secrets are refused when
-//! every user can read them; the default listen address is loopback.
+//! every user can read them; tokens shorter than 16 characters are refused (the demo's only
+//! with a warning, and only on loopback); the default listen address is loopback.
 
 mod common;
 
@@ -197,4 +198,69 @@ fn without_a_listen_address_the_connector_listens_on_loopback_only() {
     let demo = opex_connector::config::from_yaml(opex_connector::config::DEMO_YAML)
         .expect("the demo is valid");
     assert!(demo.connector.http.listen.ip().is_loopback());
+}
+
+/// Runs `validate` on `text`; (exit code, stderr).
+fn validate_text(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, text).expect("write config");
+    let out = run_cli(&["validate", path.to_str().expect("utf-8 path")]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_short_token_is_a_validate_error_with_its_path() {
+    let config = |admin: &str, ingest: &str| {
+        format!(
+            "connector:\n  data_dir: /var/lib/x\n  http:\n    admin_token: {admin}\ningest:\n  sources:\n    - name: orders\n      token: 0123456789abcdef\n    - name: returns\n      token: {ingest}\n"
+        )
+    };
+    let (code, stderr) = validate_text(&config("adm1n-pa55", "r3turns-15chars"));
+    assert_eq!(code, Some(1), "{stderr}");
+    for line in [
+        "connector.http.admin_token: is 10 characters, fewer than 16",
+        "ingest.sources[1].token: is 15 characters, fewer than 16",
+    ] {
+        assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains("ingest.sources[0]"), "{stderr}");
+    // The message says how short, never the token itself.
+    assert!(
+        !stderr.contains("adm1n-pa55") && !stderr.contains("r3turns-15chars"),
+        "{stderr}"
+    );
+    // At 16 characters both pass.
+    let (code, stderr) = validate_text(&config("adm1n-pa55-0123x", "r3turns-16chars!"));
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn the_demo_keeps_its_short_token_with_a_warning_and_only_on_loopback() {
+    let demo = opex_connector::config::DEMO_YAML;
+    assert!(
+        demo.contains("token: demo-token"),
+        "the demo's token changed"
+    );
+    let (code, stderr) = validate_text(demo);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: ingest.sources[0].token: is 10 characters, fewer than 16"),
+        "{stderr}"
+    );
+    // Opened to the network, the same file is refused.
+    let open = demo.replace("listen: 127.0.0.1:8080", "listen: 0.0.0.0:8080");
+    assert_ne!(open, demo);
+    let (code, stderr) = validate_text(&open);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ingest.sources[0].token: is 10 characters, fewer than 16"),
+        "{stderr}"
+    );
+    // Without `demo: true` the same token is an error.
+    let (code, stderr) = validate_text(&demo.replace("  demo: true\n", ""));
+    assert_eq!(code, Some(1), "{stderr}");
 }

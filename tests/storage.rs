@@ -12,7 +12,7 @@ use common::*;
 use serde_json::{json, Value};
 
 const RETURNS: &str = "returns";
-const RETURNS_TOKEN: &str = "returns-t0ken";
+const RETURNS_TOKEN: &str = "returns-t0ken-0123";
 
 /// `ingest/orders` (and `ingest/returns`) -> storage, with `storage` as given (or none), a
 /// small push queue nothing reaches, and the admin token.

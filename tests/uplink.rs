@@ -10,7 +10,7 @@ use common::*;
 use serde_json::{json, Value};
 
 const UPLINK_TOKEN: &str = "up-t0ken";
-const ADMIN_TOKEN: &str = "adm1n-t0ken";
+const ADMIN_TOKEN: &str = "adm1n-t0ken-0123";
 
 /// A block queue of 8 MiB draining to `receiver`, with quick retries.
 fn uplink_config(receiver: &Receiver, batch_rows: u64, token: Option<&str>) -> Value {

@@ -16,7 +16,7 @@ const GOOD: &str = r#"connector:
   http:
     listen: 127.0.0.1:8080
     max_body_kb: 1024
-    admin_token: adm1n-t0ken
+    admin_token: adm1n-t0ken-0123
   push_queue:
     enabled: true
     max_quota_mb: 2000
@@ -31,9 +31,9 @@ const GOOD: &str = r#"connector:
 ingest:
   sources:
     - name: orders
-      token: s3cret-t0ken
+      token: s3cret-t0ken-0123
     - name: returns
-      token: returns-t0ken
+      token: returns-t0ken-0123
 "#;
 
 fn write(dir: &TempDir, name: &str, text: &str) -> PathBuf {
@@ -102,9 +102,18 @@ ingest:
 "#;
 
 #[test]
-fn validate_accepts_the_interface_example_config() {
+fn validate_refuses_the_interface_example_for_its_short_tokens_and_accepts_it_with_long_ones() {
     let dir = TempDir::new().expect("temp dir");
     let path = write(&dir, "example.yaml", INTERFACE_EXAMPLE);
+    let out = validate(&path);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(reports(&stderr, "connector.http.admin_token"), "{stderr}");
+    assert!(reports(&stderr, "ingest.sources[0].token"), "{stderr}");
+    let long = INTERFACE_EXAMPLE
+        .replace("adm1n-t0ken ", "adm1n-t0ken-0123 ")
+        .replace("token: s3cret\n", "token: s3cret-t0ken-0123\n");
+    let path = write(&dir, "example-long.yaml", &long);
     let out = validate(&path);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{}", text(&out.stderr));
 }
@@ -112,7 +121,7 @@ fn validate_accepts_the_interface_example_config() {
 #[test]
 fn validate_accepts_a_minimal_config_without_optional_keys() {
     let dir = TempDir::new().expect("temp dir");
-    let minimal = "connector:\n  data_dir: /tmp/opex\n  http:\n    listen: 127.0.0.1:0\n    max_body_kb: 64\n  push_queue:\n    enabled: true\n    max_quota_mb: 1\ningest:\n  sources:\n    - name: orders\n      token: s3cret-t0ken\n";
+    let minimal = "connector:\n  data_dir: /tmp/opex\n  http:\n    listen: 127.0.0.1:0\n    max_body_kb: 64\n  push_queue:\n    enabled: true\n    max_quota_mb: 1\ningest:\n  sources:\n    - name: orders\n      token: s3cret-t0ken-0123\n";
     let path = write(&dir, "minimal.yaml", minimal);
     let out = validate(&path);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{}", text(&out.stderr));
@@ -160,8 +169,8 @@ fn validate_names_the_path_of_each_single_problem() {
         (
             "unknown key in a list item",
             good_with(
-                "      token: returns-t0ken\n",
-                "      token: returns-t0ken\n      tokne: x\n",
+                "      token: returns-t0ken-0123\n",
+                "      token: returns-t0ken-0123\n      tokne: x\n",
             ),
             vec!["ingest.sources[1].tokne"],
         ),

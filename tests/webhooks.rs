@@ -107,6 +107,13 @@ fn signing_helper_matches_the_sha256_and_rfc_4231_hmac_vectors() {
             hex(&hmac_sha256(b"Jefe", b"1700000000.{}"))
         )
     );
+    assert_eq!(
+        signature_keyed("Jefe", 1_700_000_000, "ord-1", b"{}"),
+        format!(
+            "t=1700000000,v1={}",
+            hex(&hmac_sha256(b"Jefe", b"1700000000.ord-1.{}"))
+        )
+    );
 }
 
 #[test]
@@ -291,6 +298,109 @@ fn replayed_identical_request_is_401_the_second_time() {
     );
     assert_ne!(first, second);
     assert_hook_counters(&daemon, 2, 0, 2);
+}
+
+#[test]
+fn a_replay_with_an_extra_v1_entry_is_refused() {
+    let daemon = Daemon::start(hook_config("on_done", to_storage()));
+    let body = br#"{"payment":"p-1","amount":40}"#;
+    let t = unix_secs();
+    let good = signature(HOOK_SECRET, t, body);
+    let good_v1 = good.split_once(",v1=").expect("v1 entry").1.to_string();
+    let first = assert_stored(
+        &daemon.hook_raw(HOOK, &[("X-Opex-Signature", &good)], body),
+        "the signed request",
+    );
+    // The same request with random entries added before or after the good one, reordered,
+    // or repeated: each would have been a new record, a duplicate payment.
+    let random = "5a".repeat(32);
+    let replays = [
+        format!("t={t},v1={random},v1={good_v1}"),
+        format!("t={t},v1={good_v1},v1={random}"),
+        format!("v1={good_v1},t={t}"),
+        format!("t={t},v1={}", "00".repeat(32)) + &format!(",v1={random},v1={good_v1}"),
+        format!("t={t},v1={good_v1},v1={good_v1}"),
+    ];
+    for replay in &replays {
+        let reply = daemon.hook_raw(HOOK, &[("X-Opex-Signature", replay)], body);
+        let error = assert_error_reply(&reply, 401, replay);
+        assert!(error.contains("replay"), "{replay}: {error}");
+    }
+    assert_eq!(
+        event_ids(&daemon, &hook_source()),
+        vec![first],
+        "a replay was stored"
+    );
+    assert_hook_counters(&daemon, 1, 0, replays.len() as u64);
+}
+
+#[test]
+fn a_request_whose_key_was_changed_after_signing_is_401_and_stores_nothing() {
+    let daemon = Daemon::start(hook_config("on_done", to_storage()));
+    let body = br#"{"payment":"p-2","amount":40}"#;
+    let t = unix_secs();
+    let signed = signature_keyed(HOOK_SECRET, t, "ord-7", body);
+    for (what, key) in [
+        ("another key", Some("ord-8")),
+        ("a key with topic levels", Some("ord-7/#")),
+        ("an empty key", Some("")),
+        ("the key removed", None),
+    ] {
+        let mut headers = vec![("X-Opex-Signature", signed.as_str())];
+        headers.extend(key.map(|k| ("X-Opex-Key", k)));
+        let reply = daemon.hook_raw(HOOK, &headers, body);
+        let error = assert_error_reply(&reply, 401, what);
+        assert!(error.contains("does not match"), "{what}: {error}");
+    }
+    // A key-less signature does not cover a key added afterwards either.
+    let keyless = signature(HOOK_SECRET, t, body);
+    let reply = daemon.hook_raw(
+        HOOK,
+        &[("X-Opex-Signature", &keyless), ("X-Opex-Key", "ord-7")],
+        body,
+    );
+    assert_error_reply(&reply, 401, "a key added to a key-less signature");
+    assert!(event_ids(&daemon, &hook_source()).is_empty());
+    // The key it was signed with passes.
+    let id = assert_stored(
+        &daemon.hook_raw(
+            HOOK,
+            &[("X-Opex-Signature", &signed), ("X-Opex-Key", "ord-7")],
+            body,
+        ),
+        "the key it was signed with",
+    );
+    let rows = events(&daemon, &format!("source={}", hook_source()));
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["id"], json!(id), "{rows:#?}");
+    assert_eq!(rows[0]["key"], json!("ord-7"), "{rows:#?}");
+    assert_hook_counters(&daemon, 1, 0, 5);
+}
+
+#[test]
+fn a_keyless_request_signed_the_old_way_still_passes() {
+    let daemon = Daemon::start(hook_config("on_done", to_storage()));
+    let body = br#"{"payment":"p-3"}"#;
+    // `<t>.<body>`, written out here as a sender of before the key was signed did.
+    let t = unix_secs();
+    let mut signed = format!("{t}.").into_bytes();
+    signed.extend_from_slice(body);
+    let header = format!(
+        "t={t},v1={}",
+        hex(&hmac_sha256(HOOK_SECRET.as_bytes(), &signed))
+    );
+    let id = assert_stored(
+        &daemon.hook_raw(HOOK, &[("X-Opex-Signature", &header)], body),
+        "a key-less request signed over t.body",
+    );
+    let rows = events(&daemon, &format!("source={}", hook_source()));
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(
+        rows[0]["key"],
+        json!(id),
+        "without X-Opex-Key the key is the id"
+    );
+    assert_hook_counters(&daemon, 1, 0, 0);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! What a webhook or ingest request carries (path segment, headers, body) never panics the
 //! code that reads it: the bearer check, the key's percent-decoding, the webhook's signature
-//! check with its replay window, and turning the body into a record. A body that becomes a
+//! check (over timestamp, key and body) with its replay window, and turning the body into a record. A body that becomes a
 //! record keeps its JSON value and its one-line form.
 #![no_main]
 
@@ -55,12 +55,17 @@ fuzz_target!(|data: &[u8]| {
     let header = HeaderValue::from_bytes(sig)
         .ok()
         .and_then(|v| v.to_str().ok().map(str::to_string));
-    let _ = hook().verify(header.as_deref(), body, now);
+    let _ = hook().verify(header.as_deref(), Some(key.as_str()), body, now);
     if signed {
         // A correctly signed request passes once, then is a replay.
-        let made = sign(SECRET.as_bytes(), now, body);
-        if hook().verify(Some(made.as_str()), body, now).is_ok() {
-            assert!(hook().verify(Some(made.as_str()), body, now).is_err());
+        let made = sign(SECRET.as_bytes(), now, Some(key.as_str()), body);
+        if hook()
+            .verify(Some(made.as_str()), Some(key.as_str()), body, now)
+            .is_ok()
+        {
+            assert!(hook()
+                .verify(Some(made.as_str()), Some(key.as_str()), body, now)
+                .is_err());
         }
     }
 

@@ -89,6 +89,10 @@ pub struct RawConnector {
     /// `aggregate`, `heartbeat`, per source or per point. Storage and the other sinks get
     /// every record.
     pub preprocess: Option<Vec<RawPreprocessRule>>,
+    /// `true` only in the demo (`config/demo.yaml`): bearer tokens shorter than 16 characters
+    /// are then accepted with a warning, as long as `http.listen` is a loopback address. Leave
+    /// it out of a real config. Default `false`.
+    pub demo: Option<bool>,
 }
 
 /// `connector.http:`
@@ -106,6 +110,7 @@ pub struct RawHttp {
     pub header_read_timeout_secs: Option<u64>,
     /// Seconds a client has to send a request's body; then `408`. Default 30.
     pub body_read_timeout_secs: Option<u64>,
-    /// Bearer token of the admin endpoints. Without it those endpoints answer `404`.
+    /// Bearer token of the admin endpoints, at least 16 characters (e.g. `openssl rand -hex
+    /// 16`). Without it those endpoints answer `404`.
     pub admin_token: Option<String>,
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::checks::{checked_token, TokenRule};
 use super::raw::{RawConfig, RawHttp};
 use super::{Problem, Problems};
 use crate::alerts::AlertsConfig;
@@ -153,8 +154,17 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             PathBuf::new()
         }
     };
-    let http = validate_http(c.http.as_ref().unwrap_or(&RawHttp::default()), &mut p);
-    let ingest = IngestConfig::validate(raw.ingest.as_ref(), "ingest", &mut p);
+    let mut warnings = Vec::new();
+    let demo = c.demo.unwrap_or(false);
+    let http = validate_http(
+        c.http.as_ref().unwrap_or(&RawHttp::default()),
+        demo,
+        &mut p,
+        &mut warnings,
+    );
+    let tokens = TokenRule::new(demo, http.listen);
+    let ingest =
+        IngestConfig::validate(raw.ingest.as_ref(), "ingest", tokens, &mut p, &mut warnings);
     let webhooks = validate_webhooks(raw.webhooks.as_deref(), "webhooks", &mut p);
     let dead_letters_max_rows = raw
         .dead_letters
@@ -174,7 +184,6 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let alerts = AlertsConfig::validate(raw.telemetry.as_ref(), &mqtt, &nats, "telemetry", &mut p);
     let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
     let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
-    let mut warnings = Vec::new();
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
     all_sources.extend(feed_source_names(&schedules, &backfills));
@@ -267,7 +276,12 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     }
 }
 
-fn validate_http(raw: &RawHttp, p: &mut Problems) -> HttpConfig {
+fn validate_http(
+    raw: &RawHttp,
+    demo: bool,
+    p: &mut Problems,
+    warnings: &mut Vec<Problem>,
+) -> HttpConfig {
     let listen = match raw.listen.as_deref() {
         None => SocketAddr::from(([127, 0, 0, 1], 8080)),
         Some(s) => match s.parse::<SocketAddr>() {
@@ -315,6 +329,9 @@ fn validate_http(raw: &RawHttp, p: &mut Problems) -> HttpConfig {
                 "connector.http.admin_token",
                 "must not be empty (leave it out to disable the admin endpoints)",
             );
+        } else {
+            let rule = TokenRule::new(demo, listen);
+            checked_token(t, "connector.http.admin_token", rule, p, warnings);
         }
     }
     HttpConfig {
@@ -377,7 +394,7 @@ mod tests {
     #[test]
     fn a_flow_naming_a_database_sink_needs_its_section_and_the_section_is_checked() {
         let flow = "flows:\n  - id: f\n    nodes:\n      - { id: in, kind: source, source: ingest/a }\n      - { id: db, kind: sink, sink: postgres }\n    wires:\n      - { from: in, to: db }\n";
-        let base = "connector:\n  data_dir: /d\ningest:\n  sources:\n    - { name: a, token: tokentoken }\n";
+        let base = "connector:\n  data_dir: /d\ningest:\n  sources:\n    - { name: a, token: tokentokentokentoken }\n";
         let errs = paths(&format!("{base}{flow}"));
         assert_eq!(
             errs,
@@ -481,7 +498,35 @@ flows:
     }
 
     #[test]
-    fn the_demo_config_is_valid() {
-        from_yaml(super::super::DEMO_YAML).unwrap();
+    fn the_demo_config_is_valid_and_warns_of_its_short_token() {
+        let demo = from_yaml(super::super::DEMO_YAML).unwrap();
+        let warned: Vec<&str> = demo.warnings.iter().map(|w| w.path.as_str()).collect();
+        assert_eq!(warned, ["ingest.sources[0].token"]);
+    }
+
+    #[test]
+    fn short_tokens_are_errors_with_their_paths_unless_the_demo_listens_on_loopback() {
+        let text = |demo: &str, listen: &str| {
+            format!("connector:\n  data_dir: /d\n{demo}  http:\n    listen: {listen}\n    admin_token: adm1n-t0ken\ningest:\n  sources:\n    - {{ name: a, token: 0123456789abcdef }}\n    - {{ name: b, token: s3cret }}\n")
+        };
+        let short = |n: usize| format!("is {n} characters, fewer than 16: use a long random token");
+        let expected = vec![
+            format!("connector.http.admin_token: {}", short(11)),
+            format!("ingest.sources[1].token: {}", short(6)),
+        ];
+        assert_eq!(paths(&text("", "127.0.0.1:8080")), expected);
+        // The demo's allowance ends where the network begins.
+        assert_eq!(paths(&text("  demo: true\n", "0.0.0.0:8080")), expected);
+        assert_eq!(paths(&text("  demo: false\n", "127.0.0.1:8080")), expected);
+        let demo = from_yaml(&text("  demo: true\n", "127.0.0.1:8080")).unwrap();
+        let warned: Vec<&str> = demo.warnings.iter().map(|w| w.path.as_str()).collect();
+        assert_eq!(
+            warned,
+            ["connector.http.admin_token", "ingest.sources[1].token"]
+        );
+        assert_eq!(
+            demo.connector.http.admin_token.as_deref(),
+            Some("adm1n-t0ken")
+        );
     }
 }

@@ -110,6 +110,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
             .collect(),
         stats: HttpStats::default(),
+        auth: Default::default(),
         nats_sources: config
             .nats
             .sources

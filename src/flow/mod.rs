@@ -52,6 +52,7 @@ pub use config::{
 pub use nodes::run_node;
 pub use path::{FieldPath, Template};
 pub use plan::{Plan, DIRECT_FLOW};
+pub use template::Confine;
 
 /// A node in a [`Plan`]: its flow's index and its index in that flow.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -5,6 +5,13 @@
 //! values as compact JSON). Lists and maps are templates too, element by element. Templates are
 //! checked once, when the config is validated; rendering fails, naming the field, only when a
 //! referenced field is missing on the record.
+//!
+//! A topic or subject is rendered with [`Template::render_confined`]: a value taken from the
+//! record (a key from `X-Opex-Key`, a payload field) is data, so it must stay inside the one
+//! level it is spliced into. A value that would add a level or a wildcard (`/`, `+`, `#` in an
+//! MQTT topic; `.`, `*`, `>` or white space in a NATS subject) is refused, never cleaned up
+//! into something else. The template's own text is written by the operator and may hold
+//! separators (`plant/{{key}}/orders`, `plant.{{key}}.orders`).
 
 use serde_json::{Map, Value};
 
@@ -90,6 +97,101 @@ impl Template {
                     m.insert(k.clone(), t.render(fields)?);
                 }
                 Ok(Value::Object(m))
+            }
+        }
+    }
+}
+
+/// Where a rendered text goes, and so which characters a substituted value must not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confine {
+    /// An MQTT topic: `/` separates levels, `+` and `#` are wildcards, NUL is not allowed.
+    MqttTopic,
+    /// A NATS subject: `.` separates tokens, `*` and `>` are wildcards, white space (and any
+    /// other control character) ends the subject on the wire.
+    NatsSubject,
+}
+
+impl Confine {
+    /// Why `c` may not be part of a substituted value, or `None` when it may.
+    fn refuses(self, c: char) -> Option<&'static str> {
+        match (self, c) {
+            (Confine::MqttTopic, '/') => Some("would add an MQTT topic level"),
+            (Confine::MqttTopic, '+' | '#') => Some("is an MQTT wildcard"),
+            (Confine::MqttTopic, '\0') => Some("is not allowed in an MQTT topic"),
+            (Confine::MqttTopic, _) => None,
+            (Confine::NatsSubject, '.') => Some("would add a NATS subject token"),
+            (Confine::NatsSubject, '*' | '>') => Some("is a NATS wildcard"),
+            (Confine::NatsSubject, c) if c.is_whitespace() => {
+                Some("is white space, which ends a NATS subject")
+            }
+            (Confine::NatsSubject, c) if c.is_control() => {
+                Some("is a control character, not allowed in a NATS subject")
+            }
+            (Confine::NatsSubject, _) => None,
+        }
+    }
+
+    /// Checks one substituted value, naming its field and the first character refused.
+    fn check(self, path: &FieldPath, value: &str) -> Result<(), String> {
+        match value
+            .chars()
+            .find_map(|c| self.refuses(c).map(|why| (c, why)))
+        {
+            None => Ok(()),
+            Some((c, why)) => {
+                // Long values (a whole payload field) are cut in the message.
+                let shown: String = value.chars().take(MAX_SHOWN).collect();
+                let more = if value.chars().count() > MAX_SHOWN {
+                    "..."
+                } else {
+                    ""
+                };
+                Err(format!(
+                    "template field {path}: value {shown:?}{more} has {c:?}, which {why}"
+                ))
+            }
+        }
+    }
+}
+
+/// Most characters of a refused value quoted in the error.
+const MAX_SHOWN: usize = 64;
+
+impl Template {
+    /// Renders a topic or subject template for one record, refusing a substituted value that
+    /// could change the shape of the result (see [`Confine`]): the text as written in the
+    /// template passes unchecked, each `{{path}}` value is checked. Values render to text as
+    /// in [`render`](Self::render) (strings as they are, others as compact JSON, so `1.5` is
+    /// refused in a NATS subject). Fails naming the field when a reference is missing, the
+    /// value and the reason when a value is refused, and for a list or map template (a topic
+    /// is text).
+    pub fn render_confined(&self, fields: &Fields<'_>, confine: Confine) -> Result<String, String> {
+        let text = |path: &FieldPath| -> Result<String, String> {
+            let value = fields.get(path).ok_or_else(|| missing(path))?;
+            let text = match value.as_ref() {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            confine.check(path, &text)?;
+            Ok(text)
+        };
+        match self {
+            Template::Literal(Value::String(s)) => Ok(s.clone()),
+            Template::Literal(other) => Ok(other.to_string()),
+            Template::Field(path) => text(path),
+            Template::Text(pieces) => {
+                let mut out = String::new();
+                for piece in pieces {
+                    match piece {
+                        Piece::Lit(s) => out.push_str(s),
+                        Piece::Field(path) => out.push_str(&text(path)?),
+                    }
+                }
+                Ok(out)
+            }
+            Template::List(_) | Template::Map(_) => {
+                Err("a topic or subject template must be text, not a list or map".into())
             }
         }
     }
@@ -194,6 +296,159 @@ mod tests {
         );
         let lit = json!({"a": [1, "b"]});
         assert_eq!(Template::parse(&lit), Ok(Template::Literal(lit)));
+    }
+
+    fn confined(t: &str, key: &str, payload: Value, c: Confine) -> Result<String, String> {
+        let r = Record::from_value("webhook/stripe", key, &payload);
+        Template::parse(&json!(t))
+            .unwrap()
+            .render_confined(&Fields::read(&r), c)
+    }
+
+    #[test]
+    fn confined_values_pass_when_they_stay_inside_their_level() {
+        let p = json!({"line": "press_3", "n": 42, "site": "Zürich-Nord"});
+        assert_eq!(
+            confined(
+                "plant/{{key}}/{{payload.line}}",
+                "ord-7",
+                p.clone(),
+                Confine::MqttTopic
+            ),
+            Ok("plant/ord-7/press_3".into())
+        );
+        assert_eq!(
+            confined(
+                "plant.{{key}}.{{payload.n}}",
+                "ord-7",
+                p.clone(),
+                Confine::NatsSubject
+            ),
+            Ok("plant.ord-7.42".into())
+        );
+        // What MQTT allows in a level, NATS may not, and the other way round.
+        assert_eq!(
+            confined("a/{{key}}", "v1.2", p.clone(), Confine::MqttTopic),
+            Ok("a/v1.2".into())
+        );
+        assert_eq!(
+            confined("a.{{key}}", "x/y", p.clone(), Confine::NatsSubject),
+            Ok("a.x/y".into())
+        );
+        // A single reference is text too.
+        assert_eq!(
+            confined("{{payload.site}}", "k", p, Confine::MqttTopic),
+            Ok("Zürich-Nord".into())
+        );
+    }
+
+    #[test]
+    fn the_templates_own_separators_and_wildcards_are_not_checked() {
+        assert_eq!(
+            confined("plant/+/x/#", "k", json!({}), Confine::MqttTopic),
+            Ok("plant/+/x/#".into())
+        );
+        assert_eq!(
+            confined("plant.*.{{key}}.>", "k", json!({}), Confine::NatsSubject),
+            Ok("plant.*.k.>".into())
+        );
+    }
+
+    #[test]
+    fn a_substituted_value_that_adds_an_mqtt_level_or_wildcard_is_refused_naming_it() {
+        for (key, c, why) in [
+            ("a/b", '/', "would add an MQTT topic level"),
+            ("ord/../x", '/', "would add an MQTT topic level"),
+            ("+", '+', "is an MQTT wildcard"),
+            ("all#", '#', "is an MQTT wildcard"),
+            ("nul\0", '\0', "is not allowed in an MQTT topic"),
+        ] {
+            let err =
+                confined("plant/{{key}}/orders", key, json!({}), Confine::MqttTopic).unwrap_err();
+            assert_eq!(
+                err,
+                format!("template field key: value {key:?} has {c:?}, which {why}")
+            );
+        }
+        let err = confined(
+            "p/{{payload.o}}",
+            "k",
+            json!({"o": {"a": "x/y"}}),
+            Confine::MqttTopic,
+        )
+        .unwrap_err();
+        assert!(err.starts_with("template field payload.o: value"), "{err}");
+    }
+
+    #[test]
+    fn a_substituted_value_that_adds_a_nats_token_or_wildcard_is_refused_naming_it() {
+        for (key, c, why) in [
+            ("a.b", '.', "would add a NATS subject token"),
+            ("*", '*', "is a NATS wildcard"),
+            ("x>", '>', "is a NATS wildcard"),
+            (
+                "two words",
+                ' ',
+                "is white space, which ends a NATS subject",
+            ),
+            (
+                "line\r\nPUB x 1",
+                '\r',
+                "is white space, which ends a NATS subject",
+            ),
+            (
+                "tab\there",
+                '\t',
+                "is white space, which ends a NATS subject",
+            ),
+            (
+                "nul\0",
+                '\0',
+                "is a control character, not allowed in a NATS subject",
+            ),
+        ] {
+            let err =
+                confined("plant.{{key}}.orders", key, json!({}), Confine::NatsSubject).unwrap_err();
+            assert_eq!(
+                err,
+                format!("template field key: value {key:?} has {c:?}, which {why}")
+            );
+        }
+        // A number renders as JSON: a fraction would split the token.
+        let err = confined(
+            "t.{{payload.v}}",
+            "k",
+            json!({"v": 1.5}),
+            Confine::NatsSubject,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "template field payload.v: value \"1.5\" has '.', which would add a NATS subject token"
+        );
+    }
+
+    #[test]
+    fn a_confined_render_names_a_missing_field_cuts_long_values_and_refuses_lists() {
+        assert_eq!(
+            confined("a/{{payload.line}}", "k", json!({}), Confine::MqttTopic),
+            Err("template field payload.line is missing".into())
+        );
+        let long = format!("{}/", "x".repeat(100));
+        let err = confined("a/{{key}}", &long, json!({}), Confine::MqttTopic).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "template field key: value \"{}\"...",
+                "x".repeat(64)
+            )),
+            "{err}"
+        );
+        let list = Template::parse(&json!(["{{key}}"])).unwrap();
+        let r = Record::from_value("webhook/stripe", "k", &json!({}));
+        assert!(list
+            .render_confined(&Fields::read(&r), Confine::MqttTopic)
+            .unwrap_err()
+            .contains("must be text"));
     }
 
     #[test]

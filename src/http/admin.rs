@@ -26,7 +26,12 @@ pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>)
     let Some(token) = state.http.admin_token.as_deref() else {
         return error(StatusCode::NOT_FOUND, "no such endpoint");
     };
-    if !auth::bearer_ok(req.headers(), token) {
+    let refused = &state.auth.stats.admin_unauthorized;
+    if !state
+        .auth
+        .check(req.headers(), auth::peer(&req), token, "admin", refused)
+        .await
+    {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong admin token");
     }
     let query = Query::parse(req.uri().query().unwrap_or(""));

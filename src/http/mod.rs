@@ -21,7 +21,9 @@ pub use live::{
     publish_status as publish_live_status, wait_for_sessions as wait_for_live_sessions,
 };
 
-pub use auth::{bearer_ok, ct_eq};
+pub use auth::{
+    bearer_ok, ct_eq, AuthGuard, AuthStats, FAILURE_DELAY, FORGET_AFTER, FREE_FAILURES, TABLE_SIZE,
+};
 pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
@@ -68,6 +70,8 @@ pub struct AppState {
     pub opcua: Vec<Arc<crate::sources::opcua::DeviceStatus>>,
     /// Server counters.
     pub stats: HttpStats,
+    /// The bearer token checks: failed attempts per client address, their counters.
+    pub auth: AuthGuard,
     /// NATS JetStream sources, in config order.
     pub nats_sources: Vec<Arc<NatsSource>>,
     /// MQTT sources, in config order.

@@ -81,8 +81,13 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
             &format!("unknown ingest source {source:?}"),
         );
     };
-    if !auth::bearer_ok(req.headers(), src.token()) {
-        src.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+    let peer = auth::peer(&req);
+    let refused = &src.stats.unauthorized;
+    if !state
+        .auth
+        .check(req.headers(), peer, src.token(), src.source(), refused)
+        .await
+    {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
     src.stats.received.fetch_add(1, Ordering::Relaxed);
@@ -115,7 +120,7 @@ async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let mac = match hook.verify(signature.as_deref(), &body, now) {
+    let mac = match hook.verify(signature.as_deref(), key.as_deref(), &body, now) {
         Ok(mac) => mac,
         Err(e) => return error(StatusCode::UNAUTHORIZED, &e.to_string()),
     };

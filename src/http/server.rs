@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::{routes, AppState};
+use super::{auth, routes, AppState};
 use crate::shutdown::Shutdown;
 
 /// Largest request head (request line and headers); larger ones get `431`. Set both as
@@ -59,7 +59,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
                 }
             }
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(e) => {
@@ -82,7 +82,11 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let service_state = Arc::clone(&state);
-            let service = service_fn(move |req| routes::handle(Arc::clone(&service_state), req));
+            // The client's address rides along with each request, for the token checks.
+            let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(auth::Peer(peer));
+                routes::handle(Arc::clone(&service_state), req)
+            });
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())

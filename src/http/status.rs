@@ -87,6 +87,7 @@ pub fn status(state: &AppState) -> Value {
             "disk_free_bytes": disk_free_bytes(&state.data_dir),
         },
         "live": live(state),
+        "auth": state.auth.status(),
         "sinks": sinks,
         "sink_status": sink_status,
         "dead_letters": state.engine.dead_letters().counts(),
@@ -188,6 +189,7 @@ pub fn metrics(state: &AppState) -> String {
         "Times the HTTP server had max_connections open and new ones waited.",
         state.stats.at_capacity_total.load(Ordering::Relaxed) as f64,
     );
+    state.auth.write_metrics(&mut p);
     let hub = state.engine.hub();
     p.single(
         "opex_connector_live_skipped_total",
@@ -334,6 +336,11 @@ fn source_metrics(state: &AppState, p: &mut Page) {
                 "opex_connector_ingest_rejected_total",
                 "Ingest requests rejected as bad input.",
                 |s| l(&s.rejected),
+            ),
+            (
+                "opex_connector_ingest_unauthorized_total",
+                "Ingest requests refused for a missing or wrong token (401).",
+                |s| l(&s.unauthorized),
             ),
         ],
     );

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::{padded_payload, u64_at, Daemon, Reply};
 
 /// The admin bearer token of the tests that configure one.
-pub const ADMIN_TOKEN: &str = "adm1n-t0ken-it";
+pub const ADMIN_TOKEN: &str = "adm1n-t0ken-it-0123";
 /// The webhook most tests declare, and its secret.
 pub const HOOK: &str = "stripe";
 pub const HOOK_SECRET: &str = "whsec_it_0123456789abcdef";

@@ -49,9 +49,9 @@ use serde_json::{json, Value};
 pub const BIN: &str = env!("CARGO_BIN_EXE_opex-connector");
 /// The ingest source every test config declares.
 pub const SOURCE: &str = "orders";
-/// Its bearer token. (The interface example's `s3cret` is refused by the implementation's
-/// 8-character minimum; `validate.rs` checks that example separately.)
-pub const TOKEN: &str = "s3cret-t0ken";
+/// Its bearer token, of the 16 characters a token needs at least. (The interface example's
+/// `s3cret` is refused for its length; `validate.rs` checks that example separately.)
+pub const TOKEN: &str = "s3cret-t0ken-0123";
 /// One MiB, the unit of `max_quota_mb`.
 pub const MIB: u64 = 1_048_576;
 /// How long a daemon may take to print its listening line (a loaded CI box builds in parallel).

@@ -1,5 +1,6 @@
 //! Signing webhook requests as a sender does: `X-Opex-Signature: t=<unix secs>,v1=<hex
-//! HMAC-SHA256 of "<t>.<raw body>">`. SHA-256 and HMAC are written out here (FIPS 180-4,
+//! HMAC-SHA256 of "<t>.<raw body>">`, or of `"<t>.<key>.<raw body>"` when the request carries
+//! `X-Opex-Key: <key>`. SHA-256 and HMAC are written out here (FIPS 180-4,
 //! RFC 2104) so the tests do not depend on the crate's choice of hashing crates; `webhooks.rs`
 //! checks them against RFC 4231 test vectors.
 
@@ -111,9 +112,16 @@ pub fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// The `X-Opex-Signature` value for `body` sent at `t` (Unix seconds).
+/// The `X-Opex-Signature` value for `body` sent at `t` (Unix seconds), without a key.
 pub fn signature(secret: &str, t: i64, body: &[u8]) -> String {
     let mut signed = format!("{t}.").into_bytes();
+    signed.extend_from_slice(body);
+    format!("t={t},v1={}", hex(&hmac_sha256(secret.as_bytes(), &signed)))
+}
+
+/// The `X-Opex-Signature` value for `body` sent at `t` with `X-Opex-Key: <key>`.
+pub fn signature_keyed(secret: &str, t: i64, key: &str, body: &[u8]) -> String {
+    let mut signed = format!("{t}.{key}.").into_bytes();
     signed.extend_from_slice(body);
     format!("t={t},v1={}", hex(&hmac_sha256(secret.as_bytes(), &signed)))
 }
@@ -136,9 +144,9 @@ impl Daemon {
         self.hook_raw(name, &[("X-Opex-Signature", &sig)], body.as_bytes())
     }
 
-    /// [`Daemon::hook`] with an `X-Opex-Key` header.
+    /// [`Daemon::hook`] with an `X-Opex-Key` header, signed with the key.
     pub fn hook_keyed(&self, name: &str, secret: &str, key: &str, body: &str) -> Reply {
-        let sig = signature(secret, unix_secs(), body.as_bytes());
+        let sig = signature_keyed(secret, unix_secs(), key, body.as_bytes());
         self.hook_raw(
             name,
             &[("X-Opex-Signature", &sig), ("X-Opex-Key", key)],

@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
-use crate::config::checks::checked_name;
-use crate::config::Problems;
+use crate::config::checks::{checked_name, checked_token, TokenRule};
+use crate::config::{Problem, Problems};
 
 /// `ingest:`
 #[derive(Debug, Default, Deserialize)]
@@ -18,7 +18,8 @@ pub struct RawIngestSource {
     /// The `{source}` of the path; letters, digits, `-` and `_`. Records carry
     /// `source: ingest/<name>`.
     pub name: Option<String>,
-    /// Bearer token callers must present (`Authorization: Bearer <token>`). Required.
+    /// Bearer token callers must present (`Authorization: Bearer <token>`). Required, at least
+    /// 16 characters (e.g. `openssl rand -hex 16`).
     pub token: Option<String>,
 }
 
@@ -39,33 +40,92 @@ pub struct IngestSourceConfig {
 }
 
 impl IngestConfig {
-    /// Validates `ingest:`.
-    pub fn validate(raw: Option<&RawIngest>, path: &str, p: &mut Problems) -> Self {
+    /// Validates `ingest:`; `tokens` says whether a short token is an error or, in the demo,
+    /// a warning.
+    pub fn validate(
+        raw: Option<&RawIngest>,
+        path: &str,
+        tokens: TokenRule,
+        p: &mut Problems,
+        warnings: &mut Vec<Problem>,
+    ) -> Self {
         let mut sources: Vec<IngestSourceConfig> = Vec::new();
+        // Every name given so far, also of entries refused for their token: a second
+        // `orders` is reported even when the first one's token was too short.
+        let mut names: Vec<String> = Vec::new();
         let raw_sources = raw.and_then(|r| r.sources.as_deref()).unwrap_or_default();
         for (i, s) in raw_sources.iter().enumerate() {
             let at = format!("{path}.sources[{i}]");
-            let Some(name) = checked_name(
-                s.name.as_deref(),
-                &at,
-                |n| sources.iter().any(|o| o.name == n),
-                p,
-            ) else {
+            let Some(name) =
+                checked_name(s.name.as_deref(), &at, |n| names.iter().any(|o| o == n), p)
+            else {
                 continue;
             };
-            let token = match s.token.as_deref() {
-                None => {
-                    p.push(format!("{at}.token"), "is required");
-                    continue;
-                }
-                Some("") => {
-                    p.push(format!("{at}.token"), "must not be empty");
-                    continue;
-                }
-                Some(t) => t.to_string(),
+            names.push(name.clone());
+            let Some(token) = s.token.as_deref() else {
+                p.push(format!("{at}.token"), "is required");
+                continue;
             };
-            sources.push(IngestSourceConfig { name, token });
+            if !checked_token(token, &format!("{at}.token"), tokens, p, warnings) {
+                continue;
+            }
+            sources.push(IngestSourceConfig {
+                name,
+                token: token.to_string(),
+            });
         }
         Self { sources }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(name: &str, token: Option<&str>) -> RawIngestSource {
+        RawIngestSource {
+            name: Some(name.into()),
+            token: token.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn ingest_tokens_are_required_and_at_least_sixteen_characters_with_their_paths() {
+        let raw = RawIngest {
+            sources: Some(vec![
+                source("a", Some("0123456789abcdef")),
+                source("b", None),
+                source("c", Some("")),
+                source("d", Some("s3cret-t0ken")),
+                source("d", Some("0123456789abcdef")),
+            ]),
+        };
+        let (mut p, mut w) = (Problems::default(), Vec::new());
+        let cfg = IngestConfig::validate(Some(&raw), "ingest", TokenRule::Strict, &mut p, &mut w);
+        // Only entries with a good token are kept (the config is refused as a whole anyway).
+        assert_eq!(cfg.sources.len(), 2);
+        let problems: Vec<String> = p.0.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                "ingest.sources[1].token: is required",
+                "ingest.sources[2].token: must not be empty",
+                "ingest.sources[3].token: is 12 characters, fewer than 16: use a long random token",
+                r#"ingest.sources[4].name: "d" is used twice"#,
+            ]
+        );
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn the_demo_rule_accepts_a_short_ingest_token_with_a_warning() {
+        let raw = RawIngest {
+            sources: Some(vec![source("demo", Some("demo-token"))]),
+        };
+        let (mut p, mut w) = (Problems::default(), Vec::new());
+        let cfg = IngestConfig::validate(Some(&raw), "ingest", TokenRule::Demo, &mut p, &mut w);
+        assert!(p.is_empty(), "{p}");
+        assert_eq!(cfg.sources[0].token, "demo-token");
+        assert_eq!(w[0].path, "ingest.sources[0].token");
     }
 }

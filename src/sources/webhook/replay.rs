@@ -1,12 +1,16 @@
-//! Signatures accepted within the tolerance window, so an identical request is refused.
+//! Requests accepted within the tolerance window, so the same request is refused again.
 //!
-//! Bounded: at most [`CAP`] signatures are remembered; entries leave when their timestamp falls
+//! A request is known by the MAC the connector computed over what it signs (timestamp, key,
+//! body), never by what the header lists: a header may carry several `v1` entries, and a
+//! replay could put any of them first.
+//!
+//! Bounded: at most [`CAP`] MACs are remembered; entries leave when their timestamp falls
 //! out of the window, and at the cap the oldest leaves (counted): past about 200 accepted
 //! requests per second for a 300 s window, the oldest ones could be replayed once more.
 
 use std::collections::{HashSet, VecDeque};
 
-/// Most signatures remembered per webhook.
+/// Most MACs remembered per webhook.
 pub const CAP: usize = 65_536;
 
 /// The replay window of one webhook.

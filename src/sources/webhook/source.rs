@@ -69,12 +69,13 @@ impl WebhookSource {
         self.replay.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Checks the signature header against the raw body at `now` (Unix seconds) and reserves it
-    /// in the replay window. Returns the MAC to [`forget`](Self::handle) if the request is not
-    /// accepted after all.
+    /// Checks the signature header against `key` (the `X-Opex-Key` header, when present) and
+    /// the raw body at `now` (Unix seconds), and reserves the request in the replay window.
+    /// Returns the MAC to [`forget`](Self::handle) if the request is not accepted after all.
     pub fn verify(
         &self,
         header: Option<&str>,
+        key: Option<&str>,
         body: &[u8],
         now: i64,
     ) -> Result<[u8; 32], SigError> {
@@ -82,9 +83,9 @@ impl WebhookSource {
             let header = header.ok_or(SigError::Missing)?;
             let sig = signature::parse(header)?;
             let tolerance = self.cfg.tolerance.as_secs() as i64;
-            signature::verify(&sig, &self.secret, body, now, tolerance)?;
-            // The matching MAC identifies the request; `verify` succeeded, so one matches.
-            let mac = sig.v1[0];
+            // The MAC the connector computed identifies the request, not a `v1` of the header:
+            // a replay with other entries added or reordered computes the same MAC.
+            let mac = signature::verify(&sig, &self.secret, key, body, now, tolerance)?;
             if !self.window().admit(sig.t, mac, now, tolerance) {
                 return Err(SigError::Replayed);
             }
@@ -234,5 +235,73 @@ pub async fn recover_inbox(engine: Arc<Engine>) {
             }
         }
         finish_inbox(&engine, inbox_id).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sources::webhook::config::Secret;
+    use crate::sources::webhook::signature::sign;
+
+    fn hook() -> WebhookSource {
+        let cfg = WebhookConfig {
+            name: "pay".into(),
+            secret: Secret::Inline("whsec".into()),
+            respond: Respond::OnDone,
+            tolerance: Duration::from_secs(300),
+        };
+        WebhookSource::new(cfg, b"whsec".to_vec())
+    }
+
+    #[test]
+    fn a_replay_with_an_extra_v1_entry_is_refused() {
+        let hook = hook();
+        let body = br#"{"amount":5}"#;
+        let good = sign(b"whsec", 1000, None, body);
+        let good_v1 = good.split_once(",v1=").map(|(_, v)| v).unwrap();
+        let first = hook.verify(Some(&good), None, body, 1000).unwrap();
+        let random = "5a".repeat(32);
+        for replay in [
+            good.clone(),
+            format!("t=1000,v1={random},v1={good_v1}"),
+            format!("t=1000,v1={good_v1},v1={random}"),
+            format!("v1={good_v1},t=1000"),
+            format!("t=1000,v1={good_v1},v1={good_v1}"),
+            format!("t=1000,v1={random},v1={}", "00".repeat(32)) + &format!(",v1={good_v1}"),
+        ] {
+            assert_eq!(
+                hook.verify(Some(&replay), None, body, 1001),
+                Err(SigError::Replayed),
+                "{replay}"
+            );
+        }
+        // Forgotten (the request was not accepted after all), the same MAC passes once more.
+        hook.window().forget(&first);
+        let again = format!("t=1000,v1={random},v1={good_v1}");
+        assert_eq!(hook.verify(Some(&again), None, body, 1002), Ok(first));
+        assert_eq!(hook.stats.rejected_signature.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn a_key_is_part_of_the_request_and_a_changed_key_is_refused() {
+        let hook = hook();
+        let body = br#"{"amount":5}"#;
+        let keyed = sign(b"whsec", 1000, Some("order-7"), body);
+        assert_eq!(
+            hook.verify(Some(&keyed), Some("order-8"), body, 1000),
+            Err(SigError::Mismatch)
+        );
+        assert_eq!(
+            hook.verify(Some(&keyed), None, body, 1000),
+            Err(SigError::Mismatch)
+        );
+        assert!(hook
+            .verify(Some(&keyed), Some("order-7"), body, 1000)
+            .is_ok());
+        let keyless = sign(b"whsec", 1000, None, body);
+        assert!(hook.verify(Some(&keyless), None, body, 1000).is_ok());
     }
 }
