@@ -3,7 +3,8 @@
 //! Reads and subscriptions, security None and Basic256Sha256 (Sign, SignAndEncrypt) with a
 //! user, a server restart, and a node id the server does not know. The server certificate's
 //! host names are checked on every subject alternative name whatever their order (server
-//! certificates made here with `openssl`). Drives the real binary.
+//! certificates made here with `openssl`), and two secure devices share one fresh PKI folder.
+//! Drives the real binary.
 
 #![cfg(feature = "opcua")]
 
@@ -413,6 +414,34 @@ fn with_check_server_hostname_false_a_certificate_naming_another_host_connects_w
             && l.contains("check_server_hostname")),
         "{log}"
     );
+}
+
+#[test]
+fn two_secure_devices_on_one_fresh_pki_dir_both_connect_without_racing_to_make_the_key_pair() {
+    let certs = tempfile::tempdir().expect("temp dir");
+    let server = OpcuaServer::start(Some(certs.path()));
+    // Both use the default `<data_dir>/opcua-pki`, which does not exist yet.
+    let daemon = Daemon::start(config_of(vec![
+        (
+            "line-a",
+            secure_device(&server.endpoint(), "SignAndEncrypt"),
+        ),
+        (
+            "line-b",
+            secure_device(&server.endpoint(), "SignAndEncrypt"),
+        ),
+    ]));
+    wait_until(POLL_DEADLINE, "values of both devices", || {
+        !records_of(&daemon, "line-a", "fast").is_empty()
+            && !records_of(&daemon, "line-b", "fast").is_empty()
+    });
+    let log = daemon.stderr();
+    for broken in [
+        "Certificate creation failed",
+        "Client is missing its application instance certificate",
+    ] {
+        assert!(!log.contains(broken), "{broken:?} in the log:\n{log}");
+    }
 }
 
 #[test]

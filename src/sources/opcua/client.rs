@@ -15,6 +15,10 @@
 //! every subject alternative name, application URI), instead of the library's own host name
 //! and URI checks that look at the names' order.
 //!
+//! The client's key pair is made by [`spawn`], before the device's task starts: devices that
+//! share a PKI folder (the default one) would otherwise race to make it on first start, and
+//! the loser would run without a certificate.
+//!
 //! After the event loop reports a reconnect that made a **new session**, the crate recreates
 //! the subscriptions but does not publish on them until `trigger_publish_now()` is called
 //! (DESIGN.md): the event loop driver does that.
@@ -66,6 +70,11 @@ pub fn default_pki_dir(data_dir: &Path) -> PathBuf {
 }
 
 /// Starts the device's task on the pollers' runtime.
+///
+/// First, on the caller's thread, it makes the client's key pair in the device's PKI folder
+/// unless the folder has one: seconds of CPU on a small board, once per folder. Called for
+/// each device in turn (the daemon's build step does), so the first device of a folder makes
+/// the pair and the others read it; call it outside an async context.
 pub fn spawn(
     pollers: &PollerRuntime,
     config: OpcuaDeviceConfig,
@@ -78,6 +87,23 @@ pub fn spawn(
         .pki_dir
         .clone()
         .unwrap_or_else(|| default_pki_dir(data_dir));
+    match (ensure_key_pair(&config, &pki_dir), config.security_policy) {
+        (Ok(()), _) => {}
+        // Sessions without security do not use it.
+        (Err(e), SecurityPolicy::None) => log::warn!(
+            "opcua client certificate missing: device={} pki_dir={} error={e}",
+            config.name,
+            pki_dir.display()
+        ),
+        (Err(e), SecurityPolicy::Basic256Sha256) => {
+            log::error!(
+                "opcua client certificate missing, no secure session is possible: device={} pki_dir={} error={e}",
+                config.name,
+                pki_dir.display()
+            );
+            status.error(format!("client certificate in {}: {e}", pki_dir.display()));
+        }
+    }
     if !config.check_server_hostname {
         log::warn!(
             "opcua server certificate host name not checked (check_server_hostname: false): device={} endpoint={}",
@@ -114,6 +140,18 @@ fn client_builder(c: &OpcuaDeviceConfig, pki_dir: &Path) -> ClientBuilder {
         .keep_alive_interval(Duration::from_secs(5).min(c.watchdog / 3))
         .max_failed_keep_alive_count(3)
         .session_name(format!("opex-connector {}", c.name))
+}
+
+/// Makes the client's certificate and private key in `pki_dir` unless they are there (the
+/// library does it when a client is made), and checks both can be read.
+fn ensure_key_pair(c: &OpcuaDeviceConfig, pki_dir: &Path) -> Result<(), String> {
+    let client = client_builder(c, pki_dir)
+        .client()
+        .map_err(|errors| errors.join("; "))?;
+    let store = client.certificate_store().read();
+    store.read_own_cert()?;
+    store.read_own_pkey()?;
+    Ok(())
 }
 
 struct Device {
@@ -182,8 +220,8 @@ impl Device {
 
     async fn round(&self) -> RoundEnd {
         let c = &self.config;
-        // Making the client reads its certificate, and makes one (an RSA key) on first start:
-        // seconds of CPU on a small board, kept off the pollers' thread.
+        // Making the client reads its certificate and key (made by `spawn`), kept off the
+        // pollers' thread.
         let builder = client_builder(c, &self.pki_dir);
         let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
             Ok(Ok(client)) => client,
