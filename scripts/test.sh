@@ -105,8 +105,12 @@ install_nats() {
 # Modbus TCP/RTU device simulator; pyserial for its RTU server.
 install_pymodbus() { pip_install "pymodbus==${PYMODBUS_VERSION}" "pyserial==${PYSERIAL_VERSION}"; }
 
-# OPC-UA server simulator.
-install_asyncua() { pip_install "asyncua==${ASYNCUA_VERSION}"; }
+# OPC-UA server simulator; openssl makes the server certificates of the
+# host name tests (subject alternative names in a chosen order).
+install_asyncua() {
+    pip_install "asyncua==${ASYNCUA_VERSION}"
+    apt_install openssl
+}
 
 # Linting of the shell scripts.
 install_shellcheck() { apt_install shellcheck; }

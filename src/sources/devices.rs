@@ -80,6 +80,13 @@ pub struct RawDevice {
     /// OPC-UA: trust a server certificate the first time it is seen instead of rejecting it
     /// until an operator moves it to `trusted/`. Default false.
     pub trust_server_certs: Option<bool>,
+    /// OPC-UA, with a security policy other than `None`: refuse a server certificate that
+    /// does not name the endpoint URL's host (a DNS or IP subject alternative name, any
+    /// place in the list). `false` accepts it, as "suppress hostname invalid" does in other
+    /// clients, for PLCs whose certificate names another address than the one in use; the
+    /// device logs a warning at start. Trust, validity period and application URI are
+    /// checked either way. Default true.
+    pub check_server_hostname: Option<bool>,
     /// OPC-UA: how long one request (a read, a subscription call) may take, in
     /// milliseconds. Default 5000.
     pub request_timeout_ms: Option<u64>,
@@ -173,6 +180,7 @@ pub fn opcua_keys(d: &RawDevice) -> Vec<&'static str> {
         ("password", d.password.is_some()),
         ("pki_dir", d.pki_dir.is_some()),
         ("trust_server_certs", d.trust_server_certs.is_some()),
+        ("check_server_hostname", d.check_server_hostname.is_some()),
         ("request_timeout_ms", d.request_timeout_ms.is_some()),
         ("reconnect_initial_ms", d.reconnect_initial_ms.is_some()),
         ("reconnect_max_ms", d.reconnect_max_ms.is_some()),

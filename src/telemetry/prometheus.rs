@@ -10,6 +10,9 @@ pub struct Page {
     names: Vec<String>,
 }
 
+/// A counter family read off items of type `T`: its name, its help, the counter of an item.
+pub type Family<T> = (&'static str, &'static str, fn(&T) -> u64);
+
 /// Metric types.
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {
@@ -57,12 +60,7 @@ impl Page {
 
     /// One counter family per entry of `families` (name, help, the counter of an item), with
     /// one sample per item of `items`, labelled `label="<the item's name>"`.
-    pub fn counters<T>(
-        &mut self,
-        label: &str,
-        items: &[(&str, &T)],
-        families: &[(&str, &str, fn(&T) -> u64)],
-    ) {
+    pub fn counters<T>(&mut self, label: &str, items: &[(&str, &T)], families: &[Family<T>]) {
         for (name, help, pick) in families {
             let labels: Vec<[(&str, &str); 1]> = items.iter().map(|(n, _)| [(label, *n)]).collect();
             let samples: Vec<(&[(&str, &str)], f64)> = labels

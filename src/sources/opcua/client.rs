@@ -10,6 +10,15 @@
 //! recovers from what the event loop cannot: a server that came back with a new certificate,
 //! or a session that stays "connected" but delivers nothing.
 //!
+//! Before a secure session, the server certificate of the chosen endpoint is checked by the
+//! library (trusted, key length) and then by [`super::server_cert`] (validity, host name over
+//! every subject alternative name, application URI), instead of the library's own host name
+//! and URI checks that look at the names' order.
+//!
+//! The client's key pair is made by [`spawn`], before the device's task starts: devices that
+//! share a PKI folder (the default one) would otherwise race to make it on first start, and
+//! the loser would run without a certificate.
+//!
 //! After the event loop reports a reconnect that made a **new session**, the crate recreates
 //! the subscriptions but does not publish on them until `trigger_publish_now()` is called
 //! (DESIGN.md): the event loop driver does that.
@@ -19,27 +28,29 @@
 //! [`offer_with_hold`]: while a sink refuses them, the group's task is held up to the device's
 //! `hold`, then the sample is dropped and counted.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use opcua::client::{
-    ClientBuilder, IdentityToken, MonitoredItemMap, OnSubscriptionNotificationCore, Session,
-    SessionConnectMode, SessionPollResult,
+    Client, ClientBuilder, IdentityToken, MonitoredItemMap, OnSubscriptionNotificationCore,
+    Session, SessionConnectMode, SessionPollResult,
 };
+use opcua::core::comms::url::hostname_from_url;
+use opcua::crypto::X509;
 use opcua::types::{
     AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DataValue,
-    DeadbandType, ExtensionObject, MessageSecurityMode, MonitoredItemCreateRequest, MonitoringMode,
-    MonitoringParameters, NodeId, NotificationMessage, ReadValueId, StatusCode, TimestampsToReturn,
-    UserTokenPolicy,
+    DeadbandType, EndpointDescription, ExtensionObject, MessageSecurityMode,
+    MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, NodeId, NotificationMessage,
+    ReadValueId, StatusCode, TimestampsToReturn,
 };
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::config::{Identity, OpcuaDeviceConfig, OpcuaGroupConfig, SecurityMode};
+use super::config::{Identity, OpcuaDeviceConfig, OpcuaGroupConfig, SecurityMode, SecurityPolicy};
 use super::status::{DeviceStatus, State};
 use super::values::{bad_point, point_json, unix_ms};
 use crate::engine::Engine;
@@ -54,11 +65,16 @@ use crate::sources::pollers::PollerRuntime;
 pub const NOTIFICATION_CAP: usize = 256;
 
 /// The folder of the client certificate when the config names none: `<data_dir>/opcua-pki`.
-pub fn default_pki_dir(data_dir: &Path) -> std::path::PathBuf {
+pub fn default_pki_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("opcua-pki")
 }
 
 /// Starts the device's task on the pollers' runtime.
+///
+/// First, on the caller's thread, it makes the client's key pair in the device's PKI folder
+/// unless the folder has one: seconds of CPU on a small board, once per folder. Called for
+/// each device in turn (the daemon's build step does), so the first device of a folder makes
+/// the pair and the others read it; call it outside an async context.
 pub fn spawn(
     pollers: &PollerRuntime,
     config: OpcuaDeviceConfig,
@@ -71,6 +87,30 @@ pub fn spawn(
         .pki_dir
         .clone()
         .unwrap_or_else(|| default_pki_dir(data_dir));
+    match (ensure_key_pair(&config, &pki_dir), config.security_policy) {
+        (Ok(()), _) => {}
+        // Sessions without security do not use it.
+        (Err(e), SecurityPolicy::None) => log::warn!(
+            "opcua client certificate missing: device={} pki_dir={} error={e}",
+            config.name,
+            pki_dir.display()
+        ),
+        (Err(e), SecurityPolicy::Basic256Sha256) => {
+            log::error!(
+                "opcua client certificate missing, no secure session is possible: device={} pki_dir={} error={e}",
+                config.name,
+                pki_dir.display()
+            );
+            status.error(format!("client certificate in {}: {e}", pki_dir.display()));
+        }
+    }
+    if !config.check_server_hostname {
+        log::warn!(
+            "opcua server certificate host name not checked (check_server_hostname: false): device={} endpoint={}",
+            config.name,
+            config.endpoint
+        );
+    }
     let device = Device {
         config: Arc::new(config),
         pki_dir,
@@ -81,9 +121,42 @@ pub fn spawn(
     pollers.spawn(device.run())
 }
 
+/// The client as every round of the device builds it.
+fn client_builder(c: &OpcuaDeviceConfig, pki_dir: &Path) -> ClientBuilder {
+    ClientBuilder::new()
+        .application_name("opex-connector")
+        .application_uri("urn:opex-connector:client")
+        .product_uri("urn:opex-connector")
+        .create_sample_keypair(true)
+        .pki_dir(pki_dir)
+        .trust_server_certs(c.trust_server_certs)
+        // Trust and key length are still checked by the library; validity, host name and
+        // application URI by `check_server_certificate`.
+        .verify_server_certs(false)
+        .session_retry_limit(-1)
+        .session_retry_initial(c.reconnect_initial)
+        .session_retry_max(c.reconnect_max)
+        .request_timeout(c.request_timeout)
+        .keep_alive_interval(Duration::from_secs(5).min(c.watchdog / 3))
+        .max_failed_keep_alive_count(3)
+        .session_name(format!("opex-connector {}", c.name))
+}
+
+/// Makes the client's certificate and private key in `pki_dir` unless they are there (the
+/// library does it when a client is made), and checks both can be read.
+fn ensure_key_pair(c: &OpcuaDeviceConfig, pki_dir: &Path) -> Result<(), String> {
+    let client = client_builder(c, pki_dir)
+        .client()
+        .map_err(|errors| errors.join("; "))?;
+    let store = client.certificate_store().read();
+    store.read_own_cert()?;
+    store.read_own_pkey()?;
+    Ok(())
+}
+
 struct Device {
     config: Arc<OpcuaDeviceConfig>,
-    pki_dir: std::path::PathBuf,
+    pki_dir: PathBuf,
     engine: Arc<Engine>,
     status: Arc<DeviceStatus>,
     shutdown: Shutdown,
@@ -147,47 +220,32 @@ impl Device {
 
     async fn round(&self) -> RoundEnd {
         let c = &self.config;
-        // Making the client reads its certificate, and makes one (an RSA key) on first start:
-        // seconds of CPU on a small board, kept off the pollers' thread.
-        let builder = ClientBuilder::new()
-            .application_name("opex-connector")
-            .application_uri("urn:opex-connector:client")
-            .product_uri("urn:opex-connector")
-            .create_sample_keypair(true)
-            .pki_dir(self.pki_dir.clone())
-            .trust_server_certs(c.trust_server_certs)
-            .session_retry_limit(-1)
-            .session_retry_initial(c.reconnect_initial)
-            .session_retry_max(c.reconnect_max)
-            .request_timeout(c.request_timeout)
-            .keep_alive_interval(Duration::from_secs(5).min(c.watchdog / 3))
-            .max_failed_keep_alive_count(3)
-            .session_name(format!("opex-connector {}", c.name));
+        // Making the client reads its certificate and key (made by `spawn`), kept off the
+        // pollers' thread.
+        let builder = client_builder(c, &self.pki_dir);
         let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
             Ok(Ok(client)) => client,
             Ok(Err(errors)) => return RoundEnd::Failed(format!("client: {}", errors.join("; "))),
             Err(e) => return RoundEnd::Failed(format!("client: {e}")),
         };
-        let mode = match c.security_mode {
-            SecurityMode::None => MessageSecurityMode::None,
-            SecurityMode::Sign => MessageSecurityMode::Sign,
-            SecurityMode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
-        };
-        let wanted = (
-            c.endpoint.as_str(),
-            c.security_policy.as_str(),
-            mode,
-            UserTokenPolicy::anonymous(),
-        );
-        let connect = client.connect_to_matching_endpoint(wanted, self.identity());
-        let (session, event_loop) = tokio::select! {
-            r = tokio::time::timeout(c.request_timeout * 2, connect) => match r {
-                Ok(Ok(pair)) => pair,
+        let asked = client.get_server_endpoints_from_url(c.endpoint.as_str());
+        let endpoints = tokio::select! {
+            r = tokio::time::timeout(c.request_timeout * 2, asked) => match r {
+                Ok(Ok(endpoints)) => endpoints,
                 Ok(Err(e)) => return RoundEnd::Failed(format!("endpoints of {}: {e}", c.endpoint)),
                 Err(_) => return RoundEnd::Failed(format!("endpoints of {}: timed out", c.endpoint)),
             },
             _ = self.shutdown.wait() => return RoundEnd::Shutdown,
         };
+        let endpoint = match self.choose_endpoint(&client, &endpoints) {
+            Ok(endpoint) => endpoint,
+            Err(e) => return RoundEnd::Failed(format!("{}: {e}", c.endpoint)),
+        };
+        let (session, event_loop) =
+            match client.connect_to_endpoint_directly(endpoint, self.identity()) {
+                Ok(pair) => pair,
+                Err(e) => return RoundEnd::Failed(format!("session with {}: {e}", c.endpoint)),
+            };
         let events = tokio::spawn(drive(
             event_loop,
             Arc::clone(&session),
@@ -203,6 +261,73 @@ impl Device {
         let _ = tokio::time::timeout(Duration::from_secs(1), session.disconnect()).await;
         events.abort();
         end
+    }
+
+    /// The server's endpoint with the device's policy and mode (its URL's host replaced by
+    /// the configured one), its certificate checked when the policy is not `None`.
+    fn choose_endpoint(
+        &self,
+        client: &Client,
+        endpoints: &[EndpointDescription],
+    ) -> Result<EndpointDescription, String> {
+        let c = &self.config;
+        let mode = match c.security_mode {
+            SecurityMode::None => MessageSecurityMode::None,
+            SecurityMode::Sign => MessageSecurityMode::Sign,
+            SecurityMode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
+        };
+        let policy = match c.security_policy {
+            SecurityPolicy::None => opcua::crypto::SecurityPolicy::None,
+            SecurityPolicy::Basic256Sha256 => opcua::crypto::SecurityPolicy::Basic256Sha256,
+        };
+        let Some(endpoint) = Client::find_matching_endpoint(endpoints, &c.endpoint, policy, mode)
+        else {
+            let offered: Vec<String> = endpoints
+                .iter()
+                .take(16)
+                .map(|e| {
+                    let uri = e.security_policy_uri.as_ref();
+                    let name = uri.rsplit('#').next().unwrap_or(uri);
+                    format!("{name}/{:?}", e.security_mode)
+                })
+                .collect();
+            return Err(format!(
+                "the server offers no {} {mode:?} endpoint (it offers: {})",
+                c.security_policy.as_str(),
+                offered.join(", ")
+            ));
+        };
+        if c.security_policy != SecurityPolicy::None {
+            self.check_server_certificate(client, &endpoint, policy)?;
+        }
+        Ok(endpoint)
+    }
+
+    /// The library's checks of the endpoint's certificate (trusted or not, stored in
+    /// `trusted/` or `rejected/`; key length), then ours ([`super::server_cert`]).
+    fn check_server_certificate(
+        &self,
+        client: &Client,
+        endpoint: &EndpointDescription,
+        policy: opcua::crypto::SecurityPolicy,
+    ) -> Result<(), String> {
+        let c = &self.config;
+        let cert = X509::from_byte_string(&endpoint.server_certificate)
+            .map_err(|e| format!("server certificate: {e}"))?;
+        client
+            .certificate_store()
+            .read()
+            .validate_or_reject_application_instance_cert(&cert, policy, None, None)
+            .map_err(|e| format!("server certificate: {e}"))?;
+        let host = hostname_from_url(&c.endpoint).map_err(|e| format!("{}: {e}", c.endpoint))?;
+        super::server_cert::check(
+            endpoint.server_certificate.as_ref(),
+            &host,
+            endpoint.server.application_uri.as_ref(),
+            c.check_server_hostname,
+            SystemTime::now(),
+        )
+        .map_err(|e| e.to_string())
     }
 
     async fn run_session(

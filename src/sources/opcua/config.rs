@@ -115,6 +115,8 @@ pub struct OpcuaDeviceConfig {
     pub pki_dir: Option<PathBuf>,
     /// Trust unknown server certificates.
     pub trust_server_certs: bool,
+    /// Refuse a server certificate that does not name the endpoint's host.
+    pub check_server_hostname: bool,
     /// The timeout of one request.
     pub request_timeout: Duration,
     /// First reconnect wait.
@@ -223,6 +225,12 @@ pub fn validate_opcua_device(
             Identity::Anonymous
         }
     };
+    if d.check_server_hostname.is_some() && policy == SecurityPolicy::None {
+        p.push(
+            format!("{at}.check_server_hostname"),
+            "needs a security_policy other than None (without one no server certificate is checked)",
+        );
+    }
     let pki_dir = match d.pki_dir.as_deref() {
         Some("") => {
             p.push(format!("{at}.pki_dir"), "must not be empty");
@@ -324,6 +332,7 @@ pub fn validate_opcua_device(
         identity,
         pki_dir,
         trust_server_certs: d.trust_server_certs.unwrap_or(false),
+        check_server_hostname: d.check_server_hostname.unwrap_or(true),
         request_timeout: Duration::from_millis(request_timeout),
         reconnect_initial: Duration::from_millis(reconnect_initial),
         reconnect_max: Duration::from_millis(reconnect_max),
@@ -509,6 +518,28 @@ mod tests {
             errs.iter()
                 .any(|e| e.starts_with("devices[0].security_mode: must be Sign or SignAndEncrypt")),
             "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn check_server_hostname_defaults_to_true_and_needs_a_security_policy() {
+        let secure = "connector:\n  data_dir: /d\ndevices:\n  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    security_policy: Basic256Sha256\n    nodes: [ { node_id: \"i=2258\", name: t } ]\n";
+        assert!(from_yaml(secure).unwrap().devices.opcua[0].check_server_hostname);
+        let off = secure.replace("    nodes:", "    check_server_hostname: false\n    nodes:");
+        assert!(!from_yaml(&off).unwrap().devices.opcua[0].check_server_hostname);
+        let errs = errors("  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    check_server_hostname: false\n    nodes: [ { node_id: \"i=2258\", name: t } ]\n");
+        assert!(
+            errs.iter().any(|e| e.starts_with(
+                "devices[0].check_server_hostname: needs a security_policy other than None"
+            )),
+            "{errs:?}"
+        );
+        let modbus = errors("  - name: m\n    protocol: modbus_tcp\n    host: 127.0.0.1\n    check_server_hostname: false\n    points: [ { name: p, register: 1 } ]\n");
+        assert!(
+            modbus
+                .iter()
+                .any(|e| e.starts_with("devices[0].check_server_hostname")),
+            "{modbus:?}"
         );
     }
 

@@ -5,6 +5,8 @@
 //!
 //! - [`config`]: the OPC-UA keys of a device and their validation.
 //! - `client`: the runtime (sessions, reconnects, watchdog, polls, subscriptions).
+//! - `server_cert`: the client's own checks of a server certificate (validity, host name and
+//!   application URI over every subject alternative name).
 //! - [`status`]: what a device shows in `/api/status` and `/metrics`.
 //! - `values`: OPC-UA values → JSON.
 //!
@@ -14,6 +16,8 @@
 #[cfg(feature = "opcua")]
 pub mod client;
 pub mod config;
+#[cfg(feature = "opcua")]
+pub mod server_cert;
 pub mod status;
 #[cfg(feature = "opcua")]
 pub mod values;

@@ -26,6 +26,8 @@ pub struct OpcuaServer {
     port: u16,
     /// User name and password in secure mode.
     secure: Option<(String, String)>,
+    /// The folder of the server's certificate in secure mode (under the temp dir unless given).
+    pki: Option<std::path::PathBuf>,
     process: PeerProcess,
     dir: TempDir,
 }
@@ -33,15 +35,28 @@ pub struct OpcuaServer {
 impl OpcuaServer {
     /// Security None, anonymous.
     pub fn start() -> OpcuaServer {
-        OpcuaServer::launch_new(None)
+        OpcuaServer::launch_new(None, None)
     }
 
-    /// Only Basic256Sha256 SignAndEncrypt, and only `user` with `password` may log in.
+    /// Only Basic256Sha256 Sign and SignAndEncrypt, and only `user` with `password` may log in.
     pub fn start_secure(user: &str, password: &str) -> OpcuaServer {
-        OpcuaServer::launch_new(Some((user.to_string(), password.to_string())))
+        OpcuaServer::launch_new(Some((user.to_string(), password.to_string())), None)
     }
 
-    fn launch_new(secure: Option<(String, String)>) -> OpcuaServer {
+    /// As [`OpcuaServer::start_secure`], with the certificate and key in `pki`
+    /// (`server-cert.der`, `server-key.pem`): a pair put there first is used as it is (made
+    /// with other subject alternative names, say), else one is made there.
+    pub fn start_secure_in(user: &str, password: &str, pki: &Path) -> OpcuaServer {
+        OpcuaServer::launch_new(
+            Some((user.to_string(), password.to_string())),
+            Some(pki.to_path_buf()),
+        )
+    }
+
+    fn launch_new(
+        secure: Option<(String, String)>,
+        pki: Option<std::path::PathBuf>,
+    ) -> OpcuaServer {
         require_python(
             "asyncua",
             "run scripts/test.sh (it installs the pinned asyncua) or `python3 -m pip install asyncua==1.1.8`",
@@ -54,6 +69,7 @@ impl OpcuaServer {
         let mut server = OpcuaServer {
             port: free_port(),
             secure,
+            pki,
             process,
             dir,
         };
@@ -68,12 +84,13 @@ impl OpcuaServer {
             .arg(self.port.to_string())
             .current_dir(self.dir.path());
         if let Some((user, password)) = &self.secure {
-            cmd.arg("--secure").arg(self.dir.path().join("pki")).args([
-                "--user",
-                user,
-                "--password",
-                password,
-            ]);
+            let pki = self
+                .pki
+                .clone()
+                .unwrap_or_else(|| self.dir.path().join("pki"));
+            cmd.arg("--secure")
+                .arg(pki)
+                .args(["--user", user, "--password", password]);
         }
         self.process.spawn(&mut cmd);
         self.process.wait_for_line("ready");
@@ -82,6 +99,11 @@ impl OpcuaServer {
     /// `opc.tcp://127.0.0.1:<port>/opex-test/`.
     pub fn endpoint(&self) -> String {
         format!("opc.tcp://127.0.0.1:{}/opex-test/", self.port)
+    }
+
+    /// The same endpoint by name (`localhost`) instead of by address.
+    pub fn endpoint_by_name(&self) -> String {
+        format!("opc.tcp://localhost:{}/opex-test/", self.port)
     }
 
     /// The port.

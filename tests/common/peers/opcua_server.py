@@ -11,9 +11,12 @@ variables, by string node id:
     ns=2;s=PumpOn       Boolean  toggles every second
     ns=2;s=Setpoint     Double   42.5, never changes
 
-Without --secure: security None, anonymous. With --secure DIR: a self-signed server
-certificate is made in DIR (once; kept across restarts), the only endpoint is
-Basic256Sha256 SignAndEncrypt, and only NAME/PW may log in. Prints "ready" once serving.
+Without --secure: security None, anonymous. With --secure DIR: the server certificate is
+DIR/server-cert.der (DER) with its key DIR/server-key.pem (PEM); when they are not there a
+self-signed pair for 127.0.0.1 and localhost is made (once; kept across restarts). A pair
+put there beforehand (e.g. made with openssl, its subject alternative names in any order)
+is used as it is. The endpoints are Basic256Sha256 Sign and SignAndEncrypt, and only
+NAME/PW may log in. Prints "ready" once serving.
 """
 
 import argparse
@@ -38,7 +41,7 @@ SERVER_URI = "urn:opex-test:server"
 
 
 def make_certificate(cert_path, key_path):
-    """A self-signed application instance certificate for 127.0.0.1, once."""
+    """A self-signed application instance certificate for 127.0.0.1, unless one is there."""
     if cert_path.exists() and key_path.exists():
         return
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -130,7 +133,12 @@ async def main():
         make_certificate(cert, key)
         await server.load_certificate(str(cert))
         await server.load_private_key(str(key))
-        server.set_security_policy([ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt])
+        server.set_security_policy(
+            [
+                ua.SecurityPolicyType.Basic256Sha256_Sign,
+                ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
+            ]
+        )
         server.set_identity_tokens([ua.UserNameIdentityToken])
     else:
         server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
