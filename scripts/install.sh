@@ -11,7 +11,8 @@
 #   --binary FILE     the binary [dist/opex-connector-<version>-<board target>]
 #   --root DIR        install root [/opt/opex-connector]: DIR/releases/<version>-<sha8>/,
 #                     DIR/current (symlink), the layout scripts/ota-update.sh updates
-#   --etc DIR         config folder [/etc/opex-connector]
+#   --etc DIR         config folder [/etc/opex-connector]; the board profile is copied
+#                     there as board.yaml (scripts/ota-update.sh reads its target)
 #   --bin-dir DIR     where the `opex-connector` command is linked [/usr/local/bin]
 #   --pubkey FILE     release public key for OTA updates, copied to --etc
 #   --no-systemd      do not install, enable and start the systemd unit
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
         --no-systemd) systemd=0; shift ;;
         --no-user) user=0; shift ;;
         -h | --help)
-            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument $1" ;;
@@ -86,6 +87,8 @@ fi
 if [ -n "$pubkey" ]; then
     install -m 0644 "$pubkey" "$etc/release.pub"
 fi
+# The board this box is: scripts/ota-update.sh installs only builds for its target.
+install -m 0644 "$profile" "$etc/board.yaml"
 
 if [ "$user" = 1 ] && ! id opex-connector >/dev/null 2>&1; then
     useradd --system --no-create-home --shell /usr/sbin/nologin opex-connector
