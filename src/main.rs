@@ -266,19 +266,7 @@ fn verify_manifest(manifest: &str, artifact: &str, pubkey: &str, rest: &[&str]) 
 }
 
 fn check_status(version: &str) -> ExitCode {
-    use std::io::Read;
-    let mut doc = Vec::new();
-    let read = std::io::stdin()
-        .take(release::MAX_STATUS_BYTES + 1)
-        .read_to_end(&mut doc);
-    let checked = match read {
-        Err(e) => Err(format!("cannot read the status document: {e}")),
-        Ok(_) if doc.len() as u64 > release::MAX_STATUS_BYTES => {
-            Err("the status document is larger than 16 MiB".to_string())
-        }
-        Ok(_) => release::check_status(&doc, version).map_err(|e| e.to_string()),
-    };
-    match checked {
+    match release::check_status_of(std::io::stdin(), version) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("not healthy: {e}");

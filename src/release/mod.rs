@@ -34,7 +34,7 @@ pub mod version;
 pub use manifest::{
     sign_manifest, signature_path, verify_manifest, Expect, Manifest, Refusal, MAX_MANIFEST_BYTES,
 };
-pub use status::{check_status, MAX_STATUS_BYTES};
+pub use status::{check_status, check_status_of, MAX_STATUS_BYTES};
 pub use version::Version;
 
 use std::fmt;

@@ -6,12 +6,32 @@
 //! is fine while it refuses every record; and a service that is healthy but still the old
 //! binary (the restart did not take, `current` points elsewhere) is not the update.
 
+use std::io::Read;
+
 use serde_json::Value;
 
 use super::ReleaseError;
 
 /// The largest status document read (a box with hundreds of devices stays far below).
 pub const MAX_STATUS_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a status document of at most [`MAX_STATUS_BYTES`] from `reader` and checks it
+/// ([`check_status`]).
+pub fn check_status_of(reader: impl Read, expected_version: &str) -> Result<(), ReleaseError> {
+    let mut doc = Vec::new();
+    reader
+        .take(MAX_STATUS_BYTES + 1)
+        .read_to_end(&mut doc)
+        .map_err(|e| {
+            ReleaseError::Unhealthy(vec![format!("cannot read the status document: {e}")])
+        })?;
+    if doc.len() as u64 > MAX_STATUS_BYTES {
+        return Err(ReleaseError::Unhealthy(vec![
+            "the status document is larger than 16 MiB".into(),
+        ]));
+    }
+    check_status(&doc, expected_version)
+}
 
 /// Checks a `/api/status` document: `connector.healthy` is `true` and `connector.version`
 /// is `expected_version`. Every reason it fails is returned.
@@ -82,6 +102,15 @@ mod tests {
             reasons(doc, "0.2.0"),
             ["connector.version is \"0.1.0\", expected \"0.2.0\""]
         );
+    }
+
+    #[test]
+    fn a_document_larger_than_the_bound_is_refused_unread() {
+        let big = std::io::repeat(b' ').take(MAX_STATUS_BYTES + 10);
+        let Err(ReleaseError::Unhealthy(r)) = check_status_of(big, "0.2.0") else {
+            panic!("accepted");
+        };
+        assert!(r[0].contains("larger than 16 MiB"), "{r:?}");
     }
 
     #[test]
