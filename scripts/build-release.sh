@@ -2,10 +2,13 @@
 # Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
 # SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
 #
-# Usage: scripts/build-release.sh [--sign KEY] [--no-opcua | --with-simulator] [TARGET...]
+# Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
-#   --sign KEY          also write <artifact>.sig (ed25519, `opex-connector keygen` makes KEY)
+#   --sign KEY          also write <artifact>.manifest.json (version, target, sha256,
+#                       not_after) and its ed25519 signature <artifact>.manifest.json.sig,
+#                       what scripts/ota-update.sh installs (`opex-connector keygen` makes KEY)
+#   --valid-for D       how long a box may install it: not_after is now + D [90d; at most 366d]
 #   The field build has every source and sink, OPC-UA included, but not the simulator's
 #   OPC-UA server (about 6 MB of address space; the Modbus simulator stays). Instead:
 #   --no-opcua          the smallest build, without OPC-UA: <artifact>-no-opcua
@@ -25,16 +28,18 @@ cd "$repo"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 sign_key=""
+valid_for=90d
 features=(--no-default-features --features opcua)
 suffix=""
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --sign) sign_key="$2"; shift 2 ;;
+        --valid-for) valid_for="$2"; shift 2 ;;
         --no-opcua) features=(--no-default-features); suffix="-no-opcua"; shift ;;
         --with-simulator) features=(); suffix="-with-simulator"; shift ;;
         -h | --help)
-            sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) targets+=("$1"); shift ;;
@@ -105,7 +110,8 @@ for t in "${targets[@]}"; do
     cp "$target_dir/$t/release/opex-connector" "dist/$out"
     artifacts+=("$out")
     if [ -n "$signer" ]; then
-        "$signer" sign-artifact "dist/$out" "$sign_key" >"dist/$out.sig"
+        "$signer" sign-manifest "dist/$out" "$sign_key" "dist/$out.manifest.json" \
+            --version "$version" --target "$t" --valid-for "$valid_for" >&2
     fi
 done
 # SHA256SUMS keeps the lines of artifacts built before (other targets, the other build) and

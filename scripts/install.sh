@@ -11,9 +11,13 @@
 #   --binary FILE     the binary [dist/opex-connector-<version>-<board target>]
 #   --root DIR        install root [/opt/opex-connector]: DIR/releases/<version>-<sha8>/,
 #                     DIR/current (symlink), the layout scripts/ota-update.sh updates
-#   --etc DIR         config folder [/etc/opex-connector]
+#   --etc DIR         config folder [/etc/opex-connector]; the board profile is copied
+#                     there as board.yaml (scripts/ota-update.sh reads its target)
 #   --bin-dir DIR     where the `opex-connector` command is linked [/usr/local/bin]
 #   --pubkey FILE     release public key for OTA updates, copied to --etc
+#   --unit-dir DIR    where the systemd unit goes [/etc/systemd/system], with the
+#                     board's DeviceAllow= lines in DIR/opex-connector.service.d/devices.conf
+#   --no-start        install the unit but do not enable or start it (images, tests)
 #   --no-systemd      do not install, enable and start the systemd unit
 #   --no-user         do not create the `opex-connector` system user
 set -euo pipefail
@@ -26,6 +30,8 @@ root=/opt/opex-connector
 etc=/etc/opex-connector
 bin_dir=/usr/local/bin
 pubkey=""
+unit_dir=/etc/systemd/system
+start=1
 systemd=1
 user=1
 
@@ -44,10 +50,12 @@ while [ $# -gt 0 ]; do
         --etc) etc="$2"; shift 2 ;;
         --bin-dir) bin_dir="$2"; shift 2 ;;
         --pubkey) pubkey="$2"; shift 2 ;;
+        --unit-dir) unit_dir="$2"; shift 2 ;;
+        --no-start) start=0; shift ;;
         --no-systemd) systemd=0; shift ;;
         --no-user) user=0; shift ;;
         -h | --help)
-            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument $1" ;;
@@ -60,6 +68,14 @@ if [ -z "$board" ] || [ ! -f "$profile" ]; then
     die "--board must name a profile in boards/: $known"
 fi
 target=$(sed -n 's/^target: *//p' "$profile")
+# The `device_allow:` list of the profile, one entry a line, comments dropped.
+devices=$(awk '/^device_allow:/ { on = 1; next } on && /^[^ #]/ { on = 0 }
+    on { sub(/#.*/, ""); if ($1 == "-") print $2 }' "$profile")
+[ -n "$devices" ] || die "$profile has no device_allow entries"
+for d in $devices; do
+    [[ "$d" =~ ^(char|block)-[A-Za-z0-9_*-]+$ || "$d" =~ ^/dev/[A-Za-z0-9_./:-]+$ ]] ||
+        die "$profile: device_allow entry $d is not char-NAME, block-NAME or a /dev path"
+done
 data_dir=$(sed -n 's/^data_dir: *//p' "$profile")
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n1)
 [ -n "$binary" ] || binary="$repo/dist/opex-connector-$version-$target"
@@ -86,6 +102,8 @@ fi
 if [ -n "$pubkey" ]; then
     install -m 0644 "$pubkey" "$etc/release.pub"
 fi
+# The board this box is: scripts/ota-update.sh installs only builds for its target.
+install -m 0644 "$profile" "$etc/board.yaml"
 
 if [ "$user" = 1 ] && ! id opex-connector >/dev/null 2>&1; then
     useradd --system --no-create-home --shell /usr/sbin/nologin opex-connector
@@ -95,8 +113,21 @@ if [ "$user" = 1 ]; then
     chgrp opex-connector "$etc/config.yaml"
 fi
 if [ "$systemd" = 1 ]; then
-    install -m 0644 "$repo/systemd/opex-connector.service" /etc/systemd/system/opex-connector.service
-    systemctl daemon-reload
-    systemctl enable --now opex-connector
-    say "service enabled and started: systemctl status opex-connector"
+    install -D -m 0644 "$repo/systemd/opex-connector.service" "$unit_dir/opex-connector.service"
+    dropin=$(mktemp)
+    {
+        echo "# Written by scripts/install.sh from boards/$board.yaml (device_allow): the"
+        echo "# devices the service may open besides /dev/null and the like, under the"
+        echo "# unit's DevicePolicy=closed."
+        echo "[Service]"
+        for d in $devices; do echo "DeviceAllow=$d rw"; done
+    } >"$dropin"
+    install -D -m 0644 "$dropin" "$unit_dir/opex-connector.service.d/devices.conf"
+    rm -f "$dropin"
+    say "unit in $unit_dir, devices for $board: $(echo "$devices" | tr '\n' ' ')"
+    if [ "$start" = 1 ]; then
+        systemctl daemon-reload
+        systemctl enable --now opex-connector
+        say "service enabled and started: systemctl status opex-connector"
+    fi
 fi

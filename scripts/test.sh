@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua chromium
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua chromium)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua chromium systemd
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua chromium systemd)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -114,6 +114,11 @@ install_asyncua() {
 
 # Linting of the shell scripts.
 install_shellcheck() { apt_install shellcheck; }
+
+# systemd-analyze (verify, security) for the unit, and systemd itself: tests/deploy.rs runs
+# it as PID 1 of private namespaces (with util-linux's unshare/nsenter) to start the unit.
+# It is only installed, never started as this machine's init.
+install_systemd() { apt_install systemd util-linux curl; }
 
 # Headless browser for the status page test (/usr/bin/chromium). The test
 # starts it itself with a fresh profile and no network features.

@@ -29,7 +29,7 @@
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
 //! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
-//! | [`release`] | release artifacts: ed25519 signature checks, the previous version of an OTA install |
+//! | [`release`] | release artifacts: signed manifests (version, target, sha256, expiry) and their checks, semantic-version order, the health check of an update, the previous version of an OTA install |
 //!
 //! A module never reaches into a sibling's internals: sources talk to the engine through
 //! [`engine::Engine::offer`], and sinks are reached only through the engine.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use opex_connector::{config, daemon, release, simulator, VERSION};
+use opex_connector::{config, daemon, record, release, simulator, time, VERSION};
 
 const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
@@ -15,9 +15,17 @@ const USAGE: &str = "usage:
                                        127.0.0.1:5020) and OPC-UA (default 127.0.0.1:4840);
                                        an address of `off` leaves that protocol out
   opex-connector --version
-  opex-connector verify-artifact FILE SIG PUBKEY   check a release artifact's ed25519 signature
-  opex-connector sign-artifact FILE KEY            sign one (release tooling)
-  opex-connector keygen DIR                        new release.key / release.pub in DIR
+  opex-connector sign-manifest ARTIFACT KEY OUT --version V --target TRIPLE
+                (--valid-for DURATION | --not-after RFC3339)
+                                       write ARTIFACT's release manifest to OUT and its
+                                       ed25519 signature to OUT.sig (release tooling)
+  opex-connector verify-manifest MANIFEST ARTIFACT PUBKEY --target TRIPLE [--sig SIG]
+                [--running VERSION] [--allow-downgrade]
+                                       check a manifest (signature MANIFEST.sig unless
+                                       --sig) and the artifact it names; print its fields
+  opex-connector check-status VERSION  check a GET /api/status document on stdin: the
+                                       connector is healthy and runs VERSION
+  opex-connector keygen DIR            new release.key / release.pub in DIR
   opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay";
 
 /// The log filter without `RUST_LOG`: our own lines at info; the OPC-UA stack's chatter
@@ -38,28 +46,11 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        ["verify-artifact", file, sig, key] => {
-            match release::verify_artifact(file.as_ref(), sig.as_ref(), key.as_ref()) {
-                Ok(sha) => {
-                    println!("{file}: signature ok sha256={sha}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{file}: refused: {e}");
-                    ExitCode::from(1)
-                }
-            }
+        ["sign-manifest", artifact, key, out, rest @ ..] => sign_manifest(artifact, key, out, rest),
+        ["verify-manifest", manifest, artifact, pubkey, rest @ ..] => {
+            verify_manifest(manifest, artifact, pubkey, rest)
         }
-        ["sign-artifact", file, key] => match release::sign_artifact(file.as_ref(), key.as_ref()) {
-            Ok(sig) => {
-                println!("{sig}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{file}: {e}");
-                ExitCode::from(1)
-            }
-        },
+        ["check-status", version] => check_status(version),
         ["overlay", site, board] => {
             let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
             match read(site)
@@ -136,6 +127,150 @@ fn simulate(args: &[&str]) -> ExitCode {
         Err(e) => {
             eprintln!("opex-connector simulate: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `--name value` options and bare `--switch`es that follow a release command's
+/// positional arguments; each at most once.
+struct Options<'a>(Vec<(&'a str, Option<&'a str>)>);
+
+impl<'a> Options<'a> {
+    fn parse(args: &[&'a str], valued: &[&str], switches: &[&str]) -> Result<Self, String> {
+        let mut found: Vec<(&'a str, Option<&'a str>)> = Vec::new();
+        let mut rest = args.iter();
+        while let Some(&name) = rest.next() {
+            let value = if valued.contains(&name) {
+                Some(*rest.next().ok_or(format!("{name} needs a value"))?)
+            } else if switches.contains(&name) {
+                None
+            } else {
+                return Err(format!("unknown argument {name}"));
+            };
+            if found.iter().any(|(n, _)| *n == name) {
+                return Err(format!("{name} given twice"));
+            }
+            found.push((name, value));
+        }
+        Ok(Options(found))
+    }
+
+    fn value(&self, name: &str) -> Option<&'a str> {
+        self.0
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| *v)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| *n == name)
+    }
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("opex-connector: {message}\n{USAGE}");
+    ExitCode::from(2)
+}
+
+fn sign_manifest(artifact: &str, key: &str, out: &str, rest: &[&str]) -> ExitCode {
+    let opts = match Options::parse(
+        rest,
+        &["--version", "--target", "--valid-for", "--not-after"],
+        &[],
+    ) {
+        Ok(o) => o,
+        Err(e) => return usage_error(&e),
+    };
+    let (Some(version), Some(target)) = (opts.value("--version"), opts.value("--target")) else {
+        return usage_error("sign-manifest needs --version and --target");
+    };
+    let not_after_ms = match (opts.value("--valid-for"), opts.value("--not-after")) {
+        (Some(d), None) => match time::parse_duration(d) {
+            Ok(d) => record::now_ms().saturating_add(d.as_millis() as u64),
+            Err(e) => return usage_error(&format!("--valid-for {e}")),
+        },
+        (None, Some(t)) => match time::parse_rfc3339(t) {
+            Some(ms) => ms,
+            None => return usage_error(&format!("--not-after {t:?} is not an RFC 3339 time")),
+        },
+        _ => return usage_error("sign-manifest needs one of --valid-for and --not-after"),
+    };
+    let signed = release::sign_manifest(
+        artifact.as_ref(),
+        key.as_ref(),
+        out.as_ref(),
+        version,
+        target,
+        not_after_ms,
+    );
+    match signed {
+        Ok(m) => {
+            if not_after_ms < record::now_ms() {
+                eprintln!("warning: {out} has already expired ({})", m.not_after);
+            }
+            print!("{}", String::from_utf8_lossy(&m.to_bytes()));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{artifact}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn verify_manifest(manifest: &str, artifact: &str, pubkey: &str, rest: &[&str]) -> ExitCode {
+    let opts = match Options::parse(
+        rest,
+        &["--target", "--sig", "--running"],
+        &["--allow-downgrade"],
+    ) {
+        Ok(o) => o,
+        Err(e) => return usage_error(&e),
+    };
+    let Some(target) = opts.value("--target") else {
+        return usage_error("verify-manifest needs --target (this board's target triple)");
+    };
+    let running = match opts.value("--running").unwrap_or(VERSION).parse() {
+        Ok(v) => v,
+        Err(e) => return usage_error(&format!("--running: {e}")),
+    };
+    let expect = release::Expect {
+        target: target.to_string(),
+        running,
+        allow_downgrade: opts.has("--allow-downgrade"),
+        now_ms: record::now_ms(),
+    };
+    let sig = opts
+        .value("--sig")
+        .map_or_else(|| release::signature_path(manifest.as_ref()), PathBuf::from);
+    match release::verify_manifest(
+        manifest.as_ref(),
+        &sig,
+        pubkey.as_ref(),
+        artifact.as_ref(),
+        &expect,
+    ) {
+        Ok(m) => {
+            println!("version={}", m.version);
+            println!("target={}", m.target);
+            println!("sha256={}", m.sha256);
+            println!("not_after={}", m.not_after);
+            eprintln!("{manifest}: ok, {artifact} may be installed");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{manifest}: refused: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn check_status(version: &str) -> ExitCode {
+    match release::check_status_of(std::io::stdin(), version) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("not healthy: {e}");
+            ExitCode::from(1)
         }
     }
 }
