@@ -1,15 +1,19 @@
-//! `connector.http:`: raw, validated without I/O.
+//! `connector.http:`: raw, validated without I/O (the box's host name is read when the server
+//! starts, in `hosts.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::hosts::Authority;
 use crate::config::checks::in_range;
 use crate::config::Problems;
 
 /// Where the server listens when the config says nothing.
 const DEFAULT_LISTEN: ([u8; 4], u16) = ([127, 0, 0, 1], 8080);
+/// Most `allowed_hosts` entries.
+const MAX_ALLOWED_HOSTS: usize = 256;
 
 /// `connector.http:`
 #[derive(Debug, Default, Deserialize)]
@@ -28,6 +32,14 @@ pub struct RawHttp {
     pub body_read_timeout_secs: Option<u64>,
     /// Bearer token of the admin endpoints. Without it those endpoints answer `404`.
     pub admin_token: Option<String>,
+    /// Host names the connector answers besides the ones it always answers (every IP address,
+    /// `localhost`, the box's host name and `<hostname>.local`): e.g. the box's DNS name, or
+    /// the name of a reverse proxy in front of it. Each is `name` or `name:port`; a name
+    /// without a port is answered on any port. A request whose `Host` is another name gets
+    /// `421` (this stops DNS-rebinding pages). The live view accepts pages of the host they
+    /// were requested from, and pages of an entry written with its port (a reverse proxy's
+    /// `gw.plant:443`). Default: none; at most 256.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// `connector.http:`, validated.
@@ -45,6 +57,8 @@ pub struct HttpConfig {
     pub body_read_timeout: Duration,
     /// Bearer token of the admin endpoints.
     pub admin_token: Option<String>,
+    /// `allowed_hosts`: names answered besides the built-in ones.
+    pub allowed_hosts: Vec<Authority>,
 }
 
 impl HttpConfig {
@@ -108,20 +122,94 @@ impl HttpConfig {
             header_read_timeout: Duration::from_secs(header_secs),
             body_read_timeout: Duration::from_secs(body_secs),
             admin_token: raw.admin_token.clone(),
+            allowed_hosts: allowed_hosts(raw.allowed_hosts.as_deref(), path, p),
         }
     }
+}
+
+fn allowed_hosts(raw: Option<&[String]>, path: &str, p: &mut Problems) -> Vec<Authority> {
+    let raw = raw.unwrap_or_default();
+    if raw.len() > MAX_ALLOWED_HOSTS {
+        p.push(
+            format!("{path}.allowed_hosts"),
+            format!("{} entries, at most {MAX_ALLOWED_HOSTS}", raw.len()),
+        );
+    }
+    let mut hosts = Vec::new();
+    for (i, s) in raw.iter().enumerate() {
+        match Authority::parse(s) {
+            Ok(a) => hosts.push(a),
+            Err(e) => p.push(
+                format!("{path}.allowed_hosts[{i}]"),
+                format!("{s:?} is not name or name:port: {e}"),
+            ),
+        }
+    }
+    hosts
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn problems(raw: &RawHttp) -> Vec<String> {
+        let mut p = Problems::default();
+        HttpConfig::validate(Some(raw), "connector.http", &mut p);
+        p.0.into_iter().map(|p| p.to_string()).collect()
+    }
+
     #[test]
-    fn without_a_section_the_server_listens_on_loopback_without_admin_endpoints() {
+    fn every_bad_allowed_host_is_reported_with_its_index_and_the_good_ones_kept() {
+        let raw = RawHttp {
+            allowed_hosts: Some(
+                [
+                    "box.plant",
+                    "gw.plant:443",
+                    "::1",
+                    "evil.example:0",
+                    "[::1]:8080",
+                    "*.plant",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+            max_connections: Some(0),
+            ..RawHttp::default()
+        };
+        assert_eq!(
+            problems(&raw),
+            vec![
+                "connector.http.max_connections: 0 is outside 1..=65536".to_string(),
+                r#"connector.http.allowed_hosts[2]: "::1" is not name or name:port: an IPv6 address goes in brackets, e.g. [::1]"#.to_string(),
+                r#"connector.http.allowed_hosts[3]: "evil.example:0" is not name or name:port: the port is not a number in 1..=65535"#.to_string(),
+                r#"connector.http.allowed_hosts[5]: "*.plant" is not name or name:port: a host name has letters, digits, '-', '_' and '.' only, no empty label, at most 253 characters"#.to_string(),
+            ]
+        );
+        let mut p = Problems::default();
+        let ok = HttpConfig::validate(Some(&raw), "connector.http", &mut p);
+        let kept: Vec<String> = ok.allowed_hosts.iter().map(|a| a.to_string()).collect();
+        assert_eq!(kept, ["box.plant", "gw.plant:443", "[::1]:8080"]);
+    }
+
+    #[test]
+    fn more_than_256_allowed_hosts_are_refused() {
+        let raw = RawHttp {
+            allowed_hosts: Some((0..257).map(|i| format!("h{i}.plant")).collect()),
+            ..RawHttp::default()
+        };
+        assert_eq!(
+            problems(&raw),
+            vec!["connector.http.allowed_hosts: 257 entries, at most 256"]
+        );
+    }
+
+    #[test]
+    fn without_a_section_the_server_listens_on_loopback_with_no_listed_hosts() {
         let mut p = Problems::default();
         let c = HttpConfig::validate(None, "connector.http", &mut p);
         assert!(p.is_empty());
         assert_eq!(c.listen, SocketAddr::from(DEFAULT_LISTEN));
+        assert!(c.allowed_hosts.is_empty());
         assert!(c.admin_token.is_none());
     }
 }

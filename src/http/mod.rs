@@ -5,11 +5,13 @@
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
 //! idle keep-alive connections, a body-read timeout and a body size limit. A request waits only
-//! on its own settlement.
+//! on its own settlement. Before any route runs, the request's `Host` must be one of the
+//! connector's own (`hosts.rs`), which stops DNS-rebinding pages.
 
 mod admin;
 mod auth;
 pub mod config;
+mod hosts;
 mod live;
 mod page;
 mod respond;
@@ -23,6 +25,7 @@ pub use live::{
 };
 
 pub use auth::{bearer_ok, ct_eq};
+pub use hosts::{Authority, AuthorityError, HostName};
 pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
