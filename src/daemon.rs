@@ -239,6 +239,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             .unwrap_or_default(),
         opcua: opcua_status,
         stats: HttpStats::default(),
+        ledger_scan: Default::default(),
         nats_sources: config
             .nats
             .sources

@@ -107,6 +107,7 @@ fn the_mqtt_sink_publishes_refuses_while_the_broker_is_down_and_delivers_after_i
     let mut broker = Mosquitto::start();
     let subscriber = MqttClient::connect(broker.port(), "it-sub", Some("opex/#"));
     let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["mqtt"] = json!({
         "connections": [{"name": "plant", "url": broker.url(), "client_id": "it-sink",
                          "reconnect_max_ms": 200}],

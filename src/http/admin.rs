@@ -1,11 +1,12 @@
 //! Admin endpoints: dead letters (inspect, correct, replay, resolve) and the event history.
 //! They need `connector.http.admin_token` as a bearer token; without one configured they do
-//! not exist (404), so a forgotten token never leaves them open.
+//! not exist (404), so a forgotten token never leaves them open. [`refusal`] is that check,
+//! also for the admin part of other routes (`GET /api/ledger?verify=1`).
 
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{HeaderMap, Method, Request, StatusCode};
 use serde_json::{json, Value};
 
 use super::respond::{error, json_response, not_allowed, outcome, read_body, Resp};
@@ -21,13 +22,25 @@ const MAX_REPLAY_ALL: usize = 10_000;
 /// Most rows one listing returns.
 const MAX_PAGE: usize = 1000;
 
+/// The refusal of an admin call, or `None` when it may go on: `404` without `admin_token`
+/// configured (the call does not exist), `401` without the right bearer token.
+pub fn refusal(state: &AppState, headers: &HeaderMap) -> Option<Resp> {
+    let Some(token) = state.http.admin_token.as_deref() else {
+        return Some(error(StatusCode::NOT_FOUND, "no such endpoint"));
+    };
+    if !auth::bearer_ok(headers, token) {
+        return Some(error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token",
+        ));
+    }
+    None
+}
+
 /// Serves an admin path (already known to be one).
 pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>) -> Resp {
-    let Some(token) = state.http.admin_token.as_deref() else {
-        return error(StatusCode::NOT_FOUND, "no such endpoint");
-    };
-    if !auth::bearer_ok(req.headers(), token) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong admin token");
+    if let Some(refused) = refusal(state, req.headers()) {
+        return refused;
     }
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let method = req.method().clone();

@@ -1,6 +1,6 @@
-//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, admin endpoints, the status
-//! page (`page.rs`, its files in `page/`) and its live view (`live.rs`, a WebSocket of
-//! `ws.rs`'s framing). Its config is `config.rs`.
+//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, the ledger (`ledger.rs`),
+//! admin endpoints, the status page (`page.rs`, its files in `page/`) and its live view
+//! (`live.rs`, a WebSocket of `ws.rs`'s framing). Its config is `config.rs`.
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
@@ -12,6 +12,7 @@ mod admin;
 mod auth;
 pub mod config;
 mod hosts;
+mod ledger;
 mod live;
 mod page;
 mod respond;
@@ -26,6 +27,7 @@ pub use live::{
 
 pub use auth::{bearer_ok, ct_eq};
 pub use hosts::{Authority, AuthorityError, HostName};
+pub use ledger::{LedgerScan, ScanPermit};
 pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
@@ -82,6 +84,8 @@ pub struct AppState {
     pub opcua: Vec<Arc<crate::sources::opcua::DeviceStatus>>,
     /// Server counters.
     pub stats: HttpStats,
+    /// The one push queue check (`GET /api/ledger?verify=1`) allowed at a time.
+    pub ledger_scan: LedgerScan,
     /// NATS JetStream sources, in config order.
     pub nats_sources: Vec<Arc<NatsSource>>,
     /// MQTT sources, in config order.
