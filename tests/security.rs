@@ -272,6 +272,8 @@ fn host_config() -> Value {
 
 const UPGRADE: &str = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\nSec-WebSocket-Version: 13\r\n";
 
+/// Regression: no route checked `Host`, so a page of `evil.example` whose name was made to
+/// resolve to the connector could read every answer (and post with a token it learnt).
 #[test]
 fn dns_rebinding_a_request_with_host_evil_example_gets_421_on_every_route_and_stores_nothing() {
     let daemon = Daemon::start(host_config());
@@ -398,6 +400,8 @@ fn a_missing_host_is_400_on_http_1_1_two_hosts_or_a_malformed_one_too_and_http_1
     assert!(daemon.is_running());
 }
 
+/// Regression: the live view compared `Origin` with `Host`, and a rebinding page sets both to
+/// its own name.
 #[test]
 fn dns_rebinding_the_live_view_refuses_origin_and_host_evil_example_and_serves_a_configured_host() {
     let mut cfg = host_config();

@@ -126,10 +126,10 @@ impl Authority {
 }
 
 fn host_name(name: &str) -> Result<HostName, AuthorityError> {
+    let name = name.strip_suffix('.').unwrap_or(name);
     if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
         return Ok(HostName::Ip(IpAddr::V4(ip)));
     }
-    let name = name.strip_suffix('.').unwrap_or(name);
     if name.is_empty() {
         return Err(AuthorityError::Empty);
     }
@@ -321,7 +321,7 @@ fn refused(stats: &HttpStats, refusal: &Refusal) -> Resp {
         ),
         Refusal::Several => (
             StatusCode::BAD_REQUEST,
-            "a request has one Host header".to_string(),
+            "a request carries one Host header, this one has several".to_string(),
         ),
         Refusal::Malformed(e) => (
             StatusCode::BAD_REQUEST,
@@ -366,6 +366,7 @@ mod tests {
             a("10.0.0.5").host,
             HostName::Ip("10.0.0.5".parse().unwrap())
         );
+        assert_eq!(a("10.0.0.5.:80"), a("10.0.0.5:80"));
         assert_eq!(a("[::1]:80").to_string(), "[::1]:80");
         assert_eq!(a("[0:0::1]"), a("[::1]"));
         for (bad, why) in [
