@@ -197,7 +197,7 @@ fn acked(addr: &str) -> BoxResult<u64> {
     let mut s = TcpStream::connect(addr)?;
     write!(
         s,
-        "GET /api/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )?;
     let mut body = String::new();
     std::io::Read::read_to_string(&mut s, &mut body)?;

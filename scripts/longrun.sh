@@ -37,6 +37,8 @@ http_port=$(free_port)
 modbus_port=$(free_port)
 recv_port=$(free_port)
 token="longrun-t0ken-0123"
+# The push queue check at the end (GET /api/ledger?verify=1) is an admin call.
+admin_token="longrun-adm1n-0123"
 
 # The uplink receiver: answers 200 to every batch and counts the lines.
 cat >"$work/receiver.py" <<'PY'
@@ -105,6 +107,7 @@ connector:
   data_dir: $work/data
   http:
     listen: 127.0.0.1:$http_port
+    admin_token: $admin_token
   push_queue:
     enabled: true
     max_quota_mb: 64
@@ -172,7 +175,7 @@ done
 kill "$load" 2>/dev/null || true
 wait "$load" 2>/dev/null || true
 cat "$work/load.log"
-curl -s "http://127.0.0.1:$http_port/api/ledger?verify=1" >"$work/ledger.json" || true
+curl -s -H "Authorization: Bearer $admin_token" "http://127.0.0.1:$http_port/api/ledger?verify=1" >"$work/ledger.json" || true
 kill -TERM "$daemon"
 wait "$daemon" || true
 

@@ -233,7 +233,7 @@ fn a_client_that_stops_sending_its_body_gets_408_and_nothing_is_stored() {
     let mut s = TcpStream::connect(socket(&daemon)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(15))).ok();
     let head = format!(
-        "POST /api/ingest/{SOURCE}/slow HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{{\"order\":"
+        "POST /api/ingest/{SOURCE}/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{{\"order\":"
     );
     s.write_all(head.as_bytes()).expect("send head");
     let started = Instant::now();
@@ -273,7 +273,7 @@ fn oversize_bodies_get_413_and_nothing_is_stored() {
     // Chunked, so no Content-Length announces the size: cut at the limit all the same.
     let chunk = "x".repeat(1000);
     let mut raw = format!(
-        "POST /api/ingest/{SOURCE}/chunked HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        "POST /api/ingest/{SOURCE}/chunked HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     );
     for _ in 0..4 {
         raw.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
@@ -293,7 +293,7 @@ fn a_request_head_over_64_kib_is_refused_with_431_even_when_sent_in_one_write() 
     let before = stored(&daemon);
     for size in [70_000, 100_000, 1_000_000] {
         let raw = format!(
-            "POST /api/ingest/{SOURCE}/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nX-Big: {}\r\nContent-Length: 15\r\nConnection: close\r\n\r\n{{\"order\":\"o1\"}}",
+            "POST /api/ingest/{SOURCE}/big HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nX-Big: {}\r\nContent-Length: 15\r\nConnection: close\r\n\r\n{{\"order\":\"o1\"}}",
             "y".repeat(size)
         );
         let (status, text) = raw_request(&daemon, raw.as_bytes());
@@ -305,7 +305,7 @@ fn a_request_head_over_64_kib_is_refused_with_431_even_when_sent_in_one_write() 
     }
     // A head just under the limit still works.
     let ok = format!(
-        "GET /api/status HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
         "y".repeat(60_000)
     );
     assert_eq!(raw_request(&daemon, ok.as_bytes()).0, 200);
@@ -370,7 +370,9 @@ fn path_traversal_attempts_never_serve_a_file() {
             let auth = token
                 .map(|t| format!("Authorization: Bearer {t}\r\n"))
                 .unwrap_or_default();
-            let raw = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+            let raw = format!(
+                "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n"
+            );
             let (status, text) = raw_request(&daemon, raw.as_bytes());
             assert!(
                 matches!(status, 400 | 404),

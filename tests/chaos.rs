@@ -184,6 +184,7 @@ fn kill_nine_under_mixed_load_loses_no_acknowledged_record_and_the_ledger_balanc
     let receiver = Receiver::start();
 
     let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["connector"]["push"] = json!({
         "url": receiver.url(),
         "batch_rows": 100,
@@ -411,6 +412,7 @@ fn a_full_disk_is_answered_503_counted_and_survived_and_records_are_taken_again_
     };
     let data_dir: PathBuf = fs.path().join("data");
     let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["connector"]["data_dir"] = json!(data_dir.to_string_lossy());
     config["webhooks"] = json!([webhook(HOOK, HOOK_SECRET, "on_done")]);
     let mut daemon = Daemon::start(config);

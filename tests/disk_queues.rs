@@ -60,6 +60,7 @@ fn disk_queues_keep_every_acked_record_through_kill_nine_while_the_database_and_
         {"name": "mq", "type": "mqtt", "topic": "dq/{{key}}", "qos": 1,
          "queue": "disk", "max_quota_mb": 64, "on_full": "block"},
     ]);
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["flows"] = flow(&["ch", "mq"]);
     let mut daemon = Daemon::start(config);
     assert_stored(&daemon.ingest("first", r#"{"v":0}"#), "first");

@@ -377,6 +377,7 @@ fn a_deadband_suppresses_push_values_only_and_counts_them() {
 #[test]
 fn values_the_deadband_keeps_out_of_a_push_only_flow_are_booked_as_suppressed_in_the_ledger() {
     let mut config = queue_config(8, "evict_oldest");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["connector"]["preprocess"] =
         json!([{ "source": format!("ingest/{SOURCE}"), "deadband": { "absolute": 1.0 } }]);
     let daemon = Daemon::start(config);

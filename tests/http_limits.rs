@@ -50,7 +50,7 @@ fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
 fn a_client_dribbling_headers_is_cut_off_after_the_header_read_timeout() {
     let daemon = Daemon::start(limited_config());
     let mut slow = TcpStream::connect(addr(&daemon)).unwrap();
-    slow.write_all(b"GET /api/status HTTP/1.1\r\nHost: x\r\n")
+    slow.write_all(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .unwrap();
     // One more header line, then nothing: the request head never completes.
     slow.write_all(b"X-Slow: 1\r\n").unwrap();
@@ -98,7 +98,7 @@ fn idle_and_slow_connections_at_the_cap_do_not_lock_out_new_clients_for_long() {
 fn an_idle_keep_alive_connection_is_closed() {
     let daemon = Daemon::start(limited_config());
     let mut s = TcpStream::connect(addr(&daemon)).unwrap();
-    s.write_all(b"GET /api/status HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     // The response arrives, then the connection sits idle until the server closes it.
     assert!(closed_by_server(&mut s, Duration::from_secs(15)));

@@ -1,6 +1,7 @@
 //! The loss ledger (`GET /api/ledger`) against the real binary: after ingest, webhooks,
 //! filters, unrouted records, evictions, uplink delivery, dead letters and restarts, every
-//! source balances (`acked = delivered + pending + dead_lettered + losses`).
+//! source balances (`acked = delivered + pending + dead_lettered + losses`). The push queue
+//! check (`?verify=1`) is an admin call; the plain ledger is public.
 
 mod common;
 
@@ -201,4 +202,49 @@ fn every_source_balances_through_ingest_webhooks_eviction_delivery_dead_letters_
         0,
         "memory part restarted"
     );
+}
+
+/// Regression: `GET /api/ledger?verify=1` scanned the whole push queue for anyone who asked.
+#[test]
+fn anyone_could_scan_the_push_queue_now_verify_needs_the_admin_token_and_the_plain_ledger_stays_public(
+) {
+    let receiver = Receiver::start();
+    let daemon = Daemon::start(config(&receiver));
+    post(&daemon, "k1", "payment", 10);
+    for token in [None, Some("wrong-t0ken"), Some(TOKEN)] {
+        let reply = daemon.get("/api/ledger?verify=1", token);
+        assert_error_reply(&reply, 401, &format!("verify with token {token:?}"));
+        assert!(reply.json().get("push_queue_check").is_none());
+    }
+    let reply = daemon.get("/api/ledger?verify=1", Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let checked = reply.json();
+    assert_eq!(
+        checked["push_queue_check"]["checked"],
+        json!(true),
+        "{checked:#}"
+    );
+    assert_balanced(&checked, "verified with the admin token");
+    let plain = daemon.get("/api/ledger", None);
+    assert_eq!(plain.status, 200, "{plain:?}");
+    assert!(plain.json().get("push_queue_check").is_none());
+    assert_eq!(plain.json()["balanced"], json!(true));
+    drop(daemon);
+
+    // Without admin_token configured the check does not exist, like every admin call.
+    let mut without = config(&receiver);
+    without["connector"]["http"]
+        .as_object_mut()
+        .expect("http")
+        .remove("admin_token");
+    let daemon = Daemon::start(without);
+    for token in [None, Some(ADMIN_TOKEN)] {
+        let reply = daemon.get("/api/ledger?verify=1", token);
+        assert_error_reply(
+            &reply,
+            404,
+            &format!("verify without admin_token, token {token:?}"),
+        );
+    }
+    assert_eq!(daemon.get("/api/ledger", None).status, 200);
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_balanced, free_port, ledger, measure_recovery, poll_until, source_figure, u64_at,
-    wait_until, Daemon, ModbusRtu, ModbusTcp, RECOVERY_BOUND,
+    wait_until, Daemon, ModbusRtu, ModbusTcp, ADMIN_TOKEN, RECOVERY_BOUND,
 };
 use serde_json::{json, Value};
 
@@ -54,7 +54,10 @@ fn known_points() -> Value {
 
 fn tcp_config(port: u16, interval_ms: u64) -> Value {
     json!({
-        "connector": {"push_queue": {"enabled": true, "max_quota_mb": 16, "on_full": "evict_oldest"}},
+        "connector": {
+            "http": {"admin_token": ADMIN_TOKEN},
+            "push_queue": {"enabled": true, "max_quota_mb": 16, "on_full": "evict_oldest"},
+        },
         "devices": [{
             "name": "press-1",
             "protocol": "modbus_tcp",

@@ -105,6 +105,7 @@ fn an_mqtt_qos1_record_is_acked_to_its_source_only_after_the_broker_acknowledged
     let mut broker = Mosquitto::start();
     let subscriber = MqttClient::connect(broker.port(), "it-sub", Some("opex/#"));
     let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["mqtt"] = json!({
         "connections": [{"name": "plant", "url": broker.url(), "client_id": "it-sink",
                          "reconnect_max_ms": 200}],

@@ -75,6 +75,7 @@ fn two_instances_of_each_kind_get_exactly_their_records_and_show_by_name_everywh
         {"name": "uplink-2", "type": "push", "max_quota_mb": 16,
          "uplink": {"url": cloud_receiver.url(), "retry_initial_ms": 50}},
     ]);
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["flows"] = json!([
         flow("orders", "ingest/orders", &["pg-orders", "mq-site", "push"]),
         flow(

@@ -102,6 +102,7 @@ fn a_killed_nats_server_loses_no_acked_message_and_the_consumer_resumes() {
     js.create_stream("EVENTS", &["events.>"]);
     let receiver = Receiver::start();
     let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["connector"]["push"] = json!({"url": receiver.url(), "retry_initial_ms": 50});
     config["nats"] = json!({
         "connections": [{"name": "js", "servers": [server.url()], "reconnect_max_ms": 200}],

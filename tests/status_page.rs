@@ -510,7 +510,7 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
 fn upgrade(stream: &mut TcpStream, key: &str) -> String {
     write!(
         stream,
-        "GET /api/live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        "GET /api/live HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     .expect("send upgrade");
     read_head(stream)

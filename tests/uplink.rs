@@ -25,6 +25,7 @@ fn uplink_config(receiver: &Receiver, batch_rows: u64, token: Option<&str>) -> V
     if let Some(token) = token {
         config["connector"]["push"]["token"] = json!(token);
     }
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config
 }
 

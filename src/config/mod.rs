@@ -19,9 +19,10 @@ mod validate;
 use std::fmt;
 use std::path::Path;
 
+pub use crate::http::config::HttpConfig;
 pub use overlay::overlay;
 pub use parse::{parse_raw, parse_tree};
-pub use validate::{validate, Config, ConnectorConfig, HttpConfig, DEFAULT_NAME};
+pub use validate::{validate, Config, ConnectorConfig, DEFAULT_NAME};
 
 /// The default a newcomer runs: `cargo run --release` with no arguments.
 pub const DEMO_YAML: &str = include_str!("../../config/demo.yaml");

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 pub use crate::alerts::config::RawTelemetry;
 pub use crate::flow::config::RawFlow;
+pub use crate::http::config::RawHttp;
 pub use crate::simulator::RawSimulator;
 pub use crate::sinks::clickhouse::config::RawClickHouse;
 pub use crate::sinks::postgres::config::RawPostgres;
@@ -93,24 +94,4 @@ pub struct RawConnector {
     /// are then accepted with a warning, as long as `http.listen` is a loopback address. Leave
     /// it out of a real config. Default `false`.
     pub demo: Option<bool>,
-}
-
-/// `connector.http:`
-#[derive(Debug, Default, Deserialize)]
-pub struct RawHttp {
-    /// Address and port to listen on. Default `127.0.0.1:8080` (loopback: open it to the plant
-    /// network on purpose, e.g. `0.0.0.0:8080`). Port 0 picks a free port.
-    pub listen: Option<String>,
-    /// Largest request body accepted, in KiB; larger ones get `413`. Default 1024.
-    pub max_body_kb: Option<u64>,
-    /// Most connections served at once; further ones wait in the kernel's backlog. Default 256.
-    pub max_connections: Option<u64>,
-    /// Seconds a client has to send a request's headers, and the most an idle keep-alive
-    /// connection is kept. Default 10.
-    pub header_read_timeout_secs: Option<u64>,
-    /// Seconds a client has to send a request's body; then `408`. Default 30.
-    pub body_read_timeout_secs: Option<u64>,
-    /// Bearer token of the admin endpoints, at least 16 characters (e.g. `openssl rand -hex
-    /// 16`). Without it those endpoints answer `404`.
-    pub admin_token: Option<String>,
 }

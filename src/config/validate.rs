@@ -1,14 +1,13 @@
 //! Raw config → validated [`Config`]. Pure: no I/O, every problem reported with its path.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use super::checks::{checked_token, TokenRule};
-use super::raw::{RawConfig, RawHttp};
+use super::checks::TokenRule;
+use super::raw::RawConfig;
 use super::{Problem, Problems};
 use crate::alerts::AlertsConfig;
 use crate::flow::config::{validate_flows, FlowConfig, NodeKind};
+use crate::http::config::HttpConfig;
 use crate::simulator::SimulatorConfig;
 use crate::sinks::config::{
     read_entries, sink_names, validate_sinks, with_flows, Context, Sections,
@@ -112,23 +111,6 @@ pub struct ConnectorConfig {
     pub http: HttpConfig,
 }
 
-/// `connector.http:`, validated.
-#[derive(Debug, Clone)]
-pub struct HttpConfig {
-    /// Where to listen.
-    pub listen: SocketAddr,
-    /// Largest request body in bytes.
-    pub max_body_bytes: usize,
-    /// Most connections served at once.
-    pub max_connections: usize,
-    /// Time to send headers; also the idle keep-alive limit.
-    pub header_read_timeout: Duration,
-    /// Time to send a body.
-    pub body_read_timeout: Duration,
-    /// Bearer token of the admin endpoints.
-    pub admin_token: Option<String>,
-}
-
 /// Checks a raw config and builds the validated one, or returns every problem found.
 pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let mut p = Problems::default();
@@ -156,8 +138,9 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     };
     let mut warnings = Vec::new();
     let demo = c.demo.unwrap_or(false);
-    let http = validate_http(
-        c.http.as_ref().unwrap_or(&RawHttp::default()),
+    let http = HttpConfig::validate(
+        c.http.as_ref(),
+        "connector.http",
         demo,
         &mut p,
         &mut warnings,
@@ -273,74 +256,6 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         })
     } else {
         Err(p)
-    }
-}
-
-fn validate_http(
-    raw: &RawHttp,
-    demo: bool,
-    p: &mut Problems,
-    warnings: &mut Vec<Problem>,
-) -> HttpConfig {
-    let listen = match raw.listen.as_deref() {
-        None => SocketAddr::from(([127, 0, 0, 1], 8080)),
-        Some(s) => match s.parse::<SocketAddr>() {
-            Ok(a) => a,
-            Err(_) => {
-                p.push(
-                    "connector.http.listen",
-                    format!("expected an address and port like 127.0.0.1:8080, got {s:?}"),
-                );
-                SocketAddr::from(([127, 0, 0, 1], 8080))
-            }
-        },
-    };
-    let max_body_kb = raw.max_body_kb.unwrap_or(1024);
-    if !(1..=1024 * 1024).contains(&max_body_kb) {
-        p.push(
-            "connector.http.max_body_kb",
-            format!("{max_body_kb} is outside 1..=1048576"),
-        );
-    }
-    let max_connections = raw.max_connections.unwrap_or(256);
-    if !(1..=65_536).contains(&max_connections) {
-        p.push(
-            "connector.http.max_connections",
-            format!("{max_connections} is outside 1..=65536"),
-        );
-    }
-    let header_secs = raw.header_read_timeout_secs.unwrap_or(10);
-    if !(1..=3600).contains(&header_secs) {
-        p.push(
-            "connector.http.header_read_timeout_secs",
-            format!("{header_secs} is outside 1..=3600"),
-        );
-    }
-    let body_secs = raw.body_read_timeout_secs.unwrap_or(30);
-    if !(1..=3600).contains(&body_secs) {
-        p.push(
-            "connector.http.body_read_timeout_secs",
-            format!("{body_secs} is outside 1..=3600"),
-        );
-    }
-    if let Some(t) = &raw.admin_token {
-        if t.is_empty() {
-            p.push(
-                "connector.http.admin_token",
-                "must not be empty (leave it out to disable the admin endpoints)",
-            );
-        } else {
-            let rule = TokenRule::new(demo, listen);
-            checked_token(t, "connector.http.admin_token", rule, p, warnings);
-        }
-    }
-    HttpConfig {
-        listen,
-        max_body_bytes: (max_body_kb as usize).saturating_mul(1024),
-        max_connections: max_connections as usize,
-        header_read_timeout: Duration::from_secs(header_secs),
-        body_read_timeout: Duration::from_secs(body_secs),
-        admin_token: raw.admin_token.clone(),
     }
 }
 

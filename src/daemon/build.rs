@@ -111,6 +111,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .collect(),
         stats: HttpStats::default(),
         auth: Default::default(),
+        ledger_scan: Default::default(),
         nats_sources: config
             .nats
             .sources

@@ -1,6 +1,7 @@
 //! Admin endpoints: dead letters (inspect, correct, replay, resolve) and the event history.
 //! They need `connector.http.admin_token` as a bearer token; without one configured they do
-//! not exist (404), so a forgotten token never leaves them open.
+//! not exist (404), so a forgotten token never leaves them open. [`refusal`] is that check,
+//! also for the admin part of other routes (`GET /api/ledger?verify=1`).
 
 use std::sync::Arc;
 
@@ -21,18 +22,31 @@ const MAX_REPLAY_ALL: usize = 10_000;
 /// Most rows one listing returns.
 const MAX_PAGE: usize = 1000;
 
-/// Serves an admin path (already known to be one).
-pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>) -> Resp {
+/// The refusal of an admin call, or `None` when it may go on: `404` without `admin_token`
+/// configured (the call does not exist), `401` without the right bearer token (counted, and
+/// slowed after repeated failures from one address).
+pub async fn refusal<B>(state: &AppState, req: &Request<B>) -> Option<Resp> {
     let Some(token) = state.http.admin_token.as_deref() else {
-        return error(StatusCode::NOT_FOUND, "no such endpoint");
+        return Some(error(StatusCode::NOT_FOUND, "no such endpoint"));
     };
     let refused = &state.auth.stats.admin_unauthorized;
     if !state
         .auth
-        .check(req.headers(), auth::peer(&req), token, "admin", refused)
+        .check(req.headers(), auth::peer(req), token, "admin", refused)
         .await
     {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong admin token");
+        return Some(error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token",
+        ));
+    }
+    None
+}
+
+/// Serves an admin path (already known to be one).
+pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>) -> Resp {
+    if let Some(refused) = refusal(state, &req).await {
+        return refused;
     }
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let method = req.method().clone();

@@ -1,14 +1,18 @@
-//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, admin endpoints, the status
-//! page (`page.rs`, its files in `page/`) and its live view (`live.rs`, a WebSocket of
-//! `ws.rs`'s framing).
+//! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, the ledger (`ledger.rs`),
+//! admin endpoints, the status page (`page.rs`, its files in `page/`) and its live view
+//! (`live.rs`, a WebSocket of `ws.rs`'s framing). Its config is `config.rs`.
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
 //! idle keep-alive connections, a body-read timeout and a body size limit. A request waits only
-//! on its own settlement.
+//! on its own settlement. Before any route runs, the request's `Host` must be one of the
+//! connector's own (`hosts.rs`), which stops DNS-rebinding pages.
 
 mod admin;
 mod auth;
+pub mod config;
+mod hosts;
+mod ledger;
 mod live;
 mod page;
 mod respond;
@@ -24,6 +28,8 @@ pub use live::{
 pub use auth::{
     bearer_ok, ct_eq, AuthGuard, AuthStats, FAILURE_DELAY, FORGET_AFTER, FREE_FAILURES, TABLE_SIZE,
 };
+pub use hosts::{Authority, AuthorityError, HostName};
+pub use ledger::{LedgerScan, ScanPermit};
 pub use routes::percent_decode;
 pub use server::{bind, serve, HttpStats};
 pub use status::healthy;
@@ -72,6 +78,8 @@ pub struct AppState {
     pub stats: HttpStats,
     /// The bearer token checks: failed attempts per client address, their counters.
     pub auth: AuthGuard,
+    /// The one push queue check (`GET /api/ledger?verify=1`) allowed at a time.
+    pub ledger_scan: LedgerScan,
     /// NATS JetStream sources, in config order.
     pub nats_sources: Vec<Arc<NatsSource>>,
     /// MQTT sources, in config order.

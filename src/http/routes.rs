@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
 use super::respond::{error, json_response, not_allowed, outcome, read_body, text, Resp};
-use super::{admin, auth, live, page, status, AppState};
+use super::{admin, auth, ledger, live, page, status, AppState};
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
 pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp, Infallible> {
@@ -40,19 +40,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             StatusCode::OK,
             &serde_json::json!({ "schedules": status::schedules(&state) }),
         ),
-        ["api", "ledger"] if get => {
-            let verify = req
-                .uri()
-                .query()
-                .is_some_and(|q| q.split('&').any(|p| p == "verify=1" || p == "verify=true"));
-            let engine = Arc::clone(&state.engine);
-            // `verify` reads every row of the durable queues: off the async threads.
-            match tokio::task::spawn_blocking(move || crate::ledger::report(&engine, verify)).await
-            {
-                Ok(ledger) => json_response(StatusCode::OK, &ledger),
-                Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger report failed"),
-            }
-        }
+        ["api", "ledger"] if get => ledger::handle(&state, &req).await,
         [""] if get => page::serve(&page::INDEX, req.headers()),
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),

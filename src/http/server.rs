@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::hosts::AllowedHosts;
 use super::{auth, routes, AppState};
 use crate::shutdown::Shutdown;
 
@@ -31,6 +32,9 @@ pub struct HttpStats {
     pub at_capacity_total: AtomicU64,
     /// Connections that ended with an error (timeout, bad request head, reset).
     pub connection_errors_total: AtomicU64,
+    /// Requests refused for their `Host`: not one of the connector's (`421`), or missing or
+    /// malformed (`400`).
+    pub host_refused_total: AtomicU64,
 }
 
 /// Binds the listening socket.
@@ -40,6 +44,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves until `shutdown`, then lets open connections finish (bounded) and returns.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdown) {
+    let hosts = Arc::new(AllowedHosts::build(&state.http.allowed_hosts));
     let permits = Arc::new(Semaphore::new(state.http.max_connections));
     let mut connections = JoinSet::new();
     loop {
@@ -77,15 +82,24 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
             .fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
         let state = Arc::clone(&state);
+        let hosts = Arc::clone(&hosts);
         let shutdown = shutdown.clone();
         // Reap finished connection tasks so the set stays small.
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let service_state = Arc::clone(&state);
-            // The client's address rides along with each request, for the token checks.
+            // The client's address rides along with each request, for the token checks; every
+            // route, the live view's upgrade included, runs only for an allowed `Host`.
             let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(auth::Peer(peer));
-                routes::handle(Arc::clone(&service_state), req)
+                let state = Arc::clone(&service_state);
+                let refused = hosts.refusal(&mut req, &state.stats);
+                async move {
+                    match refused {
+                        None => routes::handle(state, req).await,
+                        Some(refused) => Ok(refused),
+                    }
+                }
             });
             let mut builder = http1::Builder::new();
             builder

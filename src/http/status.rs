@@ -190,6 +190,12 @@ pub fn metrics(state: &AppState) -> String {
         state.stats.at_capacity_total.load(Ordering::Relaxed) as f64,
     );
     state.auth.write_metrics(&mut p);
+    p.single(
+        "opex_connector_http_host_refused_total",
+        Kind::Counter,
+        "Requests refused for their Host: not one of the connector's (421), missing or malformed (400).",
+        state.stats.host_refused_total.load(Ordering::Relaxed) as f64,
+    );
     let hub = state.engine.hub();
     p.single(
         "opex_connector_live_skipped_total",

@@ -27,6 +27,7 @@ pub struct Daemon {
     client: Client,
     starts: u32,
     data_dir: PathBuf,
+    admin_token: Option<String>,
 }
 
 impl Daemon {
@@ -45,6 +46,9 @@ impl Daemon {
         if config["connector"]["http"]["listen"].is_null() {
             config["connector"]["http"]["listen"] = Value::from("127.0.0.1:0");
         }
+        let admin_token = config["connector"]["http"]["admin_token"]
+            .as_str()
+            .map(str::to_string);
         let config_path = dir.path().join("config.yaml");
         std::fs::write(&config_path, to_yaml(&config)).expect("write config");
         let stderr_path = dir.path().join("stderr.log");
@@ -57,6 +61,7 @@ impl Daemon {
             client: Client::new(),
             starts: 0,
             data_dir,
+            admin_token,
         };
         daemon.spawn();
         daemon
@@ -141,6 +146,11 @@ impl Daemon {
 
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir.clone()
+    }
+
+    /// `connector.http.admin_token` of the config, when it has one.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
     }
 
     pub fn config_path(&self) -> &Path {

@@ -4,14 +4,18 @@ use serde_json::Value;
 
 use super::{u64_at, Daemon};
 
-/// The ledger now; with `verify`, the push queue's pending counts are checked row by row.
+/// The ledger now; with `verify`, the push queue's pending counts are checked row by row
+/// (an admin call: the config needs `connector.http.admin_token`).
 pub fn ledger(daemon: &Daemon, verify: bool) -> Value {
-    let path = if verify {
-        "/api/ledger?verify=1"
+    let (path, token) = if verify {
+        let token = daemon.admin_token().expect(
+            "GET /api/ledger?verify=1 needs connector.http.admin_token in the test's config",
+        );
+        ("/api/ledger?verify=1", Some(token))
     } else {
-        "/api/ledger"
+        ("/api/ledger", None)
     };
-    let reply = daemon.get(path, None);
+    let reply = daemon.get(path, token);
     assert_eq!(reply.status, 200, "GET {path}: {reply:?}");
     reply.json()
 }
