@@ -215,3 +215,53 @@ fn an_mqtt_qos1_record_is_acked_to_its_source_only_after_the_broker_acknowledged
     assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
     assert!(source_figure(&l, &source, "/refused") >= 5, "{l:#}");
 }
+
+#[test]
+fn a_key_that_would_add_topic_levels_or_wildcards_is_dead_lettered_with_the_reason_not_published() {
+    let broker = Mosquitto::start();
+    let subscriber = MqttClient::connect(broker.port(), "it-sub-confine", Some("#"));
+    let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["mqtt"] = json!({
+        "connections": [{"name": "plant", "url": broker.url(), "client_id": "it-confine",
+                         "reconnect_max_ms": 200}],
+        "sink": {"topic": "opex/{{source}}/{{key}}", "qos": 1},
+    });
+    config["flows"] = json!([{
+        "id": "out",
+        "nodes": [
+            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "pub", "kind": "sink", "sink": "mqtt"},
+        ],
+        "wires": [{"from": "in", "to": "pub"}],
+    }]);
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the sink is connected", || {
+        named(&daemon.status(), "/sinks", "mqtt")["connected"] == true
+    });
+    // `{{source}}` keeps its own `/`; the caller's key is the one confined.
+    assert_stored(&daemon.ingest("plain", r#"{"v":1}"#), "a plain key");
+    for key in ["a%2Fb", "x%2B", "all%23"] {
+        let reply = daemon.ingest(key, r#"{"v":2}"#);
+        assert_eq!(reply.status, 200, "{key}: {reply:?}");
+        let body = reply.json();
+        assert_eq!(body["result"], "dead_lettered", "{key}: {body}");
+        let entry = dead_letter(&daemon, body["dead_letter_id"].as_u64().unwrap());
+        let reason = entry["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("template field key") && reason.contains("MQTT"),
+            "{key}: {reason}"
+        );
+    }
+    wait_until(POLL_DEADLINE, "the plain record arrives", || {
+        !subscriber.received().is_empty()
+    });
+    let topics: Vec<String> = subscriber.received().into_iter().map(|(t, _)| t).collect();
+    assert_eq!(topics, vec![format!("opex/ingest/{SOURCE}/plain")]);
+    let l = assert_balanced(&ledger(&daemon, false), "after the refused keys");
+    assert_eq!(
+        source_figure(&l, &format!("ingest/{SOURCE}"), "/dead_lettered"),
+        3,
+        "{l:#}"
+    );
+}

@@ -330,3 +330,47 @@ fn the_three_node_test_cluster_elects_a_new_meta_leader_when_the_leader_is_kille
     );
     cluster.stop();
 }
+
+#[test]
+fn a_key_that_would_add_subject_tokens_or_wildcards_is_dead_lettered_with_the_reason_not_published()
+{
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("OUT", &["opex.>"]);
+    let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["nats"] = json!({
+        "connections": [{"name": "js", "servers": [server.url()], "reconnect_max_ms": 200}],
+        "sink": {"subject": "opex.{{key}}"},
+    });
+    config["flows"] = json!([{
+        "id": "out",
+        "nodes": [
+            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "pub", "kind": "sink", "sink": "nats"},
+        ],
+        "wires": [{"from": "in", "to": "pub"}],
+    }]);
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the sink is connected", || {
+        sink_status(&daemon, "nats")["connected"] == true
+    });
+    assert_stored(&daemon.ingest("plain", r#"{"v":1}"#), "a plain key");
+    for key in ["a.b", "all%3E", "x%20y"] {
+        let reply = daemon.ingest(key, r#"{"v":2}"#);
+        assert_eq!(reply.status, 200, "{key}: {reply:?}");
+        let body = reply.json();
+        assert_eq!(body["result"], "dead_lettered", "{key}: {body}");
+        let entry = dead_letter(&daemon, body["dead_letter_id"].as_u64().unwrap());
+        let reason = entry["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("template field key") && reason.contains("NATS"),
+            "{key}: {reason}"
+        );
+    }
+    assert_eq!(
+        js.stream_state("OUT").0,
+        1,
+        "only the plain key was published"
+    );
+}

@@ -15,7 +15,7 @@
 
 use serde_json::{Map, Value};
 
-use super::path::{FieldPath, Fields};
+use super::path::{FieldPath, Fields, Root};
 
 /// A checked template.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,7 +161,8 @@ const MAX_SHOWN: usize = 64;
 impl Template {
     /// Renders a topic or subject template for one record, refusing a substituted value that
     /// could change the shape of the result (see [`Confine`]): the text as written in the
-    /// template passes unchecked, each `{{path}}` value is checked. Values render to text as
+    /// template passes unchecked, each `{{path}}` value is checked (but `{{source}}`, which only
+    /// the config names). Values render to text as
     /// in [`render`](Self::render) (strings as they are, others as compact JSON, so `1.5` is
     /// refused in a NATS subject). Fails naming the field when a reference is missing, the
     /// value and the reason when a value is refused, and for a list or map template (a topic
@@ -173,7 +174,11 @@ impl Template {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            confine.check(path, &text)?;
+            // The source is the connector's own `<kind>/<name>` (names are validated, and no
+            // node can write it): its one `/` is meant, as in `opex/{{source}}/{{key}}`.
+            if path.root() != Root::Source {
+                confine.check(path, &text)?;
+            }
             Ok(text)
         };
         match self {

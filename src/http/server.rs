@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
+use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -94,11 +96,20 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
                 req.extensions_mut().insert(auth::Peer(peer));
                 let state = Arc::clone(&service_state);
                 let refused = hosts.refusal(&mut req, &state.stats);
+                let has_body = has_body(&req);
                 async move {
-                    match refused {
-                        None => routes::handle(state, req).await,
-                        Some(refused) => Ok(refused),
+                    let mut resp = match refused {
+                        None => routes::handle(state, req).await?,
+                        Some(refused) => refused,
+                    };
+                    if has_body && refused_unread(resp.status()) {
+                        // The body was never read, so the connection cannot carry another
+                        // request: say so, or a client would send its next one into a
+                        // connection the server is closing.
+                        resp.headers_mut()
+                            .insert(CONNECTION, HeaderValue::from_static("close"));
                     }
+                    Ok::<_, std::convert::Infallible>(resp)
                 }
             });
             let mut builder = http1::Builder::new();
@@ -138,4 +149,20 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
         log::warn!("http connections still open at shutdown were closed");
         connections.abort_all();
     }
+}
+
+/// True when `req` announces a body.
+fn has_body<B>(req: &hyper::Request<B>) -> bool {
+    let h = req.headers();
+    h.contains_key(TRANSFER_ENCODING)
+        || h.get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+/// The answers given before a request's body is read (a token, a route, a method, a size or a
+/// host refused).
+fn refused_unread(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 401 | 403 | 404 | 405 | 411 | 413 | 421)
 }

@@ -22,6 +22,7 @@ use crate::admission::{Gate, OnFull, Refused};
 use crate::alerts::ComponentReport;
 use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE};
 use crate::flow::path::Fields;
+use crate::flow::Confine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sinks::backlog::{BLOCKED_HELP, DEPTH_HELP, DROPPED_HELP};
@@ -117,14 +118,16 @@ impl MqttSink {
         Ok(())
     }
 
-    /// The topic of `record`: a template value that would add a level or a wildcard is refused.
+    /// The topic of `record`: a value spliced into the template (a caller's `X-Opex-Key`, a
+    /// payload field) that would add a level or a wildcard is refused, so a caller cannot
+    /// publish outside the topics the template names.
     fn topic(&self, record: &Record) -> Result<String, String> {
-        let topic = match self.cfg.topic.render(&Fields::read(record))? {
-            Value::String(s) => s,
-            other => other.to_string(),
-        };
-        if topic.is_empty() || topic.contains(['+', '#', '\0']) {
-            return Err(format!("topic {topic:?} is not valid"));
+        let topic = self
+            .cfg
+            .topic
+            .render_confined(&Fields::read(record), Confine::MqttTopic)?;
+        if topic.is_empty() {
+            return Err("the topic is empty".into());
         }
         Ok(topic)
     }

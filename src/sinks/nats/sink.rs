@@ -31,6 +31,7 @@ use crate::alerts::{ComponentReport, QueueReport};
 use crate::alerts::{QueueKind, QueueReading};
 use crate::brokers::nats::connect;
 use crate::flow::path::Fields;
+use crate::flow::Confine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sinks::backlog::{BLOCKED_HELP, DEPTH_HELP, DROPPED_HELP};
@@ -207,18 +208,16 @@ impl NatsSink {
         }
     }
 
+    /// The subject of `record`: a value spliced into the template (a caller's `X-Opex-Key`,
+    /// a payload field) that would add a token, a wildcard or white space is refused, so a
+    /// caller cannot publish outside the subjects the template names.
     fn subject(&self, record: &Record) -> Result<String, String> {
-        let fields = Fields::read(record);
-        let subject = match self.cfg.subject.render(&fields)? {
-            Value::String(s) => s,
-            other => other.to_string(),
-        };
-        if subject.is_empty()
-            || subject
-                .chars()
-                .any(|c| c.is_whitespace() || matches!(c, '*' | '>'))
-        {
-            return Err(format!("subject {subject:?} is not valid"));
+        let subject = self
+            .cfg
+            .subject
+            .render_confined(&Fields::read(record), Confine::NatsSubject)?;
+        if subject.is_empty() || subject.split('.').any(str::is_empty) {
+            return Err(format!("subject {subject:?} has an empty token"));
         }
         Ok(subject)
     }
