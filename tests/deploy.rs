@@ -364,7 +364,7 @@ connector:
 ingest:
   sources:
     - name: orders
-      token: s3cret-t0ken
+      token: s3cret-t0ken-0123
 simulator:
   modbus: 127.0.0.1:5020
   opcua: 127.0.0.1:4840
@@ -684,7 +684,7 @@ fn the_daemon_runs_under_the_units_restrictions_with_systemd_as_pid_1_of_private
         "curl",
         "-sf",
         "-H",
-        "Authorization: Bearer s3cret-t0ken",
+        "Authorization: Bearer s3cret-t0ken-0123",
         "-d",
         r#"{"temp":21.5}"#,
         "http://127.0.0.1:8080/api/ingest/orders/sensor-1",
