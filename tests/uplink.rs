@@ -418,3 +418,97 @@ fn a_flapping_receiver_gets_every_acked_record_and_each_recovery_is_bounded() {
     );
     assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
 }
+
+#[test]
+fn regression_an_uplink_auth_failure_keeps_every_row_and_delivers_them_once_the_token_works_again()
+{
+    let receiver = Receiver::start();
+    receiver.answer_every_request_with(401);
+    let mut config = uplink_config(&receiver, 100, Some(UPLINK_TOKEN));
+    config["connector"]["push"]["retry_max_ms"] = json!(100);
+    let daemon = Daemon::start(config);
+    let ids = post_numbered(&daemon, 300);
+    wait_until(POLL_DEADLINE, "the uplink holds the queue", || {
+        daemon.status()["uplink"]["held"] == true
+    });
+    // Requests are refused, not records: nothing is dead-lettered, everything is kept.
+    let status = daemon.status();
+    assert_eq!(u64_at(&status, "/push_queue/rows"), 300, "{status:#}");
+    assert_eq!(
+        u64_at(&status, "/uplink/dead_lettered_total"),
+        0,
+        "{status:#}"
+    );
+    // The public document says what failed, not the receiver's body (which echoes a record).
+    assert_eq!(status["uplink"]["last_error"], "HTTP 401", "{status:#}");
+    assert!(!status.to_string().contains("echo"), "{status:#}");
+    let errors = daemon
+        .get("/api/sinks/push/errors", Some(ADMIN_TOKEN))
+        .json();
+    assert!(
+        errors["last_error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("HTTP 401") && d.contains("echo")),
+        "{errors:#}"
+    );
+    assert_eq!(daemon.get("/api/sinks/push/errors", None).status, 401);
+    // The alert hub reports the hold.
+    wait_until(POLL_DEADLINE, "the held alert is open", || {
+        daemon.status()["alerts"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["component"] == "push_queue.held"))
+    });
+
+    receiver.answer_normally();
+    wait_until(POLL_DEADLINE, "every record reaches the receiver", || {
+        receiver.has_all(&ids)
+    });
+    wait_drained(&daemon);
+    let status = daemon.status();
+    assert_eq!(status["uplink"]["held"], false, "{status:#}");
+    assert_eq!(
+        u64_at(&status, "/uplink/dead_lettered_total"),
+        0,
+        "{status:#}"
+    );
+    let l = assert_balanced(&ledger(&daemon, true), "after the rotated token");
+    assert_eq!(
+        source_figure(&l, &format!("ingest/{SOURCE}"), "/delivered"),
+        300,
+        "{l:#}"
+    );
+}
+
+#[test]
+fn a_receiver_that_refuses_every_record_holds_the_queue_after_twenty_dead_letters_in_a_row() {
+    let receiver = Receiver::start();
+    receiver.answer_every_request_with(422);
+    let mut config = uplink_config(&receiver, 10, None);
+    config["connector"]["push"]["retry_max_ms"] = json!(100);
+    let daemon = Daemon::start(config);
+    let ids = post_numbered(&daemon, 40);
+    wait_until(POLL_DEADLINE, "the uplink holds the queue", || {
+        daemon.status()["uplink"]["held"] == true
+    });
+    let status = daemon.status();
+    // Nineteen records refused alone went to the dead letters; the twentieth held the queue.
+    assert_eq!(
+        u64_at(&status, "/uplink/dead_lettered_total"),
+        19,
+        "{status:#}"
+    );
+    assert_eq!(u64_at(&status, "/push_queue/rows"), 21, "{status:#}");
+    assert_eq!(status["uplink"]["last_error"], "HTTP 422", "{status:#}");
+    let held_again = u64_at(&status, "/uplink/failures_total");
+    wait_until(POLL_DEADLINE, "still retrying, still holding", || {
+        let s = daemon.status();
+        u64_at(&s, "/uplink/failures_total") > held_again + 2
+            && u64_at(&s, "/uplink/dead_lettered_total") == 19
+    });
+    receiver.answer_normally();
+    let kept: Vec<String> = ids[19..].to_vec();
+    wait_until(POLL_DEADLINE, "the held records are delivered", || {
+        receiver.has_all(&kept)
+    });
+    assert_balanced(&ledger(&daemon, true), "after the hold");
+}

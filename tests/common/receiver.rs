@@ -48,6 +48,9 @@ struct RecvShared {
     down: AtomicBool,
     /// A record whose `payload` (as JSON text) contains this is answered 400.
     reject_marker: Mutex<Option<String>>,
+    /// Every request is answered with this status and an echo of its body, as a receiver
+    /// with a rotated token (401) or one refusing every record (422) would.
+    forced: Mutex<Option<u16>>,
     state: Mutex<RecvState>,
     /// Open connections, so going down can cut them.
     conns: Mutex<HashMap<u64, TcpStream>>,
@@ -91,6 +94,7 @@ impl Receiver {
                 unavailable: AtomicBool::new(false),
                 down: AtomicBool::new(false),
                 reject_marker: Mutex::new(None),
+                forced: Mutex::new(None),
                 state: Mutex::new(RecvState::default()),
                 conns: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(0),
@@ -146,6 +150,17 @@ impl Receiver {
     /// Keeps listening but answers every request 503 (no `Retry-After`).
     pub fn unavailable(&self) {
         self.shared.unavailable.store(true, Ordering::SeqCst);
+    }
+
+    /// Answers every request with `status`, its body echoing the request's first bytes (which
+    /// hold a record), until [`Receiver::answer_normally`].
+    pub fn answer_every_request_with(&self, status: u16) {
+        *self.shared.forced.lock().unwrap() = Some(status);
+    }
+
+    /// Back to answering 200 (or 400 for a marked record).
+    pub fn answer_normally(&self) {
+        *self.shared.forced.lock().unwrap() = None;
     }
 
     /// Answers 400 to any request holding a record whose payload contains `marker`.
@@ -280,6 +295,7 @@ fn serve_connection(shared: &RecvShared, stream: TcpStream) -> std::io::Result<(
             buf
         };
         let body = String::from_utf8_lossy(&body).into_owned();
+        let head: String = body.chars().take(120).collect();
         let close = headers
             .get("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
@@ -300,9 +316,16 @@ fn serve_connection(shared: &RecvShared, stream: TcpStream) -> std::io::Result<(
             });
             status
         };
-        let (reason, answer) = match status {
-            200 => ("OK", r#"{"ok":true}"#),
-            400 => ("Bad Request", r#"{"ok":false,"error":"rejected"}"#),
+        let forced = *shared.forced.lock().unwrap();
+        let echo;
+        let (reason, answer) = match (status, forced) {
+            (s, Some(f)) if s == f => {
+                echo =
+                    serde_json::json!({"ok": false, "error": "refused", "echo": head}).to_string();
+                ("Refused", echo.as_str())
+            }
+            (200, _) => ("OK", r#"{"ok":true}"#),
+            (400, _) => ("Bad Request", r#"{"ok":false,"error":"rejected"}"#),
             _ => (
                 "Service Unavailable",
                 r#"{"ok":false,"error":"unavailable"}"#,
@@ -320,9 +343,13 @@ fn serve_connection(shared: &RecvShared, stream: TcpStream) -> std::io::Result<(
     }
 }
 
-/// 503 when unavailable, 400 when a line is not a JSON object or holds the reject marker,
+/// The forced status when there is one, 503 when unavailable, 400 when a line is not a JSON
+/// object or holds the reject marker,
 /// else 200 and the lines are recorded as accepted.
 fn decide(shared: &RecvShared, body: &str, state: &mut RecvState) -> u16 {
+    if let Some(status) = *shared.forced.lock().unwrap() {
+        return status;
+    }
     if shared.unavailable.load(Ordering::SeqCst) {
         return 503;
     }
