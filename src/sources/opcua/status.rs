@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::telemetry::prometheus::{Kind, Page};
+
 /// How many start-jitter samples the percentiles are taken over (the most recent ones).
 pub const JITTER_WINDOW: usize = 1024;
 
@@ -239,6 +241,109 @@ impl DeviceStatus {
             "values": *lock(&self.last_values),
         })
     }
+}
+
+/// The per-device families on `/metrics`: one sample per device, labelled `device` and
+/// `protocol`.
+pub fn write_metrics(devices: &[std::sync::Arc<DeviceStatus>], p: &mut Page) {
+    type Pick = fn(&DeviceStatus) -> f64;
+    let families: [(&str, Kind, &str, Pick); 9] = [
+        (
+            "opex_connector_opcua_device_connected",
+            Kind::Gauge,
+            "1 while the device's connection or session is up.",
+            |d| f64::from(u8::from(d.state() == State::Connected)),
+        ),
+        (
+            "opex_connector_opcua_device_polls_total",
+            Kind::Counter,
+            "Group polls and subscription notifications turned into records.",
+            |d| d.polls_total.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "opex_connector_opcua_device_errors_total",
+            Kind::Counter,
+            "Failed reads, connects and subscription calls.",
+            |d| d.errors_total.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "opex_connector_opcua_device_bad_points_total",
+            Kind::Counter,
+            "Points read with a bad quality (unknown node, bad status).",
+            |d| d.bad_points_total.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "opex_connector_opcua_device_reconnects_total",
+            Kind::Counter,
+            "Sessions re-established after a lost connection.",
+            |d| d.reconnects_total.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "opex_connector_opcua_device_watchdog_resets_total",
+            Kind::Counter,
+            "Sessions dropped by the no-data watchdog.",
+            |d| d.watchdog_resets_total.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "opex_connector_opcua_device_samples_lost_total",
+            Kind::Counter,
+            "Samples dropped after the poller's hold (also in backpressure_lost).",
+            |d| {
+                (d.samples_lost_total.load(Ordering::Relaxed)
+                    + d.notifications_dropped_total.load(Ordering::Relaxed)) as f64
+            },
+        ),
+        (
+            "opex_connector_opcua_device_last_poll_timestamp_seconds",
+            Kind::Gauge,
+            "Unix time of the device's last poll.",
+            |d| d.last_poll_ms() as f64 / 1000.0,
+        ),
+        (
+            "opex_connector_opcua_device_poll_duration_seconds",
+            Kind::Gauge,
+            "Duration of the device's last poll.",
+            |d| d.last_poll_duration().as_secs_f64(),
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        let samples: Vec<(Vec<(&str, &str)>, f64)> = devices
+            .iter()
+            .map(|d| {
+                (
+                    vec![("device", d.name.as_str()), ("protocol", "opcua")],
+                    pick(d),
+                )
+            })
+            .collect();
+        let refs: Vec<(&[(&str, &str)], f64)> =
+            samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        p.family(name, kind, help, &refs);
+    }
+    let samples: Vec<(Vec<(&str, &str)>, f64)> = devices
+        .iter()
+        .flat_map(|d| {
+            let (p50, p99) = d.jitter_percentiles();
+            [("0.5", p50), ("0.99", p99)].map(|(q, v)| {
+                (
+                    vec![
+                        ("device", d.name.as_str()),
+                        ("protocol", "opcua"),
+                        ("quantile", q),
+                    ],
+                    v.as_secs_f64(),
+                )
+            })
+        })
+        .collect();
+    let refs: Vec<(&[(&str, &str)], f64)> =
+        samples.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+    p.family(
+        "opex_connector_opcua_device_poll_start_jitter_seconds",
+        Kind::Gauge,
+        "How late polls started against their schedule, over the last 1024 polls.",
+        &refs,
+    );
 }
 
 #[cfg(test)]
