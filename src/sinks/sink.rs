@@ -23,7 +23,6 @@ use crate::admission::{Refused, Reservation};
 use crate::engine::Engine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
-use crate::store::queue::Tag;
 use crate::store::{DeadLetter, StoreError};
 
 /// The documents of the delivery document that a sink named after its kind shows at the top
@@ -289,21 +288,12 @@ impl Sink {
     pub async fn deliver(
         &self,
         record: &Record,
-        mut reservation: Reservation,
+        reservation: Reservation,
         tracked: bool,
     ) -> Result<Delivered, DeliveryError> {
         if let Some(q) = &self.queue {
-            let line = record.to_line();
-            reservation
-                .top_up(q.gate(), DiskQueue::row_bytes(&line))
-                .map_err(DeliveryError::Refused)?;
-            let tag = Tag {
-                source: record.source.clone(),
-                tracked,
-            };
-            q.append(line, &tag, reservation)
-                .await
-                .map_err(DeliveryError::Store)?;
+            q.store(record.to_line(), &record.source, tracked, reservation)
+                .await?;
             return Ok(Delivered::Stored);
         }
         match &self.kind {

@@ -6,7 +6,7 @@
 
 use super::queue::{InsertError, Inserter, Row};
 use crate::record::Record;
-use crate::sinks::queue::{Destination, Failure, Verdict};
+use crate::sinks::queue::{records_of, Destination, Failure, Verdict};
 use crate::store;
 
 /// Inserts batches from a disk queue into one table.
@@ -27,22 +27,17 @@ impl<T, I: Inserter<T>> TableDestination<T, I> {
 
 impl<T: Send, I: Inserter<T>> Destination for TableDestination<T, I> {
     fn send(&mut self, rows: &[store::Row]) -> Verdict {
-        let mut batch = Vec::with_capacity(rows.len());
-        for r in rows {
-            match Record::from_line(&r.line) {
-                Ok(record) => batch.push(Row {
+        let batch: Vec<Row<T>> = match records_of(rows) {
+            Ok(records) => records
+                .into_iter()
+                .map(|record| Row {
                     data: (self.encode)(&record),
                     record,
                     tracked: false,
-                }),
-                // A row that is not a record can never be inserted.
-                Err(e) => {
-                    return Verdict::Refused {
-                        error: Failure::new("not a record", e.to_string()),
-                    }
-                }
-            }
-        }
+                })
+                .collect(),
+            Err(verdict) => return verdict,
+        };
         match self.inserter.insert(&batch) {
             Ok(()) => Verdict::Delivered,
             Err(InsertError::Transient(m)) => Verdict::Retry {

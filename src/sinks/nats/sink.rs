@@ -35,7 +35,7 @@ use crate::flow::Confine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sinks::backlog::{BLOCKED_HELP, DEPTH_HELP, DROPPED_HELP};
-use crate::sinks::queue::{DeliveryConfig, Destination, Failure, Verdict};
+use crate::sinks::queue::{judge_each, records_of, DeliveryConfig, Destination, Failure, Verdict};
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 use crate::store::Row;
@@ -483,17 +483,10 @@ struct Publisher {
 
 impl Destination for Publisher {
     fn send(&mut self, rows: &[Row]) -> Verdict {
-        let mut records = Vec::with_capacity(rows.len());
-        for r in rows {
-            match Record::from_line(&r.line) {
-                Ok(record) => records.push(record),
-                Err(e) => {
-                    return Verdict::Refused {
-                        error: Failure::new("not a record", e.to_string()),
-                    }
-                }
-            }
-        }
+        let records = match records_of(rows) {
+            Ok(r) => r,
+            Err(verdict) => return verdict,
+        };
         if !self.sink.stats.connected.load(Ordering::Relaxed) {
             return Verdict::Retry {
                 error: Failure::new("not connected", "the NATS server is not connected"),
@@ -501,26 +494,8 @@ impl Destination for Publisher {
             };
         }
         let sink = &self.sink;
-        let results = self.runtime.block_on(futures_util::future::join_all(
+        judge_each(self.runtime.block_on(futures_util::future::join_all(
             records.iter().map(|r| sink.deliver(r)),
-        ));
-        let mut verdict = Verdict::Delivered;
-        for result in results {
-            match result {
-                Ok(_) => {}
-                Err(DeliveryError::Rejected(why)) => {
-                    return Verdict::Refused {
-                        error: Failure::new("bad subject", why),
-                    }
-                }
-                Err(e) => {
-                    verdict = Verdict::Retry {
-                        error: Failure::from_detail(e.to_string()),
-                        after: None,
-                    }
-                }
-            }
-        }
-        verdict
+        )))
     }
 }

@@ -109,7 +109,7 @@ impl PushSink {
     pub async fn deliver(
         &self,
         record: &Record,
-        mut reservation: Reservation,
+        reservation: Reservation,
         tracked: bool,
     ) -> Result<Delivered, DeliveryError> {
         let (line, commit) = match self.preprocess.as_ref().map(|pre| pre.apply(record)) {
@@ -124,20 +124,16 @@ impl PushSink {
             Some((Output::Unchanged, commit)) => (record.to_line(), Some(commit)),
             Some((Output::Changed(r), commit)) => (r.to_line(), Some(commit)),
         };
-        reservation
-            .top_up(self.gate(), row_bytes(line.len()))
-            .map_err(DeliveryError::Refused)?;
-        let tag = Tag {
-            source: record.source.clone(),
-            tracked,
-        };
         match &self.buffer {
             Buffer::Durable(q) => {
-                q.append(line, &tag, reservation)
-                    .await
-                    .map_err(DeliveryError::Store)?;
+                q.store(line, &record.source, tracked, reservation).await?;
             }
             Buffer::Volatile { buffer, .. } => {
+                // Never refuses (evict_oldest): no reservation to grow.
+                let tag = Tag {
+                    source: record.source.clone(),
+                    tracked,
+                };
                 buffer.append(line, &tag);
             }
         }

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::Drain;
+use crate::record::Record;
 use crate::shutdown::Shutdown;
+use crate::sinks::{Delivered, DeliveryError};
 use crate::store::Row;
 use crate::telemetry::events;
 
@@ -109,6 +111,48 @@ pub trait Destination: Send {
     /// Sends `rows` (oldest first; each `line` is a record's uplink line) and judges the
     /// answer. Blocking.
     fn send(&mut self, rows: &[Row]) -> Verdict;
+}
+
+/// The records a batch of queue rows holds. A row that is not a record can never be delivered:
+/// it refuses the batch, so the deliverer sends the rows one by one and dead-letters that one.
+pub fn records_of(rows: &[Row]) -> Result<Vec<Record>, Verdict> {
+    rows.iter()
+        .map(|r| {
+            Record::from_line(&r.line).map_err(|e| Verdict::Refused {
+                error: Failure::new("not a record", e.to_string()),
+            })
+        })
+        .collect()
+}
+
+/// The verdict on a batch a destination took one record at a time (a broker): a record it can
+/// never take (its topic or subject) refuses the batch's content; any other failure retries
+/// the batch (the records already confirmed arrive twice, which at least once allows).
+pub fn judge_each(results: Vec<Result<Delivered, DeliveryError>>) -> Verdict {
+    let mut verdict = Verdict::Delivered;
+    for result in results {
+        match result {
+            Ok(_) => {}
+            Err(DeliveryError::Rejected(why)) => {
+                return Verdict::Refused {
+                    error: Failure::new("not deliverable", why),
+                }
+            }
+            Err(DeliveryError::Refused(_)) => {
+                verdict = Verdict::Retry {
+                    error: Failure::new("queue full", "the client's queue is full"),
+                    after: None,
+                }
+            }
+            Err(e) => {
+                verdict = Verdict::Retry {
+                    error: Failure::from_detail(e.to_string()),
+                    after: None,
+                }
+            }
+        }
+    }
+    verdict
 }
 
 /// Back-off and batch size of a deliverer.

@@ -25,7 +25,8 @@ use serde_json::{json, Map, Value};
 
 pub use config::{DiskQueueConfig, QueueMode};
 pub use deliver::{
-    Deliverer, DeliveryConfig, DeliveryStatus, Destination, Failure, Verdict, HOLD_AFTER_REFUSALS,
+    judge_each, records_of, Deliverer, DeliveryConfig, DeliveryStatus, Destination, Failure,
+    Verdict, HOLD_AFTER_REFUSALS,
 };
 
 use super::report::{fill_pct, Samples, SinkFigures};
@@ -34,6 +35,7 @@ use crate::admission::{Gate, Refused, Reservation};
 use crate::alerts::{ComponentReport, QueueReport};
 use crate::alerts::{QueueKind, QueueReading};
 use crate::ledger::Counts;
+use crate::sinks::DeliveryError;
 use crate::store::queue::{row_bytes, Tag, WRITER_CHANNEL};
 use crate::store::{DeadLetter, DurableQueue, QueueCounters, Row, StoreError};
 
@@ -373,14 +375,28 @@ impl DiskQueue {
         row_bytes(line.len())
     }
 
-    /// Appends one line; returns once it is committed. `tag` names its source for the ledger.
-    pub async fn append(
+    /// Stores one record's `line` for the destination; returns once it is committed. The
+    /// reservation is topped up first when the line outgrew what admission reserved (and may
+    /// then be refused). `tracked`: this copy carries the record of `source` in the ledger.
+    pub async fn store(
         &self,
         line: Vec<u8>,
-        tag: &Tag,
-        reservation: Reservation,
-    ) -> Result<u64, StoreError> {
-        self.queue.append(line, tag, reservation).await
+        source: &str,
+        tracked: bool,
+        mut reservation: Reservation,
+    ) -> Result<(), DeliveryError> {
+        reservation
+            .top_up(self.gate(), row_bytes(line.len()))
+            .map_err(DeliveryError::Refused)?;
+        let tag = Tag {
+            source: source.to_string(),
+            tracked,
+        };
+        self.queue
+            .append(line, &tag, reservation)
+            .await
+            .map_err(DeliveryError::Store)?;
+        Ok(())
     }
 
     /// What the deliverer drains.
