@@ -123,6 +123,34 @@ impl Samples {
         });
     }
 
+    /// The families of a sink with a memory queue (a database backlog, a broker client's
+    /// queue): what it dropped, what it refused at admission, what it failed to publish
+    /// (`None` for sinks that do not publish), and what waits in it now.
+    pub fn memory_queue(&mut self, dropped: u64, blocked: u64, failed: Option<u64>, depth: u64) {
+        self.counter(
+            "opex_connector_sink_dropped_total",
+            "Records a sink with a memory queue lost (database backlog at its bound under evict_oldest) or refused at delivery (messaging queue full; the source retries).",
+            dropped,
+        );
+        self.counter(
+            "opex_connector_sink_blocked_total",
+            "Records a sink refused at admission (full under block, or not connected); their sources retry.",
+            blocked,
+        );
+        if let Some(failed) = failed {
+            self.counter(
+                "opex_connector_sink_failed_total",
+                "Records a messaging sink failed to publish (after its retries, or unconfirmed).",
+                failed,
+            );
+        }
+        self.gauge(
+            "opex_connector_sink_queue_depth",
+            "Records waiting in a sink's memory queue or backlog.",
+            depth as f64,
+        );
+    }
+
     /// The samples.
     pub fn finish(self) -> Vec<Sample> {
         self.out

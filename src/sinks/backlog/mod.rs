@@ -10,8 +10,8 @@ pub use config::{Column, RawColumn, RawSinkBatch, SinkBatchConfig};
 mod table;
 
 pub use queue::{
-    Backlog, BacklogCounters, BacklogStatus, InsertError, Inserter, PushError, Row, BLOCKED_HELP,
-    DEPTH_HELP, DROPPED_HELP, MEMORY_NOTE, RETRY_INITIAL, RETRY_MAX, STOP_DEADLINE,
+    Backlog, BacklogCounters, BacklogStatus, InsertError, Inserter, PushError, Row, MEMORY_NOTE,
+    RETRY_INITIAL, RETRY_MAX, STOP_DEADLINE,
 };
 pub use table::TableDestination;
 

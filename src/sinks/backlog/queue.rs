@@ -162,13 +162,6 @@ pub struct BacklogStatus {
     pub level: Level,
 }
 
-/// Help of `opex_connector_sink_dropped_total`, shared by every sink with a memory queue.
-pub const DROPPED_HELP: &str = "Records a sink with a memory queue lost (database backlog at its bound under evict_oldest) or refused at delivery (messaging queue full; the source retries).";
-/// Help of `opex_connector_sink_blocked_total`.
-pub const BLOCKED_HELP: &str = "Records a sink refused at admission (full under block, or not connected); their sources retry.";
-/// Help of `opex_connector_sink_queue_depth`.
-pub const DEPTH_HELP: &str = "Records waiting in a sink's memory queue or backlog.";
-
 /// The warning `/api/status` and the README show next to these backlogs.
 pub const MEMORY_NOTE: &str = "memory only: rows waiting here are lost if the process crashes; route data that must survive a crash through NATS JetStream or the push queue";
 
@@ -457,21 +450,7 @@ impl<T: Send> Backlog<T> {
             "Rows a clean stop could not insert.",
             st.lost_at_stop_total,
         );
-        s.counter(
-            "opex_connector_sink_dropped_total",
-            DROPPED_HELP,
-            st.dropped_total,
-        );
-        s.counter(
-            "opex_connector_sink_blocked_total",
-            BLOCKED_HELP,
-            st.blocked_total,
-        );
-        s.gauge(
-            "opex_connector_sink_queue_depth",
-            DEPTH_HELP,
-            st.backlog_rows as f64,
-        );
+        s.memory_queue(st.dropped_total, st.blocked_total, None, st.backlog_rows);
         r.status = serde_json::to_value(&st).unwrap_or_default();
         r.metrics = s.finish();
         r

@@ -34,7 +34,6 @@ use crate::flow::path::Fields;
 use crate::flow::Confine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
-use crate::sinks::backlog::{BLOCKED_HELP, DEPTH_HELP, DROPPED_HELP};
 use crate::sinks::queue::{judge_each, records_of, DeliveryConfig, Destination, Failure, Verdict};
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
@@ -278,22 +277,7 @@ impl NatsSink {
             ..SinkFigures::default()
         };
         let mut m = Samples::new(&self.name);
-        m.counter(
-            "opex_connector_sink_dropped_total",
-            DROPPED_HELP,
-            l(&s.dropped),
-        );
-        m.counter(
-            "opex_connector_sink_blocked_total",
-            BLOCKED_HELP,
-            l(&s.blocked),
-        );
-        m.counter(
-            "opex_connector_sink_failed_total",
-            "Records a messaging sink failed to publish (after its retries, or unconfirmed).",
-            l(&s.failed),
-        );
-        m.gauge("opex_connector_sink_queue_depth", DEPTH_HELP, depth as f64);
+        m.memory_queue(l(&s.dropped), l(&s.blocked), Some(l(&s.failed)), depth);
         r.metrics = m.finish();
         r
     }
