@@ -44,6 +44,7 @@ use opex_connector::shutdown::Shutdown;
 use opex_connector::sinks::backlog::SinkBatchConfig;
 use opex_connector::sinks::clickhouse::{encode_row, ClickHouseConfig};
 use opex_connector::sinks::postgres::PostgresConfig;
+use opex_connector::sinks::queue::{DiskQueueConfig, QueueMode};
 use opex_connector::sinks::{Sink, SinkConfig, SinkSpec, Sinks, StartContext};
 use opex_connector::store::dead_letters::DeadLetterQueue;
 use serde_json::{json, Value};
@@ -127,11 +128,13 @@ fn run() -> BoxResult<()> {
     Ok(())
 }
 
-/// Seconds taken by the raw load, the sink, and the daemon end to end.
+/// Seconds taken by the raw load, the sink (with its memory backlog, and with `queue: disk`),
+/// and the daemon end to end.
 struct Rates {
     rows: usize,
     raw: Duration,
     sink: Duration,
+    disk: Duration,
     e2e: Duration,
 }
 
@@ -151,6 +154,13 @@ fn report(out: &mut String, db: &str, raw_name: &str, r: &Rates) {
         rate(r.sink),
         r.sink.as_secs_f64(),
         rate(r.sink) / raw
+    );
+    let _ = writeln!(
+        out,
+        "  sink with queue: disk:      {:>10.0} rows/s ({:.3} s)  ratio {:.2} of raw",
+        rate(r.disk),
+        r.disk.as_secs_f64(),
+        rate(r.disk) / raw
     );
     let _ = writeln!(
         out,
@@ -223,12 +233,21 @@ fn through_sink(cfg: SinkConfig, records: &[Record]) -> BoxResult<Duration> {
         })?;
     let sink = engine.sinks().get(&name).ok_or("no sink")?;
     let started = Instant::now();
+    // 64 deliveries at a time, as 64 callers would: a disk queue commits them in groups.
     rt.block_on(async {
-        for r in records {
-            let reservation = sink.admit(sink.bytes(r)).map_err(|_| "refused")?;
-            sink.deliver(r, reservation, false)
-                .await
-                .map_err(|e| e.to_string())?;
+        for chunk in records.chunks(64) {
+            let calls = chunk.iter().map(|r| async move {
+                let reservation = sink
+                    .admit(sink.bytes(r))
+                    .map_err(|_| "refused".to_string())?;
+                sink.deliver(r, reservation, false)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            });
+            for result in futures_util::future::join_all(calls).await {
+                result?;
+            }
         }
         Ok::<_, Box<dyn Error>>(())
     })?;
@@ -247,7 +266,7 @@ fn through_sink(cfg: SinkConfig, records: &[Record]) -> BoxResult<Duration> {
 // ------------------------------------------------------------------ postgres
 
 fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates> {
-    for t in ["bench_raw", "bench_sink", "bench_e2e"] {
+    for t in ["bench_raw", "bench_sink", "bench_disk", "bench_e2e"] {
         pg.sql(&format!(
             "CREATE UNLOGGED TABLE {t} (ts timestamptz, source text, key text, payload jsonb)"
         ));
@@ -305,6 +324,12 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
         return Err(p.to_string().into());
     }
     cfg.batch = batch(records.len());
+    let mut disk_cfg = cfg.clone();
+    disk_cfg.table = vec!["bench_disk".into()];
+    disk_cfg.queue = QueueMode::Disk(DiskQueueConfig {
+        quota_bytes: 4 << 30,
+        on_full: opex_connector::admission::OnFull::Block,
+    });
     let sink_time = through_sink(
         SinkConfig {
             name: "postgres".into(),
@@ -312,10 +337,22 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
         },
         records,
     )?;
+    let disk_time = through_sink(
+        SinkConfig {
+            name: "postgres".into(),
+            spec: SinkSpec::Postgres(disk_cfg),
+        },
+        records,
+    )?;
     check_count(
         &pg.sql("SELECT count(*) FROM bench_sink"),
         records.len(),
         "bench_sink",
+    )?;
+    check_count(
+        &pg.sql("SELECT count(*) FROM bench_disk"),
+        records.len(),
+        "bench_disk",
     )?;
 
     // 3. End to end through the daemon.
@@ -332,6 +369,7 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
         rows: records.len(),
         raw,
         sink: sink_time,
+        disk: disk_time,
         e2e,
     })
 }
@@ -339,7 +377,7 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
 // ------------------------------------------------------------------ clickhouse
 
 fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<Rates> {
-    for t in ["bench_raw", "bench_sink", "bench_e2e"] {
+    for t in ["bench_raw", "bench_sink", "bench_disk", "bench_e2e"] {
         ch.sql(&format!(
             "CREATE TABLE {t} (ts UInt64, source String, key String, payload String) ENGINE = MergeTree ORDER BY ts"
         ));
@@ -378,6 +416,12 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
         return Err(p.to_string().into());
     }
     cfg.batch = batch(records.len());
+    let mut disk_cfg = cfg.clone();
+    disk_cfg.table = vec!["bench_disk".into()];
+    disk_cfg.queue = QueueMode::Disk(DiskQueueConfig {
+        quota_bytes: 4 << 30,
+        on_full: opex_connector::admission::OnFull::Block,
+    });
     let sink_time = through_sink(
         SinkConfig {
             name: "clickhouse".into(),
@@ -385,10 +429,22 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
         },
         records,
     )?;
+    let disk_time = through_sink(
+        SinkConfig {
+            name: "clickhouse".into(),
+            spec: SinkSpec::ClickHouse(disk_cfg),
+        },
+        records,
+    )?;
     check_count(
         &ch.sql("SELECT count() FROM bench_sink"),
         records.len(),
         "bench_sink",
+    )?;
+    check_count(
+        &ch.sql("SELECT count() FROM bench_disk"),
+        records.len(),
+        "bench_disk",
     )?;
 
     // 3. End to end through the daemon.
@@ -405,6 +461,7 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
         rows: records.len(),
         raw,
         sink: sink_time,
+        disk: disk_time,
         e2e,
     })
 }
