@@ -496,10 +496,8 @@ fn queued_report(name: &str, q: &DiskQueue, r: &mut Report) {
         .insert("note".into(), super::queue::DISK_NOTE.into());
     r.entry
         .insert("last_error".into(), q.delivery().last_error_class().into());
-    let mut status = match std::mem::take(&mut r.status) {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
+    // Every kind's status is an object (or nothing, before the queue's part is added).
+    let mut status = r.status.as_object().cloned().unwrap_or_default();
     status.insert(
         "queue".into(),
         serde_json::to_value(&st).unwrap_or_default(),
