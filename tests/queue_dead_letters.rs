@@ -113,9 +113,18 @@ fn wait_queue_rows(daemon: &Daemon, sink: &str, n: u64) {
     });
 }
 
-/// Times each id in `ids` arrived at the receiver.
+/// Times record `id` arrived at the receiver.
 fn arrivals(receiver: &Receiver, id: &str) -> usize {
     receiver.ids().iter().filter(|x| *x == id).count()
+}
+
+/// The first arrivals of `ids` at the receiver, in arrival order.
+fn arrival_order(receiver: &Receiver, ids: &[String]) -> Vec<String> {
+    receiver
+        .first_arrivals()
+        .into_iter()
+        .filter(|id| ids.contains(id))
+        .collect()
 }
 
 /// Checks the ledger with the row-by-row check of every durable queue; returns it.
@@ -223,11 +232,7 @@ fn a_refused_record_is_dead_lettered_and_once_the_receiver_takes_it_a_replay_del
         "the replayed record and the rows behind it delivered",
         || receiver.has_all(&all),
     );
-    let order: Vec<String> = receiver
-        .first_arrivals()
-        .into_iter()
-        .filter(|id| all.contains(id))
-        .collect();
+    let order = arrival_order(&receiver, &all);
     assert_eq!(
         order, all,
         "the replayed record first, then the rows behind it"
@@ -301,11 +306,7 @@ fn replay_all_puts_every_dead_letter_of_a_named_sink_back_and_they_arrive_in_the
     wait_until(POLL_DEADLINE, "every record delivered", || {
         receiver.has_all(&all)
     });
-    let order: Vec<String> = receiver
-        .first_arrivals()
-        .into_iter()
-        .filter(|id| all.contains(id))
-        .collect();
+    let order = arrival_order(&receiver, &all);
     assert_eq!(
         order, all,
         "the dead letters in their order, then the rows behind them"

@@ -691,21 +691,31 @@ impl DurableQueue {
 
     /// Reads up to `max` rows from the head of the queue, oldest first.
     pub fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
+        self.read(|rtxn| {
+            let mut out = Vec::new();
+            for item in self.shared.rows.iter(rtxn)?.take(max) {
+                let (seq, value) = item?;
+                out.push(Row {
+                    seq,
+                    line: decode_row(value).1.to_vec(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Runs `f` in a read transaction, with the map held at its size meanwhile.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&heed::RoTxn<'_, WithoutTls>) -> heed::Result<T>,
+    ) -> Result<T, StoreError> {
         let _guard = self
             .shared
             .resize_lock
             .read()
             .unwrap_or_else(|e| e.into_inner());
         let rtxn = self.shared.env.read_txn()?;
-        let mut out = Vec::new();
-        for item in self.shared.rows.iter(&rtxn)?.take(max) {
-            let (seq, value) = item?;
-            out.push(Row {
-                seq,
-                line: decode_row(value).1.to_vec(),
-            });
-        }
-        Ok(out)
+        Ok(f(&rtxn)?)
     }
 
     /// Reads up to `max` dead letters, oldest first, starting after `after`.
@@ -714,36 +724,28 @@ impl DurableQueue {
         after: Option<u64>,
         max: usize,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let _guard = self
-            .shared
-            .resize_lock
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let rtxn = self.shared.env.read_txn()?;
         let start = after.map_or(0, |a| a.saturating_add(1));
-        let mut out = Vec::new();
-        for item in self.shared.dead.range(&rtxn, &(start..))?.take(max) {
-            let (id, json) = item?;
-            out.push(DeadLetter {
-                id,
-                json: json.to_vec(),
-            });
-        }
-        Ok(out)
+        self.read(|rtxn| {
+            let mut out = Vec::new();
+            for item in self.shared.dead.range(rtxn, &(start..))?.take(max) {
+                let (id, json) = item?;
+                out.push(DeadLetter {
+                    id,
+                    json: json.to_vec(),
+                });
+            }
+            Ok(out)
+        })
     }
 
     /// Dead letter `id`, when the table has it.
     pub fn get_dead_letter(&self, id: u64) -> Result<Option<DeadLetter>, StoreError> {
-        let _guard = self
-            .shared
-            .resize_lock
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let rtxn = self.shared.env.read_txn()?;
-        Ok(self.shared.dead.get(&rtxn, &id)?.map(|json| DeadLetter {
-            id,
-            json: json.to_vec(),
-        }))
+        self.read(|rtxn| {
+            Ok(self.shared.dead.get(rtxn, &id)?.map(|json| DeadLetter {
+                id,
+                json: json.to_vec(),
+            }))
+        })
     }
 
     /// Puts dead letter `id` back into the queue under its original seq (see the module doc);
@@ -785,33 +787,30 @@ impl DurableQueue {
     /// their seqs and bytes, in seq order. An entry that cannot be read back is kept in the
     /// plan (with 0 bytes) so that the writer reports it.
     fn replay_plan(&self, only: Option<u64>, max: usize) -> Result<Vec<Planned>, StoreError> {
-        let _guard = self
-            .shared
-            .resize_lock
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let rtxn = self.shared.env.read_txn()?;
-        let mut plan = Vec::new();
-        let mut add = |id: u64, json: &[u8]| {
-            let (seq, bytes) = match revive(json) {
-                Ok(r) => (r.seq, row_bytes(r.line.len())),
-                Err(_) => (u64::MAX, 0),
+        let mut plan = self.read(|rtxn| {
+            let mut plan = Vec::new();
+            let mut add = |id: u64, json: &[u8]| {
+                let (seq, bytes) = match revive(json) {
+                    Ok(r) => (r.seq, row_bytes(r.line.len())),
+                    Err(_) => (u64::MAX, 0),
+                };
+                plan.push(Planned { id, seq, bytes });
             };
-            plan.push(Planned { id, seq, bytes });
-        };
-        match only {
-            Some(id) => {
-                if let Some(json) = self.shared.dead.get(&rtxn, &id)? {
-                    add(id, json);
+            match only {
+                Some(id) => {
+                    if let Some(json) = self.shared.dead.get(rtxn, &id)? {
+                        add(id, json);
+                    }
+                }
+                None => {
+                    for item in self.shared.dead.iter(rtxn)?.take(max) {
+                        let (id, json) = item?;
+                        add(id, json);
+                    }
                 }
             }
-            None => {
-                for item in self.shared.dead.iter(&rtxn)?.take(max) {
-                    let (id, json) = item?;
-                    add(id, json);
-                }
-            }
-        }
+            Ok(plan)
+        })?;
         plan.sort_by_key(|p| (p.seq, p.id));
         Ok(plan)
     }
@@ -892,25 +891,21 @@ impl DurableQueue {
     /// in one read transaction, the stored counts by source and the tracked rows of each
     /// source counted one by one. Returns `(stored pending, rows)`.
     pub fn count_pending(&self) -> Result<PendingCheck, StoreError> {
-        let _guard = self
-            .shared
-            .resize_lock
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let rtxn = self.shared.env.read_txn()?;
-        let mut rows = BTreeMap::new();
-        for item in self.shared.rows.iter(&rtxn)? {
-            let (_, value) = item?;
-            if let Some(source) = tracked_source(value) {
-                *rows.entry(source.to_string()).or_insert(0) += 1;
+        self.read(|rtxn| {
+            let mut rows = BTreeMap::new();
+            for item in self.shared.rows.iter(rtxn)? {
+                let (_, value) = item?;
+                if let Some(source) = tracked_source(value) {
+                    *rows.entry(source.to_string()).or_insert(0) += 1;
+                }
             }
-        }
-        let kept = read_ledger(&self.shared.ledger, &rtxn)?
-            .into_iter()
-            .map(|(source, c)| (source, c.pending))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        Ok(PendingCheck { kept, rows })
+            let kept = read_ledger(&self.shared.ledger, rtxn)?
+                .into_iter()
+                .map(|(source, c)| (source, c.pending))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            Ok(PendingCheck { kept, rows })
+        })
     }
 
     /// Rows the queue ever took (`accepted` of the push sink in the ledger).
