@@ -864,9 +864,7 @@ impl DurableQueue {
                 break 'chunks;
             }
         }
-        for &(id, seq) in &summary.replayed {
-            events::queue_dead_letter_replayed(&self.shared.sink, id, seq);
-        }
+        events::queue_dead_letters_replayed(&self.shared.sink, &summary.replayed);
         summary.left = self.shared.counters.dead_rows.load(Ordering::Relaxed);
         Ok(summary)
     }

@@ -32,10 +32,20 @@ pub fn queue_dead_letters_trimmed(sink: &str, rows: u64) {
     log::warn!("queue dead letters trimmed at the cap: sink={sink} rows={rows}");
 }
 
-/// An operator put dead letter `id` back into sink `sink`'s queue under its seq `seq`.
-/// (The durable count is the queue's, `dead_replayed_total`, kept with the rows.)
-pub fn queue_dead_letter_replayed(sink: &str, id: u64, seq: u64) {
-    log::info!("dead letter replayed into the queue: sink={sink} id={id} seq={seq}");
+/// An operator put dead letters back into sink `sink`'s queue (`(id, seq)` of each, in seq
+/// order): one line per call, however many. (The durable count is the queue's,
+/// `dead_replayed_total`, kept with the rows.)
+pub fn queue_dead_letters_replayed(sink: &str, replayed: &[(u64, u64)]) {
+    match replayed {
+        [] => {}
+        [(id, seq)] => {
+            log::info!("dead letter replayed into the queue: sink={sink} id={id} seq={seq}")
+        }
+        [(_, first), .., (_, last)] => log::info!(
+            "dead letters replayed into the queue: sink={sink} rows={} seqs={first}..={last}",
+            replayed.len()
+        ),
+    }
 }
 
 /// An operator deleted dead letter `id` of sink `sink`'s queue; the ledger keeps it counted as

@@ -141,7 +141,7 @@ impl VolatileBuffer {
         let result = self.replay_locked(&mut inner, id);
         self.after_replays(inner, usize::from(result.is_ok()));
         if let Ok(seq) = result {
-            events::queue_dead_letter_replayed(&self.sink, id, seq);
+            events::queue_dead_letters_replayed(&self.sink, &[(id, seq)]);
         }
         result
     }
@@ -170,9 +170,7 @@ impl VolatileBuffer {
         }
         summary.left = inner.dead.len() as u64;
         self.after_replays(inner, summary.replayed.len());
-        for &(id, seq) in &summary.replayed {
-            events::queue_dead_letter_replayed(&self.sink, id, seq);
-        }
+        events::queue_dead_letters_replayed(&self.sink, &summary.replayed);
         summary
     }
 
