@@ -3,7 +3,8 @@
 //! binary and the test receiver, which refuses the records carrying a marker: the refused
 //! record is dead-lettered; once the receiver takes it, a replay delivers it before the rows
 //! queued behind it; the ledger balances after every verb; a full `block` queue refuses a
-//! replay; kill -9 after a replay keeps the row once.
+//! replay; kill -9 after a replay keeps the row once. A `queue: disk` in front of MQTT (a real
+//! mosquitto) has the same verbs.
 
 mod common;
 
@@ -583,5 +584,94 @@ fn the_admin_verbs_answer_405_with_allow_400_for_a_bad_id_404_for_an_unknown_one
             let reply = daemon.request(method, p, token, &[], empty_body(method));
             assert_eq!(reply.status, 401, "{method} {p} with {token:?}: {reply:?}");
         }
+    }
+}
+
+#[test]
+fn a_disk_queue_in_front_of_mqtt_has_the_same_dead_letter_verbs_and_its_ledger_balances() {
+    let broker = Mosquitto::start();
+    let subscriber = MqttClient::connect(broker.port(), "it-qdl-sub", Some("qdl/#"));
+    let mut config = queue_config(8, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["mqtt"] = json!({"connections": [
+        {"name": "b", "url": broker.url(), "client_id": "it-qdl", "reconnect_max_ms": 200},
+    ]});
+    config["sinks"] = json!([
+        {"name": "mq", "type": "mqtt", "topic": "qdl/{{key}}", "qos": 1,
+         "queue": "disk", "max_quota_mb": 8, "on_full": "block"},
+    ]);
+    config["flows"] = json!([{
+        "id": "out",
+        "nodes": [
+            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "to", "kind": "sink", "sink": "mq"},
+        ],
+        "wires": [{"from": "in", "to": "to"}],
+    }]);
+    let daemon = Daemon::start(config);
+    post(&daemon, "ok1", &json!({"n": 1}));
+    // The key becomes the topic: a wildcard in it is a topic the sink refuses for good.
+    post(&daemon, "bad%23", &json!({"n": 2}));
+    wait_dead_rows(&daemon, "mq", 1);
+    wait_until(POLL_DEADLINE, "the good record published", || {
+        subscriber.received().iter().any(|(t, _)| t == "qdl/ok1")
+    });
+    let (dl, _) = letters(&daemon, "mq")[0].clone();
+    let reply = daemon.get(&path("mq", &format!("/{dl}")), Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let one = reply.json();
+    assert_eq!(one["record"]["key"], json!("bad#"), "{one:#}");
+    assert!(
+        one["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("bad topic")),
+        "{one:#}"
+    );
+
+    // Replayed, it is refused again: a new dead letter, still counted once.
+    let reply = daemon.post(
+        &path("mq", &format!("/{dl}/replay")),
+        Some(ADMIN_TOKEN),
+        b"",
+    );
+    assert_eq!(reply.status, 200, "{reply:?}");
+    wait_until(
+        POLL_DEADLINE,
+        "the replayed record dead-lettered again",
+        || {
+            letters(&daemon, "mq")
+                .first()
+                .is_some_and(|(id, _)| *id > dl)
+        },
+    );
+    assert_eq!(letters(&daemon, "mq").len(), 1);
+    wait_queue_rows(&daemon, "mq", 0);
+    let l = balanced(&daemon, "after the replay");
+    assert_eq!(
+        (
+            figure(&l, "/delivered"),
+            figure(&l, "/dead_lettered"),
+            figure(&l, "/pending")
+        ),
+        (1, 1, 0),
+        "{l:#}"
+    );
+    assert_eq!(l["queue_checks"]["mq"]["agrees"], json!(true), "{l:#}");
+    assert_eq!(l["sinks"]["mq"]["imbalance"], json!(0), "{l:#}");
+
+    let (again, _) = letters(&daemon, "mq")[0].clone();
+    let reply = daemon.delete(&path("mq", &format!("/{again}")), Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(u64_at(&entry(&daemon, "mq"), "/dead_letter_rows"), 0);
+    let l = balanced(&daemon, "after the delete");
+    assert_eq!(figure(&l, "/dead_lettered"), 1, "{l:#}");
+    let metrics = daemon.metrics();
+    for (family, value) in [
+        ("opex_connector_disk_queue_dead_letters_total", 2.0),
+        ("opex_connector_disk_queue_dead_letters_replayed_total", 1.0),
+        ("opex_connector_disk_queue_dead_letters_deleted_total", 1.0),
+        ("opex_connector_disk_queue_dead_letter_rows", 0.0),
+    ] {
+        assert_eq!(metric(&metrics, family), Some(value), "{family}");
     }
 }
