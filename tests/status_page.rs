@@ -4,7 +4,9 @@
 //! saying so, when it is missing). One drives it over the DevTools protocol against a
 //! connector polling its built-in Modbus simulator, polls the DOM the page's script built
 //! until the values, the queue and a live message are there, and keeps two screenshots
-//! (phone and laptop size) under `CARGO_TARGET_TMPDIR/status_page/`. Another draws a fixture
+//! (phone and laptop size) under `CARGO_TARGET_TMPDIR/status_page/`. One clicks Replay on a
+//! queue dead letter and sees the test receiver get it, ahead of the rows behind it, and
+//! deletes another with its two clicks. Another draws a fixture
 //! of the status fields other parts add (queues, alerts, schedules, backfills) with
 //! `--dump-dom`. The WebSocket test speaks RFC 6455 by hand over a TCP socket.
 
@@ -252,7 +254,21 @@ impl Browser {
 
     /// Clicks the element with `id`, then waits until the admin panel says `starting`.
     fn click_until_said(&mut self, id: &str, starting: &str) {
-        self.eval(&format!("document.getElementById('{id}').click()"));
+        self.click_selector_until_said(&format!("#{id}"), starting);
+    }
+
+    /// Clicks the first element matching the CSS `selector`, then waits until the admin panel
+    /// says `starting`.
+    fn click_selector_until_said(&mut self, selector: &str, starting: &str) {
+        let clicked = self.eval(&format!(
+            "(function () {{ var e = document.querySelector({}); if (!e) return false; e.click(); return true; }})()",
+            json!(selector)
+        ));
+        assert_eq!(
+            clicked,
+            json!(true),
+            "nothing on the page matches {selector}"
+        );
         let mut said = Value::Null;
         let ok = poll_until(Duration::from_secs(20), || {
             said = self.eval("document.getElementById('dlq-msg').textContent");
@@ -260,7 +276,7 @@ impl Browser {
         });
         assert!(
             ok,
-            "after clicking {id} the page says {said}, not {starting:?}"
+            "after clicking {selector} the page says {said}, not {starting:?}"
         );
     }
 
@@ -368,7 +384,7 @@ fn the_status_page_shows_device_values_and_queue_levels_in_chromium_live_values_
     browser.click_until_said("dlq-open", "the admin token is wrong");
     browser.enter_token(ADMIN_TOKEN);
     browser.click_until_said("dlq-open", "0 open dead letters");
-    browser.click_until_said("push-dlq-open", "0 of 0 push dead letters");
+    browser.click_until_said("queue-dlq-open", "0 of 0 queue dead letters");
     assert_eq!(
         browser.eval("sessionStorage.getItem('opex-admin-token')"),
         json!(ADMIN_TOKEN)
@@ -383,6 +399,102 @@ fn the_status_page_shows_device_values_and_queue_levels_in_chromium_live_values_
     assert_eq!(
         browser.eval("sessionStorage.getItem('opex-admin-token')"),
         Value::Null
+    );
+}
+
+#[test]
+fn clicking_replay_on_a_queue_dead_letter_delivers_it_ahead_of_the_rows_behind_it_and_delete_takes_two_clicks(
+) {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let receiver = Receiver::start();
+    receiver.reject_payloads_containing("POISON-PILL");
+    let mut config = queue_config(8, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["connector"]["push"] = json!({
+        "url": receiver.url(), "batch_rows": 10, "retry_initial_ms": 50, "retry_max_ms": 300,
+    });
+    let daemon = Daemon::start(config);
+    let post =
+        |key: &str, payload: Value| assert_stored(&daemon.ingest(key, &payload.to_string()), key);
+    let dead_rows = |n: u64| {
+        wait_until(POLL_DEADLINE, &format!("{n} push dead letters"), || {
+            u64_at(&daemon.status(), "/uplink/dead_letter_rows") == n
+        })
+    };
+    let bad = post("bad", json!({"note": "POISON-PILL <b>not markup</b>"}));
+    dead_rows(1);
+    receiver.down();
+    let behind = vec![post("k1", json!({"n": 1})), post("k2", json!({"n": 2}))];
+    wait_until(POLL_DEADLINE, "two rows queued behind it", || {
+        u64_at(&daemon.status(), "/push_queue/rows") == 2
+    });
+    receiver.reject_payloads_containing("NO-RECORD-CARRIES-THIS");
+
+    let mut browser = Browser::start(&bin);
+    browser.call("Page.navigate", json!({"url": daemon.url("/")}));
+    wait_until(BROWSER_DEADLINE, "the page drew the status", || {
+        browser.dom().contains("data-status-loaded=\"1\"")
+    });
+    browser.enter_token(ADMIN_TOKEN);
+    browser.click_until_said("queue-dlq-open", "1 of 1 queue dead letters");
+    let dom = browser.dom();
+    assert!(dom.contains("data-dead-letter=\"push/0\""), "{dom}");
+    assert!(dom.contains("HTTP 400"), "the reason is shown: {dom}");
+    assert!(
+        dom.contains("&lt;b&gt;not markup"),
+        "the record is shown as text: {dom}"
+    );
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status_page");
+    std::fs::create_dir_all(&out).expect("screenshot dir");
+    let png = browser.screenshot(1280, 1400, false);
+    let shot = out.join("status-page-queue-dead-letters.png");
+    std::fs::write(&shot, png).expect("write screenshot");
+    println!("screenshot: {}", shot.display());
+    browser.click_selector_until_said(
+        "[data-dead-letter=\"push/0\"] button",
+        "push dead letter 0 replayed",
+    );
+    receiver.up();
+    let mut all = vec![bad.clone()];
+    all.extend(behind);
+    wait_until(
+        POLL_DEADLINE,
+        "the replayed record and the rows behind it delivered",
+        || receiver.has_all(&all),
+    );
+    let order: Vec<String> = receiver
+        .first_arrivals()
+        .into_iter()
+        .filter(|id| all.contains(id))
+        .collect();
+    assert_eq!(order, all, "the replayed record first");
+
+    // Delete: the first click only arms the button.
+    receiver.reject_payloads_containing("POISON-PILL");
+    post("bad2", json!({"note": "POISON-PILL"}));
+    dead_rows(1);
+    browser.click_until_said("queue-dlq-open", "1 of 1 queue dead letters");
+    let delete = "[data-dead-letter=\"push/1\"] button.danger";
+    browser.click_selector_until_said(delete, "1 of 1 queue dead letters");
+    assert_eq!(
+        browser.eval(&format!(
+            "document.querySelector({}).textContent",
+            json!(delete)
+        )),
+        json!("Confirm delete")
+    );
+    browser.click_selector_until_said(delete, "push dead letter 1 deleted · 0 of 0");
+    let l = assert_balanced(&ledger(&daemon, true), "after replay and delete");
+    assert_eq!(
+        source_figure(&l, &format!("ingest/{SOURCE}"), "/dead_lettered"),
+        1
+    );
+    assert_eq!(
+        source_figure(&l, &format!("ingest/{SOURCE}"), "/delivered"),
+        3
     );
 }
 

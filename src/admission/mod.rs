@@ -103,8 +103,26 @@ impl Gate {
 
     /// Asks to admit a record of `bytes` logical bytes.
     pub fn admit(self: &Arc<Self>, bytes: u64) -> Result<Reservation, Refused> {
+        match self.reserve(bytes) {
+            Some(r) => {
+                self.blocking.store(false, Ordering::Relaxed);
+                Ok(r)
+            }
+            None => {
+                self.blocked_total.fetch_add(1, Ordering::Relaxed);
+                self.blocking.store(true, Ordering::Relaxed);
+                Err(Refused { after: RETRY_AFTER })
+            }
+        }
+    }
+
+    /// Reserves `bytes` under the same rule as [`admit`](Self::admit), but a refusal (`None`)
+    /// is not counted and does not mark the queue as refusing: for an operator putting a dead
+    /// letter back into its queue, which is no source being refused. Under `evict_oldest` the
+    /// reservation is empty, as with `admit`.
+    pub fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
         if self.on_full == OnFull::EvictOldest {
-            return Ok(Reservation {
+            return Some(Reservation {
                 gate: Arc::clone(self),
                 bytes: 0,
             });
@@ -116,15 +134,11 @@ impl Gate {
             u.used + u.reserved + bytes <= self.quota
         };
         if !fits {
-            drop(u);
-            self.blocked_total.fetch_add(1, Ordering::Relaxed);
-            self.blocking.store(true, Ordering::Relaxed);
-            return Err(Refused { after: RETRY_AFTER });
+            return None;
         }
         u.reserved += bytes;
         drop(u);
-        self.blocking.store(false, Ordering::Relaxed);
-        Ok(Reservation {
+        Some(Reservation {
             gate: Arc::clone(self),
             bytes,
         })

@@ -1,4 +1,8 @@
 //! Admin endpoints: dead letters (inspect, correct, replay, resolve) and the event history.
+//! Two kinds of dead letters: the pipeline's (`/api/dead-letters`, records a flow could not
+//! handle) and each queue's (`/api/sinks/{name}/dead-letters`, and `/api/push/dead-letters`
+//! for the sink called `push`: rows the queue's destination refused for good), which can be
+//! listed, read, replayed back to the head of their queue, or deleted.
 //! They need `connector.http.admin_token` as a bearer token; without one configured they do
 //! not exist (404), so a forgotten token never leaves them open. [`refusal`] is that check,
 //! also for the admin part of other routes (`GET /api/ledger?verify=1`).
@@ -9,15 +13,20 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 
+use hyper::header::{HeaderValue, RETRY_AFTER};
+
 use super::respond::{error, json_response, not_allowed, outcome, read_body, Resp};
 use super::routes::percent_decode;
 use super::{auth, AppState};
 use crate::record::Settlement;
+use crate::sinks::Sink;
 use crate::sources::SourceOutcome;
 use crate::store::dead_letters::{DlqFilter, DlqState};
-use crate::store::StoreError;
+use crate::store::queue::{ReplayError, ReplaySummary};
+use crate::store::{DeadLetter, StoreError};
 
-/// Most entries one `POST /api/dead-letters/replay` replays.
+/// Most entries one `POST /api/dead-letters/replay` (or a queue's
+/// `POST .../dead-letters/replay`) replays.
 const MAX_REPLAY_ALL: usize = 10_000;
 /// Most rows one listing returns.
 const MAX_PAGE: usize = 1000;
@@ -51,9 +60,11 @@ pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>)
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let method = req.method().clone();
     match (segments, method) {
-        (["api", "push", "dead-letters"], Method::GET) => queue_dead_letters(state, "push", &query),
-        (["api", "sinks", name, "dead-letters"], Method::GET) => {
-            queue_dead_letters(state, name, &query)
+        (["api", "push", "dead-letters", rest @ ..], m) => {
+            queue_verbs(state, "push", rest, m, &query).await
+        }
+        (["api", "sinks", name, "dead-letters", rest @ ..], m) => {
+            queue_verbs(state, name, rest, m, &query).await
         }
         (["api", "sinks", name, "errors"], Method::GET) => sink_errors(state, name),
         (["api", "events"], Method::GET) => events(state, &query).await,
@@ -119,6 +130,167 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// The verbs on sink `name`'s queue dead letters; `rest` is the path after `dead-letters`.
+async fn queue_verbs(state: &AppState, name: &str, rest: &[&str], m: Method, q: &Query) -> Resp {
+    match (rest, m) {
+        ([], Method::GET) => queue_dead_letters(state, name, q),
+        ([], _) => not_allowed("GET"),
+        (["replay"], Method::POST) => queue_replay_all(state, name, q).await,
+        (["replay"], _) => not_allowed("POST"),
+        ([id], m @ (Method::GET | Method::DELETE)) => match parse_id(id) {
+            None => bad_queue_id(id),
+            Some(id) if m == Method::GET => queue_get(state, name, id).await,
+            Some(id) => queue_delete(state, name, id).await,
+        },
+        ([_], _) => not_allowed("GET, DELETE"),
+        ([id, "replay"], Method::POST) => match parse_id(id) {
+            Some(id) => queue_replay(state, name, id).await,
+            None => bad_queue_id(id),
+        },
+        ([_, "replay"], _) => not_allowed("POST"),
+        _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
+    }
+}
+
+/// The answer to a queue dead letter id that is not a whole number.
+fn bad_queue_id(s: &str) -> Resp {
+    let shown: String = s.chars().take(40).collect();
+    error(
+        StatusCode::BAD_REQUEST,
+        &format!("dead letter id: expected a whole number, got {shown:?}"),
+    )
+}
+
+/// Why a call on a sink's queue found nothing to act on.
+enum NoQueue {
+    /// No sink has that name.
+    Sink,
+    /// The sink has no queue of its own.
+    Queue,
+}
+
+/// Runs `f` on sink `name` off the runtime's threads (its store calls block); 404 when there
+/// is no such sink or it has no queue of its own (`f` answers `None`).
+async fn on_sink<T: Send + 'static>(
+    state: &AppState,
+    name: &str,
+    f: impl FnOnce(&Sink) -> Option<T> + Send + 'static,
+) -> Result<T, Resp> {
+    let engine = Arc::clone(&state.engine);
+    let name = name.to_string();
+    let run = move || match engine.sinks().get(&name) {
+        None => Err(NoQueue::Sink),
+        Some(sink) => f(sink).ok_or(NoQueue::Queue),
+    };
+    match tokio::task::spawn_blocking(run).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(NoQueue::Sink)) => Err(error(StatusCode::NOT_FOUND, "no such sink")),
+        Ok(Err(NoQueue::Queue)) => Err(error(
+            StatusCode::NOT_FOUND,
+            "this sink has no queue of its own",
+        )),
+        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())),
+    }
+}
+
+/// A queue dead letter as the listing and `GET .../{id}` show it: the stored object and its
+/// `id`.
+fn queue_entry(d: DeadLetter) -> Value {
+    let mut v: Value = serde_json::from_slice(&d.json).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("id".into(), d.id.into());
+    }
+    v
+}
+
+async fn queue_get(state: &AppState, name: &str, id: u64) -> Resp {
+    match on_sink(state, name, move |s| s.get_dead_letter(id)).await {
+        Ok(Ok(Some(d))) => json_response(StatusCode::OK, &queue_entry(d)),
+        Ok(Ok(None)) => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Err(resp) => resp,
+    }
+}
+
+async fn queue_delete(state: &AppState, name: &str, id: u64) -> Resp {
+    match on_sink(state, name, move |s| s.delete_dead_letter(id)).await {
+        Ok(Ok(true)) => json_response(
+            StatusCode::OK,
+            &json!({"ok": true, "result": "deleted", "id": id}),
+        ),
+        Ok(Ok(false)) => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Err(resp) => resp,
+    }
+}
+
+/// The answer to a replay that was refused.
+fn replay_refused(e: &ReplayError, mut body: Value) -> Resp {
+    let status = match e {
+        ReplayError::NotFound => StatusCode::NOT_FOUND,
+        ReplayError::Full { .. } | ReplayError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ReplayError::SeqTaken(_) => StatusCode::CONFLICT,
+        ReplayError::Damaged(_) => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    body["ok"] = false.into();
+    body["error"] = e.to_string().into();
+    let after = crate::admission::RETRY_AFTER.as_secs();
+    if e.is_retriable() {
+        body["retry_after_secs"] = after.into();
+    }
+    let mut r = json_response(status, &body);
+    if e.is_retriable() {
+        r.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(after));
+    }
+    r
+}
+
+async fn queue_replay(state: &AppState, name: &str, id: u64) -> Resp {
+    match on_sink(state, name, move |s| s.replay_dead_letter(id)).await {
+        Ok(Ok(seq)) => json_response(
+            StatusCode::OK,
+            &json!({"ok": true, "result": "replayed", "id": id, "seq": seq}),
+        ),
+        Ok(Err(e)) => replay_refused(&e, json!({"id": id})),
+        Err(resp) => resp,
+    }
+}
+
+/// `POST .../dead-letters/replay[?limit=N]`: up to `limit` (at most [`MAX_REPLAY_ALL`]) of
+/// the oldest dead letters, in seq order; 503 when the queue had room for none of them.
+async fn queue_replay_all(state: &AppState, name: &str, q: &Query) -> Resp {
+    let max = q
+        .number("limit")
+        .unwrap_or(MAX_REPLAY_ALL as u64)
+        .clamp(1, MAX_REPLAY_ALL as u64) as usize;
+    let summary: ReplaySummary =
+        match on_sink(state, name, move |s| s.replay_dead_letters(max)).await {
+            Ok(Ok(summary)) => summary,
+            Ok(Err(e)) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+            Err(resp) => return resp,
+        };
+    let failed: Vec<Value> = summary
+        .failed
+        .iter()
+        .map(|(id, e)| json!({"id": id, "error": e.to_string()}))
+        .collect();
+    let body = json!({
+        "replayed": summary.replayed.len(),
+        "failed": failed,
+        "left": summary.left,
+        "stopped": summary.stopped.as_ref().map(ToString::to_string),
+    });
+    match &summary.stopped {
+        Some(e) if summary.replayed.is_empty() => replay_refused(e, body),
+        Some(_) | None => {
+            let mut body = body;
+            body["ok"] = true.into();
+            json_response(StatusCode::OK, &body)
+        }
+    }
+}
+
 /// The dead letters of sink `name`'s queue: rows its destination refused for good.
 fn queue_dead_letters(state: &AppState, name: &str, q: &Query) -> Resp {
     let Some(sink) = state.engine.sinks().get(name) else {
@@ -128,16 +300,7 @@ fn queue_dead_letters(state: &AppState, name: &str, q: &Query) -> Resp {
     match sink.dead_letters(q.number("after"), limit) {
         None => error(StatusCode::NOT_FOUND, "this sink has no queue of its own"),
         Some(Ok((rows, total))) => {
-            let rows: Vec<Value> = rows
-                .into_iter()
-                .map(|d| {
-                    let mut v: Value = serde_json::from_slice(&d.json).unwrap_or_default();
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("id".into(), d.id.into());
-                    }
-                    v
-                })
-                .collect();
+            let rows: Vec<Value> = rows.into_iter().map(queue_entry).collect();
             json_response(StatusCode::OK, &json!({"rows": rows, "total": total}))
         }
         Some(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),

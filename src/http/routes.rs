@@ -53,8 +53,9 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         | ["page.js"]
         | ["page.css"]
         | ["api", "live"] => not_allowed("GET"),
-        ["api", "push", "dead-letters"]
-        | ["api", "sinks", _, "dead-letters" | "errors"]
+        ["api", "push", "dead-letters", ..]
+        | ["api", "sinks", _, "dead-letters", ..]
+        | ["api", "sinks", _, "errors"]
         | ["api", "dead-letters", ..]
         | ["api", "events"] => admin::handle(&state, &segments, req).await,
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),

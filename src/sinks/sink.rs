@@ -23,6 +23,7 @@ use crate::admission::{Refused, Reservation};
 use crate::engine::Engine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
+use crate::store::queue::{ReplayError, ReplaySummary};
 use crate::store::{DeadLetter, StoreError};
 
 /// The documents of the delivery document that a sink named after its kind shows at the top
@@ -448,6 +449,71 @@ impl Sink {
         }
     }
 
+    /// Dead letter `id` of its queue (`Ok(None)`: no such id); `None` for sinks without a
+    /// queue of their own.
+    pub fn get_dead_letter(&self, id: u64) -> Option<Result<Option<DeadLetter>, StoreError>> {
+        if let Some(q) = &self.queue {
+            return Some(q.get_dead_letter(id));
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.get_dead_letter(id)),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
+    /// Puts dead letter `id` back at the head of its queue, where its deliverer takes it
+    /// before the rows behind it; its seq. Blocking. `None` for sinks without a queue of
+    /// their own.
+    pub fn replay_dead_letter(&self, id: u64) -> Option<Result<u64, ReplayError>> {
+        if let Some(q) = &self.queue {
+            return Some(q.replay_dead_letter(id));
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.replay_dead_letter(id)),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
+    /// Puts back up to `max` dead letters of its queue, in seq order. Blocking. `None` for
+    /// sinks without a queue of their own.
+    pub fn replay_dead_letters(&self, max: usize) -> Option<Result<ReplaySummary, StoreError>> {
+        if let Some(q) = &self.queue {
+            return Some(q.replay_dead_letters(max));
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.replay_dead_letters(max)),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
+    /// Deletes dead letter `id` of its queue (`Ok(false)`: no such id); the ledger keeps it
+    /// counted as dead-lettered. Blocking. `None` for sinks without a queue of their own.
+    pub fn delete_dead_letter(&self, id: u64) -> Option<Result<bool, StoreError>> {
+        if let Some(q) = &self.queue {
+            return Some(q.delete_dead_letter(id));
+        }
+        match &self.kind {
+            Kind::Push(p) => Some(p.delete_dead_letter(id)),
+            Kind::Storage(_)
+            | Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_) => None,
+        }
+    }
+
     /// What its deliverer drains: its queue (`None` for sinks without one).
     pub fn drain(&self) -> Option<Arc<dyn super::queue::Drain>> {
         if let Some(q) = &self.queue {
@@ -491,6 +557,13 @@ fn queued_report(name: &str, q: &DiskQueue, r: &mut Report) {
     r.entry.insert("blocked".into(), st.blocked_total.into());
     r.entry.insert("queue_rows".into(), st.rows.into());
     r.entry.insert("durable".into(), true.into());
+    r.entry.insert(
+        "dead_letter_rows".into(),
+        q.counters()
+            .dead_rows
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .into(),
+    );
     r.entry.insert("backlog".into(), "disk".into());
     r.entry
         .insert("note".into(), super::queue::DISK_NOTE.into());

@@ -139,7 +139,7 @@ mod tests {
         );
         let uplink = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
-            tokio::task::spawn_blocking(move || drain.remove_through(u64::MAX))
+            tokio::task::spawn_blocking(move || drain.remove_range(0, u64::MAX))
                 .await
                 .unwrap()
                 .unwrap();

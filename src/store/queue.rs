@@ -7,9 +7,12 @@
 //! - `rows`: key = big-endian `u64` sequence number, value = the record's uplink line (one JSON
 //!   object, no newline). Big-endian keys make a cursor walk FIFO order and let appends use
 //!   `MDB_APPEND`.
-//! - `dead`: the queue's dead-letter table (rows its destination refused for good), key = big-endian `u64`, value = JSON
-//!   `{"seq":..,"reason":..,"at":..,"record":{..}}`; at most [`DEAD_LETTER_CAP`] rows, the
-//!   oldest trimmed (logged).
+//! - `dead`: the queue's dead-letter table (rows its destination refused for good), key =
+//!   big-endian `u64` id, value = JSON
+//!   `{"seq":..,"reason":..,"at":..,"source":..,"tracked":..,"record":{..}}` (`record` is the
+//!   row's uplink line as it was, byte for byte); at most [`DEAD_LETTER_CAP`] rows, the oldest
+//!   trimmed (logged). Entries written before `source` and `tracked` were kept have neither and
+//!   are replayed untracked (see [Dead letters](#dead-letters)).
 //! - `meta`: `next_seq`, `used_bytes`, `rows` and the counters, written in the same transaction
 //!   as the rows they describe, so a crash can never separate the accounting from the rows.
 //! - `ledger`: the queue's part of the loss ledger, key `<field>:<source>` (`acked`,
@@ -24,6 +27,32 @@
 //!
 //! Accounting is in logical bytes: key (8) + line + [`ENTRY_OVERHEAD`] per row (the header is
 //! not counted, so admission can reserve a record's bytes from its line alone).
+//!
+//! # Dead letters
+//!
+//! An operator can put a dead letter back ([`DurableQueue::replay_dead_letter`], and
+//! [`DurableQueue::replay_dead_letters`] for many), or delete it
+//! ([`DurableQueue::delete_dead_letter`]); each is a writer command, applied in the group's
+//! transaction with the rows and the ledger counts it changes.
+//!
+//! - A replay puts the row back under its **original seq**. The deliverer dead-letters the
+//!   head of the queue, so that seq is below every row queued after it: the row is delivered
+//!   before them. A seq that is taken (or not below `next_seq`, which a later append would
+//!   collide with) is refused, never overwritten. The row takes room as an append does (used
+//!   bytes, rows, the gate published after the commit), but never more than there is: a
+//!   replay into a full queue is refused under both policies (under `block` its bytes are
+//!   reserved at the gate first, like an admission, so it can never go over the quota; under
+//!   `evict_oldest` it does not evict queued rows to make room, because an operator's replay
+//!   should not cost anyone else's data). A tracked row moves `dead_lettered -1, pending +1`
+//!   of its source.
+//! - A deleted dead letter stays counted as dead-lettered in the ledger (the operator gave up
+//!   on it; nothing is lost silently); only the table's row count goes down.
+//! - Entries from before `source` and `tracked` were stored come back untracked: their
+//!   `dead_lettered` count stays where it is, and the row is not counted pending, so when it
+//!   is delivered no count moves. Every identity still holds (nothing moved); the record is
+//!   counted dead-lettered though it was delivered, an overstatement and never a silent loss.
+//!   For the same reason a tracked entry whose source has no `dead_lettered` count left is
+//!   replayed untracked.
 //!
 //! Ack rule: one writer thread owns every write transaction. It takes every command waiting
 //! on its channel (group commit), applies them in one transaction, commits (the commit syncs),
@@ -83,6 +112,10 @@ pub struct QueueCounters {
     pub dead_trimmed_total: AtomicU64,
     /// Rows in the push dead-letter table now.
     pub dead_rows: AtomicU64,
+    /// Dead letters an operator put back into the queue.
+    pub dead_replayed_total: AtomicU64,
+    /// Dead letters an operator deleted (still counted dead-lettered in the ledger).
+    pub dead_deleted_total: AtomicU64,
     /// Write transactions committed (each one sync to disk).
     pub commits_total: AtomicU64,
     /// Commands applied by those transactions; over `commits_total`, the mean group size.
@@ -172,6 +205,144 @@ pub struct DeadLetter {
     pub json: Vec<u8>,
 }
 
+/// Most dead letters one replay command puts back (one writer command, one transaction).
+const REPLAY_CHUNK: usize = 256;
+
+/// The JSON of a dead letter: the row's seq, why it was refused, when (Unix ms), its source
+/// and whether the ledger tracks it (`tag`, `None` for a row without a header), and the row's
+/// uplink line as it was (`line` is a JSON object, written unchanged).
+pub fn dead_letter_json(
+    seq: u64,
+    reason: &str,
+    at_ms: u64,
+    tag: Option<(&str, bool)>,
+    line: &[u8],
+) -> String {
+    let reason = serde_json::Value::from(reason);
+    let tag = match tag {
+        Some((source, tracked)) => {
+            format!(
+                r#""source":{},"tracked":{tracked},"#,
+                serde_json::Value::from(source)
+            )
+        }
+        None => r#""tracked":false,"#.to_string(),
+    };
+    let record = String::from_utf8_lossy(line);
+    format!(r#"{{"seq":{seq},"reason":{reason},"at":{at_ms},{tag}"record":{record}}}"#)
+}
+
+/// What a replay needs of a dead letter: its original seq, the row to put back, and the
+/// logical bytes it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revived {
+    /// The seq it had in the queue.
+    pub seq: u64,
+    /// Its tag: the source it had and whether it was tracked (false for old entries).
+    pub tag: Tag,
+    /// The uplink line.
+    pub line: Vec<u8>,
+}
+
+/// Reads a dead letter's JSON back into the row it was; the reason when it cannot be.
+pub fn revive(json: &[u8]) -> Result<Revived, String> {
+    #[derive(serde::Deserialize)]
+    struct Stored<'a> {
+        seq: u64,
+        #[serde(default)]
+        source: Option<String>,
+        #[serde(default)]
+        tracked: Option<bool>,
+        #[serde(borrow)]
+        record: &'a serde_json::value::RawValue,
+    }
+    let stored: Stored<'_> = serde_json::from_slice(json)
+        .map_err(|e| format!("the dead letter cannot be read back: {e}"))?;
+    let tracked = stored.source.is_some() && stored.tracked == Some(true);
+    Ok(Revived {
+        seq: stored.seq,
+        tag: Tag {
+            source: stored.source.unwrap_or_default(),
+            tracked,
+        },
+        line: stored.record.get().as_bytes().to_vec(),
+    })
+}
+
+/// Why a dead letter was not put back into its queue. In every case nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayError {
+    /// No dead letter has this id (never had, or it was replayed, deleted or trimmed).
+    NotFound,
+    /// The queue has no room for it now: `bytes` more would not fit `used` of `quota`.
+    /// Retriable, once the queue drained.
+    Full {
+        /// Logical bytes of the row.
+        bytes: u64,
+        /// Logical bytes in the queue (committed and reserved).
+        used: u64,
+        /// The quota.
+        quota: u64,
+    },
+    /// Its original seq is taken by a queued row, or is not below the queue's next seq (a
+    /// later append would collide with it): refused rather than overwritten.
+    SeqTaken(u64),
+    /// The stored entry cannot be read back as a row.
+    Damaged(String),
+    /// The store failed; nothing of the transaction is stored.
+    Store(StoreError),
+}
+
+impl ReplayError {
+    /// True when the same call may succeed later (a full queue, a store error).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Self::Full { .. } | Self::Store(_) => true,
+            Self::NotFound | Self::SeqTaken(_) | Self::Damaged(_) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotFound => write!(f, "no such dead letter"),
+            Self::Full { bytes, used, quota } => write!(
+                f,
+                "the queue is full: the record takes {bytes} bytes, {used} of {quota} are in use; nothing changed, try again once the queue drained"
+            ),
+            Self::SeqTaken(seq) => write!(
+                f,
+                "seq {seq} is taken in the queue (or not below its next seq): the dead letter was left as it is rather than overwrite a row"
+            ),
+            Self::Damaged(e) => write!(f, "{e}"),
+            Self::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<StoreError> for ReplayError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+/// What a bounded replay of many dead letters did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// Ids put back, with their seqs, in seq order.
+    pub replayed: Vec<(u64, u64)>,
+    /// Ids left as they were, and why (taken seq, damaged entry).
+    pub failed: Vec<(u64, ReplayError)>,
+    /// Why it stopped before the end (a full queue), when it did; the rest were left as
+    /// they were.
+    pub stopped: Option<ReplayError>,
+    /// Dead letters left in the table afterwards.
+    pub left: u64,
+}
+
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Command {
@@ -182,9 +353,21 @@ enum Command {
         _reservation: Reservation,
         reply: Reply<u64>,
     },
-    RemoveThrough {
-        seq: u64,
+    RemoveRange {
+        first: u64,
+        last: u64,
         reply: Reply<u64>,
+    },
+    /// Puts dead letters back, in this order; stops at the first that does not fit.
+    Replay {
+        ids: Vec<u64>,
+        /// Their bytes under `block`; released after the commit.
+        _reservation: Option<Reservation>,
+        reply: Reply<Vec<Result<u64, ReplayError>>>,
+    },
+    DeleteDead {
+        id: u64,
+        reply: Reply<bool>,
     },
     DeadLetter {
         seq: u64,
@@ -210,9 +393,11 @@ struct State {
     dead_lettered_total: u64,
     dead_trimmed_total: u64,
     appended_total: u64,
+    dead_replayed_total: u64,
+    dead_deleted_total: u64,
 }
 
-const META_KEYS: [&str; 13] = [
+const META_KEYS: [&str; 15] = [
     "next_seq",
     "used_bytes",
     "rows",
@@ -226,10 +411,12 @@ const META_KEYS: [&str; 13] = [
     "dead_lettered_total",
     "dead_trimmed_total",
     "appended_total",
+    "dead_replayed_total",
+    "dead_deleted_total",
 ];
 
 impl State {
-    fn fields(&mut self) -> [&mut u64; 13] {
+    fn fields(&mut self) -> [&mut u64; 15] {
         [
             &mut self.next_seq,
             &mut self.used,
@@ -244,6 +431,8 @@ impl State {
             &mut self.dead_lettered_total,
             &mut self.dead_trimmed_total,
             &mut self.appended_total,
+            &mut self.dead_replayed_total,
+            &mut self.dead_deleted_total,
         ]
     }
 }
@@ -268,7 +457,7 @@ struct Shared {
     max_map: usize,
     /// Rows kept in the dead-letter table: [`DEAD_LETTER_CAP`], smaller in tests.
     dead_cap: AtomicU64,
-    /// Bumped after every commit that added rows; the uplink waits on it.
+    /// Bumped after every commit that added rows (appends, replays); the deliverer waits on it.
     appended: (Mutex<u64>, Condvar),
     /// Rows ever appended, as of the last commit.
     appended_total: AtomicU64,
@@ -367,6 +556,8 @@ impl DurableQueue {
             (&counters.dead_lettered_total, state.dead_lettered_total),
             (&counters.dead_trimmed_total, state.dead_trimmed_total),
             (&counters.dead_rows, state.dead_rows),
+            (&counters.dead_replayed_total, state.dead_replayed_total),
+            (&counters.dead_deleted_total, state.dead_deleted_total),
         ] {
             counter.store(value, Ordering::Relaxed);
         }
@@ -479,10 +670,11 @@ impl DurableQueue {
         rx.blocking_recv().unwrap_or(Err(StoreError::Closed))
     }
 
-    /// Deletes every row up to and including `seq` (delivered by the uplink). Blocking: call it
-    /// from a plain thread. Returns the rows deleted.
-    pub fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
-        self.call(|reply| Command::RemoveThrough { seq, reply })
+    /// Deletes the rows from `first` through `last` (delivered by the deliverer). Blocking: call
+    /// it from a plain thread. Returns the rows deleted. A row below `first` (a dead letter
+    /// replayed while the batch was on its way) stays: it was not in the batch.
+    pub fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
+        self.call(|reply| Command::RemoveRange { first, last, reply })
     }
 
     /// Moves row `seq` to the dead-letter table with `reason`. Blocking. False when the row was
@@ -499,21 +691,31 @@ impl DurableQueue {
 
     /// Reads up to `max` rows from the head of the queue, oldest first.
     pub fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
+        self.read(|rtxn| {
+            let mut out = Vec::new();
+            for item in self.shared.rows.iter(rtxn)?.take(max) {
+                let (seq, value) = item?;
+                out.push(Row {
+                    seq,
+                    line: decode_row(value).1.to_vec(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Runs `f` in a read transaction, with the map held at its size meanwhile.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&heed::RoTxn<'_, WithoutTls>) -> heed::Result<T>,
+    ) -> Result<T, StoreError> {
         let _guard = self
             .shared
             .resize_lock
             .read()
             .unwrap_or_else(|e| e.into_inner());
         let rtxn = self.shared.env.read_txn()?;
-        let mut out = Vec::new();
-        for item in self.shared.rows.iter(&rtxn)?.take(max) {
-            let (seq, value) = item?;
-            out.push(Row {
-                seq,
-                line: decode_row(value).1.to_vec(),
-            });
-        }
-        Ok(out)
+        Ok(f(&rtxn)?)
     }
 
     /// Reads up to `max` dead letters, oldest first, starting after `after`.
@@ -522,22 +724,149 @@ impl DurableQueue {
         after: Option<u64>,
         max: usize,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let _guard = self
-            .shared
-            .resize_lock
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let rtxn = self.shared.env.read_txn()?;
         let start = after.map_or(0, |a| a.saturating_add(1));
-        let mut out = Vec::new();
-        for item in self.shared.dead.range(&rtxn, &(start..))?.take(max) {
-            let (id, json) = item?;
-            out.push(DeadLetter {
+        self.read(|rtxn| {
+            let mut out = Vec::new();
+            for item in self.shared.dead.range(rtxn, &(start..))?.take(max) {
+                let (id, json) = item?;
+                out.push(DeadLetter {
+                    id,
+                    json: json.to_vec(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Dead letter `id`, when the table has it.
+    pub fn get_dead_letter(&self, id: u64) -> Result<Option<DeadLetter>, StoreError> {
+        self.read(|rtxn| {
+            Ok(self.shared.dead.get(rtxn, &id)?.map(|json| DeadLetter {
                 id,
                 json: json.to_vec(),
-            });
+            }))
+        })
+    }
+
+    /// Puts dead letter `id` back into the queue under its original seq (see the module doc);
+    /// returns that seq once the transaction committed. Blocking.
+    pub fn replay_dead_letter(&self, id: u64) -> Result<u64, ReplayError> {
+        let plan = self.replay_plan(Some(id), 1)?;
+        if plan.is_empty() {
+            return Err(ReplayError::NotFound);
         }
-        Ok(out)
+        let summary = self.replay_planned(plan)?;
+        if let Some(&(_, seq)) = summary.replayed.first() {
+            return Ok(seq);
+        }
+        match (summary.failed.into_iter().next(), summary.stopped) {
+            (Some((_, e)), _) | (None, Some(e)) => Err(e),
+            (None, None) => Err(ReplayError::NotFound),
+        }
+    }
+
+    /// Puts back up to `max` dead letters (the oldest in the table), in seq order, so that they
+    /// keep their order at the head of the queue; stops at the first that does not fit.
+    /// Blocking.
+    pub fn replay_dead_letters(&self, max: usize) -> Result<ReplaySummary, StoreError> {
+        let plan = self.replay_plan(None, max)?;
+        self.replay_planned(plan)
+    }
+
+    /// Deletes dead letter `id` (the operator gave up on it); false when there was none. The
+    /// ledger keeps it counted as dead-lettered. Blocking.
+    pub fn delete_dead_letter(&self, id: u64) -> Result<bool, StoreError> {
+        let deleted = self.call(|reply| Command::DeleteDead { id, reply })?;
+        if deleted {
+            events::queue_dead_letter_deleted(&self.shared.sink, id);
+        }
+        Ok(deleted)
+    }
+
+    /// The dead letters to replay (`only` that one, or up to `max` from the oldest), with
+    /// their seqs and bytes, in seq order. An entry that cannot be read back is kept in the
+    /// plan (with 0 bytes) so that the writer reports it.
+    fn replay_plan(&self, only: Option<u64>, max: usize) -> Result<Vec<Planned>, StoreError> {
+        let mut plan = self.read(|rtxn| {
+            let mut plan = Vec::new();
+            let mut add = |id: u64, json: &[u8]| {
+                let (seq, bytes) = match revive(json) {
+                    Ok(r) => (r.seq, row_bytes(r.line.len())),
+                    Err(_) => (u64::MAX, 0),
+                };
+                plan.push(Planned { id, seq, bytes });
+            };
+            match only {
+                Some(id) => {
+                    if let Some(json) = self.shared.dead.get(rtxn, &id)? {
+                        add(id, json);
+                    }
+                }
+                None => {
+                    for item in self.shared.dead.iter(rtxn)?.take(max) {
+                        let (id, json) = item?;
+                        add(id, json);
+                    }
+                }
+            }
+            Ok(plan)
+        })?;
+        plan.sort_by_key(|p| (p.seq, p.id));
+        Ok(plan)
+    }
+
+    /// Replays `plan` in chunks of [`REPLAY_CHUNK`]: under `block` each chunk's bytes are
+    /// reserved at the gate first (as far as they fit), then the writer puts them back.
+    fn replay_planned(&self, plan: Vec<Planned>) -> Result<ReplaySummary, StoreError> {
+        let gate = self.gate();
+        let mut summary = ReplaySummary::default();
+        'chunks: for chunk in plan.chunks(REPLAY_CHUNK) {
+            let mut reservation: Option<Reservation> = None;
+            let mut ids = Vec::with_capacity(chunk.len());
+            for p in chunk {
+                match gate.reserve(p.bytes) {
+                    Some(r) => {
+                        match reservation.as_mut() {
+                            Some(all) => all.absorb(r),
+                            None => reservation = Some(r),
+                        }
+                        ids.push(p.id);
+                    }
+                    None => {
+                        let (used, _, reserved) = gate.usage();
+                        summary.stopped = Some(ReplayError::Full {
+                            bytes: p.bytes,
+                            used: used + reserved,
+                            quota: gate.quota(),
+                        });
+                        break;
+                    }
+                }
+            }
+            if !ids.is_empty() {
+                let asked = ids.clone();
+                let results = self.call(|reply| Command::Replay {
+                    ids,
+                    _reservation: reservation,
+                    reply,
+                })?;
+                for (id, result) in asked.into_iter().zip(results) {
+                    match result {
+                        Ok(seq) => summary.replayed.push((id, seq)),
+                        Err(e @ ReplayError::Full { .. }) => {
+                            summary.stopped.get_or_insert(e);
+                        }
+                        Err(e) => summary.failed.push((id, e)),
+                    }
+                }
+            }
+            if summary.stopped.is_some() {
+                break 'chunks;
+            }
+        }
+        events::queue_dead_letters_replayed(&self.shared.sink, &summary.replayed);
+        summary.left = self.shared.counters.dead_rows.load(Ordering::Relaxed);
+        Ok(summary)
     }
 
     /// Waits up to `timeout` for a commit that adds rows after the one counted in `seen`;
@@ -560,25 +889,21 @@ impl DurableQueue {
     /// in one read transaction, the stored counts by source and the tracked rows of each
     /// source counted one by one. Returns `(stored pending, rows)`.
     pub fn count_pending(&self) -> Result<PendingCheck, StoreError> {
-        let _guard = self
-            .shared
-            .resize_lock
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let rtxn = self.shared.env.read_txn()?;
-        let mut rows = BTreeMap::new();
-        for item in self.shared.rows.iter(&rtxn)? {
-            let (_, value) = item?;
-            if let Some(source) = tracked_source(value) {
-                *rows.entry(source.to_string()).or_insert(0) += 1;
+        self.read(|rtxn| {
+            let mut rows = BTreeMap::new();
+            for item in self.shared.rows.iter(rtxn)? {
+                let (_, value) = item?;
+                if let Some(source) = tracked_source(value) {
+                    *rows.entry(source.to_string()).or_insert(0) += 1;
+                }
             }
-        }
-        let kept = read_ledger(&self.shared.ledger, &rtxn)?
-            .into_iter()
-            .map(|(source, c)| (source, c.pending))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        Ok(PendingCheck { kept, rows })
+            let kept = read_ledger(&self.shared.ledger, rtxn)?
+                .into_iter()
+                .map(|(source, c)| (source, c.pending))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            Ok(PendingCheck { kept, rows })
+        })
     }
 
     /// Rows the queue ever took (`accepted` of the push sink in the ledger).
@@ -614,11 +939,26 @@ impl Drop for DurableQueue {
     }
 }
 
+/// A dead letter chosen for a replay.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    id: u64,
+    /// Its original seq (`u64::MAX` when the entry cannot be read back).
+    seq: u64,
+    /// The logical bytes of its row.
+    bytes: u64,
+}
+
 /// An answer owed to one caller once the transaction ends.
 enum Pending {
     Seq(Reply<u64>, u64, Reservation),
     Count(Reply<u64>, u64),
     Moved(Reply<bool>, bool),
+    Replayed(
+        Reply<Vec<Result<u64, ReplayError>>>,
+        Vec<Result<u64, ReplayError>>,
+        Option<Reservation>,
+    ),
 }
 
 struct Writer {
@@ -629,6 +969,8 @@ struct Writer {
     /// The counts the open transaction changed (its new values); merged into `sources` after
     /// the commit, dropped when it fails.
     touched: BTreeMap<String, Counts>,
+    /// The open transaction puts rows in (appends, replays): the deliverer is woken after it.
+    adds_rows: bool,
 }
 
 impl Writer {
@@ -638,7 +980,17 @@ impl Writer {
             state,
             sources,
             touched: BTreeMap::new(),
+            adds_rows: false,
         }
+    }
+
+    /// The counts of `source` as the open transaction sees them.
+    fn counts(&self, source: &str) -> Counts {
+        self.touched
+            .get(source)
+            .or_else(|| self.sources.get(source))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Changes the ledger counts of `source` inside the open transaction.
@@ -692,6 +1044,7 @@ impl Writer {
     fn commit_group(&mut self, group: Vec<Command>) {
         let before = self.state;
         self.touched.clear();
+        self.adds_rows = false;
         let group_len = group.len() as u64;
         let mut evicted = (0u64, 0u64);
         let shared = Arc::clone(&self.shared);
@@ -718,6 +1071,10 @@ impl Writer {
                 c.dead_trimmed_total
                     .store(self.state.dead_trimmed_total, Ordering::Relaxed);
                 c.dead_rows.store(self.state.dead_rows, Ordering::Relaxed);
+                c.dead_replayed_total
+                    .store(self.state.dead_replayed_total, Ordering::Relaxed);
+                c.dead_deleted_total
+                    .store(self.state.dead_deleted_total, Ordering::Relaxed);
                 if evicted.0 > 0 {
                     events::queue_evicted(&self.shared.sink, c, evicted.0, evicted.1);
                 }
@@ -727,7 +1084,7 @@ impl Writer {
                         self.state.dead_trimmed_total - before.dead_trimmed_total,
                     );
                 }
-                let appended = self.state.next_seq > before.next_seq;
+                let appended = self.adds_rows;
                 // Answer only now: the transaction is on disk.
                 for p in pending {
                     match p {
@@ -741,6 +1098,10 @@ impl Writer {
                         }
                         Pending::Moved(reply, moved) => {
                             let _ = reply.send(Ok(moved));
+                        }
+                        Pending::Replayed(reply, results, reservation) => {
+                            drop(reservation);
+                            let _ = reply.send(Ok(results));
                         }
                     }
                 }
@@ -765,6 +1126,10 @@ impl Writer {
                             let _ = reply.send(Err(error.clone()));
                         }
                         Pending::Moved(reply, _) => {
+                            let _ = reply.send(Err(error.clone()));
+                        }
+                        Pending::Replayed(reply, _, reservation) => {
+                            drop(reservation);
                             let _ = reply.send(Err(error.clone()));
                         }
                     }
@@ -809,10 +1174,15 @@ impl Writer {
                     reply,
                     ..
                 } => Pending::Seq(reply, outcome.number(), _reservation),
-                Command::RemoveThrough { reply, .. } => Pending::Count(reply, outcome.number()),
-                Command::DeadLetter { reply, .. } => {
+                Command::RemoveRange { reply, .. } => Pending::Count(reply, outcome.number()),
+                Command::DeadLetter { reply, .. } | Command::DeleteDead { reply, .. } => {
                     Pending::Moved(reply, matches!(outcome, Outcome::Number(1)))
                 }
+                Command::Replay {
+                    _reservation,
+                    reply,
+                    ..
+                } => Pending::Replayed(reply, outcome.into_replays(), _reservation),
             });
         }
         let Some(mut txn) = wtxn else {
@@ -879,6 +1249,7 @@ impl Writer {
                 }
                 let seq = self.state.next_seq;
                 s.rows.put_with_flags(txn, PutFlags::APPEND, &seq, row)?;
+                self.adds_rows = true;
                 self.state.next_seq += 1;
                 self.state.used += size;
                 self.state.rows += 1;
@@ -891,11 +1262,12 @@ impl Writer {
                 }
                 Ok(Outcome::Number(seq))
             }
-            Command::RemoveThrough { seq, .. } => {
+            Command::RemoveRange { first, last, .. } => {
+                let range = *first..=*last;
                 let mut bytes = 0;
                 let mut count = 0;
                 let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
-                for item in s.rows.range(txn, &(..=*seq))? {
+                for item in s.rows.range(txn, &range)? {
                     let (_, value) = item?;
                     bytes += row_bytes(decode_row(value).1.len());
                     count += 1;
@@ -915,7 +1287,7 @@ impl Writer {
                     });
                 }
                 if count > 0 {
-                    s.rows.delete_range(txn, &(..=*seq))?;
+                    s.rows.delete_range(txn, &range)?;
                 }
                 self.state.used -= bytes;
                 self.state.rows -= count;
@@ -928,20 +1300,16 @@ impl Writer {
                 let Some(value) = s.rows.get(txn, seq)? else {
                     return Ok(Outcome::Number(0));
                 };
+                let (tag, line) = decode_row(value);
+                let entry = dead_letter_json(*seq, reason, *at_ms, tag, line);
                 let source = tracked_source(value).map(str::to_string);
-                let line = decode_row(value).1.to_vec();
+                let line_len = line.len();
                 if let Some(source) = source {
                     self.tally(&source, |c| {
                         c.pending = c.pending.saturating_sub(1);
                         c.dead_lettered += 1;
                     });
                 }
-                let reason_json =
-                    serde_json::to_string(reason).unwrap_or_else(|_| "\"\"".to_string());
-                let record = String::from_utf8_lossy(&line);
-                let entry = format!(
-                    r#"{{"seq":{seq},"reason":{reason_json},"at":{at_ms},"record":{record}}}"#
-                );
                 let id = self.state.dead_next;
                 s.dead
                     .put_with_flags(txn, PutFlags::APPEND, &id, entry.as_bytes())?;
@@ -949,7 +1317,7 @@ impl Writer {
                 self.state.dead_next += 1;
                 self.state.dead_rows += 1;
                 self.state.dead_lettered_total += 1;
-                self.state.used -= row_bytes(line.len());
+                self.state.used -= row_bytes(line_len);
                 self.state.rows -= 1;
                 while self.state.dead_rows > s.dead_cap.load(Ordering::Relaxed) {
                     let Some((oldest, _)) = s.dead.first(txn)? else {
@@ -961,7 +1329,86 @@ impl Writer {
                 }
                 Ok(Outcome::Number(1))
             }
+            Command::Replay { ids, .. } => {
+                let mut results = Vec::with_capacity(ids.len());
+                let mut full: Option<ReplayError> = None;
+                for id in ids {
+                    if let Some(e) = &full {
+                        results.push(Err(e.clone()));
+                        continue;
+                    }
+                    let result = self.replay_one(txn, *id)?;
+                    if let Err(e @ ReplayError::Full { .. }) = &result {
+                        full = Some(e.clone());
+                    }
+                    results.push(result);
+                }
+                Ok(Outcome::Replays(results))
+            }
+            Command::DeleteDead { id, .. } => {
+                if !s.dead.delete(txn, id)? {
+                    return Ok(Outcome::Number(0));
+                }
+                self.state.dead_rows = self.state.dead_rows.saturating_sub(1);
+                self.state.dead_deleted_total += 1;
+                Ok(Outcome::Number(1))
+            }
         }
+    }
+
+    /// Puts dead letter `id` back under its original seq, inside the open transaction.
+    fn replay_one(
+        &mut self,
+        txn: &mut RwTxn<'_>,
+        id: u64,
+    ) -> heed::Result<Result<u64, ReplayError>> {
+        let s = Arc::clone(&self.shared);
+        let Some(json) = s.dead.get(txn, &id)? else {
+            return Ok(Err(ReplayError::NotFound));
+        };
+        let revived = match revive(json) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(ReplayError::Damaged(e))),
+        };
+        let seq = revived.seq;
+        if seq >= self.state.next_seq || s.rows.get(txn, &seq)?.is_some() {
+            return Ok(Err(ReplayError::SeqTaken(seq)));
+        }
+        let size = row_bytes(revived.line.len());
+        let quota = s.gate.quota();
+        // The admission rule (a record larger than the quota only into an empty queue), on the
+        // committed rows; under `block` the gate reserved these bytes before, so this holds.
+        let fits = if size > quota {
+            self.state.rows == 0
+        } else {
+            self.state.used + size <= quota
+        };
+        if !fits {
+            return Ok(Err(ReplayError::Full {
+                bytes: size,
+                used: self.state.used,
+                quota,
+            }));
+        }
+        let mut tag = revived.tag;
+        // Tracked only while its source has a dead letter counted that can move back.
+        tag.tracked = tag.tracked && self.counts(&tag.source).dead_lettered > 0;
+        let value = encode_row(&tag, &revived.line);
+        s.rows
+            .put_with_flags(txn, PutFlags::NO_OVERWRITE, &seq, &value)?;
+        s.dead.delete(txn, &id)?;
+        self.adds_rows = true;
+        self.state.used += size;
+        self.state.rows += 1;
+        self.state.dead_rows = self.state.dead_rows.saturating_sub(1);
+        self.state.dead_replayed_total += 1;
+        if tag.tracked {
+            self.tally(&tag.source, |c| {
+                c.dead_lettered -= 1;
+                c.pending += 1;
+            });
+        }
+        Ok(Ok(seq))
     }
 
     /// After `MDB_MAP_FULL`: grows the map by half, up to the limit of the board.
@@ -1035,13 +1482,21 @@ fn write_ledger(db: &Meta, txn: &mut RwTxn<'_>, source: &str, c: &Counts) -> hee
 enum Outcome {
     None,
     Number(u64),
+    Replays(Vec<Result<u64, ReplayError>>),
 }
 
 impl Outcome {
     fn number(&self) -> u64 {
         match self {
-            Self::None => 0,
+            Self::None | Self::Replays(_) => 0,
             Self::Number(n) => *n,
+        }
+    }
+
+    fn into_replays(self) -> Vec<Result<u64, ReplayError>> {
+        match self {
+            Self::Replays(r) => r,
+            Self::None | Self::Number(_) => Vec::new(),
         }
     }
 }

@@ -32,6 +32,30 @@ pub fn queue_dead_letters_trimmed(sink: &str, rows: u64) {
     log::warn!("queue dead letters trimmed at the cap: sink={sink} rows={rows}");
 }
 
+/// An operator put dead letters back into sink `sink`'s queue (`(id, seq)` of each, in seq
+/// order): one line per call, however many. (The durable count is the queue's,
+/// `dead_replayed_total`, kept with the rows.)
+pub fn queue_dead_letters_replayed(sink: &str, replayed: &[(u64, u64)]) {
+    match replayed {
+        [] => {}
+        [(id, seq)] => {
+            log::info!("dead letter replayed into the queue: sink={sink} id={id} seq={seq}")
+        }
+        [(_, first), .., (_, last)] => log::info!(
+            "dead letters replayed into the queue: sink={sink} rows={} seqs={first}..={last}",
+            replayed.len()
+        ),
+    }
+}
+
+/// An operator deleted dead letter `id` of sink `sink`'s queue; the ledger keeps it counted as
+/// dead-lettered. (The durable count is the queue's, `dead_deleted_total`.)
+pub fn queue_dead_letter_deleted(sink: &str, id: u64) {
+    log::warn!(
+        "dead letter deleted by the operator, still counted dead-lettered: sink={sink} id={id}"
+    );
+}
+
 /// The stored accounting did not match the rows and was recounted at open.
 pub fn queue_accounting_repaired(sink: &str, meta_rows: u64, rows: u64, meta_used: u64, used: u64) {
     log::warn!(

@@ -4,7 +4,7 @@
 // and sent only to the admin endpoints.
 'use strict';
 (function () {
-  var POLL_MS = 5000, FEED_MAX = 40, TOKEN_KEY = 'opex-admin-token';
+  var POLL_MS = 5000, FEED_MAX = 40, TOKEN_KEY = 'opex-admin-token', RECORD_SHOWN = 160;
   var app = document.getElementById('app');
   var doc = null, ws = null, liveCount = 0, liveValues = 0, retryMs = 1000;
 
@@ -258,10 +258,20 @@
     var d = s.dead_letters, u = s.uplink || {};
     show('sec-dlq', !!d);
     if (!d) return;
-    add(clear($('dlq')), table(['queue', 'open', 'resolved', 'parked', 'trimmed'], [
+    var rows = [
       ['pipeline', num(d.open), num(d.resolved), num(d.parked_total), num(d.trimmed_total)],
       ['push (uplink rejected)', num(u.dead_letter_rows), null, num(u.dead_lettered_total), num(u.dead_trimmed_total)]
-    ], [0, 1, 1, 1, 1]));
+    ];
+    queuedSinks(s).forEach(function (k) {
+      if (k.name !== 'push') rows.push([k.name + ' (destination rejected)', num(k.dead_letter_rows), null, null, null]);
+    });
+    add(clear($('dlq')), table(['queue', 'open', 'resolved', 'parked', 'trimmed'], rows, [0, 1, 1, 1, 1]));
+  }
+
+  // The sinks with a queue of their own (push, queue: disk): they have dead letters.
+  function queuedSinks(s) {
+    var list = (s && Array.isArray(s.sinks)) ? s.sinks.filter(function (k) { return k.dead_letter_rows !== undefined; }) : [];
+    return list.length ? list : [{ name: 'push' }];
   }
 
   function footer(s) {
@@ -380,11 +390,73 @@
       listOpen();
     }).catch(function (e) { say(e.message); });
   }
-  function listPush() {
-    admin('GET', '/api/push/dead-letters?limit=100').then(function (body) {
-      var rows = (body.rows || []).map(function (r) { return [r.id, pre(r)]; });
-      say(rows.length + ' of ' + num(body.total) + ' push dead letters (records the uplink receiver refused for good).');
-      add(clear($('dlq-list')), table(['id', 'record'], rows));
+  // ------------------------------------------------ queue dead letters
+
+  function queuePath(sink, rest) {
+    return '/api/sinks/' + encodeURIComponent(sink) + '/dead-letters' + (rest || '');
+  }
+  function shortRecord(r) {
+    var text = JSON.stringify(r === undefined ? null : r);
+    var e = el('span', 'rec', text.length > RECORD_SHOWN ? text.slice(0, RECORD_SHOWN) + '…' : text);
+    e.title = text;
+    return e;
+  }
+  function button(label, cls, action) {
+    var b = el('button', cls, label);
+    b.type = 'button';
+    b.onclick = action;
+    return b;
+  }
+
+  // Every queue's dead letters (the oldest 100 of each), with Replay, Delete and Replay all.
+  function listQueues(note) {
+    var sinks = queuedSinks(doc).map(function (k) { return k.name; });
+    Promise.all(sinks.map(function (name) {
+      return admin('GET', queuePath(name, '?limit=100')).then(function (body) { return { name: name, body: body }; });
+    })).then(function (lists) {
+      var box = el('div', 'qdl'), shown = 0, total = 0;
+      lists.forEach(function (l) {
+        var rows = l.body.rows || [];
+        shown += rows.length;
+        total += num(l.body.total);
+        var h = el('h3');
+        var n = num(l.body.total);
+        add(h, el('span', '', l.name + ': ' + n + (n === 1 ? ' dead letter' : ' dead letters')));
+        if (rows.length) h.appendChild(button('Replay all', '', function () { replayAll(l.name); }));
+        box.appendChild(h);
+        if (!rows.length) return;
+        box.appendChild(table(['id', 'seq', 'reason', 'at', 'record', ''], rows.map(function (r) {
+          var actions = el('span');
+          actions.dataset.deadLetter = l.name + '/' + r.id;
+          var del = button('Delete', 'danger', function () {
+            // A second click confirms: the record is given up for good.
+            if (del.dataset.armed) { remove(l.name, r.id); return; }
+            del.dataset.armed = '1';
+            del.textContent = 'Confirm delete';
+          });
+          add(actions, button('Replay', '', function () { replayQueued(l.name, r.id); }), ' ', del);
+          return [r.id, r.seq, r.reason, when(r.at), shortRecord(r.record), actions];
+        }), [1, 1, 0, 0, 0, 0]));
+      });
+      say((note ? note + ' · ' : '') + shown + ' of ' + total + ' queue dead letters (records a destination refused for good; Replay puts one back at the head of its queue, Delete gives up on it).');
+      add(clear($('dlq-list')), box);
+    }).catch(function (e) { say(e.message); });
+  }
+  function replayQueued(sink, id) {
+    admin('POST', queuePath(sink, '/' + encodeURIComponent(id) + '/replay')).then(function (body) {
+      listQueues(body.ok ? sink + ' dead letter ' + id + ' replayed (seq ' + body.seq + ')' : sink + ' dead letter ' + id + ': ' + (body.error || 'not replayed'));
+    }).catch(function (e) { say(e.message); });
+  }
+  function replayAll(sink) {
+    admin('POST', queuePath(sink, '/replay')).then(function (body) {
+      var failed = Array.isArray(body.failed) ? body.failed.length : 0;
+      listQueues(body.ok ? sink + ': ' + num(body.replayed) + ' replayed, ' + failed + ' failed, ' + num(body.left) + ' left' +
+        (body.stopped ? ' (' + body.stopped + ')' : '') : sink + ': ' + (body.error || 'not replayed'));
+    }).catch(function (e) { say(e.message); });
+  }
+  function remove(sink, id) {
+    admin('DELETE', queuePath(sink, '/' + encodeURIComponent(id))).then(function () {
+      listQueues(sink + ' dead letter ' + id + ' deleted');
     }).catch(function (e) { say(e.message); });
   }
 
@@ -400,7 +472,7 @@
     say('admin token forgotten');
   };
   $('dlq-open').onclick = listOpen;
-  $('push-dlq-open').onclick = listPush;
+  $('queue-dlq-open').onclick = function () { listQueues(''); };
 
   poll();
   setInterval(poll, POLL_MS);

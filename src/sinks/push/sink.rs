@@ -17,11 +17,12 @@ use crate::alerts::{ComponentReport, QueueReport};
 use crate::alerts::{QueueKind, QueueReading};
 use crate::record::Record;
 use crate::sinks::queue::{
-    write_samples, Deliverer, DeliveryStatus, DiskQueue, Drain, QueueStatus, PUSH_FAMILIES,
+    dead_lettered_now, write_samples, Deliverer, DeliveryStatus, DiskQueue, Drain, QueueStatus,
+    PUSH_FAMILIES,
 };
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
-use crate::store::queue::{row_bytes, Tag};
+use crate::store::queue::{row_bytes, ReplayError, ReplaySummary, Tag};
 use crate::store::{DeadLetter, QueueCounters, StoreError};
 
 enum Buffer {
@@ -69,7 +70,7 @@ impl PushSink {
         } else {
             let counters = Arc::new(QueueCounters::default());
             Buffer::Volatile {
-                buffer: Arc::new(VolatileBuffer::new(Arc::clone(&counters))),
+                buffer: Arc::new(VolatileBuffer::new(name, Arc::clone(&counters))),
                 counters,
                 level: Arc::default(),
                 dead_level: Arc::default(),
@@ -209,6 +210,8 @@ impl PushSink {
             "dead_lettered_total": l(&c.dead_lettered_total),
             "dead_letter_rows": l(&c.dead_rows),
             "dead_trimmed_total": l(&c.dead_trimmed_total),
+            "dead_replayed_total": l(&c.dead_replayed_total),
+            "dead_deleted_total": l(&c.dead_deleted_total),
             "last_error": null,
         });
         if self.uplink.is_some() {
@@ -233,6 +236,8 @@ impl PushSink {
         r.entry.insert("blocked".into(), q.blocked_total.into());
         r.entry.insert("queue_rows".into(), q.rows.into());
         r.entry.insert("durable".into(), q.durable.into());
+        r.entry
+            .insert("dead_letter_rows".into(), l(&c.dead_rows).into());
         let queue = serde_json::to_value(&q).unwrap_or_default();
         let uplink = self.uplink_json();
         r.status = json!({"queue": queue, "uplink": uplink});
@@ -304,7 +309,7 @@ impl PushSink {
                     accepted: buffer.appended_total(),
                     delivered: l(&c.sent_total),
                     pending: rows,
-                    dead_lettered: l(&c.dead_lettered_total),
+                    dead_lettered: dead_lettered_now(c),
                     lost: l(&c.evicted_total),
                     unconfirmed: 0,
                     kept: "memory",
@@ -361,6 +366,38 @@ impl PushSink {
             Buffer::Volatile { buffer, .. } => buffer.dead_letters(after, max),
         };
         Ok((rows, self.counters().dead_rows.load(Ordering::Relaxed)))
+    }
+
+    /// Dead letter `id`, when it is kept.
+    pub fn get_dead_letter(&self, id: u64) -> Result<Option<DeadLetter>, StoreError> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.get_dead_letter(id),
+            Buffer::Volatile { buffer, .. } => Ok(buffer.get_dead_letter(id)),
+        }
+    }
+
+    /// Puts dead letter `id` back at the head of the queue; its seq. Blocking.
+    pub fn replay_dead_letter(&self, id: u64) -> Result<u64, ReplayError> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.replay_dead_letter(id),
+            Buffer::Volatile { buffer, .. } => buffer.replay_dead_letter(id),
+        }
+    }
+
+    /// Puts back up to `max` dead letters in seq order. Blocking.
+    pub fn replay_dead_letters(&self, max: usize) -> Result<ReplaySummary, StoreError> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.replay_dead_letters(max),
+            Buffer::Volatile { buffer, .. } => Ok(buffer.replay_dead_letters(max)),
+        }
+    }
+
+    /// Deletes dead letter `id`; false when there was none. Blocking.
+    pub fn delete_dead_letter(&self, id: u64) -> Result<bool, StoreError> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.delete_dead_letter(id),
+            Buffer::Volatile { buffer, .. } => Ok(buffer.delete_dead_letter(id)),
+        }
     }
 
     /// True while records can be stored (the durable writer runs; the volatile buffer always).

@@ -3,7 +3,10 @@
 //! startup; enable `push_queue` for anything that matters.
 //!
 //! Rows are kept encoded as in the durable queue (header with the source, then the line), so
-//! its part of the loss ledger is counted the same way, in memory.
+//! its part of the loss ledger is counted the same way, in memory. Its dead letters have the
+//! durable queue's verbs with the same rules (see [`crate::store::queue`], "Dead letters"):
+//! a replay puts the row back under its original seq (rows stay in seq order) and is refused
+//! when the buffer has no room for it; a delete leaves it counted dead-lettered.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -12,7 +15,9 @@ use std::time::Duration;
 
 use crate::admission::{Gate, OnFull};
 use crate::ledger::{Book, Cause, Left};
-use crate::store::queue::{decode_row, encode_row, row_bytes, Tag};
+use crate::store::queue::{
+    dead_letter_json, decode_row, encode_row, revive, row_bytes, ReplayError, ReplaySummary, Tag,
+};
 use crate::store::{DeadLetter, QueueCounters, Row, StoreError};
 use crate::telemetry::events;
 
@@ -23,16 +28,20 @@ pub const DEAD_CAP: usize = 1000;
 
 #[derive(Default)]
 struct Inner {
+    /// In seq order (a replayed row goes back to its place).
     rows: VecDeque<Row>,
     dead: VecDeque<DeadLetter>,
     next_seq: u64,
     next_dead: u64,
     used: u64,
+    /// Bumped for every row put in (appended or replayed): the deliverer waits on it.
     appended: u64,
 }
 
 /// The memory-only push buffer.
 pub struct VolatileBuffer {
+    /// The push sink it belongs to, for logs.
+    sink: String,
     gate: Arc<Gate>,
     counters: Arc<QueueCounters>,
     inner: Mutex<Inner>,
@@ -52,9 +61,10 @@ fn size_and_source(value: &[u8]) -> (u64, Option<&str>) {
 }
 
 impl VolatileBuffer {
-    /// An empty buffer.
-    pub fn new(counters: Arc<QueueCounters>) -> Self {
+    /// An empty buffer of push sink `sink`.
+    pub fn new(sink: &str, counters: Arc<QueueCounters>) -> Self {
         Self {
+            sink: sink.to_string(),
             gate: Arc::new(Gate::new(OnFull::EvictOldest, VOLATILE_QUOTA, 0, 0, 0)),
             counters,
             inner: Mutex::new(Inner::default()),
@@ -120,6 +130,135 @@ impl VolatileBuffer {
         seq
     }
 
+    /// Dead letter `id`, when it is kept.
+    pub fn get_dead_letter(&self, id: u64) -> Option<DeadLetter> {
+        self.lock().dead.iter().find(|d| d.id == id).cloned()
+    }
+
+    /// Puts dead letter `id` back under its original seq; that seq.
+    pub fn replay_dead_letter(&self, id: u64) -> Result<u64, ReplayError> {
+        let mut inner = self.lock();
+        let result = self.replay_locked(&mut inner, id);
+        self.after_replays(inner, usize::from(result.is_ok()));
+        if let Ok(seq) = result {
+            events::queue_dead_letters_replayed(&self.sink, &[(id, seq)]);
+        }
+        result
+    }
+
+    /// Puts back up to `max` dead letters (the oldest kept) in seq order; stops at the first
+    /// that does not fit.
+    pub fn replay_dead_letters(&self, max: usize) -> ReplaySummary {
+        let mut inner = self.lock();
+        let mut plan: Vec<(u64, u64)> = inner
+            .dead
+            .iter()
+            .take(max)
+            .map(|d| (revive(&d.json).map_or(u64::MAX, |r| r.seq), d.id))
+            .collect();
+        plan.sort_unstable();
+        let mut summary = ReplaySummary::default();
+        for (_, id) in plan {
+            match self.replay_locked(&mut inner, id) {
+                Ok(seq) => summary.replayed.push((id, seq)),
+                Err(e @ ReplayError::Full { .. }) => {
+                    summary.stopped = Some(e);
+                    break;
+                }
+                Err(e) => summary.failed.push((id, e)),
+            }
+        }
+        summary.left = inner.dead.len() as u64;
+        self.after_replays(inner, summary.replayed.len());
+        events::queue_dead_letters_replayed(&self.sink, &summary.replayed);
+        summary
+    }
+
+    /// Deletes dead letter `id`; false when there was none. It stays counted dead-lettered.
+    pub fn delete_dead_letter(&self, id: u64) -> bool {
+        let mut inner = self.lock();
+        let Some(pos) = inner.dead.iter().position(|d| d.id == id) else {
+            return false;
+        };
+        inner.dead.remove(pos);
+        self.counters
+            .dead_rows
+            .store(inner.dead.len() as u64, Ordering::Relaxed);
+        self.counters
+            .dead_deleted_total
+            .fetch_add(1, Ordering::Relaxed);
+        drop(inner);
+        events::queue_dead_letter_deleted(&self.sink, id);
+        true
+    }
+
+    /// One replay, under the lock.
+    fn replay_locked(&self, inner: &mut Inner, id: u64) -> Result<u64, ReplayError> {
+        let pos = inner
+            .dead
+            .iter()
+            .position(|d| d.id == id)
+            .ok_or(ReplayError::NotFound)?;
+        let revived = revive(&inner.dead[pos].json).map_err(ReplayError::Damaged)?;
+        let seq = revived.seq;
+        let at = inner.rows.partition_point(|r| r.seq < seq);
+        if seq >= inner.next_seq || inner.rows.get(at).is_some_and(|r| r.seq == seq) {
+            return Err(ReplayError::SeqTaken(seq));
+        }
+        let size = row_bytes(revived.line.len());
+        let fits = if size > VOLATILE_QUOTA {
+            inner.rows.is_empty()
+        } else {
+            inner.used + size <= VOLATILE_QUOTA
+        };
+        if !fits {
+            return Err(ReplayError::Full {
+                bytes: size,
+                used: inner.used,
+                quota: VOLATILE_QUOTA,
+            });
+        }
+        let mut tag = revived.tag;
+        if tag.tracked {
+            // Tracked only while its source has a dead letter counted that can move back.
+            let mut moved = false;
+            self.book.update(&tag.source, |c| {
+                if c.dead_lettered > 0 {
+                    c.dead_lettered -= 1;
+                    c.pending += 1;
+                    moved = true;
+                }
+            });
+            tag.tracked = moved;
+        }
+        inner.dead.remove(pos);
+        inner.rows.insert(
+            at,
+            Row {
+                seq,
+                line: encode_row(&tag, &revived.line),
+            },
+        );
+        inner.used += size;
+        inner.appended += 1;
+        self.counters
+            .dead_replayed_total
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// Publishes the buffer after `replayed` replays and wakes the deliverer.
+    fn after_replays(&self, inner: MutexGuard<'_, Inner>, replayed: usize) {
+        self.counters
+            .dead_rows
+            .store(inner.dead.len() as u64, Ordering::Relaxed);
+        self.gate.publish(inner.used, inner.rows.len() as u64);
+        drop(inner);
+        if replayed > 0 {
+            self.appended.notify_all();
+        }
+    }
+
     /// Dead letters kept in memory.
     pub fn dead_letters(&self, after: Option<u64>, max: usize) -> Vec<DeadLetter> {
         let inner = self.lock();
@@ -147,18 +286,18 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
             .collect())
     }
 
-    fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
+    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
         let mut inner = self.lock();
+        let start = inner.rows.partition_point(|r| r.seq < first);
+        let end = inner.rows.partition_point(|r| r.seq <= last).max(start);
         let mut n = 0;
-        while inner.rows.front().is_some_and(|r| r.seq <= seq) {
-            if let Some(r) = inner.rows.pop_front() {
-                let (b, source) = size_and_source(&r.line);
-                if let Some(source) = source {
-                    self.book.left_queue(source, Left::Delivered);
-                }
-                inner.used -= b;
-                n += 1;
+        for r in inner.rows.drain(start..end).collect::<Vec<_>>() {
+            let (b, source) = size_and_source(&r.line);
+            if let Some(source) = source {
+                self.book.left_queue(source, Left::Delivered);
             }
+            inner.used -= b;
+            n += 1;
         }
         self.gate.publish(inner.used, inner.rows.len() as u64);
         self.counters.sent_total.fetch_add(n, Ordering::Relaxed);
@@ -180,15 +319,11 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
         inner.used -= b;
         let id = inner.next_dead;
         inner.next_dead += 1;
-        let json = serde_json::json!({
-            "seq": seq,
-            "reason": reason,
-            "at": crate::record::now_ms(),
-            "record": serde_json::from_slice::<serde_json::Value>(decode_row(&row.line).1).unwrap_or_default(),
-        });
+        let (tag, line) = decode_row(&row.line);
+        let json = dead_letter_json(seq, reason, crate::record::now_ms(), tag, line);
         inner.dead.push_back(DeadLetter {
             id,
-            json: json.to_string().into_bytes(),
+            json: json.into_bytes(),
         });
         if inner.dead.len() > DEAD_CAP {
             inner.dead.pop_front();
@@ -227,7 +362,7 @@ mod tests {
     #[test]
     fn volatile_buffer_evicts_oldest_at_sixteen_mib_and_counts_it() {
         let counters = Arc::new(QueueCounters::default());
-        let buf = VolatileBuffer::new(Arc::clone(&counters));
+        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
         let line = vec![b'x'; 1 << 20];
         let tag = Tag {
             source: "ingest/a".into(),
@@ -241,9 +376,69 @@ mod tests {
         assert_eq!(rows, 15);
         assert_eq!(counters.evicted_total.load(Ordering::Relaxed), 5);
         assert_eq!(buf.peek(1).unwrap()[0].seq, 5);
-        assert_eq!(buf.remove_through(6).unwrap(), 2);
+        assert_eq!(buf.remove_range(5, 6).unwrap(), 2);
         let c = buf.ledger().snapshot()["ingest/a"];
         assert_eq!((c.acked, c.evicted, c.delivered, c.pending), (20, 5, 2, 13));
         assert_eq!(c.imbalance(), 0);
+    }
+
+    #[test]
+    fn volatile_dead_letters_are_replayed_to_the_head_in_seq_order_or_deleted_and_the_ledger_balances(
+    ) {
+        let counters = Arc::new(QueueCounters::default());
+        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
+        let tag = Tag {
+            source: "ingest/a".into(),
+            tracked: true,
+        };
+        for i in 0..5 {
+            buf.append(format!("{{\"i\":{i}}}").into_bytes(), &tag);
+        }
+        let usage = buf.gate().usage();
+        // Ids 0, 1, 2 are seqs 2, 0, 3.
+        for seq in [2, 0, 3] {
+            assert!(buf.dead_letter(seq, "HTTP 400: no").unwrap());
+        }
+        let d = buf.get_dead_letter(1).expect("dead letter 1");
+        let v: serde_json::Value = serde_json::from_slice(&d.json).unwrap();
+        assert_eq!(
+            (v["seq"].as_u64(), v["record"]["i"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert_eq!(v["source"], "ingest/a");
+
+        assert_eq!(buf.replay_dead_letter(1), Ok(0));
+        assert_eq!(
+            buf.peek(1).unwrap()[0].line,
+            br#"{"i":0}"#,
+            "back at the head"
+        );
+        assert_eq!(buf.replay_dead_letter(1), Err(ReplayError::NotFound));
+        assert!(buf.delete_dead_letter(2));
+        assert!(!buf.delete_dead_letter(2));
+        let summary = buf.replay_dead_letters(10);
+        assert_eq!(summary.replayed, vec![(0, 2)]);
+        assert_eq!(summary.left, 0);
+        let seqs: Vec<u64> = buf.peek(10).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(
+            seqs,
+            vec![0, 1, 2, 4],
+            "in seq order; the deleted one is gone"
+        );
+        let (used, rows, _) = buf.gate().usage();
+        assert_eq!(rows, 4);
+        assert!(used < usage.0);
+        let c = buf.ledger().snapshot()["ingest/a"];
+        assert_eq!((c.pending, c.dead_lettered, c.imbalance()), (4, 1, 0));
+        assert_eq!(counters.dead_rows.load(Ordering::Relaxed), 0);
+        assert_eq!(counters.dead_replayed_total.load(Ordering::Relaxed), 2);
+        assert_eq!(counters.dead_deleted_total.load(Ordering::Relaxed), 1);
+        // A batch confirmed after a replay keeps the replayed row it never carried.
+        assert!(buf.dead_letter(0, "HTTP 400: no").unwrap());
+        assert_eq!(buf.replay_dead_letter(3), Ok(0));
+        assert_eq!(buf.remove_range(1, 4).unwrap(), 3);
+        assert_eq!(buf.peek(10).unwrap()[0].seq, 0);
+        let c = buf.ledger().snapshot()["ingest/a"];
+        assert_eq!((c.delivered, c.pending, c.imbalance()), (3, 1, 0));
     }
 }

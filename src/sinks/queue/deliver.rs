@@ -354,7 +354,7 @@ impl Deliverer {
                 Verdict::Delivered => {
                     delay = self.cfg.retry_initial;
                     self.status.delivered();
-                    match self.drain.remove_through(last) {
+                    match self.drain.remove_range(first, last) {
                         Ok(n) => events::delivered(&self.sink, n),
                         Err(e) => {
                             // Delivered but not deleted: it will be sent again (a duplicate
@@ -454,10 +454,10 @@ mod tests {
                 .cloned()
                 .collect())
         }
-        fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
+        fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
             let mut rows = self.rows.lock().unwrap();
             let before = rows.len();
-            rows.retain(|r| r.seq > seq);
+            rows.retain(|r| r.seq < first || r.seq > last);
             Ok((before - rows.len()) as u64)
         }
         fn dead_letter(&self, seq: u64, _reason: &str) -> Result<bool, StoreError> {

@@ -36,18 +36,20 @@ use crate::alerts::{ComponentReport, QueueReport};
 use crate::alerts::{QueueKind, QueueReading};
 use crate::ledger::Counts;
 use crate::sinks::DeliveryError;
-use crate::store::queue::{row_bytes, Tag, WRITER_CHANNEL};
+use crate::store::queue::{row_bytes, ReplayError, ReplaySummary, Tag, WRITER_CHANNEL};
 use crate::store::{DeadLetter, DurableQueue, QueueCounters, Row, StoreError};
 
 /// What a deliverer needs of a queue, durable or (for push without `push_queue`) volatile.
 pub trait Drain: Send + Sync {
     /// Up to `max` rows from the head, oldest first.
     fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError>;
-    /// Deletes every row up to and including `seq` (delivered); returns how many.
-    fn remove_through(&self, seq: u64) -> Result<u64, StoreError>;
+    /// Deletes the rows from `first` through `last` (a batch delivered); returns how many. A
+    /// row below `first` is kept: it is a dead letter replayed while the batch was on its way.
+    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError>;
     /// Moves row `seq` to the dead-letter table; false when it was no longer there.
     fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError>;
-    /// Waits up to `timeout` for rows appended after `seen`; returns the new mark.
+    /// Waits up to `timeout` for rows appended (or replayed) after `seen`; returns the new
+    /// mark.
     fn wait_appended(&self, seen: u64, timeout: Duration) -> u64;
 }
 
@@ -55,8 +57,8 @@ impl Drain for DurableQueue {
     fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
         DurableQueue::peek(self, max)
     }
-    fn remove_through(&self, seq: u64) -> Result<u64, StoreError> {
-        DurableQueue::remove_through(self, seq)
+    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
+        DurableQueue::remove_range(self, first, last)
     }
     fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError> {
         DurableQueue::dead_letter(self, seq, reason)
@@ -64,6 +66,13 @@ impl Drain for DurableQueue {
     fn wait_appended(&self, seen: u64, timeout: Duration) -> u64 {
         DurableQueue::wait_appended(self, seen, timeout)
     }
+}
+
+/// Copies in a queue's dead letters as the ledger counts them: moved there, less those put
+/// back (a deleted or trimmed one stays counted: nobody delivered it).
+pub fn dead_lettered_now(c: &QueueCounters) -> u64 {
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    l(&c.dead_lettered_total).saturating_sub(l(&c.dead_replayed_total))
 }
 
 /// The note `/api/status` shows next to a sink with `queue: disk`.
@@ -212,6 +221,12 @@ pub struct Families {
     pub sent: &'static str,
     /// Rows moved to the dead-letter table.
     pub dead_letters: &'static str,
+    /// Rows in the dead-letter table now.
+    pub dead_rows: &'static str,
+    /// Dead letters an operator put back into the queue.
+    pub dead_replayed: &'static str,
+    /// Dead letters an operator deleted.
+    pub dead_deleted: &'static str,
     /// Commits.
     pub commits: &'static str,
     /// Commands applied by the commits.
@@ -232,6 +247,9 @@ pub const PUSH_FAMILIES: Families = Families {
     level: "opex_connector_push_queue_level",
     sent: "opex_connector_uplink_sent_total",
     dead_letters: "opex_connector_push_dead_letters_total",
+    dead_rows: "opex_connector_push_dead_letter_rows",
+    dead_replayed: "opex_connector_push_dead_letters_replayed_total",
+    dead_deleted: "opex_connector_push_dead_letters_deleted_total",
     commits: "opex_connector_push_queue_commits_total",
     commands: "opex_connector_push_queue_committed_commands_total",
     failures: "opex_connector_uplink_failures_total",
@@ -249,6 +267,9 @@ pub const DISK_FAMILIES: Families = Families {
     level: "opex_connector_disk_queue_level",
     sent: "opex_connector_disk_queue_delivered_total",
     dead_letters: "opex_connector_disk_queue_dead_letters_total",
+    dead_rows: "opex_connector_disk_queue_dead_letter_rows",
+    dead_replayed: "opex_connector_disk_queue_dead_letters_replayed_total",
+    dead_deleted: "opex_connector_disk_queue_dead_letters_deleted_total",
     commits: "opex_connector_disk_queue_commits_total",
     commands: "opex_connector_disk_queue_committed_commands_total",
     failures: "opex_connector_disk_queue_delivery_failures_total",
@@ -304,6 +325,21 @@ pub fn write_samples(
         f.dead_letters,
         "Records a queue's destination refused for good, moved to its dead letters.",
         l(&c.dead_lettered_total),
+    );
+    s.gauge(
+        f.dead_rows,
+        "Rows in a queue's dead-letter table.",
+        l(&c.dead_rows) as f64,
+    );
+    s.counter(
+        f.dead_replayed,
+        "Dead letters an operator put back into their queue.",
+        l(&c.dead_replayed_total),
+    );
+    s.counter(
+        f.dead_deleted,
+        "Dead letters an operator deleted (still counted dead-lettered in the ledger).",
+        l(&c.dead_deleted_total),
     );
     s.counter(
         f.commits,
@@ -503,7 +539,7 @@ impl DiskQueue {
             accepted: self.queue.appended_total(),
             delivered: l(&self.counters.sent_total),
             pending: rows,
-            dead_lettered: l(&self.counters.dead_lettered_total),
+            dead_lettered: dead_lettered_now(&self.counters),
             lost: l(&self.counters.evicted_total),
             unconfirmed: 0,
             kept: "disk",
@@ -540,6 +576,26 @@ impl DiskQueue {
         max: usize,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         self.queue.dead_letters(after, max)
+    }
+
+    /// Dead letter `id`, when its table has it.
+    pub fn get_dead_letter(&self, id: u64) -> Result<Option<DeadLetter>, StoreError> {
+        self.queue.get_dead_letter(id)
+    }
+
+    /// Puts dead letter `id` back at the head of the queue; its seq. Blocking.
+    pub fn replay_dead_letter(&self, id: u64) -> Result<u64, ReplayError> {
+        self.queue.replay_dead_letter(id)
+    }
+
+    /// Puts back up to `max` dead letters in seq order. Blocking.
+    pub fn replay_dead_letters(&self, max: usize) -> Result<ReplaySummary, StoreError> {
+        self.queue.replay_dead_letters(max)
+    }
+
+    /// Deletes dead letter `id`; false when there was none. Blocking.
+    pub fn delete_dead_letter(&self, id: u64) -> Result<bool, StoreError> {
+        self.queue.delete_dead_letter(id)
     }
 
     /// Rows its dead-letter table keeps before it trims the oldest.

@@ -1,6 +1,7 @@
 //! The push queue against a model: a `VecDeque` with the same quota rules. Random sequences of
-//! push, ack (delivered), dead-letter and restart, under both policies; after every step the
-//! rows, their order and the byte accounting must match the model exactly.
+//! push, ack (delivered), dead-letter, replay (one and all), delete of a dead letter and
+//! restart, under both policies; after every step the rows, their order, the dead letters,
+//! the byte accounting and the ledger counts must match the model exactly.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -17,6 +18,9 @@ enum Op {
     Push(usize),
     Ack(usize),
     DeadLetter(usize),
+    Replay(usize),
+    ReplayAll,
+    DeleteDead(usize),
     Restart,
 }
 
@@ -27,20 +31,32 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (16_000usize..20_000).prop_map(Op::Push),
         2 => (1usize..8).prop_map(Op::Ack),
         1 => (0usize..8).prop_map(Op::DeadLetter),
+        1 => (0usize..8).prop_map(Op::Replay),
+        1 => Just(Op::ReplayAll),
+        1 => (0usize..8).prop_map(Op::DeleteDead),
         1 => Just(Op::Restart),
     ]
 }
 
 #[derive(Default)]
 struct Model {
+    /// In seq order.
     rows: VecDeque<Row>,
     next_seq: u64,
     used: u64,
     evicted: u64,
     blocked: u64,
+    /// Rows ever moved to the dead letters.
     dead: u64,
+    /// The dead-letter table: id and the row.
+    table: Vec<(u64, Row)>,
+    next_dead: u64,
+    replayed: u64,
+    deleted: u64,
     /// Tracked rows ever appended, by source.
     acked: BTreeMap<String, u64>,
+    /// Tracked rows counted dead-lettered (deleted ones stay), by source.
+    dead_counted: BTreeMap<String, u64>,
 }
 
 /// The tag of the record of op `i`: three sources, one row in four untracked.
@@ -90,6 +106,33 @@ impl Model {
         self.used += size;
         true
     }
+
+    /// A replay's room: a record larger than the quota only into an empty queue.
+    fn fits(&self, line: &[u8]) -> bool {
+        let size = row_bytes(line.len());
+        if size > QUOTA {
+            self.rows.is_empty()
+        } else {
+            self.used + size <= QUOTA
+        }
+    }
+
+    /// Puts entry `at` of the table back; false (nothing changed) when it does not fit.
+    fn replay(&mut self, at: usize) -> bool {
+        if !self.fits(&self.table[at].1.line) {
+            return false;
+        }
+        let (_, row) = self.table.remove(at);
+        let tag = tag_of(op_of(&row.line));
+        if tag.tracked {
+            *self.dead_counted.get_mut(&tag.source).unwrap() -= 1;
+        }
+        self.used += row_bytes(row.line.len());
+        let pos = self.rows.partition_point(|r| r.seq < row.seq);
+        self.rows.insert(pos, row);
+        self.replayed += 1;
+        true
+    }
 }
 
 fn open(dir: &Path, on_full: OnFull) -> DurableQueue {
@@ -115,9 +158,26 @@ fn check(q: &DurableQueue, m: &Model) {
         m.evicted
     );
     assert_eq!(q.gate().blocked_total(), m.blocked);
+    let c = q.counters();
+    assert_eq!(c.dead_lettered_total.load(Ordering::Relaxed), m.dead);
+    assert_eq!(c.dead_rows.load(Ordering::Relaxed), m.table.len() as u64);
+    assert_eq!(c.dead_replayed_total.load(Ordering::Relaxed), m.replayed);
+    assert_eq!(c.dead_deleted_total.load(Ordering::Relaxed), m.deleted);
+    let table: Vec<(u64, u64)> = q
+        .dead_letters(None, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|d| (d.id, revive(&d.json).unwrap().seq))
+        .collect();
+    let model: Vec<(u64, u64)> = m.table.iter().map(|(id, r)| (*id, r.seq)).collect();
+    assert_eq!(table, model, "dead letters (id, seq)");
+    // The sink's figures: every row taken is delivered, queued, dead-lettered or evicted.
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     assert_eq!(
-        q.counters().dead_lettered_total.load(Ordering::Relaxed),
-        m.dead
+        q.appended_total(),
+        l(&c.sent_total) + count + l(&c.dead_lettered_total) - l(&c.dead_replayed_total)
+            + l(&c.evicted_total),
+        "accepted = delivered + pending + dead_lettered + lost"
     );
     // The ledger: pending agrees with the tracked rows, and every source balances.
     let mut pending: BTreeMap<String, u64> = BTreeMap::new();
@@ -134,6 +194,11 @@ fn check(q: &DurableQueue, m: &Model) {
         assert_eq!(c.imbalance(), 0, "{source} balances: {c:?}");
         assert_eq!(c.pending, pending.get(&source).copied().unwrap_or(0));
         assert_eq!(c.acked, m.acked.get(&source).copied().unwrap_or(0));
+        assert_eq!(
+            c.dead_lettered,
+            m.dead_counted.get(&source).copied().unwrap_or(0),
+            "{source} dead-lettered"
+        );
     }
     if q.gate().on_full() == OnFull::Block && count > 1 {
         assert!(used <= QUOTA, "block never goes over the quota");
@@ -170,11 +235,12 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
                 let Some(last) = m.rows.iter().take(n).next_back().map(|r| r.seq) else {
                     continue;
                 };
+                let first = m.rows[0].seq;
                 while m.rows.front().is_some_and(|r| r.seq <= last) {
                     let r = m.rows.pop_front().unwrap();
                     m.used -= row_bytes(r.line.len());
                 }
-                q.remove_through(last).unwrap();
+                q.remove_range(first, last).unwrap();
             }
             Op::DeadLetter(i) => {
                 let Some(seq) = m.rows.get(i).map(|r| r.seq) else {
@@ -183,7 +249,60 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
                 let r = m.rows.remove(i).unwrap();
                 m.used -= row_bytes(r.line.len());
                 m.dead += 1;
+                let tag = tag_of(op_of(&r.line));
+                if tag.tracked {
+                    *m.dead_counted.entry(tag.source).or_insert(0) += 1;
+                }
+                m.table.push((m.next_dead, r));
+                m.next_dead += 1;
                 assert!(q.dead_letter(seq, "HTTP 400: bad record").unwrap());
+            }
+            Op::Replay(i) => {
+                if m.table.is_empty() {
+                    continue;
+                }
+                let at = i % m.table.len();
+                let (id, seq) = (m.table[at].0, m.table[at].1.seq);
+                match q.replay_dead_letter(id) {
+                    Ok(got) => {
+                        assert!(m.replay(at), "the queue replayed what the model refused");
+                        assert_eq!(got, seq, "replayed under its original seq");
+                    }
+                    Err(ReplayError::Full { .. }) => {
+                        assert!(!m.fits(&m.table[at].1.line), "refused what fits");
+                    }
+                    Err(e) => panic!("replay of {id}: {e}"),
+                }
+            }
+            Op::ReplayAll => {
+                let mut order: Vec<usize> = (0..m.table.len()).collect();
+                order.sort_by_key(|&i| m.table[i].1.seq);
+                let order: Vec<u64> = order.iter().map(|&i| m.table[i].0).collect();
+                let mut expected = Vec::new();
+                let mut stopped = false;
+                for id in order {
+                    let at = m.table.iter().position(|(i, _)| *i == id).unwrap();
+                    let seq = m.table[at].1.seq;
+                    if !m.replay(at) {
+                        stopped = true;
+                        break;
+                    }
+                    expected.push((id, seq));
+                }
+                let summary = q.replay_dead_letters(usize::MAX).unwrap();
+                assert_eq!(summary.replayed, expected, "replayed in seq order");
+                assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+                assert_eq!(summary.stopped.is_some(), stopped, "{:?}", summary.stopped);
+                assert_eq!(summary.left, m.table.len() as u64);
+            }
+            Op::DeleteDead(i) => {
+                if m.table.is_empty() {
+                    continue;
+                }
+                let (id, _) = m.table.remove(i % m.table.len());
+                m.deleted += 1;
+                assert!(q.delete_dead_letter(id).unwrap());
+                assert!(!q.delete_dead_letter(id).unwrap(), "deleted twice");
             }
             Op::Restart => {
                 q.close_and_wait();
@@ -193,7 +312,7 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
         check(&q, &m);
     }
     let dead = q.dead_letters(None, usize::MAX).unwrap();
-    assert_eq!(dead.len() as u64, m.dead);
+    assert_eq!(dead.len(), m.table.len());
     for d in dead {
         let v: serde_json::Value = serde_json::from_slice(&d.json).unwrap();
         assert_eq!(v["reason"], "HTTP 400: bad record");
@@ -317,4 +436,347 @@ fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grow
     }
     assert_eq!(q.gate().usage().1, 1);
     assert_eq!(counters.write_errors_total.load(Ordering::Relaxed), tries);
+}
+
+/// Appends `n` tracked rows of source `s/1` (`{"i":N}`, padded to `pad` bytes).
+fn fill(q: &DurableQueue, rt: &tokio::runtime::Runtime, n: usize, pad: usize) {
+    for i in 0..n {
+        let line = format!("{{\"i\":{i},\"pad\":\"{}\"}}", "p".repeat(pad));
+        let r = q.gate().admit(row_bytes(line.len())).unwrap();
+        let tag = Tag {
+            source: "s/1".into(),
+            tracked: true,
+        };
+        rt.block_on(q.append(line.into_bytes(), &tag, r)).unwrap();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
+fn counts(q: &DurableQueue) -> Counts {
+    q.ledger()["s/1"]
+}
+
+/// Rewrites dead letter `id` in the table as `json`, as a file from an older version (or a
+/// damaged one) would have it.
+fn rewrite_dead_letter(q: &DurableQueue, id: u64, json: &str) {
+    let s = &q.shared;
+    let mut txn = s.env.write_txn().unwrap();
+    s.dead.put(&mut txn, &id, json.as_bytes()).unwrap();
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_replayed_dead_letter_goes_back_to_the_head_under_its_seq_and_its_ledger_count_moves_to_pending(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 3, 10);
+    let (used, rows, _) = q.gate().usage();
+    assert!(q.dead_letter(0, "HTTP 422: bad").unwrap());
+    let c = counts(&q);
+    assert_eq!((c.pending, c.dead_lettered), (2, 1));
+    let entry = q.get_dead_letter(0).unwrap().expect("dead letter 0");
+    let v: serde_json::Value = serde_json::from_slice(&entry.json).unwrap();
+    assert_eq!(v["source"], "s/1");
+    assert_eq!(v["tracked"], true);
+    assert_eq!(v["record"]["i"], 0);
+
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+    let head = q.peek(3).unwrap();
+    assert_eq!(
+        head.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![0, 1, 2],
+        "the replayed row is first again"
+    );
+    assert_eq!(
+        head[0].line, br#"{"i":0,"pad":"pppppppppp"}"#,
+        "the line as it was"
+    );
+    assert_eq!(
+        q.gate().usage(),
+        (used, rows, 0),
+        "taken as an append takes it"
+    );
+    let c = counts(&q);
+    assert_eq!((c.acked, c.pending, c.dead_lettered), (3, 3, 0));
+    assert_eq!(c.imbalance(), 0);
+    let check = q.count_pending().unwrap();
+    assert_eq!(check.kept, check.rows);
+    assert_eq!(q.counters().dead_rows.load(Ordering::Relaxed), 0);
+    assert_eq!(q.counters().dead_replayed_total.load(Ordering::Relaxed), 1);
+    assert_eq!(q.get_dead_letter(0).unwrap().map(|d| d.id), None);
+    assert_eq!(q.replay_dead_letter(0), Err(ReplayError::NotFound));
+    // Delivered, it counts as delivered once.
+    assert_eq!(q.remove_range(0, 2).unwrap(), 3);
+    let c = counts(&q);
+    assert_eq!((c.delivered, c.pending, c.dead_lettered), (3, 0, 0));
+}
+
+#[test]
+fn a_replay_into_a_full_block_queue_is_refused_uncounted_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    // Rows of about 1 KB until the quota refuses one.
+    let mut n = 0;
+    loop {
+        let line = format!("{{\"i\":{n},\"pad\":\"{}\"}}", "p".repeat(1000));
+        let Ok(r) = q.gate().admit(row_bytes(line.len())) else {
+            break;
+        };
+        rt.block_on(q.append(line.into_bytes(), &tag_of(1), r))
+            .unwrap();
+        n += 1;
+    }
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    // Its room is taken again.
+    fill(&q, &rt, 1, 1000);
+    let blocked = q.gate().blocked_total();
+    let before = (q.gate().usage(), q.ledger(), q.peek(usize::MAX).unwrap());
+    match q.replay_dead_letter(0) {
+        Err(ReplayError::Full { bytes, used, quota }) => {
+            assert!(used + bytes > quota, "{used} + {bytes} fits {quota}");
+            assert_eq!(quota, QUOTA);
+        }
+        other => panic!("expected a full queue, got {other:?}"),
+    }
+    let summary = q.replay_dead_letters(10).unwrap();
+    assert!(summary.replayed.is_empty());
+    assert!(matches!(summary.stopped, Some(ReplayError::Full { .. })));
+    assert_eq!(summary.left, 1);
+    let after = (q.gate().usage(), q.ledger(), q.peek(usize::MAX).unwrap());
+    assert_eq!(before, after, "nothing changed");
+    assert_eq!(
+        q.gate().blocked_total(),
+        blocked,
+        "a replay is no source refused"
+    );
+    assert!(!q.gate().blocking());
+    assert!(
+        q.get_dead_letter(0).unwrap().is_some(),
+        "still a dead letter"
+    );
+    // Once the queue drained, it fits.
+    q.remove_range(1, 2).unwrap();
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+}
+
+#[test]
+fn a_replay_under_evict_oldest_never_evicts_queued_rows_to_make_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::EvictOldest);
+    let rt = runtime();
+    fill(&q, &rt, 15, 1000);
+    let evicted_before = q.counters().evicted_total.load(Ordering::Relaxed);
+    let first = q.peek(1).unwrap()[0].seq;
+    assert!(q.dead_letter(first, "HTTP 400").unwrap());
+    fill(&q, &rt, 1, 1000);
+    let rows = q.peek(usize::MAX).unwrap();
+    assert!(matches!(
+        q.replay_dead_letter(0),
+        Err(ReplayError::Full { .. })
+    ));
+    assert_eq!(q.peek(usize::MAX).unwrap(), rows);
+    assert_eq!(
+        q.counters().evicted_total.load(Ordering::Relaxed),
+        evicted_before,
+        "nothing evicted"
+    );
+}
+
+#[test]
+fn a_replay_whose_seq_is_taken_is_refused_rather_than_overwriting_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 3, 10);
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    let rows = q.peek(usize::MAX).unwrap();
+    // An entry naming a queued row's seq, and one naming a seq no append has reached.
+    for (seq, what) in [(1u64, "queued"), (3, "next_seq")] {
+        rewrite_dead_letter(
+            &q,
+            0,
+            &format!(
+                r#"{{"seq":{seq},"reason":"x","at":1,"source":"s/1","tracked":true,"record":{{"i":9}}}}"#
+            ),
+        );
+        assert_eq!(
+            q.replay_dead_letter(0),
+            Err(ReplayError::SeqTaken(seq)),
+            "{what}"
+        );
+        assert_eq!(q.peek(usize::MAX).unwrap(), rows, "{what}: rows unchanged");
+        assert!(q.get_dead_letter(0).unwrap().is_some(), "{what}: kept");
+    }
+    rewrite_dead_letter(&q, 0, "not json");
+    assert!(matches!(
+        q.replay_dead_letter(0),
+        Err(ReplayError::Damaged(_))
+    ));
+    let summary = q.replay_dead_letters(10).unwrap();
+    assert_eq!(summary.failed.len(), 1, "{summary:?}");
+    assert_eq!(summary.left, 1);
+    let c = counts(&q);
+    assert_eq!((c.pending, c.dead_lettered, c.imbalance()), (2, 1, 0));
+}
+
+#[test]
+fn a_dead_letter_stored_without_source_and_tracked_is_replayed_untracked_and_the_ledger_still_balances(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 2, 10);
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    let old = q.get_dead_letter(0).unwrap().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&old.json).unwrap();
+    // The entry as versions before `source` and `tracked` wrote it.
+    rewrite_dead_letter(
+        &q,
+        0,
+        &format!(
+            r#"{{"seq":0,"reason":"HTTP 400","at":1,"record":{}}}"#,
+            v["record"]
+        ),
+    );
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+    let c = counts(&q);
+    assert_eq!(
+        (c.pending, c.dead_lettered, c.imbalance()),
+        (1, 1, 0),
+        "nothing moved"
+    );
+    let check = q.count_pending().unwrap();
+    assert_eq!(
+        check.kept, check.rows,
+        "the replayed row is not counted pending"
+    );
+    q.remove_range(0, 1).unwrap();
+    let c = counts(&q);
+    assert_eq!(
+        (c.delivered, c.pending, c.dead_lettered, c.imbalance()),
+        (1, 0, 1, 0)
+    );
+}
+
+#[test]
+fn a_deleted_dead_letter_stays_counted_dead_lettered_and_leaves_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 2, 10);
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    let usage = q.gate().usage();
+    assert!(q.delete_dead_letter(0).unwrap());
+    assert!(!q.delete_dead_letter(0).unwrap());
+    assert_eq!(q.get_dead_letter(0).unwrap().map(|d| d.id), None);
+    let c = q.counters();
+    assert_eq!(c.dead_rows.load(Ordering::Relaxed), 0);
+    assert_eq!(c.dead_deleted_total.load(Ordering::Relaxed), 1);
+    assert_eq!(c.dead_lettered_total.load(Ordering::Relaxed), 1);
+    assert_eq!(q.gate().usage(), usage, "the queue's rows are not touched");
+    let c = counts(&q);
+    assert_eq!((c.pending, c.dead_lettered, c.imbalance()), (1, 1, 0));
+    // It survives a restart.
+    q.close_and_wait();
+    let q = open(dir.path(), OnFull::Block);
+    assert_eq!(q.counters().dead_deleted_total.load(Ordering::Relaxed), 1);
+    assert_eq!(q.counters().dead_rows.load(Ordering::Relaxed), 0);
+    assert_eq!(counts(&q).dead_lettered, 1);
+}
+
+#[test]
+fn replay_all_puts_the_dead_letters_back_in_seq_order_and_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 6, 10);
+    // Dead-lettered out of seq order: ids 0, 1, 2 are seqs 4, 1, 2.
+    for seq in [4, 1, 2] {
+        assert!(q.dead_letter(seq, "HTTP 400").unwrap());
+    }
+    let summary = q.replay_dead_letters(2).unwrap();
+    assert_eq!(
+        summary.replayed,
+        vec![(1, 1), (0, 4)],
+        "the two oldest, by seq"
+    );
+    assert_eq!(summary.left, 1);
+    let summary = q.replay_dead_letters(10).unwrap();
+    assert_eq!(summary.replayed, vec![(2, 2)]);
+    let seqs: Vec<u64> = q.peek(10).unwrap().iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3, 4, 5]);
+    let c = counts(&q);
+    assert_eq!((c.pending, c.dead_lettered, c.imbalance()), (6, 0, 0));
+}
+
+#[test]
+fn a_replay_wakes_the_deliverer_waiting_for_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = Arc::new(open(dir.path(), OnFull::Block));
+    let rt = runtime();
+    fill(&q, &rt, 1, 10);
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    let mark = q.wait_appended(u64::MAX, Duration::ZERO);
+    let waiter = {
+        let q = Arc::clone(&q);
+        std::thread::spawn(move || q.wait_appended(mark, Duration::from_secs(120)))
+    };
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+    assert_ne!(
+        waiter.join().unwrap(),
+        mark,
+        "woken by the replay, not the timeout"
+    );
+}
+
+#[test]
+fn a_batch_confirmed_after_a_replay_does_not_delete_the_replayed_row_it_never_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 4, 10);
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    // The deliverer takes rows 1..=3; meanwhile row 0 is replayed; then the batch is confirmed.
+    let batch = q.peek(10).unwrap();
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+    let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
+    assert_eq!(q.remove_range(first, last).unwrap(), 3);
+    assert_eq!(
+        q.peek(10)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect::<Vec<_>>(),
+        vec![0]
+    );
+    let c = counts(&q);
+    assert_eq!((c.delivered, c.pending, c.dead_lettered), (3, 1, 0));
+}
+
+#[test]
+fn a_replay_is_one_transaction_with_its_counts_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 3, 10);
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+    let usage = q.gate().usage();
+    q.close_and_wait();
+    let q = open(dir.path(), OnFull::Block);
+    assert_eq!(q.peek(10).unwrap().len(), 3, "the row is there once");
+    assert_eq!(q.gate().usage(), usage);
+    assert!(q.dead_letters(None, 10).unwrap().is_empty());
+    let c = q.counters();
+    assert_eq!(c.dead_replayed_total.load(Ordering::Relaxed), 1);
+    assert_eq!(c.dead_rows.load(Ordering::Relaxed), 0);
+    assert_eq!(counts(&q).pending, 3);
 }
