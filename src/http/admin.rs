@@ -59,6 +59,16 @@ pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>)
     }
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let method = req.method().clone();
+    // Only a correction (PUT) reads its body; any other call's body is still read (within the
+    // limits) and dropped, so the keep-alive connection can carry the caller's next request.
+    let req = if method == Method::PUT {
+        Some(req)
+    } else {
+        if let Err(resp) = read_body(state, req).await {
+            return resp;
+        }
+        None
+    };
     match (segments, method) {
         (["api", "push", "dead-letters", rest @ ..], m) => {
             queue_verbs(state, "push", rest, m, &query).await
@@ -77,7 +87,10 @@ pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>)
             };
             match m {
                 Method::GET => get(state, id).await,
-                Method::PUT => correct(state, id, req).await,
+                Method::PUT => match req {
+                    Some(req) => correct(state, id, req).await,
+                    None => error(StatusCode::INTERNAL_SERVER_ERROR, "the body was dropped"),
+                },
                 Method::DELETE => resolve(state, id).await,
                 _ => not_allowed("GET, PUT, DELETE"),
             }
