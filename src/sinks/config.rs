@@ -452,15 +452,24 @@ fn memory_warnings(sinks: &[SinkConfig], flows: &[FlowConfig], warnings: &mut Ve
             .filter(|s| s.memory_only())
             .map(|s| s.name.as_str())
             .collect();
-        if !blocking.is_empty() && !memory.is_empty() {
-            warnings.push(Problem {
-                path: format!("flows[{i}]"),
-                message: format!(
-                    "delivers under block ({}) and to sinks that keep records in memory ({}): a record survives a full queue but not a crash; give them queue: disk",
-                    blocking.join(", "),
-                    memory.join(", ")
-                ),
-            });
+        if blocking.is_empty() || memory.is_empty() {
+            continue;
         }
+        let message = if blocking == memory {
+            format!(
+                "delivers to {} under block with a memory backlog: a record survives a full backlog but not a crash; give it queue: disk",
+                memory.join(", ")
+            )
+        } else {
+            format!(
+                "delivers under block ({}) and to sinks that keep records in memory ({}): a record survives a full queue but not a crash; give them queue: disk",
+                blocking.join(", "),
+                memory.join(", ")
+            )
+        };
+        warnings.push(Problem {
+            path: format!("flows[{i}]"),
+            message,
+        });
     }
 }
