@@ -624,7 +624,7 @@ fn a_disk_queue_in_front_of_mqtt_has_the_same_dead_letter_verbs_and_its_ledger_b
     assert!(
         one["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("bad topic")),
+            .is_some_and(|r| r.contains("not deliverable") && r.contains("MQTT wildcard")),
         "{one:#}"
     );
 
