@@ -52,9 +52,14 @@ pub struct Acks {
 }
 
 impl Acks {
-    /// Publishes waiting now.
+    /// Publishes someone still waits for. A waiter whose caller gave up (its PUBACK timed out)
+    /// keeps its place, so the writes after it still find theirs, but no longer counts: the
+    /// queue's bound is about the records sources wait on.
     pub fn depth(&self) -> usize {
-        self.queued.len() + self.inflight.len() + usize::from(self.collided.is_some())
+        let live = |w: &Waiter| !w.done.is_closed();
+        self.queued.iter().filter(|w| live(w)).count()
+            + self.inflight.values().filter(|w| live(w)).count()
+            + self.collided.iter().filter(|(_, w)| live(w)).count()
     }
 
     /// A new waiter for the publish about to be queued; returns its id and its answer.
@@ -246,6 +251,21 @@ mod tests {
         a.written(3);
         assert!(a.acked(3));
         assert_eq!(answer(&mut second), Some(Ok(Ack::Confirmed)));
+    }
+
+    #[test]
+    fn a_waiter_whose_caller_gave_up_keeps_its_place_but_not_its_count() {
+        let mut a = Acks::default();
+        a.connected(false);
+        let (_, gave_up) = a.add();
+        let (_, mut waits) = a.add();
+        drop(gave_up);
+        assert_eq!(a.depth(), 1);
+        a.written(1);
+        a.written(2);
+        assert!(a.acked(2));
+        assert_eq!(answer(&mut waits), Some(Ok(Ack::Confirmed)));
+        assert_eq!(a.depth(), 0);
     }
 
     #[test]
