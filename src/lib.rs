@@ -22,6 +22,7 @@
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | the alert hub: every bounded queue's level (`ok` / `high` / `full`) and the alerted loss counters, checked every few seconds and sent to the log and the `telemetry.alerts` channels (webhook, MQTT, NATS) |
 //! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
+//! | [`commands`] | writes down to devices, at most once and never late: the commands service, the devices' inboxes their poller tasks read between polls, and the `command/<device>` records |
 //! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
@@ -39,6 +40,7 @@
 pub mod admission;
 pub mod alerts;
 pub mod brokers;
+pub mod commands;
 pub mod config;
 pub mod daemon;
 pub mod engine;

@@ -45,6 +45,9 @@ pub struct RawConfig {
     /// as its top-level section has them. A name a section already makes (`push`, `storage`,
     /// `clickhouse`, `postgres`, `nats`, `mqtt`) is an error.
     pub sinks: Option<Vec<serde_json::Value>>,
+    /// Commands down to devices: the token of the HTTP path, the default expiry and rate
+    /// limit, the NATS and MQTT paths. Only points marked `writable: true` can be written.
+    pub commands: Option<crate::commands::RawCommands>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
     /// The field devices the pollers read (Modbus TCP and RTU, OPC-UA).

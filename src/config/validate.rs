@@ -6,6 +6,7 @@ use super::checks::TokenRule;
 use super::raw::RawConfig;
 use super::{Problem, Problems};
 use crate::alerts::AlertsConfig;
+use crate::commands::CommandsConfig;
 use crate::flow::config::{validate_flows, FlowConfig, NodeKind};
 use crate::http::config::HttpConfig;
 use crate::simulator::SimulatorConfig;
@@ -51,6 +52,8 @@ pub struct Config {
     pub mqtt: MqttConfig,
     /// `telemetry.alerts:`
     pub alerts: AlertsConfig,
+    /// `commands:`; `None` when the section is absent (no device takes commands).
+    pub commands: Option<CommandsConfig>,
     /// `schedules:`
     pub schedules: Vec<ScheduleConfig>,
     /// `backfills:`
@@ -66,7 +69,22 @@ impl Config {
         let mut names = source_names(&self.ingest, &self.webhooks, &self.devices);
         names.extend(messaging_source_names(&self.nats, &self.mqtt));
         names.extend(feed_source_names(&self.schedules, &self.backfills));
+        names.extend(command_source_names(self.commands.as_ref(), &self.devices));
         names
+    }
+}
+
+/// With `commands:`, every device's commands are records of source `command/<device>`.
+fn command_source_names(commands: Option<&CommandsConfig>, devices: &DevicesConfig) -> Vec<String> {
+    match commands {
+        None => Vec::new(),
+        Some(_) => devices
+            .modbus
+            .iter()
+            .map(|d| d.name.as_str())
+            .chain(devices.opcua.iter().map(|d| d.name.as_str()))
+            .map(|d| format!("command/{d}"))
+            .collect(),
     }
 }
 
@@ -165,11 +183,21 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let nats = NatsConfig::validate(raw.nats.as_ref(), "nats", &mut p);
     let mqtt = MqttConfig::validate(raw.mqtt.as_ref(), "mqtt", &mut p);
     let alerts = AlertsConfig::validate(raw.telemetry.as_ref(), &mqtt, &nats, "telemetry", &mut p);
+    let commands = CommandsConfig::validate(
+        raw.commands.as_ref(),
+        "commands",
+        &nats,
+        &mqtt,
+        tokens,
+        &mut p,
+        &mut warnings,
+    );
     let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
     let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
     all_sources.extend(messaging_source_names(&nats, &mqtt));
     all_sources.extend(feed_source_names(&schedules, &backfills));
+    all_sources.extend(command_source_names(commands.as_ref(), &devices));
     let sections = Sections {
         push_queue: c.push_queue.as_ref(),
         push: c.push.as_ref(),
@@ -250,6 +278,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             nats,
             mqtt,
             alerts,
+            commands,
             schedules,
             backfills,
             warnings,

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::DaemonError;
 use crate::alerts::{self, Hub};
+use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::flow::Plan;
@@ -82,6 +83,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     if let Some(addr) = simulator.modbus_addr() {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
+    let commands = Commands::new(config.commands.clone().unwrap_or_default());
     let modbus = ModbusPollers::new(&config.devices.modbus);
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
@@ -126,6 +128,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .cloned()
             .map(|s| Arc::new(MqttSource::new(s)))
             .collect(),
+        commands: Arc::new(commands),
         alerts: Arc::new(hub),
         schedules: config
             .schedules

@@ -84,6 +84,8 @@ pub struct AppState {
     pub nats_sources: Vec<Arc<NatsSource>>,
     /// MQTT sources, in config order.
     pub mqtt_sources: Vec<Arc<MqttSource>>,
+    /// The devices that take commands, and the way to send them one.
+    pub commands: Arc<crate::commands::Commands>,
     /// The alert hub: queue levels, open alerts, channels.
     pub alerts: Arc<Hub>,
     /// Schedules, in config order.

@@ -90,7 +90,7 @@ pub fn status(state: &AppState) -> Value {
         "sink_status": sink_status,
         "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
-        "devices": state.devices.iter().map(|d| d.to_json()).chain(state.opcua.iter().map(|d| d.to_json())).collect::<Vec<Value>>(),
+        "devices": devices(state),
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
@@ -102,6 +102,35 @@ pub fn status(state: &AppState) -> Value {
         o.extend(documents);
     }
     doc
+}
+
+/// `devices[]`: each device's figures, with its writable points and its commands' counters
+/// when it takes commands.
+fn devices(state: &AppState) -> Vec<Value> {
+    let mut out: Vec<Value> = state
+        .devices
+        .iter()
+        .map(|d| d.to_json())
+        .chain(state.opcua.iter().map(|d| d.to_json()))
+        .collect();
+    for d in &mut out {
+        let Some(name) = d["name"].as_str().map(str::to_string) else {
+            continue;
+        };
+        if let Some(stats) = state.commands.stats(&name) {
+            d["commands"] = stats.to_json();
+            d["writable"] = state
+                .commands
+                .points(&name)
+                .iter()
+                .map(|p| {
+                    json!({"name": p.name, "area": p.area, "type": p.data_type,
+                           "min": p.min, "max": p.max})
+                })
+                .collect();
+        }
+    }
+    out
 }
 
 /// Bytes an unprivileged writer may still use on the data dir's file system (`None` when
@@ -172,6 +201,7 @@ pub fn metrics(state: &AppState) -> String {
         );
     }
     state.alerts.write_metrics(&mut p);
+    state.commands.write_metrics(&mut p);
     feed_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     crate::sources::opcua::status::write_metrics(&state.opcua, &mut p);

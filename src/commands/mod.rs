@@ -1,0 +1,22 @@
+//! Commands down to devices: writes to writable points, **at most once** and **never late**.
+//!
+//! A write to a machine is the opposite of a record. A record is kept until it is delivered;
+//! a command runs once or not at all, and is refused `expired` rather than run after its
+//! `expires_ms`. Nothing is writable unless its point says `writable: true`.
+//!
+//! - [`command`]: a command, its points' results, and the request body every path shares.
+//! - [`inbox`]: how a command reaches the task that owns the device's connection, which runs
+//!   it between poll cycles.
+//! - [`service`]: the devices that take commands and [`Commands::execute`], the one way in
+//!   for HTTP, NATS and MQTT; each command becomes a `command/<device>` record.
+//! - [`config`]: `commands:` (token, default expiry, rate limit, NATS and MQTT paths).
+
+pub mod command;
+pub mod config;
+pub mod inbox;
+pub mod service;
+
+pub use command::{parse_request, Command, Origin, PointResult, Request};
+pub use config::{CommandsConfig, RawCommands};
+pub use inbox::{channel, CommandReceiver, CommandSender, Pending};
+pub use service::{CommandError, CommandStats, Commands, Outcome, WritablePoint};

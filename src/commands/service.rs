@@ -1,0 +1,392 @@
+//! The commands service: the devices that take commands, their writable points and counters,
+//! and [`Commands::execute`], the one way a command reaches a device whatever path it came
+//! by (HTTP, NATS, MQTT).
+//!
+//! A command is checked here (the device exists, `max_per_second`), given its deadline, and
+//! handed to the device's inbox; the device's own task runs it between polls and answers. A
+//! full inbox is answered `unavailable` at once: nothing waits for later. Every command
+//! becomes one record of source `command/<device>` (origin, values, results, latency),
+//! offered through the pollers' hold-then-drop so a full sink never delays the answer.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::command::{all, Command, Origin, PointResult, Request};
+use super::config::CommandsConfig;
+use super::inbox::{channel, CommandReceiver, CommandSender, Pending};
+use crate::engine::Engine;
+use crate::record::Record;
+use crate::sources::hold::{offer_with_hold, DEFAULT_HOLD};
+use crate::telemetry::prometheus::Page;
+
+/// How long past its deadline a command's answer may still take (the device's own timeout
+/// bounds a write; this guards against a task that never answers).
+const ANSWER_GRACE: Duration = Duration::from_secs(30);
+
+/// One writable point, as the status page shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WritablePoint {
+    /// Its name.
+    pub name: String,
+    /// `coil`, `holding_register` or `node`.
+    pub area: &'static str,
+    /// Its data type (`u16`, `f32`, `bool`, `Double`, ...).
+    pub data_type: String,
+    /// Lowest value allowed, in engineering units.
+    pub min: Option<f64>,
+    /// Highest value allowed, in engineering units.
+    pub max: Option<f64>,
+}
+
+/// The counters of one device's commands, per point result (a command counts once in
+/// `received`).
+#[derive(Debug, Default)]
+pub struct CommandStats {
+    /// Commands received.
+    pub received: AtomicU64,
+    /// Points written.
+    pub written: AtomicU64,
+    /// Points refused before anything was sent: not writable, unknown, out of range, rate
+    /// limited.
+    pub refused: AtomicU64,
+    /// Points whose command expired before its turn.
+    pub expired: AtomicU64,
+    /// Points of commands the device could not take (down, backoff, inbox full).
+    pub unavailable: AtomicU64,
+    /// Points the device refused (an exception, a bad status).
+    pub failed: AtomicU64,
+    /// Points whose outcome is not known (timeout after sending): never retried.
+    pub unknown: AtomicU64,
+}
+
+impl CommandStats {
+    fn count(&self, result: &PointResult) {
+        let c = match result {
+            PointResult::Written => &self.written,
+            PointResult::Refused(_) | PointResult::OutOfRange(_) | PointResult::RateLimited => {
+                &self.refused
+            }
+            PointResult::Expired => &self.expired,
+            PointResult::Unavailable(_) => &self.unavailable,
+            PointResult::Exception(_) => &self.failed,
+            PointResult::Unknown(_) => &self.unknown,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `devices[].commands` of `/api/status`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "received": l(&self.received),
+            "written": l(&self.written),
+            "refused": l(&self.refused),
+            "expired": l(&self.expired),
+            "unavailable": l(&self.unavailable),
+            "failed": l(&self.failed),
+            "unknown": l(&self.unknown),
+        })
+    }
+}
+
+/// Commands of one device within the current second.
+#[derive(Debug)]
+struct Window {
+    started: Instant,
+    count: u32,
+}
+
+struct Device {
+    inbox: CommandSender,
+    points: Vec<WritablePoint>,
+    stats: CommandStats,
+    window: Mutex<Window>,
+}
+
+/// What a command came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The command's id.
+    pub id: String,
+    /// The device.
+    pub device: String,
+    /// Each point's result, in the command's order.
+    pub points: Vec<(String, PointResult)>,
+    /// From receipt to answer.
+    pub latency: Duration,
+}
+
+impl Outcome {
+    /// True when every point was written.
+    pub fn ok(&self) -> bool {
+        self.points.iter().all(|(_, r)| *r == PointResult::Written)
+    }
+
+    /// The answer every path gives: `{"ok","id","device","points":{name:{"result",..}}}`.
+    pub fn to_json(&self) -> Value {
+        let points: Map<String, Value> = self
+            .points
+            .iter()
+            .map(|(n, r)| (n.clone(), r.to_json()))
+            .collect();
+        json!({
+            "ok": self.ok(),
+            "id": self.id,
+            "device": self.device,
+            "points": points,
+            "latency_ms": self.latency.as_secs_f64() * 1000.0,
+        })
+    }
+}
+
+/// Why a command was not taken at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandError {
+    /// No device of that name takes commands.
+    UnknownDevice(String),
+}
+
+impl std::fmt::Display for CommandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownDevice(d) => write!(f, "no device {d:?} takes commands"),
+        }
+    }
+}
+
+/// The devices that take commands, and the one way to send them one.
+pub struct Commands {
+    cfg: CommandsConfig,
+    devices: BTreeMap<String, Device>,
+    next_id: AtomicU64,
+}
+
+impl Commands {
+    /// No devices yet; `cfg` is `commands:` (its defaults when absent).
+    pub fn new(cfg: CommandsConfig) -> Self {
+        Self {
+            cfg,
+            devices: BTreeMap::new(),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &CommandsConfig {
+        &self.cfg
+    }
+
+    /// Registers `device` with its writable `points`, and returns the inbox its task reads.
+    pub fn register(&mut self, device: &str, points: Vec<WritablePoint>) -> CommandReceiver {
+        let (tx, rx) = channel();
+        self.register_with(device, points, tx);
+        rx
+    }
+
+    /// Registers `device` on an inbox it shares with others (the devices of one RTU line,
+    /// whose one task reads one inbox).
+    pub fn register_with(
+        &mut self,
+        device: &str,
+        points: Vec<WritablePoint>,
+        inbox: CommandSender,
+    ) {
+        self.devices.insert(
+            device.to_string(),
+            Device {
+                inbox,
+                points,
+                stats: CommandStats::default(),
+                window: Mutex::new(Window {
+                    started: Instant::now(),
+                    count: 0,
+                }),
+            },
+        );
+    }
+
+    /// The writable points of `device` (empty for an unknown one).
+    pub fn points(&self, device: &str) -> &[WritablePoint] {
+        self.devices.get(device).map_or(&[], |d| &d.points)
+    }
+
+    /// The counters of `device`.
+    pub fn stats(&self, device: &str) -> Option<&CommandStats> {
+        self.devices.get(device).map(|d| &d.stats)
+    }
+
+    /// The `command/<device>` sources, for flows.
+    pub fn source_names(&self) -> Vec<String> {
+        self.devices
+            .keys()
+            .map(|d| format!("command/{d}"))
+            .collect()
+    }
+
+    /// True when `device` may take another command this second.
+    fn allowed(&self, d: &Device, now: Instant) -> bool {
+        let mut w = d.window.lock().unwrap_or_else(|e| e.into_inner());
+        if now.duration_since(w.started) >= Duration::from_secs(1) {
+            w.started = now;
+            w.count = 0;
+        }
+        if w.count >= self.cfg.max_per_second {
+            return false;
+        }
+        w.count += 1;
+        true
+    }
+
+    /// Runs `request` on `device` and returns what each point came to; `engine` takes the
+    /// command's record. Errs only when no device of that name takes commands.
+    pub async fn execute(
+        &self,
+        engine: &Arc<Engine>,
+        device: &str,
+        request: Request,
+        origin: Origin,
+    ) -> Result<Outcome, CommandError> {
+        let d = self
+            .devices
+            .get(device)
+            .ok_or_else(|| CommandError::UnknownDevice(device.to_string()))?;
+        let received = Instant::now();
+        d.stats.received.fetch_add(1, Ordering::Relaxed);
+        let id = request.id.unwrap_or_else(|| {
+            format!(
+                "cmd-{}-{}",
+                crate::record::now_ms(),
+                self.next_id.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        let command = Command {
+            id: id.clone(),
+            device: device.to_string(),
+            points: request.points,
+            verify: request.verify,
+            received,
+            deadline: received + request.expires.unwrap_or(self.cfg.expires),
+            origin,
+        };
+        let results = if !self.allowed(d, received) {
+            all(&command.points, &PointResult::RateLimited)
+        } else {
+            let (pending, answer) = Pending::new(command.clone());
+            match d.inbox.try_send(pending) {
+                Err(_) => all(
+                    &command.points,
+                    &PointResult::Unavailable("the device has too many commands waiting".into()),
+                ),
+                Ok(()) => {
+                    let wait =
+                        command.deadline.saturating_duration_since(Instant::now()) + ANSWER_GRACE;
+                    match tokio::time::timeout(wait, answer).await {
+                        Ok(Ok(results)) => results,
+                        Ok(Err(_)) => all(
+                            &command.points,
+                            &PointResult::Unavailable("the device's task stopped".into()),
+                        ),
+                        Err(_) => all(
+                            &command.points,
+                            &PointResult::Unknown("the device's task did not answer".into()),
+                        ),
+                    }
+                }
+            }
+        };
+        for (_, r) in &results {
+            d.stats.count(r);
+        }
+        let outcome = Outcome {
+            id,
+            device: device.to_string(),
+            points: results,
+            latency: received.elapsed(),
+        };
+        log_outcome(&command, &outcome);
+        let record = command_record(&command, &outcome);
+        let engine = Arc::clone(engine);
+        tokio::spawn(async move {
+            offer_with_hold(&engine, record, DEFAULT_HOLD).await;
+        });
+        Ok(outcome)
+    }
+
+    /// The commands' families on `/metrics`, per device.
+    pub fn write_metrics(&self, p: &mut Page) {
+        let items: Vec<(&str, &CommandStats)> = self
+            .devices
+            .iter()
+            .map(|(n, d)| (n.as_str(), &d.stats))
+            .collect();
+        p.counters(
+            "device",
+            &items,
+            &[
+                ("opex_connector_commands_received_total", "Commands received.", |s| l(&s.received)),
+                ("opex_connector_command_points_written_total", "Command points written.", |s| l(&s.written)),
+                ("opex_connector_command_points_refused_total", "Command points refused before anything was sent (not writable, unknown, out of range, rate limited).", |s| l(&s.refused)),
+                ("opex_connector_command_points_expired_total", "Command points whose command expired before its turn.", |s| l(&s.expired)),
+                ("opex_connector_command_points_unavailable_total", "Command points the device could not take (down, backoff, busy).", |s| l(&s.unavailable)),
+                ("opex_connector_command_points_failed_total", "Command points the device refused (exception, bad status).", |s| l(&s.failed)),
+                ("opex_connector_command_points_unknown_total", "Command points whose outcome is not known (sent, no answer): never retried.", |s| l(&s.unknown)),
+            ],
+        );
+    }
+}
+
+fn l(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// The record of a command: source `command/<device>`, key its id.
+fn command_record(command: &Command, outcome: &Outcome) -> Record {
+    let points: Map<String, Value> = command
+        .points
+        .iter()
+        .zip(&outcome.points)
+        .map(|((name, value), (_, result))| {
+            let mut v = result.to_json();
+            v["value"] = value.clone();
+            (name.clone(), v)
+        })
+        .collect();
+    let payload = json!({
+        "id": command.id,
+        "device": command.device,
+        "origin": command.origin.to_json(),
+        "verify": command.verify,
+        "points": points,
+        "ok": outcome.ok(),
+        "latency_ms": outcome.latency.as_secs_f64() * 1000.0,
+    });
+    Record::from_value(format!("command/{}", command.device), &command.id, &payload)
+}
+
+fn log_outcome(command: &Command, outcome: &Outcome) {
+    let results: Vec<String> = outcome
+        .points
+        .iter()
+        .map(|(n, r)| format!("{n}={}", r.name()))
+        .collect();
+    if outcome.ok() {
+        log::info!(
+            "command written: device={} id={} points=\"{}\" latency_ms={}",
+            command.device,
+            command.id,
+            results.join(" "),
+            outcome.latency.as_millis()
+        );
+    } else {
+        log::warn!(
+            "command not (all) written: device={} id={} points=\"{}\" latency_ms={}",
+            command.device,
+            command.id,
+            results.join(" "),
+            outcome.latency.as_millis()
+        );
+    }
+}
