@@ -2,7 +2,8 @@
 //! reconnect back-off), validated without I/O, and the client options built from it: stable
 //! client id, `clean_session: false`, manual acks, TLS with rustls and ring. The reconnect
 //! back-off is ours ([`reconnect_delay`]): rumqttc reconnects on the next `poll` after an
-//! error, at once. Shared by the MQTT sources, the `mqtt` sink and the MQTT alert channel.
+//! error, at once. Shared by the MQTT sources, the `mqtt` sink and the MQTT alert channel
+//! (MQTT 3.1.1), and the commands path ([`options_v5`], MQTT 5).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,6 +184,34 @@ pub fn options(cfg: &MqttConnectionConfig, suffix: &str) -> Result<MqttOptions, 
         .set_manual_acks(true)
         .set_keep_alive(cfg.keep_alive)
         .set_max_packet_size(1 << 20, 1 << 20);
+    if let Some((u, p)) = &cfg.credentials {
+        o.set_credentials(u.clone(), p.clone());
+    }
+    if let Some(tls) = &cfg.tls {
+        let config = client_config(tls)?;
+        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
+            Arc::new(config),
+        )));
+    }
+    Ok(o)
+}
+
+/// MQTT 5 options for the client `<client_id>-<suffix>`, for a user that needs what only
+/// MQTT 5 has (the commands path: response topics, correlation data, no-local
+/// subscriptions). Same broker, credentials, TLS and keep-alive as [`options`], with manual
+/// acks; but a **clean start** with no session kept: nothing the broker would hold for this
+/// client while it is away is delivered later.
+pub fn options_v5(
+    cfg: &MqttConnectionConfig,
+    suffix: &str,
+) -> Result<rumqttc::v5::MqttOptions, String> {
+    let id = format!("{}-{suffix}", cfg.client_id);
+    let mut o = rumqttc::v5::MqttOptions::new(id, cfg.host.clone(), cfg.port);
+    o.set_clean_start(true)
+        .set_session_expiry_interval(None)
+        .set_manual_acks(true)
+        .set_keep_alive(cfg.keep_alive)
+        .set_max_packet_size(Some(1 << 20));
     if let Some((u, p)) = &cfg.credentials {
         o.set_credentials(u.clone(), p.clone());
     }

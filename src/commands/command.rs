@@ -29,6 +29,9 @@ pub enum Origin {
     Mqtt {
         /// The request's topic.
         topic: String,
+        /// The connector's client id that took it (MQTT does not tell a subscriber who
+        /// published).
+        client_id: String,
     },
 }
 
@@ -38,7 +41,9 @@ impl Origin {
         match self {
             Self::Http { token } => json!({"path": "http", "token": token}),
             Self::Nats { subject } => json!({"path": "nats", "subject": subject}),
-            Self::Mqtt { topic } => json!({"path": "mqtt", "topic": topic}),
+            Self::Mqtt { topic, client_id } => {
+                json!({"path": "mqtt", "topic": topic, "client_id": client_id})
+            }
         }
     }
 }

@@ -10,10 +10,13 @@
 //! - [`service`]: the devices that take commands and [`Commands::execute`], the one way in
 //!   for HTTP, NATS and MQTT; each command becomes a `command/<device>` record.
 //! - [`config`]: `commands:` (token, default expiry, rate limit, NATS and MQTT paths).
+//! - [`paths`]: the NATS (request-reply) and MQTT (command topic, MQTT 5) paths in; the HTTP
+//!   one is a route of the HTTP server.
 
 pub mod command;
 pub mod config;
 pub mod inbox;
+pub mod paths;
 pub mod service;
 
 pub use command::{parse_request, Command, Origin, PointResult, Request};

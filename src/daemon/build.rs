@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::DaemonError;
 use crate::alerts::{self, Hub};
+use crate::commands::paths::CommandPaths;
 use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -129,6 +130,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|s| Arc::new(MqttSource::new(s)))
             .collect(),
         commands: Arc::new(commands),
+        command_paths: CommandPaths::new(config.commands.as_ref()),
         alerts: Arc::new(hub),
         schedules: config
             .schedules

@@ -189,6 +189,7 @@ async fn serve(
         Arc::clone(&state),
         shutdown.clone(),
     ));
+    let command_paths = spawn_command_paths(&state, &shutdown);
     let mut messaging = spawn_messaging(&state, &shutdown);
     messaging.extend(alert_workers.spawn(&shutdown));
     let feeds = spawn_feeds(&state, &shutdown);
@@ -198,6 +199,11 @@ async fn serve(
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     shutdown.trigger();
     let _ = server.await;
+    // The command paths stop taking commands and answer the running ones while the pollers
+    // that run them still poll (they stop after this returns).
+    for task in command_paths {
+        let _ = task.await;
+    }
     let _ = checker.await;
     let _ = live.await;
     http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
@@ -224,6 +230,27 @@ fn spawn_feeds(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHa
         .iter()
         .map(|b| tokio::spawn(Arc::clone(b).run(Arc::clone(engine), shutdown.clone())));
     schedules.chain(backfills).collect()
+}
+
+/// Starts the NATS and MQTT command paths; each ends on the shutdown signal, after its
+/// running commands are answered.
+fn spawn_command_paths(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
+    let paths = &state.command_paths;
+    let nats = paths.nats.iter().map(|n| {
+        tokio::spawn(Arc::clone(n).run(
+            Arc::clone(&state.commands),
+            Arc::clone(&state.engine),
+            shutdown.clone(),
+        ))
+    });
+    let mqtt = paths.mqtt.iter().map(|m| {
+        tokio::spawn(Arc::clone(m).run(
+            Arc::clone(&state.commands),
+            Arc::clone(&state.engine),
+            shutdown.clone(),
+        ))
+    });
+    nats.chain(mqtt).collect()
 }
 
 /// Starts the NATS and MQTT sources' consumers; each ends on the shutdown signal (a source

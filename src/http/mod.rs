@@ -87,6 +87,8 @@ pub struct AppState {
     pub mqtt_sources: Vec<Arc<MqttSource>>,
     /// The devices that take commands, and the way to send them one.
     pub commands: Arc<crate::commands::Commands>,
+    /// The NATS and MQTT paths commands come in by.
+    pub command_paths: crate::commands::paths::CommandPaths,
     /// The alert hub: queue levels, open alerts, channels.
     pub alerts: Arc<Hub>,
     /// Schedules, in config order.

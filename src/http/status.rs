@@ -86,6 +86,7 @@ pub fn status(state: &AppState) -> Value {
         },
         "live": live(state),
         "auth": state.auth.status(),
+        "commands": state.command_paths.to_json(state.commands.config().token.is_some()),
         "sinks": sinks,
         "sink_status": sink_status,
         "dead_letters": state.engine.dead_letters().counts(),
@@ -202,6 +203,7 @@ pub fn metrics(state: &AppState) -> String {
     }
     state.alerts.write_metrics(&mut p);
     state.commands.write_metrics(&mut p);
+    state.command_paths.write_metrics(&mut p);
     feed_metrics(state, &mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     crate::sources::opcua::status::write_metrics(&state.opcua, &mut p);
