@@ -3,11 +3,14 @@
 //! - [`config`]: the point list and line settings, validated without I/O.
 //! - [`plan`]: request coalescing (at most 125 registers or 2000 bits per request).
 //! - [`decode`]: registers → values (types, word and byte order, scale and offset).
+//! - [`encode`]: values → registers, the inverse, for commands (with the type's range and the
+//!   point's `min` / `max`).
 //! - [`poller`]: the line tasks: timeouts, drop-and-reopen, exceptions as data, circuit breaker.
 //! - [`status`]: what each device shows in `/api/status` `devices[]` and `/metrics`.
 
 pub mod config;
 pub mod decode;
+pub mod encode;
 pub mod plan;
 pub mod poller;
 pub mod status;
