@@ -6,7 +6,9 @@
 //! until the values, the queue and a live message are there, and keeps two screenshots
 //! (phone and laptop size) under `CARGO_TARGET_TMPDIR/status_page/`. One clicks Replay on a
 //! queue dead letter and sees the test receiver get it, ahead of the rows behind it, and
-//! deletes another with its two clicks. Another draws a fixture
+//! deletes another with its two clicks. One writes a pymodbus device's setpoint and pump from
+//! the Commands section (token, confirmation, result per point) and reads them back from the
+//! device. Another draws a fixture
 //! of the status fields other parts add (queues, alerts, schedules, backfills) with
 //! `--dump-dom`. The WebSocket test speaks RFC 6455 by hand over a TCP socket.
 
@@ -495,6 +497,205 @@ fn clicking_replay_on_a_queue_dead_letter_delivers_it_ahead_of_the_rows_behind_i
     assert_eq!(
         source_figure(&l, &format!("ingest/{SOURCE}"), "/delivered"),
         3
+    );
+}
+
+/// The commands token of the write test.
+const COMMANDS_TOKEN: &str = "cmd-t0ken-page-0123456";
+
+/// A pymodbus device with a writable setpoint (holding register 50, u16, 0.1 units, 0 to
+/// 200) and pump (coil 3), and the commands token.
+fn writable_config(port: u16) -> Value {
+    json!({
+        "connector": {"name": "line-3", "push_queue": {"enabled": true, "max_quota_mb": 16}},
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "commands": {"token": COMMANDS_TOKEN},
+        "devices": [{
+            "name": "oven",
+            "protocol": "modbus_tcp",
+            "host": "127.0.0.1",
+            "port": port,
+            "timeout_ms": 1000,
+            "groups": [{"name": "process", "interval_ms": 250}],
+            "points": [
+                {"name": "temp", "group": "process", "register": 6, "type": "f32"},
+                {"name": "setpoint", "group": "process", "register": 50, "type": "u16",
+                 "scale": 0.1, "writable": true, "min": 0, "max": 200},
+                {"name": "pump", "group": "process", "register": 3, "kind": "coil", "writable": true},
+            ],
+        }],
+    })
+}
+
+/// Holding register 50 and coil 3 of the device, read by the test itself.
+fn read_setpoint_and_pump(port: u16) -> (u16, bool) {
+    use tokio_modbus::client::Reader;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let sock = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut ctx = tokio_modbus::client::tcp::connect_slave(sock, tokio_modbus::Slave(1))
+            .await
+            .expect("connect");
+        let r = ctx.read_holding_registers(50, 1).await.unwrap().unwrap();
+        let c = ctx.read_coils(3, 1).await.unwrap().unwrap();
+        (r[0], c[0])
+    })
+}
+
+impl Browser {
+    /// Waits until `expression` is `want`; panics with what it was.
+    fn wait_for(&mut self, expression: &str, want: &Value) {
+        let mut got = Value::Null;
+        let ok = poll_until(Duration::from_secs(30), || {
+            got = self.eval(expression);
+            got == *want
+        });
+        assert!(ok, "{expression} is {got}, not {want}");
+    }
+
+    /// Clicks the first element matching `selector`.
+    fn click(&mut self, selector: &str) {
+        let clicked = self.eval(&format!(
+            "(function () {{ var e = document.querySelector({}); if (!e) return false; e.click(); return true; }})()",
+            json!(selector)
+        ));
+        assert_eq!(
+            clicked,
+            json!(true),
+            "nothing on the page matches {selector}"
+        );
+    }
+
+    /// The text of the first element matching `selector` (null when there is none).
+    fn text(&mut self, selector: &str) -> Value {
+        self.eval(&format!(
+            "(function () {{ var e = document.querySelector({}); return e ? e.textContent : null; }})()",
+            json!(selector)
+        ))
+    }
+}
+
+#[test]
+fn the_page_lists_writable_points_and_with_the_commands_token_writes_a_value_after_a_confirmation()
+{
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let device = ModbusTcp::start();
+    let port = device.port();
+    let daemon = Daemon::start(writable_config(port));
+    let mut browser = Browser::start(&bin);
+    browser.call("Page.navigate", json!({"url": daemon.url("/")}));
+
+    // Without the token: the points, their types and ranges, and no way to write.
+    browser.wait_for(
+        "document.getElementById('sec-commands').hidden",
+        &json!(false),
+    );
+    let dom = browser.dom();
+    assert!(dom.contains("data-commands=\"oven\""), "{dom}");
+    assert!(
+        dom.contains("u16 (holding_register)") && dom.contains("0 … 200"),
+        "{dom}"
+    );
+    assert!(dom.contains("bool (coil)"), "{dom}");
+    assert!(dom.contains("Enter the commands token to write."), "{dom}");
+    assert!(
+        !dom.contains("data-write="),
+        "a write form without the token: {dom}"
+    );
+
+    // With it: a form per point. The first click asks, Cancel writes nothing.
+    browser.eval(&format!(
+        "document.getElementById('cmd-token').value = {}; document.getElementById('cmd-token-form').requestSubmit()",
+        json!(COMMANDS_TOKEN)
+    ));
+    browser.wait_for(
+        "document.querySelectorAll('[data-write]').length",
+        &json!(2),
+    );
+    browser.eval("document.querySelector('[data-value=\"oven/setpoint\"]').value = '72.5'");
+    browser.click("[data-write=\"oven/setpoint\"]");
+    assert_eq!(
+        browser.text(".confirm"),
+        json!("Write 72.5 to oven/setpoint?")
+    );
+    browser.click("[data-cancel=\"oven/setpoint\"]");
+    browser.wait_for(
+        "document.getElementById('cmd-msg').textContent",
+        &json!("write to oven/setpoint cancelled"),
+    );
+    assert_eq!(read_setpoint_and_pump(port).0, 0, "nothing written");
+
+    // Confirmed: written, and the result shows per point.
+    browser.click("[data-write=\"oven/setpoint\"]");
+    browser.click("[data-confirm=\"oven/setpoint\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"oven/setpoint\"]').dataset.outcome",
+        &json!("written"),
+    );
+    assert_eq!(read_setpoint_and_pump(port).0, 725);
+    // The pump, from its on/off choice.
+    browser.eval("document.querySelector('[data-value=\"oven/pump\"]').value = 'true'");
+    browser.click("[data-write=\"oven/pump\"]");
+    assert_eq!(browser.text(".confirm"), json!("Write true to oven/pump?"));
+    browser.click("[data-confirm=\"oven/pump\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"oven/pump\"]').dataset.outcome",
+        &json!("written"),
+    );
+    assert_eq!(read_setpoint_and_pump(port), (725, true));
+    // A value past max: its result, and nothing sent.
+    browser.eval("document.querySelector('[data-value=\"oven/setpoint\"]').value = '250'");
+    browser.click("[data-write=\"oven/setpoint\"]");
+    browser.click("[data-confirm=\"oven/setpoint\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"oven/setpoint\"]').dataset.outcome",
+        &json!("out_of_range"),
+    );
+    assert_eq!(read_setpoint_and_pump(port).0, 725);
+
+    // The counters, as the status has them (polled or live).
+    browser.wait_for(
+        "document.querySelector('[data-commands=\"oven\"] p').textContent",
+        &json!("received 3 · written 2 · refused 1 · expired 0 · unavailable 0 · failed 0 · unknown 0 · duplicates 0"),
+    );
+    // The token stays in the tab, never on the page; a wrong one says so.
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('opex-commands-token')"),
+        json!(COMMANDS_TOKEN)
+    );
+    assert!(
+        !browser.dom().contains(COMMANDS_TOKEN),
+        "the page shows the token"
+    );
+    browser.eval(
+        "document.getElementById('cmd-token').value = 'not-the-token-0123'; document.getElementById('cmd-token-form').requestSubmit()",
+    );
+    browser.wait_for(
+        "document.querySelectorAll('[data-write]').length",
+        &json!(2),
+    );
+    browser.eval("document.querySelector('[data-value=\"oven/setpoint\"]').value = '10'");
+    browser.click("[data-write=\"oven/setpoint\"]");
+    browser.click("[data-confirm=\"oven/setpoint\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"oven/setpoint\"]').textContent",
+        &json!("the commands token is wrong"),
+    );
+    assert_eq!(read_setpoint_and_pump(port).0, 725);
+    browser.click("#cmd-token-forget");
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('opex-commands-token')"),
+        Value::Null
+    );
+    browser.wait_for(
+        "document.querySelectorAll('[data-write]').length",
+        &json!(0),
     );
 }
 

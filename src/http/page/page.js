@@ -1,10 +1,11 @@
 // The status page: draws /api/status, kept fresh by the live view (/api/live, a WebSocket)
 // and, while that is down, by polling. Every piece of data goes into the page as text
-// (textContent), never as markup. The admin token is kept in sessionStorage (this tab only)
-// and sent only to the admin endpoints.
+// (textContent), never as markup. The admin token and the commands token are kept in
+// sessionStorage (this tab only), and each is sent only to its own endpoints.
 'use strict';
 (function () {
   var POLL_MS = 5000, FEED_MAX = 40, TOKEN_KEY = 'opex-admin-token', RECORD_SHOWN = 160;
+  var CMD_TOKEN_KEY = 'opex-commands-token';
   var app = document.getElementById('app');
   var doc = null, ws = null, liveCount = 0, liveValues = 0, retryMs = 1000;
 
@@ -282,7 +283,7 @@
 
   function render() {
     if (!doc) return;
-    [header, queues, alerts, devices, sinks, sources, webhooks, schedules, backfills, deadLetters, footer]
+    [header, queues, alerts, devices, commands, sinks, sources, webhooks, schedules, backfills, deadLetters, footer]
       .forEach(function (f) { try { f(doc); } catch (e) { if (window.console) console.error(e); } });
     app.dataset.statusLoaded = '1';
   }
@@ -352,6 +353,151 @@
     setTimeout(connect, retryMs);
     retryMs = Math.min(retryMs * 2, 30000);
   }
+
+  // ---------------------------------------------------------------- commands
+
+  // The writable points of each device, with a write form per point once the commands token
+  // is entered. Drawn again only when the points or the token change, so a live update never
+  // wipes a value being typed; the counters are updated in place.
+  var cmdShape = '', cmdCounts = {};
+
+  function cmdToken() { try { return sessionStorage.getItem(CMD_TOKEN_KEY) || ''; } catch (e) { return ''; } }
+  function cmdSay(text) { $('cmd-msg').textContent = text; }
+  function counts(c) {
+    c = c || {};
+    return ['received', 'written', 'refused', 'expired', 'unavailable', 'failed', 'unknown', 'duplicates']
+      .map(function (k) { return k + ' ' + num(c[k]); }).join(' · ');
+  }
+  function range(p) {
+    var lo = p.min === null || p.min === undefined ? null : p.min, hi = p.max === null || p.max === undefined ? null : p.max;
+    if (lo === null && hi === null) return 'its type';
+    return (lo === null ? '' : lo) + ' … ' + (hi === null ? '' : hi);
+  }
+
+  function commands(s) {
+    var list = (Array.isArray(s.devices) ? s.devices : []).filter(function (d) { return Array.isArray(d.writable); });
+    show('sec-commands', list.length > 0);
+    var armed = !!cmdToken();
+    var shape = JSON.stringify(list.map(function (d) { return [d.name, d.writable]; })) + (armed ? '+' : '-');
+    if (shape !== cmdShape) {
+      cmdShape = shape;
+      drawCommands(list, armed);
+    }
+    list.forEach(function (d) { if (cmdCounts[d.name]) cmdCounts[d.name].textContent = counts(d.commands); });
+  }
+
+  function drawCommands(list, armed) {
+    var box = clear($('commands'));
+    cmdCounts = {};
+    list.forEach(function (d) {
+      var c = card(d.name, null);
+      c.dataset.commands = d.name;
+      var line = el('p', 'muted', counts(d.commands));
+      cmdCounts[d.name] = line;
+      c.appendChild(line);
+      if (!d.writable.length) { c.appendChild(el('p', 'muted', 'No writable points.')); box.appendChild(c); return; }
+      if (!armed) c.appendChild(el('p', 'muted', 'Enter the commands token to write.'));
+      var rows = d.writable.map(function (p) {
+        var where = d.name + '/' + p.name, result = el('span');
+        result.dataset.result = where;
+        if (!armed) return [p.name, p.type + ' (' + p.area + ')', range(p), null, null];
+        var input;
+        if (p.type === 'bool' || p.type === 'Boolean') {
+          input = el('select', 'value');
+          [['true', 'on (true)'], ['false', 'off (false)']].forEach(function (o) {
+            var opt = el('option', '', o[1]);
+            opt.value = o[0];
+            input.appendChild(opt);
+          });
+        } else {
+          input = el('input', 'value');
+          input.type = 'text';
+          input.autocomplete = 'off';
+          if (p.type !== 'string' && p.type !== 'String') input.inputMode = 'decimal';
+        }
+        input.dataset.value = where;
+        var write = button('Write', '', function () { ask(d.name, p, input, result); });
+        write.dataset.write = where;
+        return [p.name, p.type + ' (' + p.area + ')', range(p), input, add(el('span'), write, ' ', result)];
+      });
+      c.appendChild(table(['point', 'type', 'range', 'value', ''], rows));
+      box.appendChild(c);
+    });
+  }
+
+  // The value typed for point p, or an Error saying why it is none.
+  function typed(p, input) {
+    var v = String(input.value).trim();
+    if (p.type === 'bool' || p.type === 'Boolean') return v === 'true';
+    if (p.type === 'string' || p.type === 'String') return v;
+    if (v === '' || !isFinite(Number(v))) return new Error('not a number: ' + JSON.stringify(v));
+    return Number(v);
+  }
+
+  // The first click asks: "Write 72.5 to oven/setpoint?" with Confirm and Cancel.
+  function ask(device, p, input, result) {
+    var value = typed(p, input), where = device + '/' + p.name;
+    clear(result);
+    result.className = '';
+    if (value instanceof Error) { result.textContent = value.message; result.className = 'failed'; return; }
+    var yes = button('Confirm', 'danger', function () { send(device, p.name, value, result); });
+    yes.dataset.confirm = where;
+    var no = button('Cancel', '', function () { clear(result); cmdSay('write to ' + where + ' cancelled'); });
+    no.dataset.cancel = where;
+    add(result, el('span', 'confirm', 'Write ' + JSON.stringify(value) + ' to ' + where + '?'), ' ', yes, ' ', no);
+  }
+
+  function commandId() {
+    var r = new Uint32Array(2);
+    try { crypto.getRandomValues(r); } catch (e) { r[0] = Math.floor(Math.random() * 4294967295); }
+    return 'page-' + Date.now().toString(36) + '-' + r[0].toString(36) + r[1].toString(36);
+  }
+
+  function send(device, point, value, result) {
+    var t = cmdToken(), where = device + '/' + point, points = {};
+    clear(result);
+    if (!t) { result.textContent = 'enter the commands token first'; return; }
+    points[point] = value;
+    result.textContent = 'writing…';
+    fetch('/api/devices/' + encodeURIComponent(device) + '/write', {
+      method: 'POST', cache: 'no-store',
+      headers: { Authorization: 'Bearer ' + t, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ id: commandId(), points: points })
+    }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (r.status === 401) throw new Error('the commands token is wrong');
+        if (!r.ok) throw new Error(body.error || ('HTTP ' + r.status));
+        return body;
+      });
+    }).then(function (body) {
+      var res = (body.points || {})[point] || {};
+      var text = res.result || '?';
+      if (res.reason) text += ': ' + res.reason;
+      if (res.exception !== undefined) text += ' ' + res.exception;
+      result.textContent = text;
+      result.className = res.result === 'written' ? 'written' : 'failed';
+      result.dataset.outcome = res.result || '';
+      cmdSay(where + ' ← ' + JSON.stringify(value) + ': ' + text + (typeof body.latency_ms === 'number' ? ' (' + body.latency_ms.toFixed(1) + ' ms)' : '') + ', command ' + body.id);
+    }).catch(function (e) {
+      result.textContent = e.message;
+      result.className = 'failed';
+      result.dataset.outcome = 'error';
+      cmdSay(where + ': ' + e.message);
+    });
+  }
+
+  $('cmd-token-form').onsubmit = function (e) {
+    e.preventDefault();
+    try { sessionStorage.setItem(CMD_TOKEN_KEY, $('cmd-token').value.trim()); } catch (x) { /* private mode */ }
+    $('cmd-token').value = '';
+    cmdSay(cmdToken() ? 'commands token kept for this tab' : 'no token');
+    if (doc) commands(doc);
+  };
+  $('cmd-token-forget').onclick = function () {
+    try { sessionStorage.removeItem(CMD_TOKEN_KEY); } catch (x) { /* private mode */ }
+    cmdSay('commands token forgotten');
+    if (doc) commands(doc);
+  };
 
   // ---------------------------------------------------------------- admin
 
