@@ -374,7 +374,9 @@ devices:
             verify: false,
             received: now,
             deadline: now + Duration::from_secs(1),
-            origin: Origin::Http,
+            origin: Origin::Http {
+                token: "commands".into(),
+            },
         }
     }
 
