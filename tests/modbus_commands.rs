@@ -620,3 +620,67 @@ fn over_rtu_the_line_task_writes_fc_6_16_5_and_15_in_order_between_its_polls_of_
     assert_command_records(&daemon, "unit1", 5);
     assert_command_records(&daemon, "unit2", 1);
 }
+
+#[test]
+fn the_simulators_oven_follows_a_written_setpoint_and_its_pump_stays_as_written() {
+    let port = free_port();
+    let daemon = Daemon::start(json!({
+        "commands": {"token": COMMANDS_TOKEN},
+        "simulator": {"modbus": format!("127.0.0.1:{port}")},
+        "devices": [{
+            "name": "plant-1",
+            "protocol": "modbus_tcp",
+            "host": "127.0.0.1",
+            "port": port,
+            "groups": [{"name": "process", "interval_ms": 100}],
+            "points": [
+                {"name": "oven_temp", "register": 0, "type": "f32"},
+                {"name": "oven_setpoint", "register": 12, "type": "f32", "writable": true,
+                 "min": 0, "max": 300},
+                {"name": "pump_running", "register": 0, "kind": "coil", "writable": true},
+                {"name": "parts", "register": 4, "type": "u32", "writable": true},
+            ],
+        }]
+    }));
+    wait_connected(&daemon, "plant-1");
+    let a = write(
+        &daemon,
+        "plant-1",
+        json!({"verify": true, "points": {"oven_setpoint": 240.0, "pump_running": false}}),
+    );
+    assert_eq!(a["ok"], true, "{a:#}");
+    let polls = u64_at(&device(&daemon, "plant-1"), "/polls_total");
+    // 180 ± 5 before; 240 ± 5 a few time constants (4 s) later.
+    wait_until(Duration::from_secs(30), "the oven heats up", || {
+        let v = &device(&daemon, "plant-1")["values"]["process"];
+        v["oven_temp"]["value"].as_f64().unwrap_or(0.0) > 225.0
+    });
+    let d = device(&daemon, "plant-1");
+    assert!(u64_at(&d, "/polls_total") > polls + 10, "{d:#}");
+    let v = &d["values"]["process"];
+    assert_eq!(v["oven_setpoint"]["value"], 240.0, "{v:#}");
+    assert_eq!(v["pump_running"]["value"], false, "{v:#}");
+    // The simulator takes no other write.
+    let a = write(&daemon, "plant-1", json!({"points": {"parts": 1}}));
+    assert_result(&a, "parts", "exception");
+    assert_eq!(a["points"]["parts"]["exception"], "2", "{a:#}");
+}
+
+#[test]
+fn a_command_runs_while_the_line_sleeps_without_waiting_for_the_next_poll() {
+    let peer = ModbusTcp::start();
+    let mut config = tcp_config(
+        peer.port(),
+        1000,
+        json!([{"name": "target", "register": 34, "writable": true}]),
+    );
+    // One poll at start, the next a minute later.
+    config["devices"][0]["groups"][0]["interval_ms"] = json!(60_000);
+    let daemon = Daemon::start(config);
+    wait_connected(&daemon, "press-1");
+    let a = write(&daemon, "press-1", json!({"points": {"target": 11}}));
+    assert_result(&a, "target", "written");
+    assert_eq!(peer.read_holding(34, 1), vec![11]);
+    let d = device(&daemon, "press-1");
+    assert_eq!(u64_at(&d, "/polls_total"), 1, "{d:#}");
+}
