@@ -469,7 +469,7 @@ impl Line {
             &member.cfg,
             &pending.command,
             &requests,
-            &member.status.writes_total,
+            &member.status,
         )
         .await;
         pending.answer(results);

@@ -99,7 +99,7 @@ pub struct DeviceStatus {
     pub address: String,
     /// Completed poll cycles.
     pub polls_total: AtomicU64,
-    /// Read requests sent.
+    /// Read requests sent (polls, and commands' read backs with `verify`).
     pub requests_total: AtomicU64,
     /// Write requests sent for commands (FC 5, 6, 15, 16), whatever their outcome.
     pub writes_total: AtomicU64,

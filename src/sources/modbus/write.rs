@@ -17,6 +17,7 @@
 //!   and reports `written` only when they are the ones written; a read back that differs (or
 //!   fails) is `unknown`, with what was read.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_modbus::client::{Client, Context};
@@ -26,6 +27,7 @@ use super::config::{ModbusDeviceConfig, MAX_WRITE_BITS};
 use super::decode::decode_registers;
 use super::encode::{encode, Encoded};
 use super::poller::{timed, LinkError};
+use super::status::DeviceStatus;
 use crate::commands::{Command, PointResult, WritablePoint};
 
 /// What a refused command's other points are answered.
@@ -216,13 +218,14 @@ fn unknown(e: &LinkError, timeout: Duration) -> PointResult {
 
 /// Sends `requests` (from [`plan`] for `command`) in order and returns every point's result
 /// in the command's order, with the link error that ended the run early, if one did (the
-/// caller then drops the connection). Counts each request sent in `writes`.
+/// caller then drops the connection). Counts each write sent in `status.writes_total`, each
+/// read back in `status.requests_total`.
 pub async fn run(
     link: &mut Link<'_>,
     dev: &ModbusDeviceConfig,
     command: &Command,
     requests: &[WriteRequest],
-    writes: &std::sync::atomic::AtomicU64,
+    status: &DeviceStatus,
 ) -> (Vec<(String, PointResult)>, Option<LinkError>) {
     let mut results: Vec<Option<PointResult>> = vec![None; command.points.len()];
     let mut broken: Option<LinkError> = None;
@@ -236,7 +239,7 @@ pub async fn run(
             set(&mut results, &PointResult::Unknown(NOT_SENT.into()));
             continue;
         }
-        writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        status.writes_total.fetch_add(1, Ordering::Relaxed);
         match link.call(req.request()).await {
             Err(e) => {
                 set(&mut results, &unknown(&e, link.timeout));
@@ -254,6 +257,7 @@ pub async fn run(
             }
             Ok(Ok(_)) if !command.verify => set(&mut results, &PointResult::Written),
             Ok(Ok(_)) => {
+                status.requests_total.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = verify(link, dev, req, &mut results).await {
                     broken = Some(e);
                 }
