@@ -641,3 +641,67 @@ fn mqtt_results_go_to_the_response_topic_with_its_correlation_data_or_else_to_th
     assert_eq!(path["malformed"], 1, "{path:#}");
     assert_eq!(path["answered"], 4, "{path:#}");
 }
+
+// ---------------------------------------------------------------- the demo
+
+/// The README's demo `curl` that writes the setpoint: its token, path and body.
+fn readme_setpoint_curl() -> (String, String, String) {
+    let readme = include_str!("../README.md");
+    let at = readme
+        .find("/api/devices/plant-1/write")
+        .expect("the README writes plant-1");
+    let start = readme[..at].rfind("curl ").expect("a curl");
+    let curl = &readme[start..at + "/api/devices/plant-1/write".len()];
+    let between = |open: &str, close: char| {
+        let i = curl.find(open).expect(open) + open.len();
+        curl[i..i + curl[i..].find(close).expect("closed")].to_string()
+    };
+    let path = curl[curl.find("/api/").expect("a path")..].to_string();
+    (between("Bearer ", '\''), path, between("-d '", '\''))
+}
+
+#[cfg(feature = "simulator")]
+#[test]
+fn the_readme_curl_writes_the_demo_ovens_setpoint_and_the_oven_temperature_follows_it() {
+    let demo: Value =
+        serde_saphyr::from_str(include_str!("../config/demo.yaml")).expect("demo.yaml parses");
+    let mut config = demo.clone();
+    let modbus = free_port();
+    config["connector"]["http"]["listen"] = json!("127.0.0.1:0");
+    config["connector"]["data_dir"] = Value::Null;
+    config["simulator"] = json!({"modbus": format!("127.0.0.1:{modbus}")});
+    config["devices"] = json!([demo["devices"][0].clone()]);
+    config["devices"][0]["port"] = json!(modbus);
+    let d = Daemon::start(config);
+    let plant = |d: &Daemon| d.status()["devices"][0].clone();
+    let oven = |d: &Daemon| plant(d)["values"]["process"]["oven_temp"]["value"].as_f64();
+    wait_until(POLL_DEADLINE, "the oven polled near 180 °C", || {
+        oven(&d).is_some_and(|t| t > 170.0)
+    });
+    let writable: Vec<Value> = plant(&d)["writable"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = writable.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, ["oven_setpoint", "pump_running"], "{writable:#?}");
+
+    let (token, path, body) = readme_setpoint_curl();
+    let r = d.post(&path, Some(&token), body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let outcome = r.json();
+    assert_eq!(outcome["ok"], true, "{outcome:#}");
+    assert_eq!(
+        outcome["points"]["oven_setpoint"]["result"], "written",
+        "{outcome:#}"
+    );
+    let asked: Value = serde_json::from_str(&body).unwrap();
+    let target = asked["points"]["oven_setpoint"].as_f64().unwrap();
+    // The oven follows within seconds (4 s time constant, ± 5 °C around the setpoint).
+    wait_until(POLL_DEADLINE, "the oven near its new setpoint", || {
+        oven(&d).is_some_and(|t| (t - target).abs() < 8.0)
+    });
+    assert_eq!(
+        plant(&d)["values"]["process"]["oven_setpoint"]["value"].as_f64(),
+        Some(target)
+    );
+}
