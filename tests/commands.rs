@@ -99,6 +99,50 @@ fn http_commands_refuse_a_wrong_token_a_malformed_body_an_unknown_device_and_a_l
     );
 }
 
+/// Regression: the write path answered `401` before it read the body, so the server closed
+/// the connection over unread bytes and a keep-alive client met a broken pipe (or a reset)
+/// on its next request. The refusal now comes after the body was read and dropped.
+#[test]
+fn a_command_refused_for_its_token_leaves_the_keep_alive_connection_serving_the_next_request() {
+    let d = Daemon::start(commands_config(free_port()));
+    let body = json!({"id": "cmd-1", "points": {"setpoint": 72.5}}).to_string();
+    let json = "Content-Type: application/json";
+    let mut conn = d.keep_alive();
+    for auth in [
+        None,
+        Some("Authorization: Bearer wrong-t0ken-0123456789".to_string()),
+    ] {
+        let headers: Vec<&str> = [json].into_iter().chain(auth.as_deref()).collect();
+        let r = conn
+            .send(
+                "POST",
+                "/api/devices/plant-1/write",
+                &headers,
+                body.as_bytes(),
+            )
+            .expect("the refusal on the keep-alive connection");
+        assert_eq!(r.status, 401, "{}", r.body);
+        assert_eq!(r.header("connection"), None, "{:?}", r.headers);
+    }
+    // The same connection: a GET, then a command with the right token, whose body is read.
+    let r = conn
+        .send("GET", "/api/status", &[], b"")
+        .expect("the next request on the same connection");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let right = format!("Authorization: Bearer {COMMANDS_TOKEN}");
+    let r = conn
+        .send(
+            "POST",
+            "/api/devices/plant-1/write",
+            &[json, &right],
+            br#"{"points":{}}"#,
+        )
+        .expect("a command on the same connection");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"], "points: empty");
+    assert_eq!(d.status()["auth"]["commands_unauthorized"], 2);
+}
+
 #[test]
 fn without_a_commands_token_the_write_path_does_not_exist() {
     let mut c = commands_config(free_port());

@@ -1,6 +1,9 @@
 //! The HTTP server is bounded: a client dribbling its headers is cut off after the header-read
 //! timeout, idle keep-alive connections are closed, and at `max_connections` new clients wait
-//! until slots free up instead of the server growing without bound.
+//! until slots free up instead of the server growing without bound. An answer given before a
+//! request's body was needed (a token, a route, a method or a host refused) reads the body
+//! first, so the keep-alive connection carries the next request; a body over the limit is
+//! refused unread, with `Connection: close`.
 
 mod common;
 
@@ -102,4 +105,70 @@ fn an_idle_keep_alive_connection_is_closed() {
         .unwrap();
     // The response arrives, then the connection sits idle until the server closes it.
     assert!(closed_by_server(&mut s, Duration::from_secs(15)));
+}
+
+/// Regression: refusals given before the body was read (a wrong token, an unknown route or
+/// source, a wrong method, a foreign host) closed the connection over the unread body, so a
+/// keep-alive client met a broken pipe or a reset on its next request.
+#[test]
+fn every_refusal_before_the_body_reads_it_and_the_keep_alive_connection_serves_the_next_request() {
+    let mut cfg = queue_config(4, "evict_oldest");
+    cfg["connector"]["http"]["admin_token"] = ADMIN_TOKEN.into();
+    cfg["connector"]["http"]["max_body_kb"] = 4.into();
+    let daemon = Daemon::start(cfg);
+    let body = br#"{"order":"o-1","qty":3}"#;
+    let json = "Content-Type: application/json";
+    let wrong = "Authorization: Bearer wrong-t0ken-0123456789";
+    let ingest = format!("/api/ingest/{SOURCE}/o-1");
+    let refusals: [(&str, &str, &[&str], u16); 8] = [
+        ("POST", &ingest, &[json], 401),
+        ("POST", &ingest, &[json, wrong], 401),
+        ("PUT", &ingest, &[json], 405),
+        ("POST", "/api/ingest/nobody/o-1", &[json], 404),
+        ("POST", "/api/hooks/nobody", &[json], 404),
+        ("POST", "/api/status", &[json], 405),
+        ("POST", "/api/dead-letters/replay", &[json, wrong], 401),
+        ("POST", "/no/such/path", &[json], 404),
+    ];
+    let mut conn = daemon.keep_alive();
+    for (method, path, headers, status) in refusals {
+        let r = conn
+            .send(method, path, headers, body)
+            .unwrap_or_else(|e| panic!("{method} {path} on the keep-alive connection: {e}"));
+        assert_eq!(r.status, status, "{method} {path}: {}", r.body);
+        assert_eq!(
+            r.header("connection"),
+            None,
+            "{method} {path}: {:?}",
+            r.headers
+        );
+        let next = conn
+            .send("GET", "/api/status", &[], b"")
+            .unwrap_or_else(|e| panic!("the request after {method} {path}: {e}"));
+        assert_eq!(next.status, 200, "after {method} {path}: {}", next.body);
+    }
+    // A foreign Host is refused after its body too.
+    let mut conn = daemon.keep_alive();
+    let r = conn
+        .send("POST", &ingest, &[json, "Host: evil.example"], body)
+        .expect("the host refusal");
+    assert_eq!(r.status, 421, "{}", r.body);
+    assert_eq!(r.header("connection"), None, "{:?}", r.headers);
+    let r = conn.send("GET", "/api/status", &[], b"").expect("the next");
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // Over max_body_kb (4 KiB) the body is not read: the answer says the connection ends.
+    let big = vec![b'x'; 8 * 1024];
+    let mut conn = daemon.keep_alive();
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let r = conn
+        .send("POST", &ingest, &[json, &auth], &big)
+        .expect("the 413");
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+    assert_eq!(
+        u64_at(&daemon.status(), "/push_queue/rows"),
+        0,
+        "nothing stored"
+    );
 }

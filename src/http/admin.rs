@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use hyper::header::{HeaderValue, RETRY_AFTER};
 
-use super::respond::{error, json_response, not_allowed, outcome, read_body, Resp};
+use super::respond::{answer_unread, error, json_response, not_allowed, outcome, read_body, Resp};
 use super::routes::percent_decode;
 use super::{auth, AppState};
 use crate::record::Settlement;
@@ -55,20 +55,24 @@ pub async fn refusal<B>(state: &AppState, req: &Request<B>) -> Option<Resp> {
 /// Serves an admin path (already known to be one).
 pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>) -> Resp {
     if let Some(refused) = refusal(state, &req).await {
-        return refused;
+        return answer_unread(state, req, refused).await;
     }
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let method = req.method().clone();
     // Only a correction (PUT) reads its body; any other call's body is still read (within the
     // limits) and dropped, so the keep-alive connection can carry the caller's next request.
-    let req = if method == Method::PUT {
-        Some(req)
-    } else {
-        if let Err(resp) = read_body(state, req).await {
-            return resp;
-        }
-        None
-    };
+    if let (["api", "dead-letters", id], &Method::PUT) = (segments, &method) {
+        return match parse_id(id) {
+            Some(id) => correct(state, id, req).await,
+            None => {
+                let unknown = error(StatusCode::NOT_FOUND, "no such dead letter");
+                answer_unread(state, req, unknown).await
+            }
+        };
+    }
+    if let Err(resp) = read_body(state, req).await {
+        return resp;
+    }
     match (segments, method) {
         (["api", "push", "dead-letters", rest @ ..], m) => {
             queue_verbs(state, "push", rest, m, &query).await
@@ -87,10 +91,6 @@ pub async fn handle(state: &AppState, segments: &[&str], req: Request<Incoming>)
             };
             match m {
                 Method::GET => get(state, id).await,
-                Method::PUT => match req {
-                    Some(req) => correct(state, id, req).await,
-                    None => error(StatusCode::INTERNAL_SERVER_ERROR, "the body was dropped"),
-                },
                 Method::DELETE => resolve(state, id).await,
                 _ => not_allowed("GET, PUT, DELETE"),
             }

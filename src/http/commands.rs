@@ -26,7 +26,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
-use super::respond::{error, json_response, read_body, Resp};
+use super::respond::{answer_unread, error, json_response, read_body, Resp};
 use super::routes::percent_decode;
 use super::{auth, AppState};
 use crate::commands::{parse_request, Origin};
@@ -37,10 +37,11 @@ pub const TOKEN_NAME: &str = "commands";
 /// Runs the command of `req` on `device` (still percent-encoded, as the path holds it).
 pub async fn write(state: &AppState, device: &str, req: Request<Incoming>) -> Resp {
     let Some(token) = state.commands.config().token.as_deref() else {
-        return error(
+        let off = error(
             StatusCode::NOT_FOUND,
             "commands over HTTP are off: commands.token is not configured",
         );
+        return answer_unread(state, req, off).await;
     };
     let refused = &state.auth.stats.commands_unauthorized;
     if !state
@@ -48,7 +49,10 @@ pub async fn write(state: &AppState, device: &str, req: Request<Incoming>) -> Re
         .check(req.headers(), auth::peer(&req), token, TOKEN_NAME, refused)
         .await
     {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong commands token");
+        let refused = error(StatusCode::UNAUTHORIZED, "missing or wrong commands token");
+        // The body is read (and dropped) before the answer, so the keep-alive connection
+        // carries the caller's next request.
+        return answer_unread(state, req, refused).await;
     }
     // Read (within the limits) before any further answer, so the keep-alive connection can
     // carry the caller's next request.

@@ -2,8 +2,10 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::body::{Body, Incoming};
+use hyper::header::{
+    HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, EXPECT, RETRY_AFTER,
+};
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
@@ -14,29 +16,74 @@ use crate::sources::SourceOutcome;
 pub type Resp = Response<Full<Bytes>>;
 
 /// Reads a body within `max_body_bytes` and the body-read timeout: 413 and 408 otherwise.
+///
+/// Those refusals leave the rest of the body unread, so they say `Connection: close`: the
+/// connection cannot carry another request.
 pub async fn read_body(state: &AppState, req: Request<Incoming>) -> Result<Bytes, Resp> {
     let max = state.http.max_body_bytes;
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(too_large(max));
+    if declared_length(&req).is_some_and(|n| n > max as u64) {
+        return Err(closing(too_large(max)));
     }
     let limited = Limited::new(req.into_body(), max);
     match tokio::time::timeout(state.http.body_read_timeout, limited.collect()).await {
-        Err(_) => Err(error(
+        Err(_) => Err(closing(error(
             StatusCode::REQUEST_TIMEOUT,
             "body not received in time",
-        )),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(max)),
-        Ok(Err(e)) => Err(error(
+        ))),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(closing(too_large(max))),
+        Ok(Err(e)) => Err(closing(error(
             StatusCode::BAD_REQUEST,
             &format!("cannot read the body: {e}"),
-        )),
+        ))),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
+}
+
+/// Answers `resp` to a request whose body its handler does not want (a token, a route, a
+/// method or a host refused before the body was read).
+///
+/// The body is read and dropped first, within the limits of [`read_body`] (`max_body_kb`,
+/// the body-read timeout; one frame in memory at a time), so the keep-alive connection
+/// carries the client's next request, and a client still sending its body is not cut off by
+/// the reset a socket closed over unread bytes sends. A body that cannot be read within those
+/// limits, or that the client holds back until `100 Continue` (`Expect`), is not waited for:
+/// the answer then says `Connection: close`.
+pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp) -> Resp {
+    if req.body().is_end_stream() {
+        return resp;
+    }
+    let max = state.http.max_body_bytes;
+    if req.headers().contains_key(EXPECT) || declared_length(&req).is_some_and(|n| n > max as u64) {
+        return closing(resp);
+    }
+    let mut body = Limited::new(req.into_body(), max);
+    let drain = async {
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    match tokio::time::timeout(state.http.body_read_timeout, drain).await {
+        Ok(true) => resp,
+        Ok(false) | Err(_) => closing(resp),
+    }
+}
+
+/// The body length `req` declares (`Content-Length`), if any.
+fn declared_length<B>(req: &Request<B>) -> Option<u64> {
+    req.headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// `resp` with `Connection: close`: the server closes the connection after it.
+fn closing(mut resp: Resp) -> Resp {
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 /// The answer to an HTTP source's caller.

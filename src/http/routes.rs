@@ -8,7 +8,9 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
-use super::respond::{error, json_response, not_allowed, outcome, read_body, text, Resp};
+use super::respond::{
+    answer_unread, error, json_response, not_allowed, outcome, read_body, text, Resp,
+};
 use super::{admin, auth, commands, ledger, live, page, status, AppState};
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
@@ -17,24 +19,29 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let method = req.method().clone();
     let get = matches!(method, Method::GET | Method::HEAD);
+    // The routes that take the request answer themselves; the others only look at it, and
+    // their answer goes out after its body (if any) is read and dropped.
     let resp = match segments.as_slice() {
         ["api", "ingest", source, id] if !source.is_empty() && !id.is_empty() => {
             if method != Method::POST {
-                return Ok(not_allowed("POST"));
+                not_allowed("POST")
+            } else {
+                return Ok(ingest(&state, source, id, req).await);
             }
-            ingest(&state, source, id, req).await
         }
         ["api", "hooks", name] if !name.is_empty() => {
             if method != Method::POST {
-                return Ok(not_allowed("POST"));
+                not_allowed("POST")
+            } else {
+                return Ok(hook(&state, name, req).await);
             }
-            hook(&state, name, req).await
         }
         ["api", "devices", device, "write"] if !device.is_empty() => {
             if method != Method::POST {
-                return Ok(not_allowed("POST"));
+                not_allowed("POST")
+            } else {
+                return Ok(commands::write(&state, device, req).await);
             }
-            commands::write(&state, device, req).await
         }
         ["api", "status"] if get => json_response(StatusCode::OK, &status::status(&state)),
         ["metrics"] if get => text(
@@ -50,7 +57,9 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         [""] if get => page::serve(&page::INDEX, req.headers()),
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
-        ["api", "live"] if method == Method::GET => live::upgrade(Arc::clone(&state), req),
+        ["api", "live"] if method == Method::GET => {
+            return Ok(live::upgrade(Arc::clone(&state), req))
+        }
         ["api", "status"]
         | ["api", "ledger"]
         | ["api", "schedules"]
@@ -63,18 +72,19 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         | ["api", "sinks", _, "dead-letters", ..]
         | ["api", "sinks", _, "errors"]
         | ["api", "dead-letters", ..]
-        | ["api", "events"] => admin::handle(&state, &segments, req).await,
+        | ["api", "events"] => return Ok(admin::handle(&state, &segments, req).await),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
-    Ok(resp)
+    Ok(answer_unread(&state, req, resp).await)
 }
 
 async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming>) -> Resp {
     let Some(src) = state.ingest.iter().find(|s| s.name() == source) else {
-        return error(
+        let unknown = error(
             StatusCode::NOT_FOUND,
             &format!("unknown ingest source {source:?}"),
         );
+        return answer_unread(state, req, unknown).await;
     };
     let peer = auth::peer(&req);
     let refused = &src.stats.unauthorized;
@@ -83,7 +93,8 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
         .check(req.headers(), peer, src.token(), src.source(), refused)
         .await
     {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        let refused = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        return answer_unread(state, req, refused).await;
     }
     src.stats.received.fetch_add(1, Ordering::Relaxed);
     let body = match read_body(state, req).await {
@@ -98,7 +109,8 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
 
 async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
     let Some(hook) = state.webhooks.iter().find(|w| w.name() == name) else {
-        return error(StatusCode::NOT_FOUND, &format!("unknown webhook {name:?}"));
+        let unknown = error(StatusCode::NOT_FOUND, &format!("unknown webhook {name:?}"));
+        return answer_unread(state, req, unknown).await;
     };
     let header = |h: &str| {
         req.headers()

@@ -5,17 +5,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::hosts::AllowedHosts;
-use super::{auth, routes, AppState};
+use super::{auth, respond, routes, AppState};
 use crate::shutdown::Shutdown;
 
 /// Largest request head (request line and headers); larger ones get `431`. Set both as
@@ -96,19 +94,13 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
                 req.extensions_mut().insert(auth::Peer(peer));
                 let state = Arc::clone(&service_state);
                 let refused = hosts.refusal(&mut req, &state.stats);
-                let has_body = has_body(&req);
                 async move {
-                    let mut resp = match refused {
+                    // Every answer given before a body was read reads it first (bounded) or
+                    // says `Connection: close` (`respond::answer_unread`).
+                    let resp = match refused {
                         None => routes::handle(state, req).await?,
-                        Some(refused) => refused,
+                        Some(refused) => respond::answer_unread(&state, req, refused).await,
                     };
-                    if has_body && refused_unread(resp.status()) {
-                        // The body was never read, so the connection cannot carry another
-                        // request: say so, or a client would send its next one into a
-                        // connection the server is closing.
-                        resp.headers_mut()
-                            .insert(CONNECTION, HeaderValue::from_static("close"));
-                    }
                     Ok::<_, std::convert::Infallible>(resp)
                 }
             });
@@ -149,20 +141,4 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
         log::warn!("http connections still open at shutdown were closed");
         connections.abort_all();
     }
-}
-
-/// True when `req` announces a body.
-fn has_body<B>(req: &hyper::Request<B>) -> bool {
-    let h = req.headers();
-    h.contains_key(TRANSFER_ENCODING)
-        || h.get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .is_some_and(|n| n > 0)
-}
-
-/// The answers given before a request's body is read (a token, a route, a method, a size or a
-/// host refused).
-fn refused_unread(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 401 | 403 | 404 | 405 | 411 | 413 | 421)
 }

@@ -171,3 +171,109 @@ pub fn truncate(s: &str, max: usize) -> String {
     }
     format!("{}...[{} more bytes]", &s[..end], s.len() - end)
 }
+
+/// One keep-alive connection spoken to by hand: each request's head and body go out in two
+/// writes (as a client streaming its body does), each reply is read whole by its
+/// `Content-Length`, and the connection stays open for the next request.
+pub struct KeepAlive {
+    stream: std::net::TcpStream,
+    /// Bytes read past the last reply.
+    pending: Vec<u8>,
+}
+
+impl KeepAlive {
+    /// Connects to `addr` (`host:port`).
+    pub fn connect(addr: &str) -> std::io::Result<KeepAlive> {
+        let stream = std::net::TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        stream.set_nodelay(true)?;
+        Ok(KeepAlive {
+            stream,
+            pending: Vec::new(),
+        })
+    }
+
+    /// Sends `method path` with `headers` (lines without their CRLF; `Host: 127.0.0.1` unless
+    /// they have a `Host`) and `body`, and reads the reply. An error is the connection failing
+    /// (closed, reset, broken pipe).
+    pub fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[&str],
+        body: &[u8],
+    ) -> std::io::Result<Reply> {
+        use std::io::Write;
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        if !headers
+            .iter()
+            .any(|h| h.to_ascii_lowercase().starts_with("host:"))
+        {
+            head.push_str("Host: 127.0.0.1\r\n");
+        }
+        for h in headers {
+            head.push_str(h);
+            head.push_str("\r\n");
+        }
+        if !body.is_empty() {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        head.push_str("\r\n");
+        self.stream.write_all(head.as_bytes())?;
+        if !body.is_empty() {
+            self.stream.write_all(body)?;
+        }
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> std::io::Result<Reply> {
+        let broken = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+        let end = loop {
+            if let Some(i) = self.pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            self.fill()?;
+        };
+        let head = String::from_utf8_lossy(&self.pending[..end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| broken("no status line"))?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| broken("no content-length"))?;
+        while self.pending.len() < end + length {
+            self.fill()?;
+        }
+        let body = String::from_utf8_lossy(&self.pending[end..end + length]).into_owned();
+        self.pending.drain(..end + length);
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn fill(&mut self) -> std::io::Result<()> {
+        use std::io::Read;
+        let mut buf = [0u8; 8192];
+        match self.stream.read(&mut buf)? {
+            0 => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            )),
+            n => {
+                self.pending.extend_from_slice(&buf[..n]);
+                Ok(())
+            }
+        }
+    }
+}

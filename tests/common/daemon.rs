@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::{to_yaml, Client, Reply, BIN, SOURCE, START_DEADLINE, TOKEN};
+use super::{to_yaml, Client, KeepAlive, Reply, BIN, SOURCE, START_DEADLINE, TOKEN};
 
 /// What the daemon prints on stdout once its HTTP server is bound.
 const LISTENING_PREFIX: &str = "opex-connector listening on http://";
@@ -159,6 +159,11 @@ impl Daemon {
 
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A keep-alive connection to the daemon, spoken to by hand.
+    pub fn keep_alive(&self) -> KeepAlive {
+        KeepAlive::connect(&self.addr).expect("connect to the daemon")
     }
 
     /// Whether the process is still alive.
