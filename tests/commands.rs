@@ -3,7 +3,8 @@
 //! (a real mosquitto; the test's client is rumqttc's MQTT 5 one), each down to a pymodbus
 //! device whose registers the test reads back itself with tokio-modbus. Every command leaves
 //! exactly one `command/<device>` record (read back from a storage sink), and a command sent
-//! again with the same id is answered with the first outcome and not written again.
+//! again with the same id is answered with the first outcome and not written again; one over
+//! `max_per_second` is refused `rate_limited`, sends nothing and is on record too.
 
 mod common;
 
@@ -270,6 +271,33 @@ fn wait_connected(d: &Daemon) {
     });
 }
 
+/// Every command `press-1` took (`commands.received`: repeats are not taken again) left
+/// exactly one record: as many stored records of `command/press-1` as commands, each id once.
+fn assert_one_record_per_command(d: &Daemon) {
+    let received = commands_of(d)["received"]
+        .as_u64()
+        .expect("commands.received");
+    let keys = || {
+        let mut keys: Vec<String> = events(d, "source=command/press-1&limit=1000")
+            .iter()
+            .filter_map(|r| r["key"].as_str().map(str::to_string))
+            .collect();
+        keys.sort();
+        keys
+    };
+    wait_until(POLL_DEADLINE, "a record of every command", || {
+        keys().len() as u64 >= received
+    });
+    let mut ids = keys();
+    let records = ids.len() as u64;
+    ids.dedup();
+    assert_eq!(
+        (records, ids.len() as u64),
+        (received, received),
+        "records of {received} commands: {ids:?}"
+    );
+}
+
 #[test]
 fn an_http_command_writes_the_device_once_leaves_one_record_and_its_repeat_writes_nothing() {
     let device = ModbusTcp::start();
@@ -370,6 +398,73 @@ fn an_http_command_writes_the_device_once_leaves_one_record_and_its_repeat_write
         metric(&m, "opex_connector_commands_duplicate_total"),
         Some(1.0)
     );
+    assert_one_record_per_command(&d);
+}
+
+#[test]
+fn commands_over_max_per_second_are_rate_limited_send_nothing_and_each_leaves_its_one_record() {
+    let device = ModbusTcp::start();
+    let port = device.port();
+    let mut c = device_config(port);
+    c["commands"]["max_per_second"] = json!(1);
+    let d = Daemon::start(c);
+    wait_connected(&d);
+    set_device(port, SETPOINT, 0, PUMP, false);
+
+    // Back to back: one command a second is taken, the others of that second are refused.
+    // (Bounded, not timed: a loaded box may need a few more tries to send two in one second.)
+    let mut results: Vec<(u64, String)> = Vec::new();
+    for i in 1..=50u64 {
+        let body = json!({"id": format!("r-{i}"), "points": {"setpoint": i}});
+        let r = write(&d, "press-1", Some(COMMANDS_TOKEN), &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let outcome = r.json();
+        let result = outcome["points"]["setpoint"]["result"].as_str();
+        results.push((i, result.unwrap_or("none").to_string()));
+        if result == Some("rate_limited") {
+            assert_eq!(outcome["ok"], false, "{outcome:#}");
+            break;
+        }
+    }
+    assert!(
+        results.iter().any(|(_, r)| r == "rate_limited"),
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|(_, r)| r == "written" || r == "rate_limited"),
+        "{results:?}"
+    );
+    // What the device holds is the last written value: a refused command sent nothing.
+    let last_written = results
+        .iter()
+        .rev()
+        .find(|(_, r)| r == "written")
+        .map(|(i, _)| *i)
+        .expect("the first command of the second was written");
+    assert_eq!(
+        read_device(port, SETPOINT, PUMP).0 as u64,
+        last_written * 10
+    );
+
+    let limited: Vec<u64> = results
+        .iter()
+        .filter(|(_, r)| r == "rate_limited")
+        .map(|(i, _)| *i)
+        .collect();
+    for i in &limited {
+        let record = one_record(&d, &format!("r-{i}"));
+        assert_eq!(
+            record["points"]["setpoint"]["result"], "rate_limited",
+            "{record:#}"
+        );
+    }
+    let c = commands_of(&d);
+    assert_eq!(c["received"], results.len(), "{c:#}");
+    assert_eq!(c["refused"], limited.len(), "{c:#}");
+    assert_eq!(c["written"], results.len() - limited.len(), "{c:#}");
+    assert_one_record_per_command(&d);
 }
 
 // ---------------------------------------------------------------- NATS
@@ -492,6 +587,7 @@ fn a_nats_request_runs_the_command_and_its_reply_is_the_outcome() {
         "{c:#}"
     );
     assert_eq!(records_of(&d, "n-1").len(), 1);
+    assert_one_record_per_command(&d);
 }
 
 // ---------------------------------------------------------------- MQTT
@@ -684,6 +780,7 @@ fn mqtt_results_go_to_the_response_topic_with_its_correlation_data_or_else_to_th
     assert_eq!(path["subscribed"], "opex/cmd/+", "{path:#}");
     assert_eq!(path["malformed"], 1, "{path:#}");
     assert_eq!(path["answered"], 4, "{path:#}");
+    assert_one_record_per_command(&d);
 }
 
 // ---------------------------------------------------------------- the demo
