@@ -1,5 +1,5 @@
 //! The simulator's Modbus TCP device: a small plant whose values change with time, with two
-//! points a command can write.
+//! points a command can write, and a block of scratch registers that keep what is written.
 //!
 //! Every value is a function of the time since the simulator started, of the unit id (each
 //! unit is the same plant, phase-shifted) and of what was written to that unit (its
@@ -16,7 +16,9 @@
 //! | 7 | i16 | line pressure, 0.1 bar (45 ± 5) |
 //! | 8-11 | string | `"OPEX-SIM"` |
 //! | 12-13 | f32 | oven setpoint, °C (default 180). **Writable** with FC 16 (both registers); a value that is not finite or outside 0..=400 draws exception 3 |
-//! | 14-999 | u16 | the address itself (filler, for load tests) |
+//! | 14-99 | u16 | the address itself (filler, for load tests) |
+//! | 100-299 | u16 | **scratch**: the address itself until written. **Writable** with FC 6 and FC 16 (any run inside the block); each register keeps what was written (for many-point commands and their benchmark) |
+//! | 300-999 | u16 | the address itself (filler) |
 //! | 1000+ | - | exception 2, illegal data address |
 //!
 //! Coils and discrete inputs: 0 the pump state, 1 an alarm (oven more than 4 °C above its
@@ -24,12 +26,13 @@
 //! then stays as written, out of its cycle, until written again.
 //!
 //! Any other write (another address, FC 6 to half the setpoint, a range that covers a
-//! read-only address) draws exception 2.
+//! read-only address or leaves the scratch block) draws exception 2.
 
 use std::collections::HashMap;
 use std::future::{ready, Ready};
 use std::io;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -50,6 +53,11 @@ pub const DEFAULT_SETPOINT_C: f32 = 180.0;
 pub const MAX_SETPOINT_C: f32 = 400.0;
 /// How fast the oven follows its setpoint: its time constant, in seconds.
 pub const OVEN_TAU_SECS: f64 = 4.0;
+/// The scratch holding registers: writable, each keeps what was written (the address itself
+/// until then).
+pub const SCRATCH: RangeInclusive<u16> = 100..=299;
+/// How many scratch registers there are.
+const SCRATCH_LEN: usize = 200;
 
 /// What commands set on one unit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,6 +66,8 @@ pub struct Controls {
     pub setpoint_c: f32,
     /// The pump as coil 0 was last written; `None`: its 30 s cycle.
     pub pump: Option<bool>,
+    /// The scratch registers ([`SCRATCH`]), in address order.
+    pub scratch: [u16; SCRATCH_LEN],
     /// The oven's baseline when the setpoint last changed, and when (seconds after start):
     /// the baseline goes from there to the setpoint.
     from_c: f64,
@@ -69,6 +79,8 @@ impl Default for Controls {
         Self {
             setpoint_c: DEFAULT_SETPOINT_C,
             pump: None,
+            // Each scratch register starts as its address, like the filler around it.
+            scratch: std::array::from_fn(|i| *SCRATCH.start() + i as u16),
             from_c: f64::from(DEFAULT_SETPOINT_C),
             since: 0.0,
         }
@@ -106,6 +118,8 @@ pub struct Plant {
     pub pump_on: bool,
     /// Line pressure, 0.1 bar.
     pub pressure_dbar: i16,
+    /// The scratch registers, as written.
+    pub scratch: [u16; SCRATCH_LEN],
 }
 
 impl Plant {
@@ -120,6 +134,7 @@ impl Plant {
             parts: (secs * 2.0) as u32,
             pump_on: controls.pump.unwrap_or(t % 30.0 < 20.0),
             pressure_dbar: (45.0 + 5.0 * (t * tau / 17.0).sin()).round() as i16,
+            scratch: controls.scratch,
         }
     }
 
@@ -144,6 +159,7 @@ impl Plant {
             }
             12 => (setpoint >> 16) as u16,
             13 => setpoint as u16,
+            a if SCRATCH.contains(&a) => self.scratch[usize::from(a - *SCRATCH.start())],
             a if a < SIZE => a,
             _ => return None,
         })
@@ -161,7 +177,7 @@ impl Plant {
 }
 
 /// The Modbus service: answers reads from the plant, takes the writes of its two writable
-/// points. Clones share the plant (one per server, whatever the connections).
+/// points and of its scratch registers. Clones share the plant (one per server, whatever the connections).
 #[derive(Debug, Clone)]
 pub struct PlantService {
     started: Instant,
@@ -203,6 +219,23 @@ impl PlantService {
                 let on = bits[0];
                 self.with_controls(unit, |c| c.pump = Some(on));
                 Ok(Response::WriteMultipleCoils(0, 1))
+            }
+            Request::WriteSingleRegister(addr, word) if SCRATCH.contains(&addr) => {
+                let at = usize::from(addr - *SCRATCH.start());
+                self.with_controls(unit, |c| c.scratch[at] = word);
+                Ok(Response::WriteSingleRegister(addr, word))
+            }
+            Request::WriteMultipleRegisters(start, words)
+                if !words.is_empty()
+                    && SCRATCH.contains(&start)
+                    && usize::from(start - *SCRATCH.start()) + words.len() <= SCRATCH_LEN =>
+            {
+                let at = usize::from(start - *SCRATCH.start());
+                self.with_controls(unit, |c| {
+                    c.scratch[at..at + words.len()].copy_from_slice(&words)
+                });
+                // At most 200 words in the block: the count fits.
+                Ok(Response::WriteMultipleRegisters(start, words.len() as u16))
             }
             _ => Err(ExceptionCode::IllegalDataAddress),
         }
@@ -337,7 +370,66 @@ mod tests {
     }
 
     #[test]
-    fn only_the_setpoint_and_the_pump_coil_take_writes() {
+    fn scratch_registers_keep_what_fc_6_and_fc_16_write_and_writes_leaving_the_block_draw_exception_2(
+    ) {
+        let s = PlantService::new();
+        // Until written, each is its own address.
+        assert_eq!(
+            call(&s, Request::ReadHoldingRegisters(98, 4)),
+            Ok(Response::ReadHoldingRegisters(vec![98, 99, 100, 101]))
+        );
+        assert_eq!(
+            call(&s, Request::WriteSingleRegister(100, 7)),
+            Ok(Response::WriteSingleRegister(100, 7))
+        );
+        assert_eq!(
+            call(
+                &s,
+                Request::WriteMultipleRegisters(297, vec![1, 2, 3].into())
+            ),
+            Ok(Response::WriteMultipleRegisters(297, 3))
+        );
+        let all: Vec<u16> = (0..200).map(|i| 5000 + i).collect();
+        assert_eq!(
+            call(
+                &s,
+                Request::WriteMultipleRegisters(100, all[..100].to_vec().into())
+            ),
+            Ok(Response::WriteMultipleRegisters(100, 100))
+        );
+        assert_eq!(
+            call(&s, Request::ReadHoldingRegisters(100, 2)),
+            Ok(Response::ReadHoldingRegisters(vec![5000, 5001]))
+        );
+        assert_eq!(
+            call(&s, Request::ReadInputRegisters(296, 5)),
+            Ok(Response::ReadInputRegisters(vec![296, 1, 2, 3, 300]))
+        );
+        // Another unit's scratch is its own.
+        assert_eq!(
+            s.answer(SlaveRequest {
+                slave: 2,
+                request: Request::ReadHoldingRegisters(100, 1)
+            }),
+            Ok(Response::ReadHoldingRegisters(vec![100]))
+        );
+        for bad in [
+            Request::WriteSingleRegister(99, 1),
+            Request::WriteSingleRegister(300, 1),
+            Request::WriteMultipleRegisters(99, vec![1, 2].into()),
+            Request::WriteMultipleRegisters(299, vec![1, 2].into()),
+            Request::WriteMultipleRegisters(150, Vec::new().into()),
+        ] {
+            assert_eq!(call(&s, bad), Err(ExceptionCode::IllegalDataAddress));
+        }
+        assert_eq!(
+            call(&s, Request::ReadHoldingRegisters(299, 2)),
+            Ok(Response::ReadHoldingRegisters(vec![3, 300]))
+        );
+    }
+
+    #[test]
+    fn only_the_setpoint_the_pump_coil_and_the_scratch_registers_take_writes() {
         let s = PlantService::new();
         let sp = 200f32.to_bits();
         let words = vec![(sp >> 16) as u16, sp as u16];
