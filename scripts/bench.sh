@@ -15,18 +15,23 @@
 #            simulated devices (benches/modbus.rs, benches/modbus_client.c)
 #   nats     JetStream -> connector -> push queue messages/s acked vs a raw
 #            consume+ack of the same messages on the same server (benches/nats.rs)
+#   commands HTTP write -> daemon -> Modbus simulator -> answer, p50/p99 latency
+#            of one point vs a raw tokio-modbus FC 16 write to the same simulator
+#            in the same run; one command of 100 points (benches/commands.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
 # folder, default under the target dir), RUST_LOG for the daemon (default
-# warn), BENCH_MESSAGES (nats, default 20000). Honours CARGO_TARGET_DIR.
+# warn), BENCH_MESSAGES (nats, default 20000), BENCH_COMMANDS (commands,
+# default 500) and BENCH_BULK (commands: 100-point commands, default 10).
+# Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -81,18 +86,25 @@ bench_nats() {
     cargo bench --bench nats
 }
 
+bench_commands() {
+    release_daemon
+    echo "==> cargo bench --bench commands (BENCH_COMMANDS=${BENCH_COMMANDS:-500}, BENCH_BULK=${BENCH_BULK:-10})"
+    cargo bench --bench commands
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
     modbus) bench_modbus ;;
     nats) bench_nats ;;
+    commands) bench_commands ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands)" >&2
         exit 2
         ;;
 esac

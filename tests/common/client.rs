@@ -220,8 +220,15 @@ impl KeepAlive {
         }
         head.push_str("\r\n");
         self.stream.write_all(head.as_bytes())?;
-        if !body.is_empty() {
-            self.stream.write_all(body)?;
+        self.exchange(body)
+    }
+
+    /// Writes `bytes` (a whole request, or what is left of one) in one write, and reads the
+    /// reply.
+    pub fn exchange(&mut self, bytes: &[u8]) -> std::io::Result<Reply> {
+        use std::io::Write;
+        if !bytes.is_empty() {
+            self.stream.write_all(bytes)?;
         }
         self.read_reply()
     }
