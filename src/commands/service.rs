@@ -7,13 +7,23 @@
 //! full inbox is answered `unavailable` at once: nothing waits for later. Every command
 //! becomes one record of source `command/<device>` (origin, values, results, latency),
 //! offered through the pollers' hold-then-drop so a full sink never delays the answer.
+//!
+//! **A repeated id is answered, not run again.** Each device remembers the ids of its recent
+//! commands (the last [`RECENT_IDS`], for at most [`RECENT_FOR`], and at most
+//! [`RECENT_POINTS`] point results in all): a command whose `id` is among them (an MQTT
+//! redelivery, an HTTP or NATS retry) gets the first command's outcome (waiting for it while
+//! the first still runs), writes nothing, leaves no second record and is counted in
+//! `duplicates`, not in `received`. This holds whatever the first outcome was: to try again
+//! a command that was not written, send it with a new id. Ids made up for commands that gave
+//! none are never repeated, so they are not remembered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
+use tokio::sync::watch;
 
 use super::command::{all, Command, Origin, PointResult, Request};
 use super::config::CommandsConfig;
@@ -26,6 +36,13 @@ use crate::telemetry::prometheus::Page;
 /// How long past its deadline a command's answer may still take (the device's own timeout
 /// bounds a write; this guards against a task that never answers).
 const ANSWER_GRACE: Duration = Duration::from_secs(30);
+/// Most command ids a device remembers, to answer a repeated one with its first outcome.
+pub const RECENT_IDS: usize = 1000;
+/// Longest a command id is remembered.
+pub const RECENT_FOR: Duration = Duration::from_secs(600);
+/// Most point results a device remembers in all (the outcomes of its remembered ids); the
+/// oldest ids are forgotten first. Bounds the memory of large commands.
+pub const RECENT_POINTS: usize = 10_000;
 
 /// One writable point, as the status page shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +78,8 @@ pub struct CommandStats {
     pub failed: AtomicU64,
     /// Points whose outcome is not known (timeout after sending): never retried.
     pub unknown: AtomicU64,
+    /// Commands whose id was one of a recent command's: answered with its outcome, not run.
+    pub duplicates: AtomicU64,
 }
 
 impl CommandStats {
@@ -88,6 +107,7 @@ impl CommandStats {
             "unavailable": l(&self.unavailable),
             "failed": l(&self.failed),
             "unknown": l(&self.unknown),
+            "duplicates": l(&self.duplicates),
         })
     }
 }
@@ -104,6 +124,64 @@ struct Device {
     points: Vec<WritablePoint>,
     stats: CommandStats,
     window: Mutex<Window>,
+    recent: Mutex<Recent>,
+}
+
+/// The outcome of a remembered command: `None` while it runs.
+type Shared = watch::Receiver<Option<Outcome>>;
+
+/// A device's recent command ids and their outcomes (see the module doc).
+#[derive(Default)]
+struct Recent {
+    /// Oldest first: the id and when it was taken.
+    order: VecDeque<(String, Instant)>,
+    /// Each remembered id's outcome, and its number of points.
+    outcomes: HashMap<String, (Shared, usize)>,
+    /// Points of every remembered outcome.
+    points: usize,
+}
+
+/// What [`Recent::claim`] found.
+enum Seen {
+    /// A new id: send its outcome here once known.
+    New(watch::Sender<Option<Outcome>>),
+    /// A repeated id: its first outcome comes here.
+    Repeat(Shared),
+}
+
+impl Recent {
+    /// Remembers `id` (a command of `points` points) taken at `now`, unless it is remembered
+    /// already.
+    fn claim(&mut self, id: &str, points: usize, now: Instant) -> Seen {
+        while self
+            .order
+            .front()
+            .is_some_and(|(_, at)| now.duration_since(*at) > RECENT_FOR)
+        {
+            self.forget_oldest();
+        }
+        if let Some((first, _)) = self.outcomes.get(id) {
+            return Seen::Repeat(first.clone());
+        }
+        let (tx, rx) = watch::channel(None);
+        self.order.push_back((id.to_string(), now));
+        self.outcomes.insert(id.to_string(), (rx, points));
+        self.points += points;
+        // The newest is always kept, however large.
+        while self.order.len() > 1 && (self.order.len() > RECENT_IDS || self.points > RECENT_POINTS)
+        {
+            self.forget_oldest();
+        }
+        Seen::New(tx)
+    }
+
+    fn forget_oldest(&mut self) {
+        if let Some((id, _)) = self.order.pop_front() {
+            if let Some((_, n)) = self.outcomes.remove(&id) {
+                self.points -= n;
+            }
+        }
+    }
 }
 
 /// What a command came to.
@@ -204,6 +282,7 @@ impl Commands {
                     started: Instant::now(),
                     count: 0,
                 }),
+                recent: Mutex::new(Recent::default()),
             },
         );
     }
@@ -241,7 +320,10 @@ impl Commands {
     }
 
     /// Runs `request` on `device` and returns what each point came to; `engine` takes the
-    /// command's record. Errs only when no device of that name takes commands.
+    /// command's record. Errs only when no device of that name takes commands. A request
+    /// whose id a recent command of the device had gets that command's outcome and runs
+    /// nothing (module doc). A caller that may be cancelled runs this in a task of its own, so
+    /// a command handed to the device is always counted and recorded.
     pub async fn execute(
         &self,
         engine: &Arc<Engine>,
@@ -254,6 +336,22 @@ impl Commands {
             .get(device)
             .ok_or_else(|| CommandError::UnknownDevice(device.to_string()))?;
         let received = Instant::now();
+        let first = match &request.id {
+            None => None,
+            Some(id) => {
+                let seen = d.recent.lock().unwrap_or_else(|e| e.into_inner()).claim(
+                    id,
+                    request.points.len(),
+                    received,
+                );
+                match seen {
+                    Seen::New(tx) => Some(tx),
+                    Seen::Repeat(first) => {
+                        return Ok(repeated(d, device, id, &request.points, first).await)
+                    }
+                }
+            }
+        };
         d.stats.received.fetch_add(1, Ordering::Relaxed);
         let id = request.id.unwrap_or_else(|| {
             format!(
@@ -307,6 +405,9 @@ impl Commands {
             latency: received.elapsed(),
         };
         log_outcome(&command, &outcome);
+        if let Some(first) = first {
+            first.send_replace(Some(outcome.clone()));
+        }
         let record = command_record(&command, &outcome);
         let engine = Arc::clone(engine);
         tokio::spawn(async move {
@@ -333,9 +434,36 @@ impl Commands {
                 ("opex_connector_command_points_unavailable_total", "Command points the device could not take (down, backoff, busy).", |s| l(&s.unavailable)),
                 ("opex_connector_command_points_failed_total", "Command points the device refused (exception, bad status).", |s| l(&s.failed)),
                 ("opex_connector_command_points_unknown_total", "Command points whose outcome is not known (sent, no answer): never retried.", |s| l(&s.unknown)),
+                ("opex_connector_commands_duplicate_total", "Commands whose id a recent command had: answered with its outcome, not run again.", |s| l(&s.duplicates)),
             ],
         );
     }
+}
+
+/// The answer to a command whose id `first` had: its outcome once known, nothing run.
+async fn repeated(
+    d: &Device,
+    device: &str,
+    id: &str,
+    points: &[(String, Value)],
+    mut first: Shared,
+) -> Outcome {
+    let total = d.stats.duplicates.fetch_add(1, Ordering::Relaxed) + 1;
+    log::info!("command id repeated, answered with its first outcome, nothing written: device={device} id={id} duplicates_total={total}");
+    let known = first
+        .wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|o| o.clone());
+    known.unwrap_or_else(|| Outcome {
+        id: id.to_string(),
+        device: device.to_string(),
+        points: all(
+            points,
+            &PointResult::Unknown("the first command with this id did not finish".into()),
+        ),
+        latency: Duration::ZERO,
+    })
 }
 
 fn l(c: &AtomicU64) -> u64 {
@@ -388,5 +516,106 @@ fn log_outcome(command: &Command, outcome: &Outcome) {
             results.join(" "),
             outcome.latency.as_millis()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::Plan;
+    use crate::sinks::Sinks;
+    use crate::store::dead_letters::DeadLetterQueue;
+
+    fn engine(dir: &std::path::Path) -> Arc<Engine> {
+        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).unwrap());
+        Arc::new(Engine::new(
+            Plan::direct(&[], "push"),
+            Sinks::default(),
+            dlq,
+        ))
+    }
+
+    fn request(id: Option<&str>) -> Request {
+        Request {
+            id: id.map(str::to_string),
+            points: vec![("setpoint".into(), json!(72.5))],
+            expires: None,
+            verify: false,
+        }
+    }
+
+    #[test]
+    fn recent_ids_are_forgotten_by_count_by_age_and_by_points() {
+        let now = Instant::now();
+        let mut r = Recent::default();
+        for i in 0..RECENT_IDS + 5 {
+            assert!(matches!(r.claim(&format!("c{i}"), 1, now), Seen::New(_)));
+        }
+        assert_eq!(r.order.len(), RECENT_IDS);
+        assert!(matches!(r.claim("c4", 1, now), Seen::New(_)), "forgotten");
+        assert!(matches!(r.claim("c6", 1, now), Seen::Repeat(_)));
+        // Past RECENT_FOR every old id is forgotten.
+        let later = now + RECENT_FOR + Duration::from_secs(1);
+        assert!(matches!(r.claim("c6", 1, later), Seen::New(_)));
+        assert_eq!(r.order.len(), 1);
+        // A command as large as the whole budget pushes the others out, and is kept itself.
+        assert!(matches!(
+            r.claim("big", RECENT_POINTS + 1, later),
+            Seen::New(_)
+        ));
+        assert_eq!(r.order.len(), 1);
+        assert_eq!(r.points, RECENT_POINTS + 1);
+        assert!(matches!(r.claim("big", 1, later), Seen::Repeat(_)));
+    }
+
+    #[tokio::test]
+    async fn a_repeated_id_gets_the_first_outcome_and_reaches_the_device_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let mut commands = Commands::new(CommandsConfig::default());
+        let mut inbox = commands.register("oven", Vec::new());
+        let commands = Arc::new(commands);
+        let taken = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&taken);
+        let device = tokio::spawn(async move {
+            while let Some(p) = inbox.recv().await {
+                seen.fetch_add(1, Ordering::Relaxed);
+                // Slow enough for the repeats to arrive while it runs.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                p.answer_all(PointResult::Written);
+            }
+        });
+        let run = |id: Option<&'static str>| {
+            let (c, e) = (Arc::clone(&commands), Arc::clone(&engine));
+            tokio::spawn(async move {
+                c.execute(
+                    &e,
+                    "oven",
+                    request(id),
+                    Origin::Nats {
+                        subject: "s".into(),
+                    },
+                )
+                .await
+                .unwrap()
+            })
+        };
+        let first = run(Some("cmd-17"));
+        tokio::task::yield_now().await;
+        let again = run(Some("cmd-17"));
+        let (first, again) = (first.await.unwrap(), again.await.unwrap());
+        let late = run(Some("cmd-17")).await.unwrap();
+        assert!(first.ok(), "{first:?}");
+        assert_eq!(again, first);
+        assert_eq!(late, first);
+        // Without an id every command is new.
+        assert!(run(None).await.unwrap().ok());
+        assert!(run(None).await.unwrap().ok());
+        assert_eq!(taken.load(Ordering::Relaxed), 3);
+        let stats = commands.stats("oven").unwrap();
+        assert_eq!(l(&stats.received), 3);
+        assert_eq!(l(&stats.written), 3);
+        assert_eq!(l(&stats.duplicates), 2);
+        device.abort();
     }
 }
