@@ -5,8 +5,9 @@
 //! DataType attributes. And against the built-in simulator's async-opcua server.
 //!
 //! Every type a command writes, read back on the server side; a node the server keeps read
-//! only; lossy values refused before anything is sent; no session; a write answered too
-//! late; read back with `verify`.
+//! only; lossy values refused before anything is sent; no session; a command while the
+//! subscriptions are being made; a write answered too late; read back with `verify`. Every
+//! test ends checking that each command left exactly one `command/plc` record.
 
 #![cfg(feature = "opcua")]
 
@@ -82,6 +83,24 @@ fn full_config(server: &OpcuaServer) -> Value {
     config(&server.endpoint(), nodes, json!({}))
 }
 
+/// `cfg` with two groups: `fast`, polled, which every node of `cfg` is put in, and `live`, a
+/// subscription of `live` (nodes without a group).
+fn with_subscription(cfg: &mut Value, live: Vec<Value>) {
+    let device = &mut cfg["devices"][0];
+    device["groups"] = json!([
+        {"name": "fast", "interval_ms": 200},
+        {"name": "live", "interval_ms": 200, "subscribe": true},
+    ]);
+    let nodes = device["nodes"].as_array_mut().expect("nodes");
+    for n in nodes.iter_mut() {
+        n["group"] = json!("fast");
+    }
+    for mut n in live {
+        n["group"] = json!("live");
+        nodes.push(n);
+    }
+}
+
 /// Sends a command to `plc`; the answer's body.
 fn write(d: &Daemon, body: Value) -> Value {
     let r = d.post(
@@ -102,6 +121,7 @@ fn wait_connected(d: &Daemon) {
     });
 }
 
+/// The `result` of `point` in a command's answer.
 fn result(answer: &Value, point: &str) -> String {
     answer["points"][point]["result"]
         .as_str()
@@ -508,6 +528,29 @@ fn a_write_answered_after_the_request_timeout_is_unknown_and_never_sent_again() 
     assert_one_record_per_command(&d);
 }
 
+/// Regression: a command that came once the session was up but while its subscriptions were
+/// still being made was answered `unavailable` ("no session yet").
+#[test]
+fn a_command_while_the_subscriptions_are_being_made_is_written_not_unavailable() {
+    // The server holds its answer to CreateMonitoredItems 1.5 s.
+    let server = OpcuaServer::start_with(&["--hold-subscribe-ms", "1500"]);
+    let mut cfg = full_config(&server);
+    with_subscription(
+        &mut cfg,
+        vec![json!({"node_id": "ns=2;s=Temperature", "name": "temperature_live"})],
+    );
+    let d = Daemon::start(cfg);
+    wait_until(POLL_DEADLINE, "the device making its subscription", || {
+        !server.monitored_item_requests().is_empty()
+    });
+    let answer = write(&d, json!({"id": "sub-1", "points": {"int32": 9}}));
+    assert_eq!(result(&answer, "int32"), "written", "{answer:#}");
+    let writes = server.writes();
+    assert_eq!(writes.len(), 1, "{writes:#?}");
+    assert_eq!(writes[0][0]["stored"], json!(9), "{writes:#?}");
+    assert_one_record_per_command(&d);
+}
+
 #[test]
 fn verify_reports_written_only_when_the_node_reads_back_the_value_sent() {
     let server = OpcuaServer::start();
@@ -554,14 +597,23 @@ fn the_simulators_boiler_follows_a_written_setpoint_and_a_written_pump_stays_as_
         ],
         json!({}),
     );
+    // The writable nodes again, subscribed: a subscriber sees what was written.
+    with_subscription(
+        &mut cfg,
+        vec![
+            json!({"node_id": sim.node_id("Plant.Boiler.Setpoint"), "name": "setpoint_seen"}),
+            json!({"node_id": sim.node_id("Plant.Pump.Running"), "name": "pump_seen"}),
+        ],
+    );
     // The simulator has no Counter node: the plant's counter instead.
     cfg["devices"][0]["nodes"][0]["node_id"] = json!(sim.node_id("Plant.Line.Counter"));
     let d = Daemon::start(cfg);
     wait_connected(&d);
-    let value = |name: &str| {
+    let value_in = |group: &str, name: &str| {
         let s = d.status();
-        named(&s, "/devices", "plc")["values"]["fast"][name]["value"].clone()
+        named(&s, "/devices", "plc")["values"][group][name]["value"].clone()
     };
+    let value = |name: &str| value_in("fast", name);
 
     // The simulator's own server answers a read-only node with its status.
     let answer = write(&d, json!({"id": "sim-0", "points": {"temperature": 20.0}}));
@@ -591,6 +643,10 @@ fn the_simulators_boiler_follows_a_written_setpoint_and_a_written_pump_stays_as_
     // Held off (out of its cycle, which the simulator's own tests cover): off, no speed.
     wait_until(POLL_DEADLINE, "the pump held off", || {
         value("pump") == json!(false) && value("speed") == json!(0.0)
+    });
+    wait_until(POLL_DEADLINE, "the subscription seeing the writes", || {
+        value_in("live", "pump_seen") == json!(false)
+            && value_in("live", "setpoint_seen") == json!(150.0)
     });
     let answer = write(
         &d,

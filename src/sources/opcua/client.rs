@@ -60,7 +60,7 @@ use super::config::{Identity, OpcuaDeviceConfig, OpcuaGroupConfig, SecurityMode,
 use super::status::{DeviceStatus, State};
 use super::values::{bad_point, point_json, unix_ms};
 use super::write::Writer;
-use crate::commands::CommandReceiver;
+use crate::commands::{CommandReceiver, Pending};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
@@ -383,7 +383,8 @@ impl Device {
     }
 
     /// Connects the session, starts its groups, then serves its commands and watches it until
-    /// it ends.
+    /// it ends. Commands run as soon as the session is connected: also while its
+    /// subscriptions are being made.
     async fn run_session(
         &self,
         session: &Arc<Session>,
@@ -393,27 +394,34 @@ impl Device {
         sessions: &AtomicU64,
     ) -> RoundEnd {
         let c = &self.config;
-        let started = writer
-            .while_down(CONNECTING, self.start_session(session, tasks))
+        let connected = writer
+            .while_down(CONNECTING, self.connect_session(session))
             .await;
-        if let Err(end) = started {
+        if let Err(end) = connected {
             return end;
         }
         let mut seen = sessions.load(Ordering::Relaxed);
+        let started = {
+            let start = self.start_groups(session, tasks);
+            tokio::pin!(start);
+            loop {
+                tokio::select! {
+                    r = &mut start => break r,
+                    p = writer.next() => {
+                        self.command(session, writer, sessions, &mut seen, p).await;
+                    }
+                    _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+                }
+            }
+        };
+        if let Err(end) = started {
+            return end;
+        }
         let mut check = tokio::time::interval(Duration::from_millis(500));
         loop {
             tokio::select! {
                 _ = check.tick() => {},
-                p = writer.next() => {
-                    // Data types are read again in a new session.
-                    let now = sessions.load(Ordering::Relaxed);
-                    if now != seen {
-                        writer.new_session();
-                        seen = now;
-                    }
-                    let connected = self.status.state() == State::Connected;
-                    writer.run(c, session, connected, p).await;
-                },
+                p = writer.next() => self.command(session, writer, sessions, &mut seen, p).await,
                 _ = self.shutdown.wait() => return RoundEnd::Shutdown,
             }
             if events.is_finished() {
@@ -433,12 +441,28 @@ impl Device {
         }
     }
 
-    /// Waits for the session, then starts its polled groups' tasks and its subscriptions.
-    async fn start_session(
+    /// Runs command `p` on `session`; `seen` is the count of `sessions` the writer's data types
+    /// were read in.
+    async fn command(
         &self,
-        session: &Arc<Session>,
-        tasks: &mut Vec<JoinHandle<()>>,
-    ) -> Result<(), RoundEnd> {
+        session: &Session,
+        writer: &mut Writer,
+        sessions: &AtomicU64,
+        seen: &mut u64,
+        p: Pending,
+    ) {
+        // Data types are read again in a new session.
+        let now = sessions.load(Ordering::Relaxed);
+        if now != *seen {
+            writer.new_session();
+            *seen = now;
+        }
+        let connected = self.status.state() == State::Connected;
+        writer.run(&self.config, session, connected, p).await;
+    }
+
+    /// Waits for the session to be connected.
+    async fn connect_session(&self, session: &Session) -> Result<(), RoundEnd> {
         let c = &self.config;
         let connected = tokio::select! {
             r = tokio::time::timeout(c.request_timeout * 2, session.wait_for_connection()) => r,
@@ -448,6 +472,16 @@ impl Device {
             return Err(RoundEnd::Failed(format!("no session with {}", c.endpoint)));
         }
         self.status.alive();
+        Ok(())
+    }
+
+    /// Starts the session's polled groups' tasks and its subscriptions.
+    async fn start_groups(
+        &self,
+        session: &Arc<Session>,
+        tasks: &mut Vec<JoinHandle<()>>,
+    ) -> Result<(), RoundEnd> {
+        let c = &self.config;
         let (tx, rx) = mpsc::channel::<Notification>(NOTIFICATION_CAP);
         for (i, group) in c.groups.iter().enumerate() {
             if group.subscribe {

@@ -30,6 +30,8 @@ pub struct OpcuaServer {
     secure: Option<(String, String)>,
     /// The folder of the server's certificate in secure mode (under the temp dir unless given).
     pki: Option<std::path::PathBuf>,
+    /// More arguments of the script (`--hold-subscribe-ms`, ...).
+    args: Vec<String>,
     process: PeerProcess,
     dir: TempDir,
 }
@@ -37,12 +39,18 @@ pub struct OpcuaServer {
 impl OpcuaServer {
     /// Security None, anonymous.
     pub fn start() -> OpcuaServer {
-        OpcuaServer::launch_new(None, None)
+        OpcuaServer::launch_new(None, None, &[])
+    }
+
+    /// Security None, anonymous, with more arguments of the script (see its doc), e.g.
+    /// `["--hold-subscribe-ms", "1500"]`.
+    pub fn start_with(args: &[&str]) -> OpcuaServer {
+        OpcuaServer::launch_new(None, None, args)
     }
 
     /// Only Basic256Sha256 Sign and SignAndEncrypt, and only `user` with `password` may log in.
     pub fn start_secure(user: &str, password: &str) -> OpcuaServer {
-        OpcuaServer::launch_new(Some((user.to_string(), password.to_string())), None)
+        OpcuaServer::launch_new(Some((user.to_string(), password.to_string())), None, &[])
     }
 
     /// As [`OpcuaServer::start_secure`], with the certificate and key in `pki`
@@ -52,12 +60,14 @@ impl OpcuaServer {
         OpcuaServer::launch_new(
             Some((user.to_string(), password.to_string())),
             Some(pki.to_path_buf()),
+            &[],
         )
     }
 
     fn launch_new(
         secure: Option<(String, String)>,
         pki: Option<std::path::PathBuf>,
+        args: &[&str],
     ) -> OpcuaServer {
         require_python(
             "asyncua",
@@ -72,6 +82,7 @@ impl OpcuaServer {
             port: free_port(),
             secure,
             pki,
+            args: args.iter().map(|a| a.to_string()).collect(),
             process,
             dir,
         };
@@ -86,6 +97,7 @@ impl OpcuaServer {
             .arg(self.port.to_string())
             .arg("--writes")
             .arg(self.writes_log())
+            .args(&self.args)
             .current_dir(self.dir.path());
         if let Some((user, password)) = &self.secure {
             let pki = self
@@ -110,7 +122,8 @@ impl OpcuaServer {
         format!("opc.tcp://localhost:{}/opex-test/", self.port)
     }
 
-    /// Where the script logs the clients' writes and data type reads (JSON lines).
+    /// Where the script logs the clients' writes, data type reads and monitored items (JSON
+    /// lines).
     fn writes_log(&self) -> std::path::PathBuf {
         self.dir.path().join("writes.jsonl")
     }
@@ -125,6 +138,12 @@ impl OpcuaServer {
     /// The nodes of each Read request of DataType attributes a client sent, oldest first.
     pub fn data_type_reads(&self) -> Vec<Vec<serde_json::Value>> {
         self.log_entries("data_types")
+    }
+
+    /// The nodes of each CreateMonitoredItems request a client sent, oldest first (logged
+    /// before the answer, which `--hold-subscribe-ms` holds).
+    pub fn monitored_item_requests(&self) -> Vec<Vec<serde_json::Value>> {
+        self.log_entries("monitored_items")
     }
 
     fn log_entries(&self, key: &str) -> Vec<Vec<serde_json::Value>> {

@@ -2,7 +2,7 @@
 """An OPC-UA server written by others (asyncua) for opex-connector's tests.
 
     opcua_server.py --port PORT [--secure DIR --user NAME --password PW] [--writes FILE]
-                    [--slow-ms MS]
+                    [--slow-ms MS] [--hold-subscribe-ms MS]
 
 Serves opc.tcp://127.0.0.1:PORT/opex-test/ with namespace urn:opex-test (index 2) and these
 variables, by string node id:
@@ -23,8 +23,13 @@ and writable ones (CurrentWrite in AccessLevel and UserAccessLevel):
 With --writes FILE, every Write request from a client appends one JSON line to FILE:
 {"write":[{"node":"W.Double","sent_type":"Double","sent":72.5,"status":"Good",
 "stored":72.5,"stored_type":"Double"},...]} (the node's value and type after the write,
-read from the address space), and every Read request from a client for DataType
-attributes {"data_types":["W.Double",...]}.
+read from the address space), every Read request from a client for DataType
+attributes {"data_types":["W.Double",...]}, and every CreateMonitoredItems request
+{"monitored_items":["Temperature",...]}.
+
+With --hold-subscribe-ms MS, the answer to a CreateMonitoredItems request is held MS
+milliseconds after it was logged (and, as asyncua serves one connection's requests in
+order, the requests the client sends behind it on that connection too).
 
 Without --secure: security None, anonymous. With --secure DIR: the server certificate is
 DIR/server-cert.der (DER) with its key DIR/server-key.pem (PEM); when they are not there a
@@ -153,12 +158,14 @@ def plain(value):
 
 
 class WriteLog:
-    """Logs the clients' Write requests and DataType reads (see the module doc)."""
+    """Logs the clients' writes, DataType reads and monitored items, and holds the answers
+    the options ask for (see the module doc)."""
 
-    def __init__(self, server, path, slow_ms, clamped):
+    def __init__(self, server, path, slow_ms, hold_subscribe_ms, clamped):
         self.server = server
         self.path = path
         self.slow = slow_ms / 1000.0
+        self.hold_subscribe = hold_subscribe_ms / 1000.0
         self.clamped = clamped
 
     def append(self, entry):
@@ -194,6 +201,14 @@ class WriteLog:
             )
         self.append({"write": nodes})
 
+    async def monitored_items_created(self, event, dispatcher):
+        if not event.is_external:
+            return
+        items = event.request_params.ItemsToCreate
+        self.append({"monitored_items": [i.ItemToMonitor.NodeId.Identifier for i in items]})
+        if self.hold_subscribe:
+            await asyncio.sleep(self.hold_subscribe)
+
     async def post_read(self, event, dispatcher):
         if not event.is_external:
             return
@@ -214,6 +229,7 @@ async def main():
     args.add_argument("--password")
     args.add_argument("--writes", help="JSON lines log of the clients' writes")
     args.add_argument("--slow-ms", type=int, default=3000)
+    args.add_argument("--hold-subscribe-ms", type=int, default=0)
     a = args.parse_args()
 
     users = OneUser(a.user, a.password) if a.user else None
@@ -257,10 +273,11 @@ async def main():
         node = await plant.add_variable(ua.NodeId(name, idx), name, 0.0)
         await node.set_writable()
     clamped = server.get_node(ua.NodeId("W.Clamped", idx))
-    log = WriteLog(server, a.writes, a.slow_ms, clamped)
+    log = WriteLog(server, a.writes, a.slow_ms, a.hold_subscribe_ms, clamped)
     server.subscribe_server_callback(CallbackType.PreWrite, log.pre_write)
     server.subscribe_server_callback(CallbackType.PostWrite, log.post_write)
     server.subscribe_server_callback(CallbackType.PostRead, log.post_read)
+    server.subscribe_server_callback(CallbackType.ItemSubscriptionCreated, log.monitored_items_created)
 
     async with server:
         print("ready", flush=True)
