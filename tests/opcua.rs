@@ -399,21 +399,8 @@ fn after_a_server_restart_values_flow_again_within_the_backoff() {
 #[cfg(feature = "simulator")]
 #[test]
 fn the_simulators_plant_is_read_and_its_counter_moves() {
-    let shutdown = opex_connector::shutdown::Shutdown::new();
-    let pki = tempfile::tempdir().expect("temp dir");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (sim, run) = runtime
-        .block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            opex_connector::simulator::opcua::start(listener, pki.path(), shutdown.clone())
-                .map_err(std::io::Error::other)
-        })
-        .expect("start the simulator");
-    let server = runtime.spawn(run);
+    let plant = SimulatorPlant::start();
+    let sim = &plant.sim;
     let daemon = Daemon::start(config(json!({
         "endpoint": sim.endpoint(),
         "reconnect_initial_ms": 200,
@@ -447,7 +434,6 @@ fn the_simulators_plant_is_read_and_its_counter_moves() {
             .iter()
             .any(|r| r["payload"]["temperature"]["value"].is_f64())
     });
-    shutdown.trigger();
-    let stopped = runtime.block_on(server).expect("simulator task");
+    let stopped = plant.stop();
     assert!(stopped.is_ok(), "{stopped:?}");
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::DaemonError;
 use crate::alerts::{self, Hub};
 use crate::commands::paths::CommandPaths;
-use crate::commands::Commands;
+use crate::commands::{CommandReceiver, Commands};
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::flow::Plan;
@@ -38,6 +38,8 @@ pub struct Parts {
     pub alert_workers: alerts::channels::Workers,
     /// The Modbus lines, not yet polling.
     pub modbus: ModbusPollers,
+    /// The command inbox of each OPC-UA device, in config order (`None` without `commands:`).
+    pub opcua_inboxes: Vec<Option<CommandReceiver>>,
 }
 
 /// Builds every part of the connector `config` describes.
@@ -85,6 +87,18 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
     let mut commands = Commands::new(config.commands.clone().unwrap_or_default());
+    // Registered before `commands` is shared; each device's task reads its own inbox.
+    let opcua_inboxes = config
+        .devices
+        .opcua
+        .iter()
+        .map(|d| {
+            config
+                .commands
+                .as_ref()
+                .map(|_| commands.register(&d.name, d.writable_points()))
+        })
+        .collect();
     let modbus = ModbusPollers::new(
         &config.devices.modbus,
         config.commands.is_some().then_some(&mut commands),
@@ -154,5 +168,6 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
         simulator,
         alert_workers,
         modbus,
+        opcua_inboxes,
     })
 }

@@ -57,6 +57,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         simulator,
         alert_workers,
         mut modbus,
+        opcua_inboxes,
     } = build(config)?;
     let shutdown = state.shutdown.clone();
     let engine = Arc::clone(&state.engine);
@@ -90,7 +91,13 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     let mut poll_tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     #[cfg(feature = "opcua")]
     if let Some(rt) = &pollers {
-        for (d, status) in config.devices.opcua.iter().zip(&state.opcua) {
+        for ((d, status), inbox) in config
+            .devices
+            .opcua
+            .iter()
+            .zip(&state.opcua)
+            .zip(opcua_inboxes)
+        {
             poll_tasks.push(crate::sources::opcua::spawn(
                 rt,
                 d.clone(),
@@ -98,9 +105,13 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
                 Arc::clone(&engine),
                 Arc::clone(status),
                 shutdown.clone(),
+                inbox,
             ));
         }
     }
+    // Without the client there is no OPC-UA device (validation refuses them).
+    #[cfg(not(feature = "opcua"))]
+    drop(opcua_inboxes);
     let simulator_stop = Shutdown::new();
     let simulator_tasks = {
         let _entered = runtime.enter();

@@ -23,6 +23,11 @@
 //! the subscriptions but does not publish on them until `trigger_publish_now()` is called
 //! (DESIGN.md): the event loop driver does that.
 //!
+//! Commands (`commands:`) reach the device through its inbox, which this task reads: between
+//! its other work while the session is up ([`super::write`] runs them), and answered
+//! `unavailable` at once while there is no session (connecting, waiting out the backoff), so
+//! none waits for a session to come back.
+//!
 //! A node the server does not know comes back with a bad status: that point gets quality
 //! `bad` and the other points of the group go on. Samples are offered through
 //! [`offer_with_hold`]: while a sink refuses them, the group's task is held up to the device's
@@ -30,6 +35,7 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -53,6 +59,8 @@ use tokio::task::JoinHandle;
 use super::config::{Identity, OpcuaDeviceConfig, OpcuaGroupConfig, SecurityMode, SecurityPolicy};
 use super::status::{DeviceStatus, State};
 use super::values::{bad_point, point_json, unix_ms};
+use super::write::Writer;
+use crate::commands::{CommandReceiver, Pending};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
@@ -69,7 +77,11 @@ pub fn default_pki_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("opcua-pki")
 }
 
-/// Starts the device's task on the pollers' runtime.
+/// What a command is answered while the device has no session yet.
+const CONNECTING: &str = "the device has no session yet (connecting)";
+
+/// Starts the device's task on the pollers' runtime; `inbox` brings its commands (`None`
+/// without `commands:`).
 ///
 /// First, on the caller's thread, it makes the client's key pair in the device's PKI folder
 /// unless the folder has one: seconds of CPU on a small board, once per folder. Called for
@@ -82,6 +94,7 @@ pub fn spawn(
     engine: Arc<Engine>,
     status: Arc<DeviceStatus>,
     shutdown: Shutdown,
+    inbox: Option<CommandReceiver>,
 ) -> JoinHandle<()> {
     let pki_dir = config
         .pki_dir
@@ -118,7 +131,7 @@ pub fn spawn(
         status,
         shutdown,
     };
-    pollers.spawn(device.run())
+    pollers.spawn(device.run(Writer::new(inbox)))
 }
 
 /// The client as every round of the device builds it.
@@ -178,33 +191,48 @@ struct Notification {
 }
 
 impl Device {
-    async fn run(self) {
+    async fn run(self, mut writer: Writer) {
         let name = self.config.name.clone();
         let mut wait = self.config.reconnect_initial;
         loop {
             let started = Instant::now();
-            let end = self.round().await;
-            let wait_for = match end {
+            let end = self.round(&mut writer).await;
+            let (wait_for, why) = match end {
                 RoundEnd::Shutdown => break,
-                RoundEnd::Watchdog => self.config.reconnect_initial,
+                RoundEnd::Watchdog => (
+                    self.config.reconnect_initial,
+                    "the device has no session (making a new one: no data came)".to_string(),
+                ),
                 RoundEnd::Failed(reason) => {
                     log::warn!("opcua device failed: device={name} error={reason}");
-                    self.status.error(reason);
                     // A round that ran for a while was a success: start the backoff over.
                     if started.elapsed() > self.config.reconnect_max {
                         wait = self.config.reconnect_initial;
                     }
                     let w = wait;
                     wait = (wait * 2).min(self.config.reconnect_max);
-                    w
+                    let why = format!(
+                        "the device has no session (next try in {} ms): {reason}",
+                        w.as_millis()
+                    );
+                    self.status.error(reason);
+                    (w, why)
                 }
             };
             self.status.set_state(State::Connecting);
-            tokio::select! {
-                _ = tokio::time::sleep(wait_for) => {},
-                _ = self.shutdown.wait() => break,
+            let stop = writer
+                .while_down(&why, async {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait_for) => false,
+                        _ = self.shutdown.wait() => true,
+                    }
+                })
+                .await;
+            if stop {
+                break;
             }
         }
+        writer.close("the connector is stopping");
         self.status.set_state(State::Stopped);
         log::info!("opcua device stopped: device={name}");
     }
@@ -218,42 +246,26 @@ impl Device {
         }
     }
 
-    async fn round(&self) -> RoundEnd {
-        let c = &self.config;
-        // Making the client reads its certificate and key (made by `spawn`), kept off the
-        // pollers' thread.
-        let builder = client_builder(c, &self.pki_dir);
-        let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(errors)) => return RoundEnd::Failed(format!("client: {}", errors.join("; "))),
-            Err(e) => return RoundEnd::Failed(format!("client: {e}")),
+    async fn round(&self, writer: &mut Writer) -> RoundEnd {
+        writer.new_session();
+        // The client is kept for the whole round, as the session was made by it.
+        let (_client, session, event_loop) = match writer.while_down(CONNECTING, self.open()).await
+        {
+            Ok(opened) => opened,
+            Err(end) => return end,
         };
-        let asked = client.get_server_endpoints_from_url(c.endpoint.as_str());
-        let endpoints = tokio::select! {
-            r = tokio::time::timeout(c.request_timeout * 2, asked) => match r {
-                Ok(Ok(endpoints)) => endpoints,
-                Ok(Err(e)) => return RoundEnd::Failed(format!("endpoints of {}: {e}", c.endpoint)),
-                Err(_) => return RoundEnd::Failed(format!("endpoints of {}: timed out", c.endpoint)),
-            },
-            _ = self.shutdown.wait() => return RoundEnd::Shutdown,
-        };
-        let endpoint = match self.choose_endpoint(&client, &endpoints) {
-            Ok(endpoint) => endpoint,
-            Err(e) => return RoundEnd::Failed(format!("{}: {e}", c.endpoint)),
-        };
-        let (session, event_loop) =
-            match client.connect_to_endpoint_directly(endpoint, self.identity()) {
-                Ok(pair) => pair,
-                Err(e) => return RoundEnd::Failed(format!("session with {}: {e}", c.endpoint)),
-            };
+        let sessions = Arc::new(AtomicU64::new(0));
         let events = tokio::spawn(drive(
             event_loop,
             Arc::clone(&session),
             Arc::clone(&self.status),
-            c.name.clone(),
+            self.config.name.clone(),
+            Arc::clone(&sessions),
         ));
         let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-        let end = self.run_session(&session, &events, &mut tasks).await;
+        let end = self
+            .run_session(&session, &events, &mut tasks, writer, &sessions)
+            .await;
         for t in &tasks {
             t.abort();
         }
@@ -261,6 +273,46 @@ impl Device {
         let _ = tokio::time::timeout(Duration::from_secs(1), session.disconnect()).await;
         events.abort();
         end
+    }
+
+    /// A client, the server's endpoints, and a session (not yet connected) with its event loop.
+    async fn open(
+        &self,
+    ) -> Result<
+        (
+            Client,
+            Arc<Session>,
+            opcua::client::SessionEventLoop<opcua::client::transport::TcpConnector>,
+        ),
+        RoundEnd,
+    > {
+        let c = &self.config;
+        // Making the client reads its certificate and key (made by `spawn`), kept off the
+        // pollers' thread.
+        let builder = client_builder(c, &self.pki_dir);
+        let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(errors)) => {
+                return Err(RoundEnd::Failed(format!("client: {}", errors.join("; "))))
+            }
+            Err(e) => return Err(RoundEnd::Failed(format!("client: {e}"))),
+        };
+        let asked = client.get_server_endpoints_from_url(c.endpoint.as_str());
+        let endpoints = tokio::select! {
+            r = tokio::time::timeout(c.request_timeout * 2, asked) => match r {
+                Ok(Ok(endpoints)) => endpoints,
+                Ok(Err(e)) => return Err(RoundEnd::Failed(format!("endpoints of {}: {e}", c.endpoint))),
+                Err(_) => return Err(RoundEnd::Failed(format!("endpoints of {}: timed out", c.endpoint))),
+            },
+            _ = self.shutdown.wait() => return Err(RoundEnd::Shutdown),
+        };
+        let endpoint = self
+            .choose_endpoint(&client, &endpoints)
+            .map_err(|e| RoundEnd::Failed(format!("{}: {e}", c.endpoint)))?;
+        let (session, event_loop) = client
+            .connect_to_endpoint_directly(endpoint, self.identity())
+            .map_err(|e| RoundEnd::Failed(format!("session with {}: {e}", c.endpoint)))?;
+        Ok((client, session, event_loop))
     }
 
     /// The server's endpoint with the device's policy and mode (its URL's host replaced by
@@ -330,26 +382,114 @@ impl Device {
         .map_err(|e| e.to_string())
     }
 
+    /// Connects the session, starts its groups, then serves its commands and watches it until
+    /// it ends. Commands run as soon as the session is connected: also while its
+    /// subscriptions are being made.
     async fn run_session(
         &self,
         session: &Arc<Session>,
         events: &JoinHandle<Result<(), StatusCode>>,
         tasks: &mut Vec<JoinHandle<()>>,
+        writer: &mut Writer,
+        sessions: &AtomicU64,
     ) -> RoundEnd {
+        let c = &self.config;
+        let connected = writer
+            .while_down(CONNECTING, self.connect_session(session))
+            .await;
+        if let Err(end) = connected {
+            return end;
+        }
+        let mut seen = sessions.load(Ordering::Relaxed);
+        let started = {
+            let start = self.start_groups(session, tasks);
+            tokio::pin!(start);
+            loop {
+                tokio::select! {
+                    r = &mut start => break r,
+                    p = writer.next() => {
+                        self.command(session, writer, sessions, &mut seen, p).await;
+                    }
+                    _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+                }
+            }
+        };
+        if let Err(end) = started {
+            return end;
+        }
+        let mut check = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = check.tick() => {},
+                p = writer.next() => self.command(session, writer, sessions, &mut seen, p).await,
+                _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+            }
+            if events.is_finished() {
+                return RoundEnd::Failed("the session's event loop ended".into());
+            }
+            let silent_ms = now_ms().saturating_sub(self.status.last_alive_ms());
+            if silent_ms > c.watchdog.as_millis() as u64 {
+                self.status
+                    .watchdog_resets_total
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                log::warn!(
+                    "opcua watchdog: no data, making a new session: device={} silent_ms={silent_ms}",
+                    c.name
+                );
+                return RoundEnd::Watchdog;
+            }
+        }
+    }
+
+    /// Runs command `p` on `session`; `seen` is the count of `sessions` the writer's data types
+    /// were read in.
+    async fn command(
+        &self,
+        session: &Session,
+        writer: &mut Writer,
+        sessions: &AtomicU64,
+        seen: &mut u64,
+        p: Pending,
+    ) {
+        // Data types are read again in a new session.
+        let now = sessions.load(Ordering::Relaxed);
+        if now != *seen {
+            writer.new_session();
+            *seen = now;
+        }
+        let connected = self.status.state() == State::Connected;
+        writer.run(&self.config, session, connected, p).await;
+    }
+
+    /// Waits for the session to be connected.
+    async fn connect_session(&self, session: &Session) -> Result<(), RoundEnd> {
         let c = &self.config;
         let connected = tokio::select! {
             r = tokio::time::timeout(c.request_timeout * 2, session.wait_for_connection()) => r,
-            _ = self.shutdown.wait() => return RoundEnd::Shutdown,
+            _ = self.shutdown.wait() => return Err(RoundEnd::Shutdown),
         };
         if !matches!(connected, Ok(true)) {
-            return RoundEnd::Failed(format!("no session with {}", c.endpoint));
+            return Err(RoundEnd::Failed(format!("no session with {}", c.endpoint)));
         }
         self.status.alive();
+        Ok(())
+    }
+
+    /// Starts the session's polled groups' tasks and its subscriptions.
+    async fn start_groups(
+        &self,
+        session: &Arc<Session>,
+        tasks: &mut Vec<JoinHandle<()>>,
+    ) -> Result<(), RoundEnd> {
+        let c = &self.config;
         let (tx, rx) = mpsc::channel::<Notification>(NOTIFICATION_CAP);
         for (i, group) in c.groups.iter().enumerate() {
             if group.subscribe {
                 if let Err(e) = self.subscribe(session, i, group, tx.clone()).await {
-                    return RoundEnd::Failed(format!("subscription {}: {e}", group.group.name));
+                    return Err(RoundEnd::Failed(format!(
+                        "subscription {}: {e}",
+                        group.group.name
+                    )));
                 }
             } else {
                 tasks.push(tokio::spawn(poll_group(
@@ -368,27 +508,7 @@ impl Device {
             Arc::clone(&self.engine),
             Arc::clone(&self.status),
         )));
-        let mut check = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tokio::select! {
-                _ = check.tick() => {},
-                _ = self.shutdown.wait() => return RoundEnd::Shutdown,
-            }
-            if events.is_finished() {
-                return RoundEnd::Failed("the session's event loop ended".into());
-            }
-            let silent_ms = now_ms().saturating_sub(self.status.last_alive_ms());
-            if silent_ms > c.watchdog.as_millis() as u64 {
-                self.status
-                    .watchdog_resets_total
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                log::warn!(
-                    "opcua watchdog: no data, making a new session: device={} silent_ms={silent_ms}",
-                    c.name
-                );
-                return RoundEnd::Watchdog;
-            }
-        }
+        Ok(())
     }
 
     /// Creates the subscription of `group` and its monitored items. Nodes the server refuses
@@ -516,12 +636,14 @@ impl Device {
 }
 
 /// Drives the session's event loop; reports connection changes; after a reconnect that made
-/// a new session, asks the crate to publish again.
+/// a new session, asks the crate to publish again. `sessions` counts the connections lost and
+/// made again (a command reads the data types again after a change).
 async fn drive(
     event_loop: opcua::client::SessionEventLoop<opcua::client::transport::TcpConnector>,
     session: Arc<Session>,
     status: Arc<DeviceStatus>,
     device: String,
+    sessions: Arc<AtomicU64>,
 ) -> Result<(), StatusCode> {
     let stream = event_loop.enter();
     futures_util::pin_mut!(stream);
@@ -532,6 +654,7 @@ async fn drive(
                 status.set_state(State::Connected);
                 status.alive();
                 if !first {
+                    sessions.fetch_add(1, Ordering::Relaxed);
                     status
                         .reconnects_total
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -545,6 +668,7 @@ async fn drive(
                 first = false;
             }
             SessionPollResult::ConnectionLost(code) => {
+                sessions.fetch_add(1, Ordering::Relaxed);
                 status.set_state(State::Reconnecting);
                 status.error(format!("connection lost: {code}"));
                 log::warn!("opcua connection lost: device={device} status={code}");

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::commands::WritablePoint;
 use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
 use crate::sources::devices::{opcua_group_keys, validate_groups, GroupConfig, RawDevice};
@@ -21,6 +22,113 @@ pub struct RawOpcuaNode {
     pub name: Option<String>,
     /// The group that reads it; may be left out when the device has one group.
     pub group: Option<String>,
+    /// Commands (`commands:`) may write this node. Default false: a node is read only unless
+    /// it says `writable: true`. Its name must then be unique in the device, since a command
+    /// names the points it writes.
+    pub writable: Option<bool>,
+    /// The node's data type, for a writable node: `Boolean`, `String`, `SByte`, `Byte`,
+    /// `Int16`, `UInt16`, `Int32`, `UInt32`, `Int64`, `UInt64`, `Float` or `Double`.
+    /// Optional: the connector reads the node's DataType attribute from the server before
+    /// its first write in each session anyway. When given, the status page shows it before
+    /// that, and a server that says otherwise has the write refused.
+    pub data_type: Option<String>,
+    /// Lowest value a command may write to this (writable, numeric) node; a value below is
+    /// refused `out_of_range` before anything is sent.
+    pub min: Option<f64>,
+    /// Highest value a command may write to this (writable, numeric) node; a value above is
+    /// refused `out_of_range` before anything is sent.
+    pub max: Option<f64>,
+}
+
+/// The data types of the nodes a command can write (namespace 0 ids 1 to 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeType {
+    /// `true` / `false`.
+    Boolean,
+    /// -128..=127.
+    SByte,
+    /// 0..=255.
+    Byte,
+    /// 16 bits, signed.
+    Int16,
+    /// 16 bits, unsigned.
+    UInt16,
+    /// 32 bits, signed.
+    Int32,
+    /// 32 bits, unsigned.
+    UInt32,
+    /// 64 bits, signed.
+    Int64,
+    /// 64 bits, unsigned.
+    UInt64,
+    /// 32-bit floating point.
+    Float,
+    /// 64-bit floating point.
+    Double,
+    /// Text.
+    String,
+}
+
+impl NodeType {
+    /// Every type, in the order of their namespace 0 ids (`i=1` to `i=12`).
+    pub const ALL: [NodeType; 12] = [
+        Self::Boolean,
+        Self::SByte,
+        Self::Byte,
+        Self::Int16,
+        Self::UInt16,
+        Self::Int32,
+        Self::UInt32,
+        Self::Int64,
+        Self::UInt64,
+        Self::Float,
+        Self::Double,
+        Self::String,
+    ];
+
+    /// The type's OPC-UA name (`Double`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Boolean => "Boolean",
+            Self::SByte => "SByte",
+            Self::Byte => "Byte",
+            Self::Int16 => "Int16",
+            Self::UInt16 => "UInt16",
+            Self::Int32 => "Int32",
+            Self::UInt32 => "UInt32",
+            Self::Int64 => "Int64",
+            Self::UInt64 => "UInt64",
+            Self::Float => "Float",
+            Self::Double => "Double",
+            Self::String => "String",
+        }
+    }
+
+    /// The type named `name` (as [`NodeType::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// The type whose DataType node is `i=<id>` in namespace 0: the twelve built-in types,
+    /// and `Duration` (`i=290`, a Double).
+    pub fn from_ns0(id: u32) -> Option<Self> {
+        match id {
+            290 => Some(Self::Double),
+            1..=12 => Self::ALL.get(id as usize - 1).copied(),
+            _ => None,
+        }
+    }
+
+    /// True for the integer and floating point types (those `min` / `max` apply to).
+    pub fn is_numeric(self) -> bool {
+        !matches!(self, Self::Boolean | Self::String)
+    }
+}
+
+impl fmt::Display for NodeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `security_policy`.
@@ -77,12 +185,20 @@ impl fmt::Debug for Identity {
 }
 
 /// One node to read, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OpcuaNodeConfig {
     /// The node id text (checked to parse).
     pub node_id: String,
     /// The value's name in the records.
     pub name: String,
+    /// Commands may write it.
+    pub writable: bool,
+    /// Its data type, when the config names one (else the server's DataType decides).
+    pub data_type: Option<NodeType>,
+    /// Lowest value a command may write.
+    pub min: Option<f64>,
+    /// Highest value a command may write.
+    pub max: Option<f64>,
 }
 
 /// One group of an OPC-UA device, validated.
@@ -136,7 +252,42 @@ impl OpcuaDeviceConfig {
     pub fn source(&self) -> String {
         format!("opcua/{}", self.name)
     }
+
+    /// Its nodes, group by group.
+    pub fn nodes(&self) -> impl Iterator<Item = &OpcuaNodeConfig> {
+        self.groups.iter().flat_map(|g| &g.nodes)
+    }
+
+    /// The writable node named `name` or, when none is, the first node of that name (read
+    /// only); `None` when the device has no node of that name.
+    pub fn node_named(&self, name: &str) -> Option<&OpcuaNodeConfig> {
+        let mut named = self.nodes().filter(|n| n.name == name);
+        let first = named.next()?;
+        if first.writable {
+            return Some(first);
+        }
+        Some(named.find(|n| n.writable).unwrap_or(first))
+    }
+
+    /// Its writable nodes, as the commands service and the status page show them.
+    pub fn writable_points(&self) -> Vec<WritablePoint> {
+        self.nodes()
+            .filter(|n| n.writable)
+            .map(|n| WritablePoint {
+                name: n.name.clone(),
+                area: "node",
+                data_type: n
+                    .data_type
+                    .map_or_else(|| UNKNOWN_TYPE.to_string(), |t| t.as_str().to_string()),
+                min: n.min,
+                max: n.max,
+            })
+            .collect()
+    }
 }
+
+/// What the status page shows as the type of a writable node whose config names none.
+pub const UNKNOWN_TYPE: &str = "unknown until read";
 
 /// Validates one `protocol: opcua` entry of `devices:` at `at`; `None` when it has problems
 /// (all of them pushed to `p`).
@@ -434,7 +585,114 @@ fn validate_nodes(
                 format!("{name:?} is used twice in group {:?}", target.group.name),
             );
         }
-        target.nodes.push(OpcuaNodeConfig { node_id, name });
+        let write = validate_write_keys(n, &nat, p);
+        target.nodes.push(OpcuaNodeConfig {
+            node_id,
+            name,
+            writable: write.writable,
+            data_type: write.data_type,
+            min: write.min,
+            max: write.max,
+        });
+    }
+    unique_writable_names(nodes, at, p);
+}
+
+/// `writable`, `data_type`, `min` and `max` of one node, checked.
+struct WriteKeys {
+    writable: bool,
+    data_type: Option<NodeType>,
+    min: Option<f64>,
+    max: Option<f64>,
+}
+
+fn validate_write_keys(n: &RawOpcuaNode, nat: &str, p: &mut Problems) -> WriteKeys {
+    let writable = n.writable.unwrap_or(false);
+    let data_type = n.data_type.as_deref().and_then(|t| {
+        let parsed = NodeType::parse(t);
+        if parsed.is_none() {
+            let names: Vec<&str> = NodeType::ALL.iter().map(|t| t.as_str()).collect();
+            p.push(
+                format!("{nat}.data_type"),
+                format!("expected one of {}, got {t:?}", names.join(", ")),
+            );
+        }
+        parsed
+    });
+    let mut bound = |key: &str, value: Option<f64>| -> Option<f64> {
+        let v = value?;
+        if !v.is_finite() {
+            p.push(
+                format!("{nat}.{key}"),
+                format!("{v} must be a finite number"),
+            );
+            return None;
+        }
+        if let Some(t) = data_type.filter(|t| !t.is_numeric()) {
+            p.push(
+                format!("{nat}.{key}"),
+                format!("a {t} node has no range: min and max are for numeric nodes"),
+            );
+        }
+        Some(v)
+    };
+    let min = bound("min", n.min);
+    let max = bound("max", n.max);
+    if let (Some(lo), Some(hi)) = (min, max) {
+        if lo > hi {
+            p.push(
+                format!("{nat}.min"),
+                format!("{lo} is more than max ({hi})"),
+            );
+        }
+    }
+    if !writable {
+        for (key, set) in [
+            ("data_type", n.data_type.is_some()),
+            ("min", n.min.is_some()),
+            ("max", n.max.is_some()),
+        ] {
+            if set {
+                p.push(
+                    format!("{nat}.{key}"),
+                    "is only for a writable node (writable: true)",
+                );
+            }
+        }
+    }
+    WriteKeys {
+        writable,
+        data_type,
+        min,
+        max,
+    }
+}
+
+/// A command names the points it writes: a writable node's name may name no other node of
+/// the device (names are otherwise unique only within a group).
+fn unique_writable_names(nodes: &[RawOpcuaNode], at: &str, p: &mut Problems) {
+    for (i, n) in nodes.iter().enumerate() {
+        let Some(name) = n.name.as_deref() else {
+            continue;
+        };
+        if n.writable != Some(true) {
+            continue;
+        }
+        let others: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(j, o)| *j != i && o.name.as_deref() == Some(name))
+            .map(|(j, _)| format!("nodes[{j}]"))
+            .collect();
+        if !others.is_empty() {
+            p.push(
+                format!("{at}.nodes[{i}].name"),
+                format!(
+                    "{name:?} is writable, so it must name no other node of the device (also {})",
+                    others.join(", ")
+                ),
+            );
+        }
     }
 }
 
@@ -541,6 +799,62 @@ mod tests {
                 .any(|e| e.starts_with("devices[0].check_server_hostname")),
             "{modbus:?}"
         );
+    }
+
+    #[test]
+    fn nothing_is_writable_by_default_and_writable_nodes_keep_their_type_and_range() {
+        let text = "connector:\n  data_dir: /d\ndevices:\n  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    nodes:\n      - { node_id: \"ns=2;s=T\", name: t }\n      - { node_id: \"ns=2;s=SP\", name: sp, writable: true, data_type: Double, min: 0, max: 120.5 }\n      - { node_id: \"ns=2;s=On\", name: pump, writable: true }\n";
+        let cfg = from_yaml(text).unwrap();
+        let d = &cfg.devices.opcua[0];
+        let nodes: Vec<_> = d.nodes().collect();
+        assert!(!nodes[0].writable);
+        assert!(nodes[1].writable);
+        assert_eq!(nodes[1].data_type, Some(super::NodeType::Double));
+        assert_eq!((nodes[1].min, nodes[1].max), (Some(0.0), Some(120.5)));
+        let points = d.writable_points();
+        assert_eq!(points.len(), 2, "{points:?}");
+        assert_eq!(points[0].name, "sp");
+        assert_eq!(points[0].area, "node");
+        assert_eq!(points[0].data_type, "Double");
+        assert_eq!(points[0].max, Some(120.5));
+        assert_eq!(points[1].data_type, super::UNKNOWN_TYPE);
+        assert!(d.node_named("t").is_some_and(|n| !n.writable));
+        assert!(d.node_named("pump").is_some_and(|n| n.writable));
+        assert!(d.node_named("nope").is_none());
+    }
+
+    #[test]
+    fn every_problem_of_a_writable_node_is_reported_with_its_path() {
+        let errs = errors(
+            "  - name: s\n    protocol: opcua\n    endpoint: opc.tcp://h:4840\n    groups: [ { name: a }, { name: b } ]\n    nodes:\n      - { node_id: \"i=1\", name: sp, group: a, writable: true, min: 80, max: 75 }\n      - { node_id: \"i=2\", name: pump, group: a, writable: true, data_type: Boolean, max: 1 }\n      - { node_id: \"i=3\", name: t, group: a, min: 0, data_type: Double }\n      - { node_id: \"i=4\", name: x, group: a, writable: true, data_type: Real }\n      - { node_id: \"i=5\", name: sp, group: b }\n",
+        );
+        for expected in [
+            "devices[0].nodes[0].min: 80 is more than max (75)",
+            "devices[0].nodes[0].name: \"sp\" is writable, so it must name no other node of the device (also nodes[4])",
+            "devices[0].nodes[1].max: a Boolean node has no range",
+            "devices[0].nodes[2].min: is only for a writable node (writable: true)",
+            "devices[0].nodes[2].data_type: is only for a writable node",
+            "devices[0].nodes[3].data_type: expected one of Boolean, SByte,",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.starts_with(expected)),
+                "missing {expected:?} in {errs:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_types_name_themselves_and_map_from_their_namespace_0_ids() {
+        use super::NodeType;
+        for (i, t) in NodeType::ALL.iter().enumerate() {
+            assert_eq!(NodeType::from_ns0(i as u32 + 1), Some(*t));
+            assert_eq!(NodeType::parse(t.as_str()), Some(*t));
+        }
+        assert_eq!(NodeType::from_ns0(290), Some(NodeType::Double));
+        assert_eq!(NodeType::from_ns0(13), None);
+        assert_eq!(NodeType::from_ns0(0), None);
+        assert!(!NodeType::Boolean.is_numeric() && !NodeType::String.is_numeric());
+        assert!(NodeType::Byte.is_numeric() && NodeType::Float.is_numeric());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! - `server_cert`: the client's own checks of a server certificate (validity, host name and
 //!   application URI over every subject alternative name).
 //! - [`status`]: what a device shows in `/api/status` and `/metrics`.
-//! - `values`: OPC-UA values → JSON.
+//! - `values`: OPC-UA values → JSON, and JSON → the exact type of a node a command writes.
+//! - `write`: commands, run by the device's task on its session (data types read once per
+//!   session, all or nothing before sending, one Write request, the status per node).
 //!
 //! The client and its values need the `opcua` cargo feature (on by default); without it the
 //! config and status parts remain, and `validate` refuses every OPC-UA device.
@@ -21,6 +23,8 @@ pub mod server_cert;
 pub mod status;
 #[cfg(feature = "opcua")]
 pub mod values;
+#[cfg(feature = "opcua")]
+pub mod write;
 
 #[cfg(feature = "opcua")]
 pub use client::spawn;

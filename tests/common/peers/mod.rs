@@ -17,6 +17,7 @@
 //! | ClickHouse | [`ClickHouse`] | `clickhouse.rs` |
 //! | pymodbus over TCP / over RTU on a socat pty pair | [`ModbusTcp`] / [`ModbusRtu`] | `modbus.rs` |
 //! | asyncua OPC-UA server | [`OpcuaServer`] (`start_secure` for Basic256Sha256) | `opcua.rs` |
+//! | the built-in simulator's OPC-UA plant, in process | `SimulatorPlant` | `opcua.rs` |
 //!
 //! The Python peers' scripts (`modbus_device.py`, `opcua_server.py`) live beside the file
 //! that starts them. `process.rs` holds what they share: finding a program, the child with

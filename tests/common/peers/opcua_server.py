@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An OPC-UA server written by others (asyncua) for opex-connector's tests.
 
-    opcua_server.py --port PORT [--secure DIR --user NAME --password PW]
+    opcua_server.py --port PORT [--secure DIR --user NAME --password PW] [--writes FILE]
+                    [--slow-ms MS] [--hold-subscribe-ms MS]
 
 Serves opc.tcp://127.0.0.1:PORT/opex-test/ with namespace urn:opex-test (index 2) and these
 variables, by string node id:
@@ -9,7 +10,26 @@ variables, by string node id:
     ns=2;s=Temperature  Double   20.0 + a sine, changes every 100 ms
     ns=2;s=Counter      Int32    +1 every 100 ms
     ns=2;s=PumpOn       Boolean  toggles every second
-    ns=2;s=Setpoint     Double   42.5, never changes
+    ns=2;s=Setpoint     Double   42.5, never changes; read only (no CurrentWrite)
+
+and writable ones (CurrentWrite in AccessLevel and UserAccessLevel):
+
+    ns=2;s=W.<Type>     one per type: Boolean, SByte, Byte, Int16, UInt16, Int32, UInt32,
+                        Int64, UInt64, Float, Double, String; each starts at 0, false or ""
+    ns=2;s=W.Slow       Double; a Write request that holds it is answered after --slow-ms
+                        (default 3000), the value taken
+    ns=2;s=W.Clamped    Double; keeps at most 100 (a larger value written becomes 100)
+
+With --writes FILE, every Write request from a client appends one JSON line to FILE:
+{"write":[{"node":"W.Double","sent_type":"Double","sent":72.5,"status":"Good",
+"stored":72.5,"stored_type":"Double"},...]} (the node's value and type after the write,
+read from the address space), every Read request from a client for DataType
+attributes {"data_types":["W.Double",...]}, and every CreateMonitoredItems request
+{"monitored_items":["Temperature",...]}.
+
+With --hold-subscribe-ms MS, the answer to a CreateMonitoredItems request is held MS
+milliseconds after it was logged (and, as asyncua serves one connection's requests in
+order, the requests the client sends behind it on that connection too).
 
 Without --secure: security None, anonymous. With --secure DIR: the server certificate is
 DIR/server-cert.der (DER) with its key DIR/server-key.pem (PEM); when they are not there a
@@ -23,12 +43,14 @@ import argparse
 import asyncio
 import datetime
 import ipaddress
+import json
 import math
 import os
 import time
 from pathlib import Path
 
 from asyncua import Server, ua
+from asyncua.common.callback import CallbackType
 from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.user_managers import UserManager
 from cryptography import x509
@@ -112,12 +134,102 @@ class OneUser(UserManager):
         return None
 
 
+WRITABLE = [
+    ("Boolean", False),
+    ("SByte", 0),
+    ("Byte", 0),
+    ("Int16", 0),
+    ("UInt16", 0),
+    ("Int32", 0),
+    ("UInt32", 0),
+    ("Int64", 0),
+    ("UInt64", 0),
+    ("Float", 0.0),
+    ("Double", 0.0),
+    ("String", ""),
+]
+
+
+def plain(value):
+    """A value as JSON holds it."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return str(value)
+
+
+class WriteLog:
+    """Logs the clients' writes, DataType reads and monitored items, and holds the answers
+    the options ask for (see the module doc)."""
+
+    def __init__(self, server, path, slow_ms, hold_subscribe_ms, clamped):
+        self.server = server
+        self.path = path
+        self.slow = slow_ms / 1000.0
+        self.hold_subscribe = hold_subscribe_ms / 1000.0
+        self.clamped = clamped
+
+    def append(self, entry):
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+
+    async def pre_write(self, event, dispatcher):
+        if not event.is_external:
+            return
+        if any(w.NodeId.Identifier == "W.Slow" for w in event.request_params.NodesToWrite):
+            await asyncio.sleep(self.slow)
+
+    async def post_write(self, event, dispatcher):
+        if not event.is_external:
+            return
+        aspace = self.server.iserver.aspace
+        nodes = []
+        for w, status in zip(event.request_params.NodesToWrite, event.response_params):
+            sent = w.Value.Value
+            if w.NodeId.Identifier == "W.Clamped" and status.is_good() and sent.Value > 100:
+                await self.clamped.write_value(100.0)
+            stored = aspace.read_attribute_value(w.NodeId, ua.AttributeIds.Value).Value
+            nodes.append(
+                {
+                    "node": w.NodeId.Identifier,
+                    "sent_type": sent.VariantType.name,
+                    "sent": plain(sent.Value),
+                    "status": status.name,
+                    "stored": plain(stored.Value if stored else None),
+                    "stored_type": stored.VariantType.name if stored else None,
+                }
+            )
+        self.append({"write": nodes})
+
+    async def monitored_items_created(self, event, dispatcher):
+        if not event.is_external:
+            return
+        items = event.request_params.ItemsToCreate
+        self.append({"monitored_items": [i.ItemToMonitor.NodeId.Identifier for i in items]})
+        if self.hold_subscribe:
+            await asyncio.sleep(self.hold_subscribe)
+
+    async def post_read(self, event, dispatcher):
+        if not event.is_external:
+            return
+        asked = [
+            r.NodeId.Identifier
+            for r in event.request_params.NodesToRead
+            if r.AttributeId == ua.AttributeIds.DataType
+        ]
+        if asked:
+            self.append({"data_types": asked})
+
+
 async def main():
     args = argparse.ArgumentParser()
     args.add_argument("--port", type=int, required=True)
     args.add_argument("--secure", help="folder of the server certificate")
     args.add_argument("--user")
     args.add_argument("--password")
+    args.add_argument("--writes", help="JSON lines log of the clients' writes")
+    args.add_argument("--slow-ms", type=int, default=3000)
+    args.add_argument("--hold-subscribe-ms", type=int, default=0)
     a = args.parse_args()
 
     users = OneUser(a.user, a.password) if a.user else None
@@ -152,6 +264,20 @@ async def main():
     )
     pump = await plant.add_variable(ua.NodeId("PumpOn", idx), "PumpOn", False)
     await plant.add_variable(ua.NodeId("Setpoint", idx), "Setpoint", 42.5)
+    for name, start in WRITABLE:
+        node = await plant.add_variable(
+            ua.NodeId(f"W.{name}", idx), f"W.{name}", start, varianttype=getattr(ua.VariantType, name)
+        )
+        await node.set_writable()
+    for name in ("W.Slow", "W.Clamped"):
+        node = await plant.add_variable(ua.NodeId(name, idx), name, 0.0)
+        await node.set_writable()
+    clamped = server.get_node(ua.NodeId("W.Clamped", idx))
+    log = WriteLog(server, a.writes, a.slow_ms, a.hold_subscribe_ms, clamped)
+    server.subscribe_server_callback(CallbackType.PreWrite, log.pre_write)
+    server.subscribe_server_callback(CallbackType.PostWrite, log.post_write)
+    server.subscribe_server_callback(CallbackType.PostRead, log.post_read)
+    server.subscribe_server_callback(CallbackType.ItemSubscriptionCreated, log.monitored_items_created)
 
     async with server:
         print("ready", flush=True)
