@@ -279,7 +279,7 @@ fn a_device_exception_is_that_points_result_and_the_next_points_are_still_writte
     assert_eq!(a["ok"], false);
     for p in ["past_end", "past_end_pair", "past_coils"] {
         assert_result(&a, p, "exception");
-        assert_eq!(a["points"][p]["exception"], "2", "{a:#}");
+        assert_eq!(a["points"][p]["exception"], 2, "{a:#}");
     }
     assert_result(&a, "ok", "written");
     assert_eq!(peer.read_holding(34, 1), vec![7]);
@@ -663,7 +663,7 @@ fn the_simulators_oven_follows_a_written_setpoint_and_its_pump_stays_as_written(
     // The simulator takes no other write.
     let a = write(&daemon, "plant-1", json!({"points": {"parts": 1}}));
     assert_result(&a, "parts", "exception");
-    assert_eq!(a["points"]["parts"]["exception"], "2", "{a:#}");
+    assert_eq!(a["points"]["parts"]["exception"], 2, "{a:#}");
 }
 
 #[test]

@@ -90,10 +90,19 @@ pub enum PointResult {
     /// More commands for the device than `max_per_second`; nothing was sent.
     RateLimited,
     /// The device answered with an error: a Modbus exception code or an OPC-UA status.
-    Exception(String),
+    Exception(DeviceError),
     /// Sent, but whether it took effect is not known (a timeout, a lost connection, a read
     /// back that differs). Never retried by the connector.
     Unknown(String),
+}
+
+/// What a device answered when it refused a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceError {
+    /// A Modbus exception code (2 is "illegal data address"), a number in JSON as in polls.
+    Modbus(u8),
+    /// An OPC-UA status name (`BadUserAccessDenied`).
+    Opcua(String),
 }
 
 impl PointResult {
@@ -116,7 +125,12 @@ impl PointResult {
     pub fn to_json(&self) -> Value {
         match self {
             Self::Written | Self::Expired | Self::RateLimited => json!({"result": self.name()}),
-            Self::Exception(code) => json!({"result": "exception", "exception": code}),
+            Self::Exception(DeviceError::Modbus(code)) => {
+                json!({"result": "exception", "exception": code})
+            }
+            Self::Exception(DeviceError::Opcua(status)) => {
+                json!({"result": "exception", "exception": status})
+            }
             Self::Refused(why)
             | Self::OutOfRange(why)
             | Self::Unavailable(why)
@@ -262,8 +276,8 @@ mod tests {
     fn results_name_themselves_and_carry_their_reason() {
         assert_eq!(PointResult::Written.to_json(), json!({"result": "written"}));
         assert_eq!(
-            PointResult::Exception("2".into()).to_json(),
-            json!({"result": "exception", "exception": "2"})
+            PointResult::Exception(DeviceError::Modbus(2)).to_json(),
+            json!({"result": "exception", "exception": 2})
         );
         assert_eq!(
             PointResult::OutOfRange("70000 does not fit u16".into()).to_json()["reason"],

@@ -19,7 +19,7 @@ pub mod inbox;
 pub mod paths;
 pub mod service;
 
-pub use command::{parse_request, Command, Origin, PointResult, Request};
+pub use command::{parse_request, Command, DeviceError, Origin, PointResult, Request};
 pub use config::{CommandsConfig, RawCommands};
 pub use inbox::{channel, CommandReceiver, CommandSender, Pending};
 pub use service::{CommandError, CommandStats, Commands, Outcome, WritablePoint};

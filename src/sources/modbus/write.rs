@@ -28,7 +28,7 @@ use super::decode::decode_registers;
 use super::encode::{encode, Encoded};
 use super::poller::{timed, LinkError};
 use super::status::DeviceStatus;
-use crate::commands::{Command, PointResult, WritablePoint};
+use crate::commands::{Command, DeviceError, PointResult, WritablePoint};
 
 /// What a refused command's other points are answered.
 pub const OTHER_REFUSED: &str = "another point of the command was refused";
@@ -245,7 +245,7 @@ pub async fn run(
                 set(&mut results, &unknown(&e, link.timeout));
                 broken = Some(e);
             }
-            Ok(Err(code)) => set(&mut results, &PointResult::Exception(code.to_string())),
+            Ok(Err(code)) => set(&mut results, &PointResult::Exception(DeviceError::Modbus(code))),
             Ok(Ok(answer)) if !req.echoed(&answer) => {
                 let e = LinkError::Framing(format!(
                     "the device answered {answer:?} to FC {} at {}",

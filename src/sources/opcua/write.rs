@@ -41,7 +41,7 @@ use serde_json::Value;
 use super::config::{NodeType, OpcuaDeviceConfig, OpcuaNodeConfig};
 use super::values::{a_node, to_variant, variant_json, Unfit};
 use crate::commands::command::all;
-use crate::commands::{Command, CommandReceiver, Pending, PointResult};
+use crate::commands::{Command, CommandReceiver, DeviceError, Pending, PointResult};
 
 /// The reason given to the points that were fine when another point of the command was not.
 pub const ANOTHER_REFUSED: &str = "another point of the command was refused";
@@ -392,7 +392,7 @@ async fn write(
         Ok(Ok(codes)) => (0..sent.len())
             .map(|i| match codes.get(i) {
                 Some(s) if s.is_good() => PointResult::Written,
-                Some(s) => PointResult::Exception(s.to_string()),
+                Some(s) => PointResult::Exception(DeviceError::Opcua(s.to_string())),
                 None => PointResult::Unknown("the server answered no status for this node".into()),
             })
             .collect(),
