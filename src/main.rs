@@ -26,7 +26,8 @@ const USAGE: &str = "usage:
   opex-connector check-status VERSION  check a GET /api/status document on stdin: the
                                        connector is healthy and runs VERSION
   opex-connector keygen DIR            new release.key / release.pub in DIR
-  opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay";
+  opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay
+  opex-connector overlay FILE          print FILE with its device templates expanded";
 
 /// The log filter without `RUST_LOG`: our own lines at info; the OPC-UA stack's chatter
 /// (every channel it opens, config notes) only from warn, its client's only from error, since
@@ -65,6 +66,22 @@ fn main() -> ExitCode {
                     eprintln!("{e}");
                     ExitCode::from(1)
                 }
+            }
+        }
+        ["overlay", file] => {
+            let expanded = std::fs::read_to_string(file)
+                .map_err(|e| {
+                    let mut p = config::Problems::default();
+                    p.push("", format!("cannot read {file}: {e}"));
+                    p
+                })
+                .and_then(|text| config::expanded_yaml(&text));
+            match expanded {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(problems) => report(file, &problems),
             }
         }
         ["keygen", dir] => match release::keygen(dir.as_ref()) {

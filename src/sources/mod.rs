@@ -4,8 +4,9 @@
 //!
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
-//! - [`devices`]: the `devices:` list shared by the polled protocols; [`modbus`]: Modbus TCP
-//!   and RTU polling; [`opcua`]: OPC-UA reads and subscriptions.
+//! - [`devices`]: the `devices:` list shared by the polled protocols, and [`templates`]: the
+//!   device templates expanded into it; [`modbus`]: Modbus TCP and RTU polling; [`opcua`]:
+//!   OPC-UA reads and subscriptions.
 //! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
 //! - [`mqtt`]: MQTT subscriptions (acked on receipt; losses counted).
 //! - [`buffers`]: the per-device buffers of the message sources.
@@ -27,6 +28,7 @@ pub mod nats;
 pub mod opcua;
 pub mod pollers;
 pub mod schedule;
+pub mod templates;
 pub mod webhook;
 
 use crate::record::Settlement;

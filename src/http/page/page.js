@@ -172,7 +172,7 @@
       c.dataset.device = d.name;
       c.dataset.state = d.state;
       var errors = num(d.errors_total) + num(d.timeouts_total);
-      add(c, el('p', 'muted', (d.protocol || '') + ' ' + (d.address || d.endpoint || '')),
+      add(c, el('p', 'muted', (d.protocol || '') + ' ' + (d.address || d.endpoint || '') + (d.template ? ' · template ' + d.template : '')),
         el('p', 'muted', 'last poll ' + ago(d.last_poll_ms) + (typeof d.poll_duration_ms === 'number' ? ' (' + d.poll_duration_ms.toFixed(1) + ' ms)' : '') +
           ' · polls ' + num(d.polls_total) + ' · errors ' + errors +
           (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +

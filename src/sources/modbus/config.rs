@@ -202,6 +202,8 @@ pub struct PointConfig {
 pub struct ModbusDeviceConfig {
     /// Its name.
     pub name: String,
+    /// The template it was made from (`template:`), shown in `/api/status`.
+    pub template: Option<String>,
     /// How it is reached.
     pub transport: Transport,
     /// Unit id.
@@ -383,6 +385,7 @@ pub fn validate_modbus_device(
     }
     (p.0.len() == before).then(|| ModbusDeviceConfig {
         name,
+        template: d.template.clone(),
         transport,
         unit,
         timeout: Duration::from_millis(timeout),

@@ -97,6 +97,8 @@ pub struct DeviceStatus {
     pub protocol: &'static str,
     /// Where it is: `host:port` or the serial device and unit.
     pub address: String,
+    /// The template it was made from.
+    pub template: Option<String>,
     /// Completed poll cycles.
     pub polls_total: AtomicU64,
     /// Read requests sent.
@@ -135,6 +137,7 @@ impl DeviceStatus {
             name: dev.name.clone(),
             protocol,
             address,
+            template: dev.template.clone(),
             polls_total: AtomicU64::new(0),
             requests_total: AtomicU64::new(0),
             timeouts_total: AtomicU64::new(0),
@@ -244,6 +247,7 @@ impl DeviceStatus {
             "source": format!("modbus/{}", self.name),
             "protocol": self.protocol,
             "address": self.address,
+            "template": self.template,
             "state": self.state().as_str(),
             "last_poll_ms": (last > 0).then_some(last),
             "poll_duration_ms": self.last_duration_us.load(Ordering::Relaxed) as f64 / 1000.0,

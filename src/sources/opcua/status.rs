@@ -90,6 +90,8 @@ pub struct DeviceStatus {
     pub name: String,
     /// Its endpoint URL.
     pub endpoint: String,
+    /// The template it was made from.
+    pub template: Option<String>,
     state: AtomicU8,
     /// Group polls and subscription notifications turned into records.
     pub polls_total: AtomicU64,
@@ -127,6 +129,7 @@ impl DeviceStatus {
         Self {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
+            template: None,
             state: AtomicU8::new(State::Connecting as u8),
             polls_total: AtomicU64::new(0),
             errors_total: AtomicU64::new(0),
@@ -142,6 +145,12 @@ impl DeviceStatus {
             last_error: Mutex::new(None),
             last_values: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The same status, naming the template the device was made from.
+    pub fn with_template(mut self, template: Option<String>) -> Self {
+        self.template = template;
+        self
     }
 
     /// The connection state.
@@ -224,6 +233,7 @@ impl DeviceStatus {
             "protocol": "opcua",
             "source": format!("opcua/{}", self.name),
             "endpoint": self.endpoint,
+            "template": self.template,
             "state": self.state().as_str(),
             "connected": self.state() == State::Connected,
             "last_poll_ms": if last_poll == 0 { Value::Null } else { json!(last_poll) },
