@@ -6,7 +6,8 @@
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
 //! - [`devices`]: the `devices:` list shared by the polled protocols, and [`templates`]: the
 //!   device templates expanded into it; [`modbus`]: Modbus TCP and RTU polling; [`opcua`]:
-//!   OPC-UA reads and subscriptions.
+//!   OPC-UA reads and subscriptions; [`hints`]: what a device's error means and what to try,
+//!   in a technician's words.
 //! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
 //! - [`mqtt`]: MQTT subscriptions (acked on receipt; losses counted).
 //! - [`buffers`]: the per-device buffers of the message sources.
@@ -20,6 +21,7 @@
 pub mod backfill;
 pub mod buffers;
 pub mod devices;
+pub mod hints;
 pub mod hold;
 pub mod ingest;
 pub mod modbus;

@@ -49,6 +49,14 @@ pub fn decode_answer(
     }
 }
 
+/// A point the device refused with exception `code`:
+/// `{"value":null,"quality":"bad","exception":2}` (with its unit).
+pub fn exception_point(code: u8, unit: &Option<String>) -> Value {
+    let mut v = json!({"value": null, "quality": "bad", "exception": code});
+    add_unit(&mut v, unit);
+    v
+}
+
 /// Adds `"unit"` to a point's entry when the point has one.
 pub fn add_unit(v: &mut Value, unit: &Option<String>) {
     if let (Some(u), Value::Object(m)) = (unit, v) {

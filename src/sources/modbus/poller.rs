@@ -24,13 +24,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tokio_modbus::client::{Context, Reader};
-use tokio_modbus::prelude::{Slave, SlaveContext};
+use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
 
 use super::config::{LineConfig, ModbusDeviceConfig, Parity, RegisterKind, Transport};
-use super::decode::{add_unit, decode_answer, Answer};
+use super::decode::{decode_answer, exception_point, Answer};
 use super::plan::{coalesce, split, ReadRequest};
 use super::status::{ConnState, DeviceStatus};
 use crate::engine::Engine;
@@ -118,15 +118,36 @@ impl Breaker {
     }
 }
 
-/// How a line opens its link.
+/// How a line opens its link: a TCP connection or a serial port. The commissioning tools
+/// open theirs the same way.
 #[derive(Debug, Clone)]
-enum Opener {
-    Tcp { host: String, port: u16 },
+pub enum Opener {
+    /// Modbus TCP.
+    Tcp {
+        /// Host name or address.
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// Modbus RTU on this serial line.
     Rtu(LineConfig),
 }
 
 impl Opener {
-    async fn open(&self, timeout: Duration) -> Result<Context, LinkError> {
+    /// The opener of a device reached by `transport`.
+    pub fn of(transport: &Transport) -> Self {
+        match transport {
+            Transport::Tcp { host, port } => Self::Tcp {
+                host: host.clone(),
+                port: *port,
+            },
+            Transport::Rtu(line) => Self::Rtu(line.clone()),
+        }
+    }
+
+    /// Opens the link: a TCP connection within `timeout`, or the serial port with its input
+    /// cleared. The context talks to unit 1 until told otherwise (`set_slave`).
+    pub async fn open(&self, timeout: Duration) -> Result<Context, LinkError> {
         match self {
             Self::Tcp { host, port } => {
                 let connect = async {
@@ -226,11 +247,8 @@ impl Line {
                 breaker: Breaker::new(d.backoff_max),
             };
             match &d.transport {
-                Transport::Tcp { host, port } => lines.push(Line {
-                    opener: Opener::Tcp {
-                        host: host.clone(),
-                        port: *port,
-                    },
+                Transport::Tcp { .. } => lines.push(Line {
+                    opener: Opener::of(&d.transport),
                     members: vec![member],
                     inter_frame_delay: Duration::ZERO,
                 }),
@@ -456,13 +474,7 @@ async fn poll(
             tokio::time::sleep(inter_frame_delay).await;
         }
         member.status.requests_total.fetch_add(1, Ordering::Relaxed);
-        let answer = match tokio::time::timeout(timeout, read(ctx, &req)).await {
-            Err(_) => Err(LinkError::Timeout),
-            Ok(Err(tokio_modbus::Error::Transport(e))) => Err(LinkError::Transport(e.to_string())),
-            Ok(Err(tokio_modbus::Error::Protocol(e))) => Err(LinkError::Framing(e.to_string())),
-            Ok(Ok(a)) => Ok(a),
-        };
-        match answer {
+        match request(ctx, &req, timeout).await {
             Err(e) => {
                 done.push(req);
                 result = Err(e);
@@ -490,10 +502,8 @@ async fn poll(
                     .exceptions_total
                     .fetch_add(1, Ordering::Relaxed);
                 for &i in &req.points {
-                    let mut v =
-                        json!({"value": null, "quality": "bad", "exception": u8::from(code)});
-                    add_unit(&mut v, &member.cfg.points[i].unit);
-                    payload.insert(member.cfg.points[i].name.clone(), v);
+                    let pt = &member.cfg.points[i];
+                    payload.insert(pt.name.clone(), exception_point(u8::from(code), &pt.unit));
                 }
                 done.push(req);
             }
@@ -513,6 +523,22 @@ async fn poll(
     Ok(payload)
 }
 
+/// Sends one read request within `timeout`: the answer, or the device's exception (data), or
+/// the link error after which the link must be dropped.
+pub async fn request(
+    ctx: &mut Context,
+    req: &ReadRequest,
+    timeout: Duration,
+) -> Result<Result<Answer, ExceptionCode>, LinkError> {
+    match tokio::time::timeout(timeout, read(ctx, req)).await {
+        Err(_) => Err(LinkError::Timeout),
+        Ok(Err(tokio_modbus::Error::Transport(e))) => Err(LinkError::Transport(e.to_string())),
+        Ok(Err(tokio_modbus::Error::Protocol(e))) => Err(LinkError::Framing(e.to_string())),
+        Ok(Ok(a)) => Ok(a),
+    }
+}
+
+/// Only the four read functions: nothing here writes to a device.
 async fn read(ctx: &mut Context, r: &ReadRequest) -> tokio_modbus::Result<Answer> {
     Ok(match r.kind {
         RegisterKind::Holding => ctx
