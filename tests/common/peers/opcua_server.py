@@ -9,14 +9,15 @@ variables, by string node id:
     ns=2;s=Temperature  Double   20.0 + a sine, changes every 100 ms
     ns=2;s=Counter      Int32    +1 every 100 ms
     ns=2;s=PumpOn       Boolean  toggles every second
-    ns=2;s=Setpoint     Double   42.5, never changes
+    ns=2;s=Setpoint     Double   42.5, writable by clients (nothing else changes it)
 
 Without --secure: security None, anonymous. With --secure DIR: the server certificate is
 DIR/server-cert.der (DER) with its key DIR/server-key.pem (PEM); when they are not there a
 self-signed pair for 127.0.0.1 and localhost is made (once; kept across restarts). A pair
 put there beforehand (e.g. made with openssl, its subject alternative names in any order)
 is used as it is. The endpoints are Basic256Sha256 Sign and SignAndEncrypt, and only
-NAME/PW may log in. Prints "ready" once serving.
+NAME/PW may log in. Prints "ready" once serving, and "client write: NODE..." for every
+Write request a client sends (the server's own value updates are not logged).
 """
 
 import argparse
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from asyncua import Server, ua
+from asyncua.common.callback import CallbackType
 from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.user_managers import UserManager
 from cryptography import x509
@@ -151,7 +153,15 @@ async def main():
         ua.NodeId("Counter", idx), "Counter", 0, varianttype=ua.VariantType.Int32
     )
     pump = await plant.add_variable(ua.NodeId("PumpOn", idx), "PumpOn", False)
-    await plant.add_variable(ua.NodeId("Setpoint", idx), "Setpoint", 42.5)
+    setpoint = await plant.add_variable(ua.NodeId("Setpoint", idx), "Setpoint", 42.5)
+    await setpoint.set_writable()
+
+    async def on_write(event, _dispatcher):
+        if event.is_external:
+            nodes = [str(w.NodeId) for w in event.request_params.NodesToWrite]
+            print("client write: " + " ".join(nodes), flush=True)
+
+    server.subscribe_server_callback(CallbackType.PreWrite, on_write)
 
     async with server:
         print("ready", flush=True)
