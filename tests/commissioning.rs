@@ -600,3 +600,98 @@ fn the_opcua_tools_exit_1_with_one_line_on_a_connection_or_security_failure_and_
         plain_log().contains("client write: ") && plain_log().contains("Setpoint")
     });
 }
+
+// ---- the status page's words ----
+
+#[test]
+fn device_errors_come_with_what_to_check_and_scaled_values_are_rounded_to_their_scale() {
+    let modbus = free_port();
+    let closed = free_port();
+    let mut config = queue_config(16, "evict_oldest");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["simulator"] = json!({"modbus": format!("127.0.0.1:{modbus}")});
+    config["storage"] = json!({"max_quota_mb": 16});
+    // The simulator's filler registers hold their own address: 12 * 0.1 is
+    // 1.2000000000000002 in binary floating point, and so are many of the others.
+    let mut points: Vec<Value> = (12..=40)
+        .map(|r| json!({"name": format!("r{r}"), "register": r, "type": "u16", "scale": 0.1}))
+        .collect();
+    points.push(json!({"name": "missing", "register": 5000}));
+    config["devices"] = json!([
+        {
+            "name": "press-1", "protocol": "modbus_tcp", "host": "127.0.0.1", "port": modbus,
+            "groups": [{"name": "process", "interval_ms": 200}], "points": points,
+        },
+        {
+            "name": "press-2", "protocol": "modbus_tcp", "host": "127.0.0.1", "port": closed,
+            "timeout_ms": 300, "points": [{"name": "p", "register": 0}],
+        },
+    ]);
+    config["flows"] = json!([{
+        "id": "history",
+        "nodes": [
+            {"id": "press", "kind": "source", "source": "modbus/press-1"},
+            {"id": "keep", "kind": "sink", "sink": "storage"},
+        ],
+        "wires": [{"from": "press", "to": "keep"}],
+    }]);
+    let daemon = Daemon::start(config);
+    wait_until(
+        Duration::from_secs(30),
+        "a refusal and a connect failure",
+        || {
+            let status = daemon.status();
+            named(&status, "/devices", "press-1")["last_exception"].is_string()
+                && named(&status, "/devices", "press-2")["last_error_hint"].is_string()
+        },
+    );
+    let status = daemon.status();
+    let press_1 = named(&status, "/devices", "press-1");
+    assert_eq!(
+        press_1["last_exception"],
+        "exception 2 \"illegal data address\" at holding register 5000 (point missing)",
+        "{press_1}"
+    );
+    let hint = press_1["last_exception_hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("the device has no holding register 5000"),
+        "{hint}"
+    );
+    assert_eq!(press_1["last_error"], Value::Null, "{press_1}");
+    let press_2 = named(&status, "/devices", "press-2");
+    let error = press_2["last_error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("cannot connect: "), "{press_2}");
+    let hint = press_2["last_error_hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains(&format!(
+            "nothing accepts connections on 127.0.0.1 port {closed}"
+        )),
+        "{hint}"
+    );
+
+    // Rounded in the status and in the stored records alike.
+    let one_decimal = |v: &Value| {
+        let text = v.to_string();
+        text.split('.').nth(1).is_none_or(|d| d.len() <= 1)
+    };
+    let values = &press_1["values"]["process"];
+    for r in 12..=40 {
+        let v = &values[format!("r{r}")]["value"];
+        assert!(v.is_number() && one_decimal(v), "r{r}: {v}");
+    }
+    wait_until(Duration::from_secs(10), "a stored record", || {
+        !events(&daemon, "source=modbus/press-1&limit=5").is_empty()
+    });
+    for row in events(&daemon, "source=modbus/press-1&limit=5") {
+        let payload = if row["payload"].is_string() {
+            serde_json::from_str(row["payload"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
+        } else {
+            row["payload"].clone()
+        };
+        for r in 12..=40 {
+            let v = &payload[format!("r{r}")]["value"];
+            assert!(v.is_number() && one_decimal(v), "r{r} in {row}");
+        }
+        assert_eq!(payload["r13"]["value"], json!(1.3), "{row}");
+    }
+}

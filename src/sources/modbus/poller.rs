@@ -36,6 +36,7 @@ use super::status::{ConnState, DeviceStatus};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
+use crate::sources::hints;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::pollers::PollerRuntime;
 
@@ -427,7 +428,11 @@ fn failed(member: &mut Member, e: &LinkError) {
         LinkError::Timeout => s.timeouts_total.fetch_add(1, Ordering::Relaxed),
         _ => s.errors_total.fetch_add(1, Ordering::Relaxed),
     };
-    s.set_error(e.to_string());
+    let c = &member.cfg;
+    s.set_error(
+        e.to_string(),
+        hints::link_hint(e, &c.transport, c.unit, c.timeout),
+    );
     match member.breaker.fail(Instant::now()) {
         Some(wait) => {
             s.set_state(ConnState::Backoff);
@@ -501,9 +506,24 @@ async fn poll(
                     .status
                     .exceptions_total
                     .fetch_add(1, Ordering::Relaxed);
+                let code = u8::from(code);
+                let names: Vec<&str> = req
+                    .points
+                    .iter()
+                    .filter_map(|&i| member.cfg.points.get(i))
+                    .map(|pt| pt.name.as_str())
+                    .collect();
+                member.status.set_exception(
+                    format!(
+                        "{} (point {})",
+                        hints::exception_text(code, req.kind, req.start, req.count),
+                        names.join(", ")
+                    ),
+                    hints::exception_hint(code, req.kind, req.start, req.count),
+                );
                 for &i in &req.points {
                     let pt = &member.cfg.points[i];
-                    payload.insert(pt.name.clone(), exception_point(u8::from(code), &pt.unit));
+                    payload.insert(pt.name.clone(), exception_point(code, &pt.unit));
                 }
                 done.push(req);
             }

@@ -114,6 +114,8 @@ pub struct DeviceStatus {
     last_alive_ms: AtomicU64,
     jitter: Mutex<Jitter>,
     last_error: Mutex<Option<String>>,
+    /// What the last error means ([`crate::sources::hints`]), when the words cover it.
+    last_error_hint: Mutex<Option<String>>,
     /// group → node name → point JSON.
     last_values: Mutex<BTreeMap<String, Map<String, Value>>>,
 }
@@ -143,6 +145,7 @@ impl DeviceStatus {
             last_alive_ms: AtomicU64::new(0),
             jitter: Mutex::new(Jitter::default()),
             last_error: Mutex::new(None),
+            last_error_hint: Mutex::new(None),
             last_values: Mutex::new(BTreeMap::new()),
         }
     }
@@ -163,9 +166,10 @@ impl DeviceStatus {
         self.state.store(state as u8, Ordering::Relaxed);
     }
 
-    /// Counts an error and keeps its text as the last error.
+    /// Counts an error and keeps its text as the last error, with what it means.
     pub fn error(&self, text: String) {
         self.errors_total.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.last_error_hint) = crate::sources::hints::opcua_hint(&text);
         *lock(&self.last_error) = Some(text);
     }
 
@@ -248,6 +252,7 @@ impl DeviceStatus {
             "samples_lost_total": l(&self.samples_lost_total),
             "notifications_dropped_total": l(&self.notifications_dropped_total),
             "last_error": *lock(&self.last_error),
+            "last_error_hint": *lock(&self.last_error_hint),
             "values": *lock(&self.last_values),
         })
     }
