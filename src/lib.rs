@@ -12,7 +12,7 @@
 //! | `main.rs` | the command line: `run`, `validate`, `overlay`, `simulate`, `browse`, `read`, `scan`, `--version`, release tooling; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
-//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, with the device templates of [`sources::templates`] expanded into `devices:` before parsing, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, with the device templates of [`sources::templates`] expanded into `devices:` before parsing and [`sources::hints`] saying what a device's error means, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
 //! | [`flow`] | the deployed flows: nodes, wires, error ports, templates; validated, then compiled to a [`flow::Plan`] (per source, its entry nodes and every sink it can reach) |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, the nodes of the plan, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations; and [`admission::level`], the alert level of each bounded queue |
