@@ -9,10 +9,10 @@
 //!
 //! | room | owns |
 //! | --- | --- |
-//! | `main.rs` | the command line: `run`, `validate`, `simulate`, `--version`, release tooling; no behaviour of its own |
+//! | `main.rs` | the command line: `run`, `validate`, `overlay`, `simulate`, `browse`, `read`, `scan`, `--version`, release tooling; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
-//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
+//! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, with the device templates of [`sources::templates`] expanded into `devices:` before parsing and [`sources::hints`] saying what a device's error means, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
 //! | [`flow`] | the deployed flows: nodes, wires, error ports, templates; validated, then compiled to a [`flow::Plan`] (per source, its entry nodes and every sink it can reach) |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, the nodes of the plan, then the sinks |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations; and [`admission::level`], the alert level of each bounded queue |
@@ -22,6 +22,7 @@
 //! | [`store`] | the LMDB environments and their writer threads (the only `unsafe` code) |
 //! | [`alerts`] | the alert hub: every bounded queue's level (`ok` / `high` / `full`) and the alerted loss counters, checked every few seconds and sent to the log and the `telemetry.alerts` channels (webhook, MQTT, NATS) |
 //! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
+//! | [`commission`] | the commissioning tools run from the shell: `browse` (an OPC-UA server's address space, as a tree or a ready `nodes:` list), `read` (one point, as a config reads it), `scan` (which Modbus addresses exist); read only, in the config's own words and through the pollers' own code |
 //! | [`commands`] | writes down to devices, at most once and never late: the commands service, the devices' inboxes their poller tasks read between polls, and the `command/<device>` records |
 //! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
@@ -41,6 +42,7 @@ pub mod admission;
 pub mod alerts;
 pub mod brokers;
 pub mod commands;
+pub mod commission;
 pub mod config;
 pub mod daemon;
 pub mod engine;

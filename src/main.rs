@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use opex_connector::{config, daemon, record, release, simulator, time, VERSION};
+use opex_connector::{commission, config, daemon, record, release, simulator, time, VERSION};
 
 const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
@@ -26,7 +26,36 @@ const USAGE: &str = "usage:
   opex-connector check-status VERSION  check a GET /api/status document on stdin: the
                                        connector is healthy and runs VERSION
   opex-connector keygen DIR            new release.key / release.pub in DIR
-  opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay";
+  opex-connector overlay SITE.yaml BOARD.yaml      print SITE with the board's config overlay
+  opex-connector overlay FILE          print FILE with its device templates expanded
+  opex-connector browse opc.tcp://HOST:PORT/ [--from NODE] [--depth N] [--max-nodes N]
+                [--match GLOB] [--yaml GROUP] [SECURITY]
+                                       walk an OPC-UA server's address space and print the
+                                       tree, or with --yaml a nodes: list for a device entry
+  opex-connector read modbus tcp://HOST:PORT | rtu:///dev/ttyX?baud=19200 --register N
+                [--unit U] [--kind holding|input|coil|discrete] [--type T] [--length N]
+                [--word-order big|little] [--byte-order big|little] [--scale S] [--offset O]
+                [--timeout-ms MS] [--count N] [--interval-ms MS]
+  opex-connector read opcua opc.tcp://HOST:PORT/ NODE_ID... [SECURITY] [--count N]
+                [--interval-ms MS]
+                                       read a point as a config would; print the value and
+                                       its quality, or the exception or status and why
+  opex-connector scan modbus tcp://HOST:PORT | rtu:///dev/ttyX?baud=19200 [--unit U]
+                [--table holding|input|coil|discrete] [--range FIRST-LAST] [--block N]
+                [--max-requests N] [--timeout-ms MS]
+                                       list the address ranges of a table the device has
+      SECURITY: [--security-policy None|Basic256Sha256] [--security-mode Sign|SignAndEncrypt]
+                [--username NAME --password-file FILE] [--pki-dir DIR] [--trust-server-certs]
+                [--no-check-hostname] [--timeout-ms MS]
+      browse, read and scan never write to a device. Exit status: 0 done; 1 no connection or
+      a security failure (one line on stderr says why); 2 wrong arguments; 3 the device
+      refused some reads, or a limit cut the walk or the scan";
+
+/// The log filter of the commissioning tools without `RUST_LOG`: their output is their own
+/// lines; the OPC-UA stack's complaints about a missing client certificate (not needed
+/// without security) stay out.
+const TOOLS_LOG_DEFAULT: &str =
+    "error,opcua_client=off,opcua_core=off,opcua_crypto=off,opcua_types=off,tracing::span=off";
 
 /// The log filter without `RUST_LOG`: our own lines at info; the OPC-UA stack's chatter
 /// (every channel it opens, config notes) only from warn, its client's only from error, since
@@ -34,9 +63,13 @@ const USAGE: &str = "usage:
 const LOG_DEFAULT: &str = "info,opcua_client=error,opcua_core=warn,opcua_server=warn,opcua_crypto=warn,opcua_types=warn,tracing::span=warn";
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(LOG_DEFAULT)).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let filter = match args.first() {
+        Some(&("browse" | "read" | "scan")) => TOOLS_LOG_DEFAULT,
+        _ => LOG_DEFAULT,
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter)).init();
     match args.as_slice() {
         [] => run_demo(),
         ["--version" | "-V" | "version"] => {
@@ -67,6 +100,22 @@ fn main() -> ExitCode {
                 }
             }
         }
+        ["overlay", file] => {
+            let expanded = std::fs::read_to_string(file)
+                .map_err(|e| {
+                    let mut p = config::Problems::default();
+                    p.push("", format!("cannot read {file}: {e}"));
+                    p
+                })
+                .and_then(|text| config::expanded_yaml(&text));
+            match expanded {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(problems) => report(file, &problems),
+            }
+        }
         ["keygen", dir] => match release::keygen(dir.as_ref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -90,6 +139,42 @@ fn main() -> ExitCode {
             Err(problems) => report(file, &problems),
         },
         ["simulate", rest @ ..] => simulate(rest),
+        ["read", "modbus", target, rest @ ..] => {
+            let valued = [&commission::modbus::READ_FLAGS[..]].concat();
+            tool("read", rest, &valued, &[], |flags, out| {
+                commission::modbus::read(target, flags, out)
+            })
+        }
+        ["scan", "modbus", target, rest @ ..] => {
+            let valued = [&commission::modbus::SCAN_FLAGS[..]].concat();
+            tool("scan", rest, &valued, &[], |flags, out| {
+                commission::modbus::scan(target, flags, out)
+            })
+        }
+        #[cfg(feature = "opcua")]
+        ["read", "opcua", endpoint, rest @ ..] => {
+            use commission::opcua::{READ_FLAGS, SECURITY_FLAGS, SECURITY_SWITCHES};
+            // The node ids come before the flags.
+            let nodes = rest.iter().take_while(|a| !a.starts_with("--")).count();
+            let (nodes, rest) = rest.split_at(nodes);
+            let valued = [&READ_FLAGS[..], &SECURITY_FLAGS[..]].concat();
+            tool("read", rest, &valued, &SECURITY_SWITCHES, |flags, out| {
+                commission::opcua::read(endpoint, nodes, flags, out)
+            })
+        }
+        #[cfg(feature = "opcua")]
+        ["browse", endpoint, rest @ ..] => {
+            use commission::opcua::{SECURITY_FLAGS, SECURITY_SWITCHES};
+            let valued = [&commission::browse::FLAGS[..], &SECURITY_FLAGS[..]].concat();
+            tool("browse", rest, &valued, &SECURITY_SWITCHES, |flags, out| {
+                commission::browse::browse(endpoint, flags, out)
+            })
+        }
+        #[cfg(not(feature = "opcua"))]
+        ["browse", ..] | ["read", "opcua", ..] => {
+            eprintln!("opex-connector: this build has no OPC-UA client (it was built without the `opcua` feature)");
+            ExitCode::from(2)
+        }
         ["help" | "--help" | "-h"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -164,6 +249,34 @@ impl<'a> Options<'a> {
 
     fn has(&self, name: &str) -> bool {
         self.0.iter().any(|(n, _)| *n == name)
+    }
+}
+
+/// Runs a commissioning tool with its flags parsed; its output goes to stdout, a failure is
+/// one line on stderr.
+fn tool(
+    name: &str,
+    rest: &[&str],
+    valued: &[&str],
+    switches: &[&str],
+    run: impl FnOnce(
+        &commission::Flags<'_>,
+        &mut dyn std::io::Write,
+    ) -> Result<commission::Outcome, commission::Error>,
+) -> ExitCode {
+    let opts = match Options::parse(rest, valued, switches) {
+        Ok(o) => o,
+        Err(e) => return usage_error(&format!("{name}: {e}")),
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match run(&opts.0, &mut out) {
+        Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        Err(e @ commission::Error::Usage(_)) => usage_error(&format!("{name}: {e}")),
+        Err(e) => {
+            eprintln!("opex-connector {name}: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 

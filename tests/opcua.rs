@@ -291,6 +291,11 @@ fn a_server_certificate_naming_neither_the_address_nor_the_name_is_refused_with_
     for part in ["127.0.0.1", "DNS:plc-17.plant.example", "IP:10.9.8.7"] {
         assert!(error.contains(part), "{part:?} missing in {error:?}");
     }
+    let hint = d["last_error_hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("does not name the host") && hint.contains("check_server_hostname: false"),
+        "{d:#}"
+    );
     assert_ne!(d["state"], json!("connected"), "{d:#}");
     assert!(records(&daemon, "fast").is_empty(), "{d:#}");
     let log = daemon.stderr();

@@ -126,6 +126,13 @@ fn missing_in(dom: &str) -> Option<&'static str> {
     if oven.is_none_or(|t| t.parse::<f64>().is_err()) {
         return Some("the oven temperature as a number");
     }
+    // `scale: 0.1`: one decimal at most, never binary noise.
+    let pressure = text_after(dom, "data-point=\"plant-1/process.pressure\">");
+    if pressure.is_none_or(|t| {
+        t.parse::<f64>().is_err() || t.split('.').nth(1).is_some_and(|d| d.len() > 1)
+    }) {
+        return Some("the pressure rounded to its scale");
+    }
     if text_after(dom, "data-point=\"plant-1/counters.model\">") != Some("OPEX-SIM") {
         return Some("the model string");
     }

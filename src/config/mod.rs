@@ -21,7 +21,7 @@ use std::path::Path;
 
 pub use crate::http::config::HttpConfig;
 pub use overlay::overlay;
-pub use parse::{parse_raw, parse_tree};
+pub use parse::{expanded_yaml, parse_raw, parse_tree};
 pub use validate::{validate, Config, ConnectorConfig, DEFAULT_NAME};
 
 /// The default a newcomer runs: `cargo run --release` with no arguments.
@@ -123,16 +123,16 @@ pub fn pick_connection<T: Clone>(
 /// Structural problems (unknown keys, wrong types) and value problems are reported together;
 /// a value left out for its wrong type is not reported a second time as missing.
 pub fn from_yaml(text: &str) -> Result<Config, Problems> {
-    let (raw, mut problems) = parse_raw(text)?;
+    let (raw, mut problems, expansion) = parse_raw(text)?;
     match validate(&raw) {
         Ok(config) if problems.is_empty() => Ok(config),
-        Ok(_) => Err(problems),
+        Ok(_) => Err(expansion.rewrite(problems)),
         Err(more) => {
             let structural: Vec<String> = problems.0.iter().map(|p| p.path.clone()).collect();
             problems
                 .0
                 .extend(more.0.into_iter().filter(|p| !structural.contains(&p.path)));
-            Err(problems)
+            Err(expansion.rewrite(problems))
         }
     }
 }

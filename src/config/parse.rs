@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::raw::RawConfig;
 use super::Problems;
+use crate::sources::templates::{self, Expansion};
 
 /// How many wrong-typed values are reported before giving up on the rest.
 const MAX_TYPE_ERRORS: usize = 100;
@@ -100,10 +101,42 @@ fn remove(tree: &mut Value, path: &[Seg]) -> bool {
     }
 }
 
-/// Reads YAML text into [`RawConfig`]. Wrong-typed values and unknown keys are left out of the
+/// Reads YAML text into [`RawConfig`], device templates expanded first
+/// ([`crate::sources::templates`]). Wrong-typed values and unknown keys are left out of the
 /// result and listed in the returned problems, so that validation can still check the rest;
-/// `Err` only when the text is not a YAML mapping at all.
-pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
+/// `Err` only when the text is not a YAML mapping at all. The [`Expansion`] puts the paths of
+/// later problems back on the keys as written.
+pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems, Expansion), Problems> {
+    let mut tree = read_tree(text)?;
+    let mut problems = Problems::default();
+    let expansion = templates::expand(&mut tree, &mut problems);
+    match parse_tree::<RawConfig>(tree, "", false) {
+        (Some(raw), more) => {
+            problems.0.extend(more.0);
+            Ok((raw, problems, expansion))
+        }
+        (None, more) => {
+            problems.0.extend(more.0);
+            Err(expansion.rewrite(problems))
+        }
+    }
+}
+
+/// The config as written with its templates expanded, as YAML: what `opex-connector overlay
+/// FILE` prints. `Err` with every problem (paths as written) when the config is not valid.
+pub fn expanded_yaml(text: &str) -> Result<String, Problems> {
+    super::from_yaml(text)?;
+    let mut tree = read_tree(text)?;
+    templates::expand(&mut tree, &mut Problems::default());
+    serde_saphyr::to_string(&tree).map_err(|e| {
+        let mut p = Problems::default();
+        p.push("", format!("cannot write the expanded config: {e}"));
+        p
+    })
+}
+
+/// YAML text → the generic tree; `Err` when it is not YAML or not a mapping.
+fn read_tree(text: &str) -> Result<Value, Problems> {
     let mut problems = Problems::default();
     let tree: Value = match serde_saphyr::from_str(text) {
         Ok(Value::Null) => Value::Object(Default::default()),
@@ -120,10 +153,7 @@ pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems), Problems> {
         );
         return Err(problems);
     }
-    match parse_tree::<RawConfig>(tree, "", false) {
-        (Some(raw), problems) => Ok((raw, problems)),
-        (None, problems) => Err(problems),
-    }
+    Ok(tree)
 }
 
 /// Reads a tree into `T` the same way: every unknown key and every wrong-typed value is a
@@ -206,7 +236,7 @@ ingest:
       token: t
       extra: 1
 "#;
-        let (_, problems) = parse_raw(text).unwrap();
+        let (_, problems, _) = parse_raw(text).unwrap();
         let paths: Vec<&str> = problems.0.iter().map(|p| p.path.as_str()).collect();
         assert!(paths.contains(&"connector.http.max_body_kb"), "{problems}");
         assert!(

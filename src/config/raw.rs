@@ -52,6 +52,14 @@ pub struct RawConfig {
     pub flows: Option<Vec<RawFlow>>,
     /// The field devices the pollers read (Modbus TCP and RTU, OPC-UA).
     pub devices: Option<Vec<RawDevice>>,
+    /// Device templates: each entry has a `name` (1 to 64 letters, digits, `-`, `_`, unique)
+    /// and any keys of a `devices:` entry. A device with `template: NAME` starts from them;
+    /// every key it gives replaces the template's, except `points`, `nodes` and `groups`,
+    /// merged by name (a device entry with a template entry's name replaces it, others are
+    /// added), and `vars`, merged key by key. Problems in a template's keys are reported as
+    /// `devices[7] (template press): points[3].register: ...`. `opex-connector overlay FILE`
+    /// prints the config with its templates expanded.
+    pub templates: Option<Vec<serde_json::Value>>,
     /// The built-in simulator, started inside the process (the demo polls it).
     pub simulator: Option<RawSimulator>,
     /// NATS: connections, JetStream sources (`nats/<name>`) and the `nats` sink.

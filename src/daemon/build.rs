@@ -127,7 +127,9 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .devices
             .opcua
             .iter()
-            .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
+            .map(|d| {
+                Arc::new(DeviceStatus::new(&d.name, &d.endpoint).with_template(d.template.clone()))
+            })
             .collect(),
         stats: HttpStats::default(),
         auth: Default::default(),

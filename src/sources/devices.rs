@@ -21,8 +21,16 @@ pub struct RawDevice {
     /// The device's name; its records carry `source: <protocol family>/<name>`, e.g.
     /// `modbus/press-1`. 1 to 64 letters, digits, '-' or '_', unique among devices.
     pub name: Option<String>,
-    /// `modbus_tcp`, `modbus_rtu` (or `opcua`). Required.
+    /// `modbus_tcp`, `modbus_rtu` (or `opcua`). Required (here or in the template).
     pub protocol: Option<String>,
+    /// The template this device starts from (a `templates[].name`): the device has the
+    /// template's keys, each key given here replacing the template's, and its `points`,
+    /// `nodes` and `groups` merged by name. `/api/status` names it.
+    pub template: Option<String>,
+    /// Values for `{{NAME}}` in the device's OPC-UA node ids, e.g. `{line: L1}` for
+    /// `ns=2;s={{line}}.Temperature`; a template's `vars` are the defaults. `{{device}}` is
+    /// always the device's name.
+    pub vars: Option<std::collections::BTreeMap<String, serde_json::Value>>,
     /// Poll groups: each polls its points on its own interval. Without groups, one group
     /// `default` polls every point each second.
     pub groups: Option<Vec<RawGroup>>,
@@ -404,6 +412,70 @@ devices:
         assert_eq!(d.points[1].kind, RegisterKind::Discrete);
         assert_eq!(d.points[1].data_type, DataType::Bool);
         assert!(cfg.source_names().contains(&"modbus/press-1".to_string()));
+    }
+
+    #[test]
+    fn a_problem_in_a_template_names_the_device_and_the_templates_own_path() {
+        let plain: String = (0..7)
+            .map(|i| format!("  - {{name: m{i}, protocol: modbus_tcp, host: h, points: [{{name: a, register: 1}}]}}\n"))
+            .collect();
+        let errs = problems(&format!(
+            r#"
+templates:
+  - name: press
+    protocol: modbus_tcp
+    points:
+      - {{name: a, register: 0}}
+      - {{name: b, register: 1}}
+      - {{name: c, register: 2, regster: 3}}
+      - {{name: d, register: 70000}}
+devices:
+{plain}  - {{name: press-1, template: press, host: h, points: [{{name: e, register: 5, type: f16}}]}}
+  - {{name: press-2, template: press, host: h}}
+"#
+        ));
+        assert_eq!(
+            errs,
+            [
+                "templates[0].points[2].regster: unknown key",
+                "devices[7] (template press): points[3].register: 70000 is outside 0..=65535 (and in 1 more device of template press)",
+                "devices[7].points[0].type: expected bool, u16, i16, u32, i32, u64, i64, f32, f64 or string, got \"f16\"",
+            ],
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn devices_made_from_a_template_are_validated_like_any_other_and_remember_it() {
+        let cfg = from_yaml(
+            r#"
+connector: {data_dir: /d}
+templates:
+  - name: press
+    protocol: modbus_tcp
+    timeout_ms: 300
+    groups: [{name: fast, interval_ms: 100}, {name: slow, interval_ms: 5000}]
+    points:
+      - {name: temp, group: fast, register: 0, type: f32}
+      - {name: parts, group: slow, register: 4, type: u32}
+devices:
+  - {name: press-1, template: press, host: 10.0.0.1}
+  - {name: press-2, template: press, host: 10.0.0.2, unit: 2, groups: [{name: slow, interval_ms: 60000}],
+     points: [{name: speed, group: fast, register: 20}]}
+  - {name: other, protocol: modbus_tcp, host: 10.0.0.3, points: [{name: x, register: 1}]}
+"#,
+        )
+        .expect("valid");
+        let [a, b, c] = &cfg.devices.modbus[..] else {
+            panic!("three devices: {:?}", cfg.devices.modbus)
+        };
+        assert_eq!(a.timeout, std::time::Duration::from_millis(300));
+        assert_eq!(a.points.len(), 2);
+        assert_eq!((b.unit, b.points.len()), (2, 3));
+        assert_eq!(b.groups[1].interval, std::time::Duration::from_secs(60));
+        assert_eq!(c.points.len(), 1);
+        assert_eq!(b.template.as_deref(), Some("press"));
+        assert_eq!(c.template, None);
     }
 
     #[test]

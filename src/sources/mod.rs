@@ -4,8 +4,10 @@
 //!
 //! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
-//! - [`devices`]: the `devices:` list shared by the polled protocols; [`modbus`]: Modbus TCP
-//!   and RTU polling; [`opcua`]: OPC-UA reads and subscriptions.
+//! - [`devices`]: the `devices:` list shared by the polled protocols, and [`templates`]: the
+//!   device templates expanded into it; [`modbus`]: Modbus TCP and RTU polling; [`opcua`]:
+//!   OPC-UA reads and subscriptions; [`hints`]: what a device's error means and what to try,
+//!   in a technician's words.
 //! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
 //! - [`mqtt`]: MQTT subscriptions (acked on receipt; losses counted).
 //! - [`buffers`]: the per-device buffers of the message sources.
@@ -19,6 +21,7 @@
 pub mod backfill;
 pub mod buffers;
 pub mod devices;
+pub mod hints;
 pub mod hold;
 pub mod ingest;
 pub mod modbus;
@@ -27,6 +30,7 @@ pub mod nats;
 pub mod opcua;
 pub mod pollers;
 pub mod schedule;
+pub mod templates;
 pub mod webhook;
 
 use crate::record::Settlement;

@@ -52,7 +52,9 @@
   }
   function show_value(v) {
     if (v === null || v === undefined) return '–';
-    if (typeof v === 'number') return Number.isInteger(v) ? String(v) : v.toFixed(2);
+    // A value as sent (scaled values come rounded to their scale); long float noise, as a
+    // float register's, cut to 7 significant digits.
+    if (typeof v === 'number') return Number.isInteger(v) || String(v).length <= 9 ? String(v) : String(Number(v.toPrecision(7)));
     if (typeof v === 'object') return JSON.stringify(v);
     return String(v);
   }
@@ -153,7 +155,7 @@
       Object.keys(group).forEach(function (p) {
         var v = group[p], shown, unit = '';
         if (v && typeof v === 'object' && 'value' in v) {
-          shown = v.quality && v.quality !== 'good' ? 'bad' + (v.exception !== undefined ? ' (exception ' + v.exception + ')' : '') : show_value(v.value);
+          shown = v.quality && v.quality !== 'good' ? 'bad' + (v.exception !== undefined ? ' (exception ' + v.exception + ')' : v.status ? ' (' + v.status + ')' : '') : show_value(v.value);
           unit = v.unit || '';
         } else shown = show_value(v);
         var cell = el('span', '', shown);
@@ -173,12 +175,13 @@
       c.dataset.device = d.name;
       c.dataset.state = d.state;
       var errors = num(d.errors_total) + num(d.timeouts_total);
-      add(c, el('p', 'muted', (d.protocol || '') + ' ' + (d.address || d.endpoint || '')),
+      add(c, el('p', 'muted', (d.protocol || '') + ' ' + (d.address || d.endpoint || '') + (d.template ? ' · template ' + d.template : '')),
         el('p', 'muted', 'last poll ' + ago(d.last_poll_ms) + (typeof d.poll_duration_ms === 'number' ? ' (' + d.poll_duration_ms.toFixed(1) + ' ms)' : '') +
           ' · polls ' + num(d.polls_total) + ' · errors ' + errors +
           (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +
           ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))));
-      if (d.last_error) add(c, el('p', 'warn', 'last error: ' + d.last_error));
+      if (d.last_error) add(c, el('p', 'warn', 'last error: ' + d.last_error), d.last_error_hint ? el('p', 'muted hint', d.last_error_hint) : null);
+      if (d.last_exception) add(c, el('p', 'warn', 'last refusal: ' + d.last_exception), d.last_exception_hint ? el('p', 'muted hint', d.last_exception_hint) : null);
       var rows = valueRows(d.name, d.values);
       if (rows.length) { var t = table(['point', 'value', 'unit'], rows); t.className = 'values'; c.appendChild(t); }
       box.appendChild(c);

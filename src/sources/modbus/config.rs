@@ -51,7 +51,9 @@ pub struct RawModbusPoint {
     pub word_order: Option<String>,
     /// `big` (default: the high byte first within a register, as the standard says) or `little`.
     pub byte_order: Option<String>,
-    /// Multiplies the raw number (after which the value is a float). Default 1.
+    /// Multiplies the raw number (after which the value is a float). Default 1. A whole-number
+    /// register's value is rounded to the decimals of `scale` and `offset` (`scale: 0.1` gives
+    /// `4.1`, not `4.1000000000000005`); a float register's is not.
     pub scale: Option<f64>,
     /// Added after `scale`. Default 0.
     pub offset: Option<f64>,
@@ -250,6 +252,8 @@ pub struct PointConfig {
 pub struct ModbusDeviceConfig {
     /// Its name.
     pub name: String,
+    /// The template it was made from (`template:`), shown in `/api/status`.
+    pub template: Option<String>,
     /// How it is reached.
     pub transport: Transport,
     /// Unit id.
@@ -431,6 +435,7 @@ pub fn validate_modbus_device(
     }
     (p.0.len() == before).then(|| ModbusDeviceConfig {
         name,
+        template: d.template.clone(),
         transport,
         unit,
         timeout: Duration::from_millis(timeout),

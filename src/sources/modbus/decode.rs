@@ -49,6 +49,14 @@ pub fn decode_answer(
     }
 }
 
+/// A point the device refused with exception `code`:
+/// `{"value":null,"quality":"bad","exception":2}` (with its unit).
+pub fn exception_point(code: u8, unit: &Option<String>) -> Value {
+    let mut v = json!({"value": null, "quality": "bad", "exception": code});
+    add_unit(&mut v, unit);
+    v
+}
+
 /// Adds `"unit"` to a point's entry when the point has one.
 pub fn add_unit(v: &mut Value, unit: &Option<String>) {
     if let (Some(u), Value::Object(m)) = (unit, v) {
@@ -115,13 +123,38 @@ fn scaled(point: &PointConfig, raw: Raw) -> Value {
             Raw::F(f) => Number::from_f64(f).map_or(Value::Null, Value::Number),
         };
     }
-    let x = match raw {
-        Raw::U(u) => u as f64,
-        Raw::I(i) => i as f64,
-        Raw::F(f) => f,
+    let (x, whole) = match raw {
+        Raw::U(u) => (u as f64, true),
+        Raw::I(i) => (i as f64, true),
+        Raw::F(f) => (f, false),
     };
-    let v = x * point.scale.unwrap_or(1.0) + point.offset.unwrap_or(0.0);
+    let (scale, offset) = (point.scale.unwrap_or(1.0), point.offset.unwrap_or(0.0));
+    let mut v = x * scale + offset;
+    // A whole number times `scale` plus `offset` has no more decimals than they have: round
+    // the binary noise away (`41 * 0.1` is 4.1, not 4.1000000000000005). A float register is
+    // kept as it is: its own digits are the device's.
+    if whole {
+        let places = decimals(scale).max(decimals(offset));
+        let p = 10f64.powi(i32::from(places));
+        let rounded = (v * p).round() / p;
+        if rounded.is_finite() {
+            v = rounded;
+        }
+    }
     Number::from_f64(v).map_or(Value::Null, Value::Number)
+}
+
+/// The decimals of `x` as written in a config (`0.1` has 1, `0.25` has 2, `5` has 0), at
+/// most 12 (past that a float has no decimals worth keeping).
+pub fn decimals(x: f64) -> u8 {
+    let mut p = 1.0;
+    for places in 0..12u8 {
+        if ((x * p).round() / p - x).abs() <= f64::EPSILON * x.abs().max(1.0) {
+            return places;
+        }
+        p *= 10.0;
+    }
+    12
 }
 
 #[cfg(test)]
@@ -224,6 +257,34 @@ mod tests {
         assert_eq!(decode_registers(&p, &words), Some(json!("OPEX")));
         let odd = pt(DataType::String(3), Order::Big, Order::Big);
         assert_eq!(decode_registers(&odd, &words), Some(json!("OPE")));
+    }
+
+    #[test]
+    fn scaled_values_are_rounded_to_the_decimals_of_scale_and_offset() {
+        let mut p = pt(DataType::I16, Order::Big, Order::Big);
+        p.scale = Some(0.1);
+        // 41 * 0.1 is 4.1000000000000005 in binary floating point.
+        assert_eq!(decode_registers(&p, &[41]), Some(json!(4.1)));
+        assert_eq!(decode_registers(&p, &[(-3i16) as u16]), Some(json!(-0.3)));
+        p.scale = Some(0.01);
+        p.offset = Some(-40.5);
+        assert_eq!(decode_registers(&p, &[7]), Some(json!(-40.43)));
+        p.scale = Some(0.001);
+        p.offset = None;
+        assert_eq!(decode_registers(&p, &[12345]), Some(json!(12.345)));
+        let mut f = pt(DataType::F32, Order::Big, Order::Big);
+        f.scale = Some(0.1);
+        let raw = 21.53f32.to_bits();
+        let v = decode_registers(&f, &[(raw >> 16) as u16, raw as u16]);
+        assert_eq!(
+            v,
+            Some(json!(f64::from(21.53f32) * 0.1)),
+            "a float is not rounded"
+        );
+        assert_eq!(
+            [decimals(0.1), decimals(0.25), decimals(5.0), decimals(1e-3)],
+            [1, 2, 0, 3]
+        );
     }
 
     #[test]

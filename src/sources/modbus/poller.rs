@@ -31,13 +31,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tokio_modbus::client::{Context, Reader};
-use tokio_modbus::prelude::{Slave, SlaveContext};
+use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
 
 use super::config::{LineConfig, ModbusDeviceConfig, Parity, RegisterKind, Transport};
-use super::decode::{add_unit, decode_answer, Answer};
+use super::decode::{decode_answer, exception_point, Answer};
 use super::plan::{coalesce, split, ReadRequest};
 use super::status::{ConnState, DeviceStatus};
 use super::write::{self, writable_points};
@@ -45,6 +45,7 @@ use crate::commands::{channel, CommandReceiver, Commands, Pending, PointResult};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
+use crate::sources::hints;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::pollers::PollerRuntime;
 
@@ -87,7 +88,7 @@ impl fmt::Display for LinkError {
 pub(super) async fn timed<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = tokio_modbus::Result<T>>,
-) -> Result<Result<T, tokio_modbus::ExceptionCode>, LinkError> {
+) -> Result<Result<T, ExceptionCode>, LinkError> {
     match tokio::time::timeout(timeout, call).await {
         Err(_) => Err(LinkError::Timeout),
         Ok(Err(tokio_modbus::Error::Transport(e))) => Err(LinkError::Transport(e.to_string())),
@@ -141,15 +142,36 @@ impl Breaker {
     }
 }
 
-/// How a line opens its link.
+/// How a line opens its link: a TCP connection or a serial port. The commissioning tools
+/// open theirs the same way.
 #[derive(Debug, Clone)]
-enum Opener {
-    Tcp { host: String, port: u16 },
+pub enum Opener {
+    /// Modbus TCP.
+    Tcp {
+        /// Host name or address.
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// Modbus RTU on this serial line.
     Rtu(LineConfig),
 }
 
 impl Opener {
-    async fn open(&self, timeout: Duration) -> Result<Context, LinkError> {
+    /// The opener of a device reached by `transport`.
+    pub fn of(transport: &Transport) -> Self {
+        match transport {
+            Transport::Tcp { host, port } => Self::Tcp {
+                host: host.clone(),
+                port: *port,
+            },
+            Transport::Rtu(line) => Self::Rtu(line.clone()),
+        }
+    }
+
+    /// Opens the link: a TCP connection within `timeout`, or the serial port with its input
+    /// cleared. The context talks to unit 1 until told otherwise (`set_slave`).
+    pub async fn open(&self, timeout: Duration) -> Result<Context, LinkError> {
         match self {
             Self::Tcp { host, port } => {
                 let connect = async {
@@ -270,11 +292,8 @@ impl Line {
                 breaker: Breaker::new(d.backoff_max),
             };
             match &d.transport {
-                Transport::Tcp { host, port } => lines.push(Line {
-                    opener: Opener::Tcp {
-                        host: host.clone(),
-                        port: *port,
-                    },
+                Transport::Tcp { .. } => lines.push(Line {
+                    opener: Opener::of(&d.transport),
                     members: vec![member],
                     inter_frame_delay: Duration::ZERO,
                     inbox: None,
@@ -561,7 +580,11 @@ fn failed(member: &mut Member, e: &LinkError) {
         LinkError::Timeout => s.timeouts_total.fetch_add(1, Ordering::Relaxed),
         _ => s.errors_total.fetch_add(1, Ordering::Relaxed),
     };
-    s.set_error(e.to_string());
+    let c = &member.cfg;
+    s.set_error(
+        e.to_string(),
+        hints::link_hint(e, &c.transport, c.unit, c.timeout),
+    );
     match member.breaker.fail(Instant::now()) {
         Some(wait) => {
             s.set_state(ConnState::Backoff);
@@ -608,7 +631,7 @@ async fn poll(
             tokio::time::sleep(inter_frame_delay).await;
         }
         member.status.requests_total.fetch_add(1, Ordering::Relaxed);
-        match timed(timeout, read(ctx, &req)).await {
+        match request(ctx, &req, timeout).await {
             Err(e) => {
                 done.push(req);
                 result = Err(e);
@@ -635,11 +658,24 @@ async fn poll(
                     .status
                     .exceptions_total
                     .fetch_add(1, Ordering::Relaxed);
+                let code = u8::from(code);
+                let names: Vec<&str> = req
+                    .points
+                    .iter()
+                    .filter_map(|&i| member.cfg.points.get(i))
+                    .map(|pt| pt.name.as_str())
+                    .collect();
+                member.status.set_exception(
+                    format!(
+                        "{} (point {})",
+                        hints::exception_text(code, req.kind, req.start, req.count),
+                        names.join(", ")
+                    ),
+                    hints::exception_hint(code, req.kind, req.start, req.count),
+                );
                 for &i in &req.points {
-                    let mut v =
-                        json!({"value": null, "quality": "bad", "exception": u8::from(code)});
-                    add_unit(&mut v, &member.cfg.points[i].unit);
-                    payload.insert(member.cfg.points[i].name.clone(), v);
+                    let pt = &member.cfg.points[i];
+                    payload.insert(pt.name.clone(), exception_point(code, &pt.unit));
                 }
                 done.push(req);
             }
@@ -659,6 +695,17 @@ async fn poll(
     Ok(payload)
 }
 
+/// Sends one read request within `timeout`: the answer, or the device's exception (data), or
+/// the link error after which the link must be dropped.
+pub async fn request(
+    ctx: &mut Context,
+    req: &ReadRequest,
+    timeout: Duration,
+) -> Result<Result<Answer, ExceptionCode>, LinkError> {
+    timed(timeout, read(ctx, req)).await
+}
+
+/// Only the four read functions: nothing here writes to a device.
 async fn read(ctx: &mut Context, r: &ReadRequest) -> tokio_modbus::Result<Answer> {
     Ok(match r.kind {
         RegisterKind::Holding => ctx

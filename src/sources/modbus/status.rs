@@ -97,6 +97,8 @@ pub struct DeviceStatus {
     pub protocol: &'static str,
     /// Where it is: `host:port` or the serial device and unit.
     pub address: String,
+    /// The template it was made from.
+    pub template: Option<String>,
     /// Completed poll cycles.
     pub polls_total: AtomicU64,
     /// Read requests sent (polls, and commands' read backs with `verify`).
@@ -121,7 +123,10 @@ pub struct DeviceStatus {
     pub last_duration_us: AtomicU64,
     state: AtomicU8,
     jitter: Mutex<Ring>,
-    last_error: Mutex<Option<String>>,
+    /// The last link error and what it means ([`crate::sources::hints`]).
+    last_error: Mutex<Option<(String, String)>>,
+    /// The last exception a device answered, and what it means.
+    last_exception: Mutex<Option<(String, String)>>,
     /// Per group, in config order.
     pub groups: Vec<GroupStatus>,
 }
@@ -137,6 +142,7 @@ impl DeviceStatus {
             name: dev.name.clone(),
             protocol,
             address,
+            template: dev.template.clone(),
             polls_total: AtomicU64::new(0),
             requests_total: AtomicU64::new(0),
             writes_total: AtomicU64::new(0),
@@ -154,6 +160,7 @@ impl DeviceStatus {
                 next: 0,
             }),
             last_error: Mutex::new(None),
+            last_exception: Mutex::new(None),
             groups: dev
                 .groups
                 .iter()
@@ -195,9 +202,9 @@ impl DeviceStatus {
         (Duration::from_micros(a), Duration::from_micros(b))
     }
 
-    /// Remembers the last error (shown until the next one).
-    pub fn set_error(&self, e: String) {
-        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+    /// Remembers the last error and its hint (shown until the next one).
+    pub fn set_error(&self, e: String, hint: String) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some((e, hint));
     }
 
     /// The last error.
@@ -205,7 +212,17 @@ impl DeviceStatus {
         self.last_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(e, _)| e.clone())
+    }
+
+    /// Remembers the last exception a read drew, e.g. `exception 2 "illegal data address" at
+    /// holding register 100 (point p)`, and its hint (shown until the next one).
+    pub fn set_exception(&self, text: String, hint: String) {
+        *self
+            .last_exception
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((text, hint));
     }
 
     /// Remembers the last payload of group `g`.
@@ -247,6 +264,7 @@ impl DeviceStatus {
             "source": format!("modbus/{}", self.name),
             "protocol": self.protocol,
             "address": self.address,
+            "template": self.template,
             "state": self.state().as_str(),
             "last_poll_ms": (last > 0).then_some(last),
             "poll_duration_ms": self.last_duration_us.load(Ordering::Relaxed) as f64 / 1000.0,
@@ -267,9 +285,23 @@ impl DeviceStatus {
             "skipped_total": self.skipped_total.load(Ordering::Relaxed),
             "lost_total": self.lost_total.load(Ordering::Relaxed),
             "last_error": self.last_error(),
+            "last_error_hint": pick(&self.last_error, |(_, h)| h),
+            "last_exception": pick(&self.last_exception, |(t, _)| t),
+            "last_exception_hint": pick(&self.last_exception, |(_, h)| h),
             "values": self.values(),
         })
     }
+}
+
+/// One part of a remembered (text, hint) pair.
+fn pick(
+    slot: &Mutex<Option<(String, String)>>,
+    part: impl Fn(&(String, String)) -> &String,
+) -> Option<String> {
+    slot.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|pair| part(pair).clone())
 }
 
 /// Writes every device's figures to `/metrics`, labelled `device`.

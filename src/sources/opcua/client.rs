@@ -40,9 +40,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
+use opcua::client::transport::TcpConnector;
 use opcua::client::{
     Client, ClientBuilder, IdentityToken, MonitoredItemMap, OnSubscriptionNotificationCore,
-    Session, SessionConnectMode, SessionPollResult,
+    Session, SessionConnectMode, SessionEventLoop, SessionPollResult,
 };
 use opcua::core::comms::url::hostname_from_url;
 use opcua::crypto::X509;
@@ -134,8 +135,9 @@ pub fn spawn(
     pollers.spawn(device.run(Writer::new(inbox)))
 }
 
-/// The client as every round of the device builds it.
-fn client_builder(c: &OpcuaDeviceConfig, pki_dir: &Path) -> ClientBuilder {
+/// The client as every round of the device builds it (the commissioning tools start from it
+/// too).
+pub fn client_builder(c: &OpcuaDeviceConfig, pki_dir: &Path) -> ClientBuilder {
     ClientBuilder::new()
         .application_name("opex-connector")
         .application_uri("urn:opex-connector:client")
@@ -165,6 +167,111 @@ fn ensure_key_pair(c: &OpcuaDeviceConfig, pki_dir: &Path) -> Result<(), String> 
     store.read_own_cert()?;
     store.read_own_pkey()?;
     Ok(())
+}
+
+/// The user token of the device's identity.
+fn identity_token(identity: &Identity) -> IdentityToken {
+    match identity {
+        Identity::Anonymous => IdentityToken::Anonymous,
+        Identity::User { username, password } => {
+            IdentityToken::new_user_name(username.clone(), password.clone())
+        }
+    }
+}
+
+/// Opens a session with the server of `c`, a client made by `builder` (see
+/// [`client_builder`]): asks the server for its endpoints, picks the one with the device's
+/// policy and mode, checks its certificate when the policy is not `None`, and connects. The
+/// session does nothing until its event loop is driven; keep the client as long as the
+/// session. `Err` says what failed, in one line.
+pub async fn open_session(
+    c: &OpcuaDeviceConfig,
+    builder: ClientBuilder,
+) -> Result<(Client, Arc<Session>, SessionEventLoop<TcpConnector>), String> {
+    // Making the client reads its certificate and key (made by `spawn`), kept off the
+    // pollers' thread.
+    let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(errors)) => return Err(format!("client: {}", errors.join("; "))),
+        Err(e) => return Err(format!("client: {e}")),
+    };
+    let asked = client.get_server_endpoints_from_url(c.endpoint.as_str());
+    let endpoints = match tokio::time::timeout(c.request_timeout * 2, asked).await {
+        Ok(Ok(endpoints)) => endpoints,
+        Ok(Err(e)) => return Err(format!("endpoints of {}: {e}", c.endpoint)),
+        Err(_) => return Err(format!("endpoints of {}: timed out", c.endpoint)),
+    };
+    let endpoint =
+        choose_endpoint(c, &client, &endpoints).map_err(|e| format!("{}: {e}", c.endpoint))?;
+    let (session, event_loop) = client
+        .connect_to_endpoint_directly(endpoint, identity_token(&c.identity))
+        .map_err(|e| format!("session with {}: {e}", c.endpoint))?;
+    Ok((client, session, event_loop))
+}
+
+/// The server's endpoint with the device's policy and mode (its URL's host replaced by
+/// the configured one), its certificate checked when the policy is not `None`.
+fn choose_endpoint(
+    c: &OpcuaDeviceConfig,
+    client: &Client,
+    endpoints: &[EndpointDescription],
+) -> Result<EndpointDescription, String> {
+    let mode = match c.security_mode {
+        SecurityMode::None => MessageSecurityMode::None,
+        SecurityMode::Sign => MessageSecurityMode::Sign,
+        SecurityMode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
+    };
+    let policy = match c.security_policy {
+        SecurityPolicy::None => opcua::crypto::SecurityPolicy::None,
+        SecurityPolicy::Basic256Sha256 => opcua::crypto::SecurityPolicy::Basic256Sha256,
+    };
+    let Some(endpoint) = Client::find_matching_endpoint(endpoints, &c.endpoint, policy, mode)
+    else {
+        let offered: Vec<String> = endpoints
+            .iter()
+            .take(16)
+            .map(|e| {
+                let uri = e.security_policy_uri.as_ref();
+                let name = uri.rsplit('#').next().unwrap_or(uri);
+                format!("{name}/{:?}", e.security_mode)
+            })
+            .collect();
+        return Err(format!(
+            "the server offers no {} {mode:?} endpoint (it offers: {})",
+            c.security_policy.as_str(),
+            offered.join(", ")
+        ));
+    };
+    if c.security_policy != SecurityPolicy::None {
+        check_server_certificate(c, client, &endpoint, policy)?;
+    }
+    Ok(endpoint)
+}
+
+/// The library's checks of the endpoint's certificate (trusted or not, stored in
+/// `trusted/` or `rejected/`; key length), then ours ([`super::server_cert`]).
+fn check_server_certificate(
+    c: &OpcuaDeviceConfig,
+    client: &Client,
+    endpoint: &EndpointDescription,
+    policy: opcua::crypto::SecurityPolicy,
+) -> Result<(), String> {
+    let cert = X509::from_byte_string(&endpoint.server_certificate)
+        .map_err(|e| format!("server certificate: {e}"))?;
+    client
+        .certificate_store()
+        .read()
+        .validate_or_reject_application_instance_cert(&cert, policy, None, None)
+        .map_err(|e| format!("server certificate: {e}"))?;
+    let host = hostname_from_url(&c.endpoint).map_err(|e| format!("{}: {e}", c.endpoint))?;
+    super::server_cert::check(
+        endpoint.server_certificate.as_ref(),
+        &host,
+        endpoint.server.application_uri.as_ref(),
+        c.check_server_hostname,
+        SystemTime::now(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 struct Device {
@@ -237,15 +344,6 @@ impl Device {
         log::info!("opcua device stopped: device={name}");
     }
 
-    fn identity(&self) -> IdentityToken {
-        match &self.config.identity {
-            Identity::Anonymous => IdentityToken::Anonymous,
-            Identity::User { username, password } => {
-                IdentityToken::new_user_name(username.clone(), password.clone())
-            }
-        }
-    }
-
     async fn round(&self, writer: &mut Writer) -> RoundEnd {
         writer.new_session();
         // The client is kept for the whole round, as the session was made by it.
@@ -275,111 +373,15 @@ impl Device {
         end
     }
 
-    /// A client, the server's endpoints, and a session (not yet connected) with its event loop.
+    /// A client, and a session with the server (not yet connected) with its event loop.
     async fn open(
         &self,
-    ) -> Result<
-        (
-            Client,
-            Arc<Session>,
-            opcua::client::SessionEventLoop<opcua::client::transport::TcpConnector>,
-        ),
-        RoundEnd,
-    > {
+    ) -> Result<(Client, Arc<Session>, SessionEventLoop<TcpConnector>), RoundEnd> {
         let c = &self.config;
-        // Making the client reads its certificate and key (made by `spawn`), kept off the
-        // pollers' thread.
-        let builder = client_builder(c, &self.pki_dir);
-        let mut client = match tokio::task::spawn_blocking(move || builder.client()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(errors)) => {
-                return Err(RoundEnd::Failed(format!("client: {}", errors.join("; "))))
-            }
-            Err(e) => return Err(RoundEnd::Failed(format!("client: {e}"))),
-        };
-        let asked = client.get_server_endpoints_from_url(c.endpoint.as_str());
-        let endpoints = tokio::select! {
-            r = tokio::time::timeout(c.request_timeout * 2, asked) => match r {
-                Ok(Ok(endpoints)) => endpoints,
-                Ok(Err(e)) => return Err(RoundEnd::Failed(format!("endpoints of {}: {e}", c.endpoint))),
-                Err(_) => return Err(RoundEnd::Failed(format!("endpoints of {}: timed out", c.endpoint))),
-            },
-            _ = self.shutdown.wait() => return Err(RoundEnd::Shutdown),
-        };
-        let endpoint = self
-            .choose_endpoint(&client, &endpoints)
-            .map_err(|e| RoundEnd::Failed(format!("{}: {e}", c.endpoint)))?;
-        let (session, event_loop) = client
-            .connect_to_endpoint_directly(endpoint, self.identity())
-            .map_err(|e| RoundEnd::Failed(format!("session with {}: {e}", c.endpoint)))?;
-        Ok((client, session, event_loop))
-    }
-
-    /// The server's endpoint with the device's policy and mode (its URL's host replaced by
-    /// the configured one), its certificate checked when the policy is not `None`.
-    fn choose_endpoint(
-        &self,
-        client: &Client,
-        endpoints: &[EndpointDescription],
-    ) -> Result<EndpointDescription, String> {
-        let c = &self.config;
-        let mode = match c.security_mode {
-            SecurityMode::None => MessageSecurityMode::None,
-            SecurityMode::Sign => MessageSecurityMode::Sign,
-            SecurityMode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
-        };
-        let policy = match c.security_policy {
-            SecurityPolicy::None => opcua::crypto::SecurityPolicy::None,
-            SecurityPolicy::Basic256Sha256 => opcua::crypto::SecurityPolicy::Basic256Sha256,
-        };
-        let Some(endpoint) = Client::find_matching_endpoint(endpoints, &c.endpoint, policy, mode)
-        else {
-            let offered: Vec<String> = endpoints
-                .iter()
-                .take(16)
-                .map(|e| {
-                    let uri = e.security_policy_uri.as_ref();
-                    let name = uri.rsplit('#').next().unwrap_or(uri);
-                    format!("{name}/{:?}", e.security_mode)
-                })
-                .collect();
-            return Err(format!(
-                "the server offers no {} {mode:?} endpoint (it offers: {})",
-                c.security_policy.as_str(),
-                offered.join(", ")
-            ));
-        };
-        if c.security_policy != SecurityPolicy::None {
-            self.check_server_certificate(client, &endpoint, policy)?;
+        tokio::select! {
+            r = open_session(c, client_builder(c, &self.pki_dir)) => r.map_err(RoundEnd::Failed),
+            _ = self.shutdown.wait() => Err(RoundEnd::Shutdown),
         }
-        Ok(endpoint)
-    }
-
-    /// The library's checks of the endpoint's certificate (trusted or not, stored in
-    /// `trusted/` or `rejected/`; key length), then ours ([`super::server_cert`]).
-    fn check_server_certificate(
-        &self,
-        client: &Client,
-        endpoint: &EndpointDescription,
-        policy: opcua::crypto::SecurityPolicy,
-    ) -> Result<(), String> {
-        let c = &self.config;
-        let cert = X509::from_byte_string(&endpoint.server_certificate)
-            .map_err(|e| format!("server certificate: {e}"))?;
-        client
-            .certificate_store()
-            .read()
-            .validate_or_reject_application_instance_cert(&cert, policy, None, None)
-            .map_err(|e| format!("server certificate: {e}"))?;
-        let host = hostname_from_url(&c.endpoint).map_err(|e| format!("{}: {e}", c.endpoint))?;
-        super::server_cert::check(
-            endpoint.server_certificate.as_ref(),
-            &host,
-            endpoint.server.application_uri.as_ref(),
-            c.check_server_hostname,
-            SystemTime::now(),
-        )
-        .map_err(|e| e.to_string())
     }
 
     /// Connects the session, starts its groups, then serves its commands and watches it until
@@ -639,7 +641,7 @@ impl Device {
 /// a new session, asks the crate to publish again. `sessions` counts the connections lost and
 /// made again (a command reads the data types again after a change).
 async fn drive(
-    event_loop: opcua::client::SessionEventLoop<opcua::client::transport::TcpConnector>,
+    event_loop: SessionEventLoop<TcpConnector>,
     session: Arc<Session>,
     status: Arc<DeviceStatus>,
     device: String,

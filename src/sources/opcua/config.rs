@@ -219,6 +219,8 @@ pub struct OpcuaGroupConfig {
 pub struct OpcuaDeviceConfig {
     /// The device's name; records carry `source: opcua/<name>`.
     pub name: String,
+    /// The template it was made from (`template:`), shown in `/api/status`.
+    pub template: Option<String>,
     /// The endpoint URL.
     pub endpoint: String,
     /// The security policy.
@@ -477,6 +479,7 @@ pub fn validate_opcua_device(
     }
     Some(OpcuaDeviceConfig {
         name,
+        template: d.template.clone(),
         endpoint,
         security_policy: policy,
         security_mode: mode,

@@ -90,6 +90,8 @@ pub struct DeviceStatus {
     pub name: String,
     /// Its endpoint URL.
     pub endpoint: String,
+    /// The template it was made from.
+    pub template: Option<String>,
     state: AtomicU8,
     /// Group polls and subscription notifications turned into records.
     pub polls_total: AtomicU64,
@@ -112,6 +114,8 @@ pub struct DeviceStatus {
     last_alive_ms: AtomicU64,
     jitter: Mutex<Jitter>,
     last_error: Mutex<Option<String>>,
+    /// What the last error means ([`crate::sources::hints`]), when the words cover it.
+    last_error_hint: Mutex<Option<String>>,
     /// group → node name → point JSON.
     last_values: Mutex<BTreeMap<String, Map<String, Value>>>,
 }
@@ -127,6 +131,7 @@ impl DeviceStatus {
         Self {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
+            template: None,
             state: AtomicU8::new(State::Connecting as u8),
             polls_total: AtomicU64::new(0),
             errors_total: AtomicU64::new(0),
@@ -140,8 +145,15 @@ impl DeviceStatus {
             last_alive_ms: AtomicU64::new(0),
             jitter: Mutex::new(Jitter::default()),
             last_error: Mutex::new(None),
+            last_error_hint: Mutex::new(None),
             last_values: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The same status, naming the template the device was made from.
+    pub fn with_template(mut self, template: Option<String>) -> Self {
+        self.template = template;
+        self
     }
 
     /// The connection state.
@@ -154,9 +166,10 @@ impl DeviceStatus {
         self.state.store(state as u8, Ordering::Relaxed);
     }
 
-    /// Counts an error and keeps its text as the last error.
+    /// Counts an error and keeps its text as the last error, with what it means.
     pub fn error(&self, text: String) {
         self.errors_total.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.last_error_hint) = crate::sources::hints::opcua_hint(&text);
         *lock(&self.last_error) = Some(text);
     }
 
@@ -224,6 +237,7 @@ impl DeviceStatus {
             "protocol": "opcua",
             "source": format!("opcua/{}", self.name),
             "endpoint": self.endpoint,
+            "template": self.template,
             "state": self.state().as_str(),
             "connected": self.state() == State::Connected,
             "last_poll_ms": if last_poll == 0 { Value::Null } else { json!(last_poll) },
@@ -238,6 +252,7 @@ impl DeviceStatus {
             "samples_lost_total": l(&self.samples_lost_total),
             "notifications_dropped_total": l(&self.notifications_dropped_total),
             "last_error": *lock(&self.last_error),
+            "last_error_hint": *lock(&self.last_error_hint),
             "values": *lock(&self.last_values),
         })
     }

@@ -24,7 +24,7 @@ const SCRIPT: &str = concat!(
 /// What to do when pymodbus is missing.
 const INSTALL: &str = "run scripts/test.sh (it pins pymodbus 3.7.4 and pyserial 3.5)";
 
-/// A pymodbus device on Modbus TCP, unit 1.
+/// A pymodbus device on Modbus TCP: unit 1, and unit 2 with a sparse map (see the script).
 pub struct ModbusTcp {
     port: u16,
     process: PeerProcess,
@@ -61,6 +61,11 @@ impl ModbusTcp {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The device's log so far: a `request unit=U function=F` line per request.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("device.log")).unwrap_or_default()
     }
 
     /// SIGTERM.
@@ -184,6 +189,11 @@ impl ModbusRtu {
     /// The connector's end of the line (its `port`).
     pub fn serial_port(&self) -> &Path {
         &self.connector_end
+    }
+
+    /// The device's log so far: a `request unit=U function=F` line per request.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("device.log")).unwrap_or_default()
     }
 
     /// SIGTERM to the device; the line stays.

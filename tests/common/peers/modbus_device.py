@@ -1,7 +1,8 @@
 """A Modbus device for the tests, served by pymodbus (pinned in scripts/test.sh).
 
 Usage:
-  modbus_device.py tcp PORT           Modbus TCP on 127.0.0.1:PORT, unit 1
+  modbus_device.py tcp PORT           Modbus TCP on 127.0.0.1:PORT, unit 1, and unit 2 with
+                                      the sparse map below
   modbus_device.py rtu SERIAL_PATH    Modbus RTU on a serial device (a socat pty), unit 1 only;
                                       requests to other units get no answer at all
 
@@ -22,6 +23,12 @@ it sees and has a few registers that misbehave on purpose:
   73..76    write requests seen per function code: 5, 6, 15, 16
   80..89    the first address of the last ten write requests, oldest first
   coils 8..15 free for writes
+
+Unit 2 (TCP only) has a sparse map: holding registers 0-9, 100-103, 1000 and 5000-5009
+exist, every other address draws exception 2; its other tables are empty.
+
+Every request is logged as `request unit=U function=F` (stdout, the device's log), so a
+test can check which function codes a client sent.
 """
 
 import asyncio
@@ -31,6 +38,7 @@ import sys
 
 from pymodbus.datastore import (
     ModbusSequentialDataBlock,
+    ModbusSparseDataBlock,
     ModbusServerContext,
     ModbusSlaveContext,
 )
@@ -107,7 +115,23 @@ class Device(ModbusSlaveContext):
         return self.getValues(fc_as_hex, address, count)
 
 
-def context():
+def sparse_unit():
+    """Unit 2: holding registers in four separate stretches."""
+    hr = {0: list(range(10)), 100: [100, 101, 102, 103], 1000: [1000], 5000: [5000 + i for i in range(10)]}
+    return ModbusSlaveContext(
+        hr=ModbusSparseDataBlock(hr),
+        ir=ModbusSparseDataBlock({}),
+        co=ModbusSparseDataBlock({}),
+        di=ModbusSparseDataBlock({}),
+        zero_mode=True,
+    )
+
+
+def trace(request, *addr):
+    print(f"request unit={request.slave_id} function={request.function_code}", flush=True)
+
+
+def context(sparse):
     coils = [False] * 16
     coils[0] = True
     coils[5] = True
@@ -122,7 +146,8 @@ def context():
         di=ModbusSequentialDataBlock(0, discrete),
         zero_mode=True,
     )
-    return ModbusServerContext(slaves={1: unit}, single=False)
+    units = {1: unit, 2: sparse_unit()} if sparse else {1: unit}
+    return ModbusServerContext(slaves=units, single=False)
 
 
 async def main():
@@ -130,12 +155,15 @@ async def main():
     mode, where = sys.argv[1], sys.argv[2]
     if mode == "tcp":
         print(f"serving tcp 127.0.0.1:{where}", flush=True)
-        await StartAsyncTcpServer(context=context(), address=("127.0.0.1", int(where)))
+        await StartAsyncTcpServer(
+            context=context(True), address=("127.0.0.1", int(where)), request_tracer=trace
+        )
     else:
         print(f"serving rtu {where}", flush=True)
         await StartAsyncSerialServer(
-            context=context(),
+            context=context(False),
             port=where,
+            request_tracer=trace,
             baudrate=19200,
             ignore_missing_slaves=True,
         )

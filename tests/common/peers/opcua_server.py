@@ -31,12 +31,16 @@ With --hold-subscribe-ms MS, the answer to a CreateMonitoredItems request is hel
 milliseconds after it was logged (and, as asyncua serves one connection's requests in
 order, the requests the client sends behind it on that connection too).
 
+Every Write request from a client is also printed as `client write: <node ids>` (the
+server's log), so a test can tell that a client wrote nothing.
+
 Without --secure: security None, anonymous. With --secure DIR: the server certificate is
 DIR/server-cert.der (DER) with its key DIR/server-key.pem (PEM); when they are not there a
 self-signed pair for 127.0.0.1 and localhost is made (once; kept across restarts). A pair
 put there beforehand (e.g. made with openssl, its subject alternative names in any order)
 is used as it is. The endpoints are Basic256Sha256 Sign and SignAndEncrypt, and only
-NAME/PW may log in. Prints "ready" once serving.
+NAME/PW may log in. Prints "ready" once serving, and "client write: NODE..." for every
+Write request a client sends (the server's own value updates are not logged).
 """
 
 import argparse
@@ -176,6 +180,8 @@ class WriteLog:
     async def pre_write(self, event, dispatcher):
         if not event.is_external:
             return
+        nodes = [str(w.NodeId) for w in event.request_params.NodesToWrite]
+        print("client write: " + " ".join(nodes), flush=True)
         if any(w.NodeId.Identifier == "W.Slow" for w in event.request_params.NodesToWrite):
             await asyncio.sleep(self.slow)
 
