@@ -24,6 +24,7 @@
 //! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
 //! | [`commands`] | writes down to devices, at most once and never late: the commands service, the devices' inboxes their poller tasks read between polls, and the `command/<device>` records |
 //! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
+//! | [`trends`] | the status page's last hour, in memory: every device point, every queue's fill, records/s in per source and out per sink, as 360 buckets of 10 s (min, max, mean, last) per series, at most 2 000 series; fed by the pollers and a sampler, read by `GET /api/trends` |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
@@ -58,6 +59,7 @@ pub mod sources;
 pub mod store;
 pub mod telemetry;
 pub mod time;
+pub mod trends;
 
 /// The version of this build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

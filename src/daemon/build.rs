@@ -24,6 +24,7 @@ use crate::sources::schedule::ScheduleSource;
 use crate::sources::webhook::{config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
+use crate::trends::Trends;
 
 /// A connector built and not yet running.
 pub struct Parts {
@@ -84,7 +85,8 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
     let commands = Commands::new(config.commands.clone().unwrap_or_default());
-    let modbus = ModbusPollers::new(&config.devices.modbus);
+    let trends = Arc::new(Trends::default());
+    let modbus = ModbusPollers::new(&config.devices.modbus, &trends);
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
     alerts::queues::watch(&mut hub, &engine);
@@ -109,7 +111,9 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .devices
             .opcua
             .iter()
-            .map(|d| Arc::new(DeviceStatus::new(&d.name, &d.endpoint)))
+            .map(|d| {
+                Arc::new(DeviceStatus::new(&d.name, &d.endpoint).with_trends(Arc::clone(&trends)))
+            })
             .collect(),
         stats: HttpStats::default(),
         auth: Default::default(),
@@ -142,6 +146,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .cloned()
             .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
             .collect(),
+        trends,
     });
     Ok(Parts {
         state,

@@ -92,4 +92,6 @@ pub struct AppState {
     pub schedules: Vec<Arc<ScheduleSource>>,
     /// Backfills, in config order.
     pub backfills: Vec<Arc<BackfillSource>>,
+    /// The last hour of every point, queue and rate (`GET /api/trends`).
+    pub trends: Arc<crate::trends::Trends>,
 }

@@ -38,6 +38,7 @@ use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::pollers::PollerRuntime;
+use crate::trends::Trends;
 
 /// The circuit breaker's first wait.
 pub const BACKOFF_START: Duration = Duration::from_secs(1);
@@ -202,13 +203,16 @@ pub struct Line {
 
 impl Line {
     /// The lines for `devices`: one per TCP device, one per serial port. Returns the lines and
-    /// each device's status, in config order.
-    pub fn build(devices: &[ModbusDeviceConfig]) -> (Vec<Line>, Vec<Arc<DeviceStatus>>) {
+    /// each device's status (feeding `trends`), in config order.
+    pub fn build(
+        devices: &[ModbusDeviceConfig],
+        trends: &Arc<Trends>,
+    ) -> (Vec<Line>, Vec<Arc<DeviceStatus>>) {
         let mut lines: Vec<Line> = Vec::new();
         let mut statuses = Vec::new();
         let now = Instant::now();
         for d in devices {
-            let status = Arc::new(DeviceStatus::new(d));
+            let status = Arc::new(DeviceStatus::new(d).with_trends(Arc::clone(trends)));
             statuses.push(Arc::clone(&status));
             let plans = (0..d.groups.len())
                 .map(|g| {
@@ -374,9 +378,10 @@ pub struct ModbusPollers {
 }
 
 impl ModbusPollers {
-    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling.
-    pub fn new(devices: &[ModbusDeviceConfig]) -> Self {
-        let (lines, statuses) = Line::build(devices);
+    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling; their
+    /// values also go to `trends`.
+    pub fn new(devices: &[ModbusDeviceConfig], trends: &Arc<Trends>) -> Self {
+        let (lines, statuses) = Line::build(devices, trends);
         Self {
             devices: statuses,
             lines,
