@@ -24,36 +24,6 @@ use serde_json::{json, Value};
 /// Longest the page may take to show polled values and a live message.
 const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
 
-/// The demo's plant (config/demo.yaml), polled faster.
-fn plant_config(port: u16) -> Value {
-    json!({
-        "connector": {
-            "name": "line-3",
-            "http": {"admin_token": ADMIN_TOKEN},
-            "push_queue": {"enabled": true, "max_quota_mb": 64, "on_full": "evict_oldest"},
-        },
-        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
-        "simulator": {"modbus": format!("127.0.0.1:{port}")},
-        "devices": [{
-            "name": "plant-1",
-            "protocol": "modbus_tcp",
-            "host": "127.0.0.1",
-            "port": port,
-            "unit": 1,
-            "timeout_ms": 500,
-            "groups": [{"name": "process", "interval_ms": 250}, {"name": "counters", "interval_ms": 1000}],
-            "points": [
-                {"name": "oven_temp", "group": "process", "register": 0, "type": "f32", "unit": "°C"},
-                {"name": "coolant_temp", "group": "process", "register": 2, "type": "f32", "unit": "°C"},
-                {"name": "pressure", "group": "process", "register": 7, "type": "i16", "scale": 0.1, "unit": "bar"},
-                {"name": "pump_running", "group": "process", "register": 0, "kind": "coil"},
-                {"name": "parts", "group": "counters", "register": 4, "type": "u32"},
-                {"name": "model", "group": "counters", "register": 8, "type": "string", "length": 8},
-            ],
-        }],
-    })
-}
-
 // ---------------------------------------------------------------- Chromium
 
 fn chromium() -> Option<PathBuf> {

@@ -1,6 +1,6 @@
 //! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, the ledger (`ledger.rs`),
-//! admin endpoints, the status page (`page.rs`, its files in `page/`) and its live view
-//! (`live.rs`, a WebSocket of `ws.rs`'s framing). Its config is `config.rs`.
+//! admin endpoints, the status page (`page.rs`, its files in `page/`), its trends (`trends.rs`)
+//! and its live view (`live.rs`, a WebSocket of `ws.rs`'s framing). Its config is `config.rs`.
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
@@ -19,6 +19,7 @@ mod respond;
 mod routes;
 mod server;
 mod status;
+mod trends;
 mod ws;
 
 pub use live::{

@@ -6,9 +6,9 @@
 //! | `in/<source>` | records per second the engine took from the source (its offers less the ones it refused), from the ledger | `records/s` |
 //! | `out/<sink>` | records per second the sink's destination confirmed, from the sink's ledger figures | `records/s` |
 //!
-//! A rate needs two readings, so the `in/` and `out/` series start with the second. A counter
-//! that went down (a sink's figures read from a queue that was reopened) gives no rate that
-//! time.
+//! A rate needs two readings, so the `in/` and `out/` series start with the second; a source
+//! that shows up later (its first record) is counted from zero. A counter that went down gives
+//! no rate that time.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,7 +84,9 @@ impl Sampler {
                     .map(|(s, n)| (format!("out/{s}"), n)),
             );
         for (name, count) in counters {
-            let before = self.last.insert(name.clone(), count);
+            // Counters start at zero with the process: one that shows up after the first
+            // reading (a source's first record) counted from zero.
+            let before = self.last.insert(name.clone(), count).or(elapsed.map(|_| 0));
             if let Some(before) = before.filter(|b| *b <= count && secs > 0.0) {
                 trends.record(&name, "records/s", (count - before) as f64 / secs);
             }
@@ -160,6 +162,11 @@ mod tests {
         s.sample(&t, reading(160, 10, 13.0), Some(Duration::from_secs(10)));
         assert_eq!(last(&t, "out/push"), None);
         assert_eq!(last(&t, "in/modbus/plant-1"), Some(1.0));
+        // A source that shows up later counts from zero.
+        let mut later = reading(170, 20, 13.0);
+        later.taken_in.push(("ingest/orders".into(), 30));
+        s.sample(&t, later, Some(Duration::from_secs(10)));
+        assert_eq!(last(&t, "in/ingest/orders"), Some(3.0));
     }
 
     #[test]
