@@ -181,7 +181,7 @@
           ' · polls ' + num(d.polls_total) + ' · errors ' + errors +
           (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +
           ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))),
-        add(el('p', 'muted trend-row'), 'records/s ', spark('in/' + d.source, true)));
+        d.source ? add(el('p', 'muted trend-row'), 'records/s ', spark('in/' + d.source, true)) : null);
       if (d.last_error) add(c, el('p', 'warn', 'last error: ' + d.last_error));
       var rows = valueRows(d.name, d.values);
       if (rows.length) { var t = table(['point', 'value', 'unit', 'last hour'], rows); t.className = 'values'; c.appendChild(t); }
