@@ -25,6 +25,7 @@
 //! | [`commission`] | the commissioning tools run from the shell: `browse` (an OPC-UA server's address space, as a tree or a ready `nodes:` list), `read` (one point, as a config reads it), `scan` (which Modbus addresses exist); read only, in the config's own words and through the pollers' own code |
 //! | [`commands`] | writes down to devices, at most once and never late: the commands service, the devices' inboxes their poller tasks read between polls, and the `command/<device>` records |
 //! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
+//! | [`trends`] | the status page's last hour, in memory: every device point, every queue's fill, records/s in per source and out per sink, as 360 buckets of 10 s (min, max, mean, last) per series, at most 2 000 series; fed by the pollers and a sampler, read by `GET /api/trends` |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
@@ -60,6 +61,7 @@ pub mod sources;
 pub mod store;
 pub mod telemetry;
 pub mod time;
+pub mod trends;
 
 /// The version of this build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

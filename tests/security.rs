@@ -358,6 +358,11 @@ fn dns_rebinding_a_request_with_host_evil_example_gets_421_on_every_route_and_st
         ("GET", "/page.js".into(), String::new()),
         ("GET", "/api/ledger".into(), String::new()),
         ("GET", "/api/schedules".into(), String::new()),
+        (
+            "GET",
+            "/api/trends?series=queue/push_queue".into(),
+            String::new(),
+        ),
         ("GET", "/api/dead-letters".into(), admin.clone()),
         ("GET", "/api/ledger?verify=1".into(), admin),
         (

@@ -26,36 +26,6 @@ use serde_json::{json, Value};
 /// Longest the page may take to show polled values and a live message.
 const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
 
-/// The demo's plant (config/demo.yaml), polled faster.
-fn plant_config(port: u16) -> Value {
-    json!({
-        "connector": {
-            "name": "line-3",
-            "http": {"admin_token": ADMIN_TOKEN},
-            "push_queue": {"enabled": true, "max_quota_mb": 64, "on_full": "evict_oldest"},
-        },
-        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
-        "simulator": {"modbus": format!("127.0.0.1:{port}")},
-        "devices": [{
-            "name": "plant-1",
-            "protocol": "modbus_tcp",
-            "host": "127.0.0.1",
-            "port": port,
-            "unit": 1,
-            "timeout_ms": 500,
-            "groups": [{"name": "process", "interval_ms": 250}, {"name": "counters", "interval_ms": 1000}],
-            "points": [
-                {"name": "oven_temp", "group": "process", "register": 0, "type": "f32", "unit": "°C"},
-                {"name": "coolant_temp", "group": "process", "register": 2, "type": "f32", "unit": "°C"},
-                {"name": "pressure", "group": "process", "register": 7, "type": "i16", "scale": 0.1, "unit": "bar"},
-                {"name": "pump_running", "group": "process", "register": 0, "kind": "coil"},
-                {"name": "parts", "group": "counters", "register": 4, "type": "u32"},
-                {"name": "model", "group": "counters", "register": 8, "type": "string", "length": 8},
-            ],
-        }],
-    })
-}
-
 // ---------------------------------------------------------------- Chromium
 
 fn chromium() -> Option<PathBuf> {
@@ -148,6 +118,12 @@ fn missing_in(dom: &str) -> Option<&'static str> {
     if data_number(dom, "live-values") < 1 {
         return Some("a value message from the live view");
     }
+    let spark = dom
+        .find("data-spark=\"point/plant-1/process.oven_temp\"")
+        .map(|at| &dom[at..dom.len().min(at + 300)]);
+    if spark.is_none_or(|s| data_number(s, "points") < 1) {
+        return Some("the oven temperature's sparkline with a bucket");
+    }
     None
 }
 
@@ -165,6 +141,8 @@ impl Browser {
     fn start(bin: &Path) -> Browser {
         let profile = tempfile::tempdir().expect("profile dir");
         let mut child = Command::new(bin)
+            // Times drawn in UTC, so a screenshot does not depend on the machine's zone.
+            .env("TZ", "UTC")
             .args(CHROMIUM_FLAGS)
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .args(["--remote-debugging-port=0", "about:blank"])
@@ -706,9 +684,10 @@ fn the_page_lists_writable_points_and_with_the_commands_token_writes_a_value_aft
     );
 }
 
-/// Serves the page's own files (from the source tree) and `status` as `/api/status` on a
-/// loopback port, one request per connection; everything else is 404. Returns the base URL.
-fn serve_fixture(status: Value) -> String {
+/// Serves the page's own files (from the source tree), `status` as `/api/status` and, unless
+/// null, `trends` as every `/api/trends` answer, on a loopback port, one request per
+/// connection; everything else is 404. Returns the base URL.
+fn serve_fixture(status: Value, trends: Value) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http/page");
@@ -732,6 +711,11 @@ fn serve_fixture(status: Value) -> String {
                     "application/json",
                     status.to_string().into_bytes(),
                 ),
+                p if p.starts_with("/api/trends?") && !trends.is_null() => (
+                    "200 OK",
+                    "application/json",
+                    trends.to_string().into_bytes(),
+                ),
                 _ => ("404 Not Found", "text/plain", b"no".to_vec()),
             };
             let _ = write!(
@@ -754,27 +738,30 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
     // The /api/status contract of queues, alerts, schedules and backfills, with markup where
     // a name could carry it.
     let evil = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
-    let base = serve_fixture(json!({
-        "connector": {"name": evil, "version": "9.9.9", "uptime_secs": 3700,
-                      "disk_free_bytes": 1_073_741_824u64, "healthy": true},
-        "push_queue": {"on_full": "evict_oldest", "quota_bytes": 100, "fill_pct": 1.0, "level": "ok"},
-        "queues": [
-            {"name": "push_queue", "kind": "disk", "on_full": "block", "quota": 1_048_576, "quota_unit": "bytes",
-             "used": 943_718, "fill_pct": 90.0, "level": "high", "blocked_total": 3, "evicted_total": 0, "dropped_total": 0},
-            {"name": "clickhouse", "kind": "memory", "on_full": "evict_oldest", "quota": 10000, "quota_unit": "rows",
-             "used": 10000, "fill_pct": 100.0, "level": "full", "blocked_total": 0, "evicted_total": 12, "dropped_total": 0},
-        ],
-        "alerts": [{"connector": "c", "queue": "push_queue", "level": "high", "message": evil,
-                    "fill_pct": 90.0, "time": "2026-11-29T15:00:00Z", "repeat": 0}],
-        "schedules": [{"name": "hourly", "every": "1h", "next_tick": 1_800_000_000_000u64,
-                       "last_tick": null, "last_result": "backpressured"}],
-        "backfills": [{"name": "history", "file": "/data/h.jsonl", "state": "running",
-                       "done": 250, "total": 1000, "rate_per_sec": 12.5, "eta_secs": 60}],
-        "devices": [{"name": evil, "source": "modbus/x", "state": "backoff", "last_error": evil,
-                     "values": {"g": {"p": {"value": evil, "quality": "good"}}}}],
-        "sinks": [{"name": "push", "dropped": 0, "blocked": 3, "queue_rows": 900}],
-        "dead_letters": {"open": 2, "resolved": 1, "parked_total": 3, "trimmed_total": 0},
-    }));
+    let base = serve_fixture(
+        json!({
+            "connector": {"name": evil, "version": "9.9.9", "uptime_secs": 3700,
+                          "disk_free_bytes": 1_073_741_824u64, "healthy": true},
+            "push_queue": {"on_full": "evict_oldest", "quota_bytes": 100, "fill_pct": 1.0, "level": "ok"},
+            "queues": [
+                {"name": "push_queue", "kind": "disk", "on_full": "block", "quota": 1_048_576, "quota_unit": "bytes",
+                 "used": 943_718, "fill_pct": 90.0, "level": "high", "blocked_total": 3, "evicted_total": 0, "dropped_total": 0},
+                {"name": "clickhouse", "kind": "memory", "on_full": "evict_oldest", "quota": 10000, "quota_unit": "rows",
+                 "used": 10000, "fill_pct": 100.0, "level": "full", "blocked_total": 0, "evicted_total": 12, "dropped_total": 0},
+            ],
+            "alerts": [{"connector": "c", "queue": "push_queue", "level": "high", "message": evil,
+                        "fill_pct": 90.0, "time": "2026-11-29T15:00:00Z", "repeat": 0}],
+            "schedules": [{"name": "hourly", "every": "1h", "next_tick": 1_800_000_000_000u64,
+                           "last_tick": null, "last_result": "backpressured"}],
+            "backfills": [{"name": "history", "file": "/data/h.jsonl", "state": "running",
+                           "done": 250, "total": 1000, "rate_per_sec": 12.5, "eta_secs": 60}],
+            "devices": [{"name": evil, "source": "modbus/x", "state": "backoff", "last_error": evil,
+                         "values": {"g": {"p": {"value": evil, "quality": "good"}}}}],
+            "sinks": [{"name": "push", "dropped": 0, "blocked": 3, "queue_rows": 900}],
+            "dead_letters": {"open": 2, "resolved": 1, "parked_total": 3, "trimmed_total": 0},
+        }),
+        Value::Null,
+    );
     let mut dom = String::new();
     let drawn = poll_until(Duration::from_secs(60), || {
         dom = run_chromium(
@@ -822,6 +809,217 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
         "markup from data became an element:\n{dom}"
     );
     assert!(dom.contains("<body>"), "a script from data ran:\n{dom}");
+}
+
+/// The end of the fixture's hour: 2026-03-02 10:00 UTC.
+const HOUR_END_MS: u64 = 1_772_445_600_000;
+
+/// An hour of `/api/trends` for the fixture's series: smooth curves with a min/max band, the
+/// pump switching, the queue filling and draining, and the pressure missing for two minutes.
+fn trends_fixture() -> Value {
+    let start = HOUR_END_MS - 3_600_000;
+    let times: Vec<u64> = (0..360).map(|i| start + i * 10_000).collect();
+    let wave = |i: usize, base: f64, amp: f64, spread: f64, gap: Option<std::ops::Range<usize>>| {
+        let f = i as f64;
+        let mean = base + amp * (f / 38.0).sin() + amp * 0.3 * (f / 7.0).sin();
+        let missing = gap.as_ref().is_some_and(|g| g.contains(&i));
+        let cell = |v: f64| {
+            if missing {
+                Value::Null
+            } else {
+                json!((v * 100.0).round() / 100.0)
+            }
+        };
+        let half = spread * (1.0 + 0.6 * (f / 11.0).cos().abs());
+        (
+            cell(mean - half),
+            cell(mean + half),
+            cell(mean),
+            cell(mean + half * 0.4),
+        )
+    };
+    let series = |name: &str,
+                  unit: &str,
+                  base: f64,
+                  amp: f64,
+                  spread: f64,
+                  gap: Option<std::ops::Range<usize>>| {
+        let cols: Vec<_> = (0..360)
+            .map(|i| wave(i, base, amp, spread, gap.clone()))
+            .collect();
+        json!({
+            "name": name, "unit": unit,
+            "min": cols.iter().map(|c| c.0.clone()).collect::<Vec<_>>(),
+            "max": cols.iter().map(|c| c.1.clone()).collect::<Vec<_>>(),
+            "mean": cols.iter().map(|c| c.2.clone()).collect::<Vec<_>>(),
+            "last": cols.iter().map(|c| c.3.clone()).collect::<Vec<_>>(),
+        })
+    };
+    let pump: Vec<Value> = (0..360).map(|i| json!(u8::from(i % 90 < 60))).collect();
+    json!({
+        "bucket_ms": 10_000, "start_ms": start, "times_ms": times,
+        "series": [
+            series("point/press-1/process.oven_temp", "°C", 182.0, 6.0, 0.8, None),
+            series("point/press-1/process.pressure", "bar", 4.1, 0.3, 0.05, Some(200..212)),
+            {"name": "point/press-1/process.pump_running", "unit": null,
+             "min": pump, "max": pump, "mean": pump, "last": pump},
+            series("queue/push_queue", "%", 18.0, 12.0, 1.5, None),
+            series("in/ingest/orders", "records/s", 3.0, 1.5, 0.0, None),
+            series("out/push", "records/s", 3.0, 1.4, 0.0, None),
+        ],
+        "unknown": [],
+    })
+}
+
+#[test]
+fn the_page_draws_a_sparkline_beside_each_value_and_queue_and_opens_the_hour_chart_on_a_click() {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let point =
+        |value: Value, unit: Option<&str>| json!({"value": value, "quality": "good", "unit": unit});
+    let base = serve_fixture(
+        json!({
+            "connector": {"name": "line-3", "version": "0.1.0", "uptime_secs": 3700,
+                          "disk_free_bytes": 8_589_934_592u64, "healthy": true},
+            "queues": [{"name": "push_queue", "kind": "disk", "on_full": "evict_oldest", "quota": 67_108_864,
+                        "quota_unit": "bytes", "used": 12_884_901, "fill_pct": 19.2, "level": "ok",
+                        "blocked_total": 0, "evicted_total": 0, "dropped_total": 0}],
+            "alerts": [],
+            "devices": [{"name": "press-1", "source": "modbus/press-1", "protocol": "modbus_tcp",
+                         "address": "10.0.0.5:502", "state": "connected", "last_poll_ms": HOUR_END_MS - 1000,
+                         "polls_total": 14_400, "errors_total": 0, "timeouts_total": 0,
+                         "values": {"process": {
+                             "oven_temp": point(json!(183.4), Some("°C")),
+                             "pressure": point(json!(4.1), Some("bar")),
+                             "pump_running": point(json!(true), None),
+                             "model": point(json!("OPEX-SIM"), None),
+                         }}}],
+            "sinks": [{"name": "push", "type": "push", "dropped": 0, "blocked": 0, "queue_rows": 1200}],
+            "sources": [{"name": "ingest/orders", "received": 10_800, "stored": 10_800, "refused": 0,
+                         "rejected": 0, "unauthorized": 0}],
+        }),
+        trends_fixture(),
+    );
+    let mut browser = Browser::start(&bin);
+    // The page's clock stands at the fixture's hour, so the screenshot is the same every run.
+    browser.call("Page.enable", json!({}));
+    browser.call(
+        "Page.addScriptToEvaluateOnNewDocument",
+        json!({"source": format!("Date.now = function () {{ return {HOUR_END_MS}; }};")}),
+    );
+    browser.call("Page.navigate", json!({"url": format!("{base}/")}));
+    let oven = "point/press-1/process.oven_temp";
+    let points_of = |browser: &mut Browser, name: &str| {
+        browser
+            .eval(&format!(
+                "(function () {{ var b = document.querySelector('[data-spark=\"' + {} + '\"]'); return b ? Number(b.dataset.points) : -1; }})()",
+                json!(name)
+            ))
+            .as_i64()
+            .unwrap_or(-1)
+    };
+    let mut drawn = -1;
+    let shown = poll_until(BROWSER_DEADLINE, || {
+        drawn = points_of(&mut browser, oven);
+        drawn >= 360
+    });
+    assert!(
+        shown,
+        "the oven's sparkline has {drawn} buckets; the page:\n{}",
+        truncate(&browser.dom(), 6000)
+    );
+    // A sparkline beside each number, boolean, queue and rate; none beside a string.
+    for (name, want) in [
+        ("point/press-1/process.pressure", 348),
+        ("point/press-1/process.pump_running", 360),
+        ("queue/push_queue", 360),
+        ("in/ingest/orders", 360),
+        ("out/push", 360),
+        ("in/modbus/press-1", 0),
+    ] {
+        assert_eq!(points_of(&mut browser, name), want, "{name}");
+    }
+    assert_eq!(
+        browser.eval("document.querySelectorAll('[data-spark*=\"model\"]').length"),
+        json!(0)
+    );
+    // The pressure's two missing minutes split its line in two.
+    assert_eq!(
+        browser.eval("document.querySelectorAll('[data-spark=\"point/press-1/process.pressure\"] path').length"),
+        json!(2)
+    );
+    assert_eq!(
+        browser.eval("document.getElementById('chart').hidden"),
+        json!(true)
+    );
+
+    // A click on the value opens the hour's chart: a min/max band, the mean line, the axes.
+    let clicked = browser.eval(
+        "(function () { var e = document.querySelector('[data-point=\"press-1/process.oven_temp\"]'); if (!e) return false; e.click(); return true; })()",
+    );
+    assert_eq!(clicked, json!(true));
+    let chart = browser.eval(
+        "(function () { var c = document.getElementById('chart'), s = document.getElementById('chart-svg');
+           var texts = function (cls) { return Array.prototype.map.call(s.querySelectorAll('.' + cls), function (t) { return t.textContent; }); };
+           var band = s.querySelector('path.band');
+           return { hidden: c.hidden, series: c.dataset.series, title: document.getElementById('chart-title').textContent,
+                    note: document.getElementById('chart-note').textContent, buckets: s.dataset.buckets,
+                    bands: s.querySelectorAll('path.band').length, band: band ? band.getAttribute('d').length : 0,
+                    means: s.querySelectorAll('path.mean').length, x: texts('tick-x'), y: texts('tick-y'),
+                    height: s.getBoundingClientRect().height }; })()",
+    );
+    assert_eq!(chart["hidden"], json!(false), "{chart}");
+    assert_eq!(chart["series"], oven, "{chart}");
+    assert_eq!(chart["title"], format!("{oven} (°C)"), "{chart}");
+    assert_eq!(chart["buckets"], "360", "{chart}");
+    assert_eq!(chart["bands"], 1, "{chart}");
+    assert!(chart["band"].as_u64().unwrap_or(0) > 720 * 10, "{chart}");
+    assert_eq!(chart["means"], 1, "{chart}");
+    assert_eq!(
+        chart["x"],
+        json!(["09:10", "09:20", "09:30", "09:40", "09:50"]),
+        "a time axis every 10 min: {chart}"
+    );
+    assert_eq!(
+        chart["y"],
+        json!(["175", "180", "185", "190"]),
+        "a value axis in round steps: {chart}"
+    );
+    assert!(chart["height"].as_f64().unwrap_or(0.0) > 150.0, "{chart}");
+    assert!(
+        chart["note"].as_str().unwrap_or("").starts_with("now "),
+        "{chart}"
+    );
+
+    // The screenshot the README shows, taken again on every run.
+    let png = browser.screenshot(1280, 1000, false);
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/trends.png");
+    std::fs::write(&shot, png).expect("write docs/trends.png");
+    println!("screenshot: {}", shot.display());
+
+    // Close hides it; Escape does too, after a click on a sparkline opens it again.
+    browser.eval("document.getElementById('chart-close').click()");
+    assert_eq!(
+        browser.eval("document.getElementById('chart').hidden"),
+        json!(true)
+    );
+    browser.eval("document.querySelector('[data-spark=\"queue/push_queue\"]').click()");
+    assert_eq!(
+        browser.eval("document.getElementById('chart').dataset.series"),
+        json!("queue/push_queue")
+    );
+    browser.eval("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'}))");
+    assert_eq!(
+        browser.eval("document.getElementById('chart').hidden"),
+        json!(true)
+    );
 }
 
 // ---------------------------------------------------------------- WebSocket by hand

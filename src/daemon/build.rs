@@ -25,6 +25,7 @@ use crate::sources::schedule::ScheduleSource;
 use crate::sources::webhook::{config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
+use crate::trends::Trends;
 
 /// A connector built and not yet running.
 pub struct Parts {
@@ -99,9 +100,11 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
                 .map(|_| commands.register(&d.name, d.writable_points()))
         })
         .collect();
+    let trends = Arc::new(Trends::default());
     let modbus = ModbusPollers::new(
         &config.devices.modbus,
         config.commands.is_some().then_some(&mut commands),
+        &trends,
     );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
@@ -128,7 +131,11 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .opcua
             .iter()
             .map(|d| {
-                Arc::new(DeviceStatus::new(&d.name, &d.endpoint).with_template(d.template.clone()))
+                Arc::new(
+                    DeviceStatus::new(&d.name, &d.endpoint)
+                        .with_template(d.template.clone())
+                        .with_trends(Arc::clone(&trends)),
+                )
             })
             .collect(),
         stats: HttpStats::default(),
@@ -163,6 +170,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .cloned()
             .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
             .collect(),
+        trends,
     });
     Ok(Parts {
         state,

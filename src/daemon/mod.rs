@@ -204,6 +204,12 @@ async fn serve(
     let mut messaging = spawn_messaging(&state, &shutdown);
     messaging.extend(alert_workers.spawn(&shutdown));
     let feeds = spawn_feeds(&state, &shutdown);
+    let sampler = tokio::spawn(crate::trends::sampler::run(
+        Arc::clone(&state.trends),
+        Arc::clone(&state.engine),
+        Arc::clone(&state.alerts),
+        shutdown.clone(),
+    ));
 
     wait_for_signal().await;
     log::info!("stopping: finishing requests, committing, closing stores");
@@ -217,6 +223,7 @@ async fn serve(
     }
     let _ = checker.await;
     let _ = live.await;
+    let _ = sampler.await;
     http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
     for task in messaging {
         let _ = task.await;

@@ -1,6 +1,7 @@
 //! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, the ledger (`ledger.rs`),
-//! commands to devices (`commands.rs`), admin endpoints, the status page (`page.rs`, its files in `page/`) and its live view
-//! (`live.rs`, a WebSocket of `ws.rs`'s framing). Its config is `config.rs`.
+//! commands to devices (`commands.rs`), admin endpoints, the status page (`page.rs`, its files
+//! in `page/`), its trends (`trends.rs`) and its live view (`live.rs`, a WebSocket of `ws.rs`'s
+//! framing). Its config is `config.rs`.
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
@@ -20,6 +21,7 @@ mod respond;
 mod routes;
 mod server;
 mod status;
+mod trends;
 mod ws;
 
 pub use live::{
@@ -95,4 +97,6 @@ pub struct AppState {
     pub schedules: Vec<Arc<ScheduleSource>>,
     /// Backfills, in config order.
     pub backfills: Vec<Arc<BackfillSource>>,
+    /// The last hour of every point, queue and rate (`GET /api/trends`).
+    pub trends: Arc<crate::trends::Trends>,
 }

@@ -11,7 +11,7 @@ use hyper::{Method, Request, StatusCode};
 use super::respond::{
     answer_unread, error, json_response, not_allowed, outcome, read_body, text, Resp,
 };
-use super::{admin, auth, commands, ledger, live, page, status, AppState};
+use super::{admin, auth, commands, ledger, live, page, status, trends, AppState};
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
 pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp, Infallible> {
@@ -54,6 +54,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             &serde_json::json!({ "schedules": status::schedules(&state) }),
         ),
         ["api", "ledger"] if get => ledger::handle(&state, &req).await,
+        ["api", "trends"] if get => trends::handle(&state, req.uri().query()),
         [""] if get => page::serve(&page::INDEX, req.headers()),
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
@@ -63,6 +64,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         ["api", "status"]
         | ["api", "ledger"]
         | ["api", "schedules"]
+        | ["api", "trends"]
         | ["metrics"]
         | [""]
         | ["page.js"]

@@ -98,6 +98,7 @@ pub fn status(state: &AppState) -> Value {
         "alert_channels": state.alerts.channels_json(),
         "schedules": schedules(state),
         "backfills": state.backfills.iter().map(|b| b.status()).collect::<Vec<Value>>(),
+        "trends": state.trends.status_json(),
     });
     if let Some(o) = doc.as_object_mut() {
         o.extend(documents);
@@ -205,6 +206,7 @@ pub fn metrics(state: &AppState) -> String {
     state.commands.write_metrics(&mut p);
     state.command_paths.write_metrics(&mut p);
     feed_metrics(state, &mut p);
+    state.trends.write_metrics(&mut p);
     crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
     crate::sources::opcua::status::write_metrics(&state.opcua, &mut p);
     p.single(

@@ -199,3 +199,23 @@ pub fn db_sink_lost_at_stop(sink: &str, lost_total: &AtomicU64, rows: u64) {
         "{sink} stopped with rows it could not insert, they are lost: rows={rows} lost_at_stop_total={total}"
     );
 }
+
+/// At the trends' bound, series `dropped` (silent for ten minutes, or a device point giving
+/// way to one of the connector's own series) gave its place to the new series `by`.
+pub fn trend_series_dropped(dropped_total: &AtomicU64, dropped: &str, by: &str) {
+    let total = dropped_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::warn!(
+        "trends at their bound, dropped the stalest series: dropped={dropped} for={by} dropped_series_total={total}"
+    );
+}
+
+/// At the trends' bound, a sample of the new series `series` was not kept (every kept series
+/// is live). Logged at the first and at every power of two after it.
+pub fn trend_sample_refused(refused_total: &AtomicU64, series: &str) {
+    let total = refused_total.fetch_add(1, Ordering::Relaxed) + 1;
+    if total.is_power_of_two() {
+        log::warn!(
+            "trends at their bound, a new series is not kept: series={series} refused_samples_total={total}"
+        );
+    }
+}

@@ -97,6 +97,37 @@ pub fn queue_config(quota_mb: i64, on_full: &str) -> Value {
     })
 }
 
+/// The demo's plant (config/demo.yaml) served by the built-in simulator on `port`, its
+/// `process` group polled four times a second; the admin token set.
+pub fn plant_config(port: u16) -> Value {
+    json!({
+        "connector": {
+            "name": "line-3",
+            "http": {"admin_token": ADMIN_TOKEN},
+            "push_queue": {"enabled": true, "max_quota_mb": 64, "on_full": "evict_oldest"},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "simulator": {"modbus": format!("127.0.0.1:{port}")},
+        "devices": [{
+            "name": "plant-1",
+            "protocol": "modbus_tcp",
+            "host": "127.0.0.1",
+            "port": port,
+            "unit": 1,
+            "timeout_ms": 500,
+            "groups": [{"name": "process", "interval_ms": 250}, {"name": "counters", "interval_ms": 1000}],
+            "points": [
+                {"name": "oven_temp", "group": "process", "register": 0, "type": "f32", "unit": "°C"},
+                {"name": "coolant_temp", "group": "process", "register": 2, "type": "f32", "unit": "°C"},
+                {"name": "pressure", "group": "process", "register": 7, "type": "i16", "scale": 0.1, "unit": "bar"},
+                {"name": "pump_running", "group": "process", "register": 0, "kind": "coil"},
+                {"name": "parts", "group": "counters", "register": 4, "type": "u32"},
+                {"name": "model", "group": "counters", "register": 8, "type": "string", "length": 8},
+            ],
+        }],
+    })
+}
+
 /// Renders a JSON value as block-style YAML (what an operator would write).
 pub fn to_yaml(value: &Value) -> String {
     let mut out = String::new();

@@ -123,7 +123,7 @@
       var quota = q.quota_unit === 'bytes' ? bytes(q.quota) : (q.quota !== undefined ? q.quota + ' ' + (q.quota_unit || '') : '?');
       var used = q.quota_unit === 'bytes' ? bytes(q.used) : (q.used !== undefined ? String(q.used) : '?');
       add(c, bar(q.fill_pct, level),
-        el('p', 'fill-text', num(q.fill_pct).toFixed(1) + ' % · ' + used + ' of ' + quota),
+        add(el('div', 'trend-row'), el('p', 'fill-text', num(q.fill_pct).toFixed(1) + ' % · ' + used + ' of ' + quota), spark('queue/' + q.name)),
         el('p', 'muted', 'on_full ' + (q.on_full || '?') + ' · blocked ' + num(q.blocked_total) +
           ' · evicted ' + num(q.evicted_total) + ' · dropped ' + num(q.dropped_total)));
       box.appendChild(c);
@@ -153,14 +153,18 @@
       var group = values[g];
       if (!group || typeof group !== 'object') { rows.push([g, group]); return; }
       Object.keys(group).forEach(function (p) {
-        var v = group[p], shown, unit = '';
+        var v = group[p], shown, unit = '', x = v;
         if (v && typeof v === 'object' && 'value' in v) {
           shown = v.quality && v.quality !== 'good' ? 'bad' + (v.exception !== undefined ? ' (exception ' + v.exception + ')' : v.status ? ' (' + v.status + ')' : '') : show_value(v.value);
           unit = v.unit || '';
+          x = v.quality && v.quality !== 'good' ? 0 : v.value;
         } else shown = show_value(v);
-        var cell = el('span', '', shown);
+        // Numbers and booleans have a trend; strings do not.
+        var name = 'point/' + device + '/' + g + '.' + p, line = typeof x === 'number' || typeof x === 'boolean' ? spark(name) : null;
+        var cell = el('span', line ? 'trendable' : '', shown);
         cell.dataset.point = device + '/' + g + '.' + p;
-        rows.push([g + '.' + p, cell, unit]);
+        if (line) cell.onclick = function () { openChart(name); };
+        rows.push([g + '.' + p, cell, unit, line || '']);
       });
     });
     return rows;
@@ -179,11 +183,12 @@
         el('p', 'muted', 'last poll ' + ago(d.last_poll_ms) + (typeof d.poll_duration_ms === 'number' ? ' (' + d.poll_duration_ms.toFixed(1) + ' ms)' : '') +
           ' · polls ' + num(d.polls_total) + ' · errors ' + errors +
           (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +
-          ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))));
+          ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))),
+        d.source ? add(el('p', 'muted trend-row'), 'records/s ', spark('in/' + d.source, true)) : null);
       if (d.last_error) add(c, el('p', 'warn', 'last error: ' + d.last_error), d.last_error_hint ? el('p', 'muted hint', d.last_error_hint) : null);
       if (d.last_exception) add(c, el('p', 'warn', 'last refusal: ' + d.last_exception), d.last_exception_hint ? el('p', 'muted hint', d.last_exception_hint) : null);
       var rows = valueRows(d.name, d.values);
-      if (rows.length) { var t = table(['point', 'value', 'unit'], rows); t.className = 'values'; c.appendChild(t); }
+      if (rows.length) { var t = table(['point', 'value', 'unit', 'last hour'], rows); t.className = 'values'; c.appendChild(t); }
       box.appendChild(c);
     });
   }
@@ -197,14 +202,14 @@
       if (k.durable === false) extra.push('memory');
       if (k.last_error) extra.push('error: ' + k.last_error);
       if (k.note) extra.push(k.note);
-      return [k.name, k.queue_rows !== undefined ? k.queue_rows : k.queue_depth, num(k.blocked), num(k.dropped), extra.join(' · ')];
+      return [k.name, k.queue_rows !== undefined ? k.queue_rows : k.queue_depth, num(k.blocked), num(k.dropped), spark('out/' + k.name, true), extra.join(' · ')];
     });
     var u = s.uplink;
     if (u && u.enabled) {
-      rows.push(['uplink', null, null, null, (u.healthy ? 'healthy' : 'failing') + ' · sent ' + num(u.sent_total) +
+      rows.push(['uplink', null, null, null, null, (u.healthy ? 'healthy' : 'failing') + ' · sent ' + num(u.sent_total) +
         ' · failures ' + num(u.failures_total) + (u.last_error ? ' · ' + u.last_error : '')]);
     }
-    add(clear($('sinks')), table(['sink', 'queue', 'blocked', 'dropped', 'state'], rows, [0, 1, 1, 1, 0]));
+    add(clear($('sinks')), table(['sink', 'queue', 'blocked', 'dropped', 'out/s', 'state'], rows, [0, 1, 1, 1, 0, 0]));
   }
 
   function sources(s) {
@@ -217,9 +222,9 @@
     var rows = list.map(function (x) {
       var lost = num(x.dropped) + (x.kind === 'mqtt' ? num(x.refused) + num(x.failed) : 0);
       return [x.name, x.kind || 'ingest', x.connected === undefined ? '' : (x.connected ? 'connected' : 'disconnected'),
-        num(x.stored !== undefined ? x.stored : x.acked), num(x.refused), num(x.rejected) + num(x.unauthorized), lost];
+        num(x.stored !== undefined ? x.stored : x.acked), num(x.refused), num(x.rejected) + num(x.unauthorized), lost, spark('in/' + x.name, true)];
     });
-    add(clear($('sources')), table(['source', 'kind', 'state', 'stored', 'refused', 'rejected', 'lost'], rows, [0, 0, 0, 1, 1, 1, 1]));
+    add(clear($('sources')), table(['source', 'kind', 'state', 'stored', 'refused', 'rejected', 'lost', 'in/s'], rows, [0, 0, 0, 1, 1, 1, 1, 0]));
   }
 
   function webhooks(s) {
@@ -502,6 +507,174 @@
     if (doc) commands(doc);
   };
 
+  // ---------------------------------------------------------------- trends
+
+  // The last hour of each point, queue and rate (/api/trends): fetched whole once, then every
+  // 10 s only what is new, drawn as inline SVG. Times are the connector's, not the browser's.
+  var BUCKET = 10000, HOUR = 3600000, BATCH = 32;
+  var SVG = $('chart-svg').namespaceURI;
+  var trends = {}, wanted = {}, asked = {}, trendEnd = 0, chartName = null, soonTimer = null, busy = false;
+
+  function svg(tag, attrs, parent) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function fmt(v) { return typeof v === 'number' && isFinite(v) ? String(Number(v.toPrecision(4))) : '–'; }
+  // Round steps (1, 2 or 5 times a power of ten) between lo and hi, about four of them.
+  function ticks(lo, hi) {
+    var raw = (hi - lo) / 4, mag = Math.pow(10, Math.floor(Math.log(raw) / Math.LN10)), f = raw / mag, out = [];
+    var step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+    for (var v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
+    return out;
+  }
+  function hhmm(t) { var d = new Date(t), p = function (n) { return (n < 10 ? '0' : '') + n; }; return p(d.getHours()) + ':' + p(d.getMinutes()); }
+
+  // A sparkline button for series `name` (with its newest value when `withValue`).
+  function spark(name, withValue) {
+    var b = el('button', 'spark');
+    b.type = 'button';
+    b.dataset.spark = name;
+    b.title = name + ': the last hour (click for the chart)';
+    if (withValue) b.dataset.value = '1';
+    b.onclick = function () { openChart(name); };
+    svg('svg', { viewBox: '0 0 80 18', preserveAspectRatio: 'none' }, b);
+    drawSpark(b);
+    if (!asked[name]) soon();
+    wanted[name] = true;
+    return b;
+  }
+
+  // [[x, value]...] runs of `col` with no missing bucket inside, x in 0..1 over the hour.
+  function runs(s, col) {
+    var out = [], run = null, prev = 0, from = trendEnd - HOUR;
+    s.b.forEach(function (k) {
+      if (k.t < from || typeof k[col] !== 'number') return;
+      if (!run || k.t - prev > BUCKET) out.push(run = []);
+      run.push([(k.t + BUCKET / 2 - from) / HOUR, k[col]]);
+      prev = k.t;
+    });
+    return out;
+  }
+  // The value axis: a fill (%) is drawn 0 to 100, anything else over what it did in the hour.
+  function span(s, lo, hi) {
+    if (s.unit === '%') return [0, 100];
+    var min = Infinity, max = -Infinity;
+    s.b.forEach(function (k) {
+      if (k.t < trendEnd - HOUR) return;
+      if (typeof k[lo] === 'number') min = Math.min(min, k[lo]);
+      if (typeof k[hi] === 'number') max = Math.max(max, k[hi]);
+    });
+    if (min > max) return null;
+    var pad = (max - min) * 0.08 || Math.abs(max) * 0.05 || 1;
+    return [min - pad, max + pad];
+  }
+  function pathOf(points, x, y) {
+    return points.map(function (p, i) { return (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1); }).join(' ');
+  }
+
+  function drawSpark(b) {
+    var s = trends[b.dataset.spark], g = b.firstChild, r = s && span(s, 'mean', 'mean');
+    while (g.firstChild) g.removeChild(g.firstChild);
+    var n = 0;
+    if (r) {
+      var x = function (v) { return v * 80; }, y = function (v) { return 17 - 16 * (v - r[0]) / (r[1] - r[0]); };
+      runs(s, 'mean').forEach(function (run) {
+        n += run.length;
+        // One bucket alone is drawn as a short dash, so it shows.
+        if (run.length === 1) run = [[run[0][0] - 0.03, run[0][1]], [run[0][0], run[0][1]]];
+        svg('path', { d: pathOf(run, x, y), class: 'line' }, g);
+      });
+    }
+    b.dataset.points = String(n);
+    if (b.dataset.value) {
+      var v = b.lastChild.nodeType === 3 ? b.lastChild : b.appendChild(document.createTextNode(''));
+      var k = s && s.b[s.b.length - 1];
+      v.textContent = ' ' + (k ? fmt(k.mean) : '–');
+    }
+  }
+
+  function merge(a) {
+    var times = a.times_ms || [];
+    if (times.length) trendEnd = Math.max(trendEnd, times[times.length - 1] + BUCKET);
+    (a.series || []).forEach(function (x) {
+      var old = trends[x.name], b = old ? old.b.filter(function (k) { return k.t < a.start_ms; }) : [];
+      times.forEach(function (t, i) {
+        if (x.mean[i] !== null) b.push({ t: t, min: x.min[i], max: x.max[i], mean: x.mean[i], last: x.last[i] });
+      });
+      trends[x.name] = { unit: x.unit, b: b.filter(function (k) { return k.t >= trendEnd - HOUR; }) };
+    });
+  }
+
+  function soon() { if (!soonTimer && !busy) soonTimer = setTimeout(refreshTrends, 300); }
+  function askTrends(part, since) {
+    return fetch('/api/trends?series=' + part.map(encodeURIComponent).join(',') + (since ? '&since=' + since : ''), { cache: 'no-store' })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (a) { if (a) { merge(a); part.forEach(function (n) { asked[n] = true; }); } });
+  }
+  // One round at a time; a name counts as asked once an answer named it (kept or unknown).
+  function refreshTrends() {
+    soonTimer = null;
+    if (busy) return;
+    var names = Object.keys(wanted), calls = [];
+    [names.filter(function (n) { return !asked[n]; }), names.filter(function (n) { return asked[n]; })].forEach(function (list, known) {
+      for (var i = 0; i < list.length; i += BATCH) calls.push(askTrends(list.slice(i, i + BATCH), known && trendEnd ? trendEnd - BUCKET : 0));
+    });
+    busy = true;
+    Promise.all(calls).catch(function () { /* asked again at the next round */ }).then(function () {
+      busy = false;
+      Array.prototype.forEach.call(document.querySelectorAll('[data-spark]'), drawSpark);
+      if (chartName) drawChart();
+      app.dataset.trendsLoaded = '1';
+    });
+  }
+
+  function openChart(name) {
+    chartName = name;
+    $('chart').hidden = false;
+    $('chart').dataset.series = name;
+    drawChart();
+    $('chart-close').focus();
+  }
+  function closeChart() { chartName = null; $('chart').hidden = true; }
+
+  // The hour of `chartName`: min/max band, mean line, newest value, value and time axes.
+  function drawChart() {
+    var s = trends[chartName], box = clear($('chart-svg')), W = 720, H = 260, L = 56, R = 12, T = 10, B = 24;
+    $('chart-title').textContent = chartName + (s && s.unit ? ' (' + s.unit + ')' : '');
+    var k = s && s.b[s.b.length - 1], r = k && span(s, 'min', 'max');
+    $('chart-note').textContent = !r ? 'No samples in the last hour yet.' :
+      'now ' + fmt(k.last) + ' · mean line, min/max band, one point per 10 s · ' + s.b.length + ' of 360 buckets';
+    box.dataset.buckets = String(s ? s.b.length : 0);
+    if (!r) return;
+    var x = function (v) { return L + v * (W - L - R); }, y = function (v) { return T + (H - T - B) * (1 - (v - r[0]) / (r[1] - r[0])); };
+    ticks(r[0], r[1]).forEach(function (v) {
+      var yy = y(v).toFixed(1);
+      svg('line', { x1: L, x2: W - R, y1: yy, y2: yy, class: 'grid' }, box);
+      svg('text', { x: L - 6, y: yy, class: 'tick-y', 'text-anchor': 'end', 'dominant-baseline': 'middle' }, box).textContent = fmt(v);
+    });
+    var from = trendEnd - HOUR;
+    // A tick every 10 min, none so close to an end that its label would be cut.
+    for (var t = Math.ceil((from + 180000) / 600000) * 600000; t < trendEnd - 180000; t += 600000) {
+      var xx = x((t - from) / HOUR).toFixed(1);
+      svg('line', { x1: xx, x2: xx, y1: T, y2: H - B, class: 'grid' }, box);
+      svg('text', { x: xx, y: H - 6, class: 'tick-x', 'text-anchor': 'middle' }, box).textContent = hhmm(t);
+    }
+    var lows = runs(s, 'min'), highs = runs(s, 'max');
+    highs.forEach(function (hi, j) {
+      var band = hi.concat((lows[j] || []).slice().reverse());
+      svg('path', { d: pathOf(band, x, y) + ' Z', class: 'band' }, box);
+    });
+    runs(s, 'mean').forEach(function (run) { svg('path', { d: pathOf(run, x, y), class: 'mean' }, box); });
+    svg('circle', { cx: x((k.t + BUCKET / 2 - from) / HOUR).toFixed(1), cy: y(k.last).toFixed(1), r: 3, class: 'now' }, box);
+    svg('rect', { x: L, y: T, width: W - L - R, height: H - T - B, class: 'frame' }, box);
+  }
+
+  $('chart-close').onclick = closeChart;
+  $('chart').onclick = function (e) { if (e.target === $('chart')) closeChart(); };
+  document.addEventListener('keydown', function (e) { if (e.key === 'Escape' && chartName) closeChart(); });
+
   // ---------------------------------------------------------------- admin
 
   function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } }
@@ -625,5 +798,6 @@
 
   poll();
   setInterval(poll, POLL_MS);
+  setInterval(refreshTrends, BUCKET);
   if (window.WebSocket) connect(); else $('live-state').textContent = 'polling';
 })();

@@ -48,6 +48,7 @@ use crate::shutdown::Shutdown;
 use crate::sources::hints;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::pollers::PollerRuntime;
+use crate::trends::Trends;
 
 /// The circuit breaker's first wait.
 pub const BACKOFF_START: Duration = Duration::from_secs(1);
@@ -265,16 +266,17 @@ async fn next_command(inbox: &mut Option<CommandReceiver>) -> Option<Pending> {
 impl Line {
     /// The lines for `devices`: one per TCP device, one per serial port. With `commands`,
     /// every device is registered there with its writable points, on its line's one inbox.
-    /// Returns the lines and each device's status, in config order.
+    /// Returns the lines and each device's status (feeding `trends`), in config order.
     pub fn build(
         devices: &[ModbusDeviceConfig],
         commands: Option<&mut Commands>,
+        trends: &Arc<Trends>,
     ) -> (Vec<Line>, Vec<Arc<DeviceStatus>>) {
         let mut lines: Vec<Line> = Vec::new();
         let mut statuses = Vec::new();
         let now = Instant::now();
         for d in devices {
-            let status = Arc::new(DeviceStatus::new(d));
+            let status = Arc::new(DeviceStatus::new(d).with_trends(Arc::clone(trends)));
             statuses.push(Arc::clone(&status));
             let plans = (0..d.groups.len())
                 .map(|g| {
@@ -521,11 +523,15 @@ pub struct ModbusPollers {
 }
 
 impl ModbusPollers {
-    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling. With
-    /// `commands` (when `commands:` is configured), every device is registered there and its
-    /// line runs its commands.
-    pub fn new(devices: &[ModbusDeviceConfig], commands: Option<&mut Commands>) -> Self {
-        let (lines, statuses) = Line::build(devices, commands);
+    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling; their
+    /// values also go to `trends`. With `commands` (when `commands:` is configured), every
+    /// device is registered there and its line runs its commands.
+    pub fn new(
+        devices: &[ModbusDeviceConfig],
+        commands: Option<&mut Commands>,
+        trends: &Arc<Trends>,
+    ) -> Self {
+        let (lines, statuses) = Line::build(devices, commands, trends);
         Self {
             devices: statuses,
             lines,

@@ -2,13 +2,14 @@
 //! by the poll task, read by `/api/status`, `/metrics` and the status page.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
 use super::config::{ModbusDeviceConfig, Transport};
 use crate::telemetry::prometheus::{Kind, Page};
+use crate::trends::Trends;
 
 /// Start-jitter samples kept per device: the percentiles cover the last this many polls.
 pub const JITTER_SAMPLES: usize = 256;
@@ -129,6 +130,8 @@ pub struct DeviceStatus {
     last_exception: Mutex<Option<(String, String)>>,
     /// Per group, in config order.
     pub groups: Vec<GroupStatus>,
+    /// Where each poll's values also go, for the status page's trends.
+    trends: Option<Arc<Trends>>,
 }
 
 impl DeviceStatus {
@@ -170,7 +173,14 @@ impl DeviceStatus {
                     last_values: Mutex::new(None),
                 })
                 .collect(),
+            trends: None,
         }
+    }
+
+    /// The same status, feeding each poll's values to `trends` too.
+    pub fn with_trends(mut self, trends: Arc<Trends>) -> Self {
+        self.trends = Some(trends);
+        self
     }
 
     /// The connection state.
@@ -225,9 +235,12 @@ impl DeviceStatus {
             .unwrap_or_else(|e| e.into_inner()) = Some((text, hint));
     }
 
-    /// Remembers the last payload of group `g`.
+    /// Remembers the last payload of group `g` (and adds its values to the trends).
     pub fn set_values(&self, g: usize, v: Value) {
         if let Some(group) = self.groups.get(g) {
+            if let (Some(trends), Some(points)) = (&self.trends, v.as_object()) {
+                trends.record_points(&self.name, &group.name, points);
+            }
             *group.last_values.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
         }
     }

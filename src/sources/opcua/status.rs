@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
 use crate::telemetry::prometheus::{Kind, Page};
+use crate::trends::Trends;
 
 /// How many start-jitter samples the percentiles are taken over (the most recent ones).
 pub const JITTER_WINDOW: usize = 1024;
@@ -118,6 +119,8 @@ pub struct DeviceStatus {
     last_error_hint: Mutex<Option<String>>,
     /// group → node name → point JSON.
     last_values: Mutex<BTreeMap<String, Map<String, Value>>>,
+    /// Where each poll's values also go, for the status page's trends.
+    trends: Option<Arc<Trends>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,12 +150,19 @@ impl DeviceStatus {
             last_error: Mutex::new(None),
             last_error_hint: Mutex::new(None),
             last_values: Mutex::new(BTreeMap::new()),
+            trends: None,
         }
     }
 
     /// The same status, naming the template the device was made from.
     pub fn with_template(mut self, template: Option<String>) -> Self {
         self.template = template;
+        self
+    }
+
+    /// The same status, feeding each poll's values to `trends` too.
+    pub fn with_trends(mut self, trends: Arc<Trends>) -> Self {
+        self.trends = Some(trends);
         self
     }
 
@@ -203,6 +213,9 @@ impl DeviceStatus {
             .filter(|p| p["quality"] != json!("good"))
             .count() as u64;
         self.bad_points_total.fetch_add(bad, Ordering::Relaxed);
+        if let Some(trends) = &self.trends {
+            trends.record_points(&self.name, group, points);
+        }
         let mut values = lock(&self.last_values);
         let slot = values.entry(group.to_string()).or_default();
         for (k, v) in points {
