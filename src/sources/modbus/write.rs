@@ -245,7 +245,10 @@ pub async fn run(
                 set(&mut results, &unknown(&e, link.timeout));
                 broken = Some(e);
             }
-            Ok(Err(code)) => set(&mut results, &PointResult::Exception(DeviceError::Modbus(code))),
+            Ok(Err(code)) => set(
+                &mut results,
+                &PointResult::Exception(DeviceError::Modbus(code)),
+            ),
             Ok(Ok(answer)) if !req.echoed(&answer) => {
                 let e = LinkError::Framing(format!(
                     "the device answered {answer:?} to FC {} at {}",
