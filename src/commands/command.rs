@@ -27,6 +27,11 @@ pub enum Origin {
         /// The request's topic.
         topic: String,
     },
+    /// A Sparkplug DCMD to a device of a `sparkplug` sink's edge node.
+    Sparkplug {
+        /// The DCMD's topic.
+        topic: String,
+    },
 }
 
 impl Origin {
@@ -36,6 +41,7 @@ impl Origin {
             Self::Http => json!({"path": "http", "token": "commands"}),
             Self::Nats { subject } => json!({"path": "nats", "subject": subject}),
             Self::Mqtt { topic } => json!({"path": "mqtt", "topic": topic}),
+            Self::Sparkplug { topic } => json!({"path": "sparkplug", "topic": topic}),
         }
     }
 }
