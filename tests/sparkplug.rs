@@ -1,0 +1,530 @@
+//! The `sparkplug` sink against real peers: `mosquitto`, a pymodbus device, the daemon
+//! binary, and a Sparkplug B host application on pysparkplug (`sparkplug/host.py`, pinned in
+//! scripts/test.sh), which decodes every payload and resolves the data messages' aliases
+//! with the births it saw. The tests read what the host printed.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// The host application.
+const HOST_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sparkplug/host.py");
+const GROUP: &str = "plant";
+const NODE: &str = "gw-1";
+const HOST_ID: &str = "scada";
+const DEVICE: &str = "press";
+/// A holding register of the pymodbus map that nothing else uses (0 at start).
+const LEVEL_REGISTER: u16 = 50;
+
+/// A Sparkplug host application: `host.py` on pysparkplug, its printed messages kept.
+struct Host {
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<Value>>>,
+    log: tempfile::NamedTempFile,
+}
+
+impl Host {
+    /// Starts the host on `broker`; returns once it is subscribed and said online.
+    fn start(broker: &Mosquitto) -> Host {
+        let ok = Command::new("python3")
+            .args(["-c", "import pysparkplug"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "python3 cannot import pysparkplug: run scripts/test.sh (it pins pysparkplug 0.6.1)"
+        );
+        let log = tempfile::NamedTempFile::new().expect("host log");
+        let mut child = Command::new("python3")
+            .args([HOST_SCRIPT, &broker.port().to_string(), GROUP, HOST_ID])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log.reopen().expect("host log")))
+            .spawn()
+            .expect("spawn the host application");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let sink = Arc::clone(&lines);
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(
+                    |e| json!({"type": "unparsed", "line": line, "error": e.to_string()}),
+                );
+                sink.lock().unwrap().push(v);
+            }
+        });
+        let host = Host {
+            stdin: child.stdin.take(),
+            child: Some(child),
+            lines,
+            log,
+        };
+        host.wait("the host is ready", |m| {
+            m.iter().any(|v| v["type"] == "ready")
+        });
+        host
+    }
+
+    fn messages(&self) -> Vec<Value> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The Sparkplug messages our node published, in the order the host got them (not the
+    /// commands, which the host hears too).
+    fn node_messages(&self) -> Vec<Value> {
+        self.messages()
+            .into_iter()
+            .filter(|v| v["node"] == NODE && v["type"] != "NCMD" && v["type"] != "DCMD")
+            .collect()
+    }
+
+    fn wait(&self, what: &str, mut cond: impl FnMut(&[Value]) -> bool) {
+        if !poll_until(POLL_DEADLINE, || cond(&self.messages())) {
+            let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+            let tail: Vec<Value> = self.messages().into_iter().rev().take(20).collect();
+            panic!("timed out waiting for: {what}\nlast messages (newest first): {tail:#?}\nhost stderr:\n{log}");
+        }
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("the host runs");
+        writeln!(stdin, "{command}").expect("write to the host");
+        stdin.flush().expect("flush the host's stdin");
+    }
+
+    /// SIGKILL: the broker publishes its Will, STATE offline.
+    fn kill9(&mut self) {
+        self.stdin = None;
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn of_type<'a>(msgs: &'a [Value], t: &str) -> Vec<&'a Value> {
+    msgs.iter().filter(|v| v["type"] == t).collect()
+}
+
+fn metric<'a>(msg: &'a Value, name: &str) -> &'a Value {
+    msg["metrics"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == name))
+        .unwrap_or_else(|| panic!("no metric {name} in {msg:#}"))
+}
+
+fn bd_seq(msg: &Value) -> u64 {
+    u64_at(metric(msg, "bdSeq"), "/value")
+}
+
+/// The pymodbus device's points this node publishes: one poll group `fast`.
+fn points() -> Value {
+    json!([
+        {"name": "count", "register": 0, "type": "u16"},
+        {"name": "neg", "register": 1, "type": "i16"},
+        {"name": "temp", "register": 6, "type": "f32", "unit": "°C"},
+        {"name": "level", "register": LEVEL_REGISTER, "type": "u16"},
+        {"name": "coil0", "register": 0, "kind": "coil"},
+    ])
+}
+
+/// A connector polling `device` every `interval_ms` into sink `uns` on `broker`, waiting for
+/// the primary host.
+fn config(broker: &Mosquitto, device: &ModbusTcp, interval_ms: u64) -> Value {
+    json!({
+        "connector": {"name": "it", "http": {"admin_token": ADMIN_TOKEN}},
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "mqtt": {"connections": [{"name": "broker", "url": broker.url(), "client_id": "it-spb",
+                                  "keep_alive_secs": 5, "reconnect_max_ms": 200}]},
+        "devices": [{
+            "name": DEVICE, "protocol": "modbus_tcp", "host": "127.0.0.1", "port": device.port(),
+            "unit": 1, "timeout_ms": 300, "backoff_max_secs": 1,
+            "groups": [{"name": "fast", "interval_ms": interval_ms}],
+            "points": points(),
+        }],
+        "sinks": [{"name": "uns", "type": "sparkplug", "connection": "broker",
+                   "group_id": GROUP, "edge_node_id": NODE, "primary_host_id": HOST_ID,
+                   "queue": "disk", "max_quota_mb": 16}],
+    })
+}
+
+/// The `sparkplug` object of sink `uns`.
+fn spb(daemon: &Daemon) -> Value {
+    named(&daemon.status(), "/sinks", "uns")["sparkplug"].clone()
+}
+
+fn write_register(device: &ModbusTcp, register: u16, value: u16) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let addr = format!("127.0.0.1:{}", device.port())
+            .parse()
+            .expect("address");
+        let mut ctx = tokio_modbus::client::tcp::connect_slave(addr, tokio_modbus::Slave(1))
+            .await
+            .expect("connect to the device");
+        use tokio_modbus::client::Writer;
+        ctx.write_single_register(register, value)
+            .await
+            .expect("transport")
+            .expect("no exception");
+    });
+}
+
+/// Every message of the node after its first NBIRTH carries the seq one after the previous
+/// one's (wrapping at 256); an NBIRTH starts again at 0; NDEATH has none.
+fn assert_seq_without_gap(msgs: &[Value]) {
+    let mut last: Option<u64> = None;
+    for m in msgs {
+        match m["type"].as_str() {
+            Some("NDEATH") => {
+                last = None;
+                continue;
+            }
+            Some("NBIRTH") => {
+                assert_eq!(m["seq"], 0, "{m:#}");
+            }
+            _ => {
+                let seq = u64_at(m, "/seq");
+                if let Some(l) = last {
+                    assert_eq!(seq, (l + 1) % 256, "a gap in seq before {m:#}");
+                }
+            }
+        }
+        last = Some(u64_at(m, "/seq"));
+    }
+}
+
+#[test]
+fn a_host_application_decodes_every_birth_follows_ddata_by_alias_sees_bdseq_grow_after_kill9_and_gets_its_rebirth(
+) {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let mut host = Host::start(&broker);
+    let mut daemon = Daemon::start(config(&broker, &device, 100));
+
+    host.wait("NBIRTH and the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    let msgs = host.node_messages();
+    let nbirth = of_type(&msgs, "NBIRTH")[0].clone();
+    let first_bd_seq = bd_seq(&nbirth);
+    assert_eq!(nbirth["seq"], 0);
+    let rebirth = metric(&nbirth, "Node Control/Rebirth");
+    assert_eq!(
+        (rebirth["datatype"].as_str(), &rebirth["value"]),
+        (Some("BOOLEAN"), &json!(false))
+    );
+    assert_eq!(rebirth["alias"], Value::Null);
+    assert_eq!(metric(&nbirth, "Properties/Version")["datatype"], "STRING");
+    let dbirth = of_type(&msgs, "DBIRTH")[0].clone();
+    let expected = [
+        ("fast/count", "UINT16", json!(1234)),
+        ("fast/neg", "INT16", json!(-1234)),
+        ("fast/temp", "FLOAT", json!(21.5)),
+        ("fast/level", "UINT16", json!(0)),
+        ("fast/coil0", "BOOLEAN", json!(true)),
+    ];
+    let mut aliases = Vec::new();
+    for (name, datatype, value) in &expected {
+        let m = metric(&dbirth, name);
+        assert_eq!(m["datatype"], *datatype, "{m:#}");
+        assert_eq!(m["value"], *value, "{m:#}");
+        aliases.push(u64_at(m, "/alias"));
+    }
+    aliases.sort_unstable();
+    aliases.dedup();
+    assert_eq!(
+        aliases.len(),
+        expected.len(),
+        "aliases are unique: {dbirth:#}"
+    );
+
+    // Report by exception: a register the test changes shows up as DDATA of that metric
+    // alone, which the host resolves by the alias of the DBIRTH.
+    for v in [7, 8] {
+        write_register(&device, LEVEL_REGISTER, v);
+        host.wait(&format!("DDATA of fast/level = {v}"), |m| {
+            m.iter().any(|x| {
+                x["type"] == "DDATA"
+                    && x["metrics"].as_array().is_some_and(|ms| {
+                        ms.iter()
+                            .any(|mm| mm["name"] == "fast/level" && mm["value"] == v)
+                    })
+            })
+        });
+    }
+    // (Polls taken between the start and the births went out before, as historical DDATA.)
+    let live: Vec<Value> = of_type(&host.node_messages(), "DDATA")
+        .into_iter()
+        .filter(|d| d["metrics"][0]["historical"] == false)
+        .cloned()
+        .collect();
+    assert!(live.len() >= 2, "{live:#?}");
+    for d in &live {
+        for m in d["metrics"].as_array().unwrap() {
+            assert_eq!(m["name"], "fast/level", "only the changed metric: {d:#}");
+            assert!(m["alias"].is_u64(), "{d:#}");
+            assert_eq!(m["historical"], false, "{d:#}");
+        }
+    }
+
+    // A rebirth request: NBIRTH again (seq 0, same bdSeq) and the DBIRTH.
+    let births_before = of_type(&host.node_messages(), "NBIRTH").len();
+    host.send(&format!("rebirth {NODE}"));
+    host.wait("a second NBIRTH and its DBIRTH", |_| {
+        let msgs = host.node_messages();
+        of_type(&msgs, "NBIRTH").len() > births_before
+            && msgs
+                .iter()
+                .rev()
+                .take_while(|v| v["type"] != "NBIRTH")
+                .any(|v| v["type"] == "DBIRTH")
+    });
+    let msgs = host.node_messages();
+    let reborn = of_type(&msgs, "NBIRTH").last().copied().unwrap().clone();
+    assert_eq!(bd_seq(&reborn), first_bd_seq);
+    assert_seq_without_gap(&msgs);
+    let status = spb(&daemon);
+    assert_eq!(status["primary_host"]["state"], "online", "{status:#}");
+    assert_eq!(status["connected"], true);
+    assert_eq!(u64_at(&status, "/bdSeq"), first_bd_seq);
+    assert!(u64_at(&status, "/commands/rebirths") >= 1, "{status:#}");
+    assert!(u64_at(&status, "/births") >= 4, "{status:#}");
+
+    // kill -9: the broker sends the Will, an NDEATH with this session's bdSeq.
+    daemon.kill9();
+    host.wait("the NDEATH of the killed node", |m| {
+        m.iter().any(|v| v["type"] == "NDEATH")
+    });
+    let ndeath = of_type(&host.node_messages(), "NDEATH")[0].clone();
+    assert_eq!(bd_seq(&ndeath), first_bd_seq);
+
+    // The next start is a new session: bdSeq one more, stored across the kill.
+    daemon.restart();
+    host.wait("the NBIRTH after the restart", |_| {
+        let msgs = host.node_messages();
+        msgs.iter()
+            .skip_while(|v| v["type"] != "NDEATH")
+            .any(|v| v["type"] == "NBIRTH")
+    });
+    let msgs = host.node_messages();
+    let after = msgs
+        .iter()
+        .skip_while(|v| v["type"] != "NDEATH")
+        .find(|v| v["type"] == "NBIRTH")
+        .unwrap();
+    assert_eq!(bd_seq(after), (first_bd_seq + 1) % 256);
+    assert!(
+        host.messages().iter().all(|v| v["type"] != "error"),
+        "{:#?}",
+        host.messages()
+    );
+}
+
+#[test]
+fn a_device_stopped_and_started_gets_a_ddeath_then_a_dbirth() {
+    let broker = Mosquitto::start();
+    let mut device = ModbusTcp::start();
+    let host = Host::start(&broker);
+    let daemon = Daemon::start(config(&broker, &device, 100));
+    host.wait("the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    device.stop();
+    host.wait("the device's DDEATH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DDEATH" && v["device"] == DEVICE)
+    });
+    assert_eq!(u64_at(&spb(&daemon), "/deaths"), 1);
+    device.restart();
+    host.wait("a DBIRTH after the DDEATH", |m| {
+        m.iter()
+            .skip_while(|v| v["type"] != "DDEATH")
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    let msgs = host.node_messages();
+    let reborn = msgs
+        .iter()
+        .skip_while(|v| v["type"] != "DDEATH")
+        .find(|v| v["type"] == "DBIRTH")
+        .unwrap();
+    assert_eq!(metric(reborn, "fast/count")["value"], 1234);
+    assert_seq_without_gap(&msgs);
+}
+
+#[test]
+fn what_was_taken_while_the_primary_host_was_away_arrives_once_flagged_historical_and_in_order_across_a_kill9(
+) {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let mut host = Host::start(&broker);
+    let mut cfg = config(&broker, &device, 100);
+    // The device and the ingest source both go to the node.
+    cfg["flows"] = json!([{
+        "id": "uns",
+        "nodes": [
+            {"id": "press", "kind": "source", "source": format!("modbus/{DEVICE}")},
+            {"id": "orders", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "out", "kind": "sink", "sink": "uns"},
+        ],
+        "wires": [{"from": "press", "to": "out"}, {"from": "orders", "to": "out"}],
+    }]);
+    let mut daemon = Daemon::start(cfg);
+    host.wait("the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+
+    // The host dies: its Will says offline, the node publishes its NDEATH and waits.
+    host.kill9();
+    wait_until(POLL_DEADLINE, "the node sees the host offline", || {
+        let s = spb(&daemon);
+        s["primary_host"]["state"] == "offline" && s["publishing"] == false
+    });
+    let mut acked = 0u64;
+    let post = |daemon: &Daemon, n: &mut u64, count: u64| {
+        for _ in 0..count {
+            let reply = daemon.ingest(&format!("o-{n}"), &format!(r#"{{"n":{n}}}"#));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            *n += 1;
+        }
+    };
+    post(&daemon, &mut acked, 25);
+    wait_until(POLL_DEADLINE, "polls wait in the queue", || {
+        u64_at(named(&daemon.status(), "/sinks", "uns"), "/queue_rows") >= 40
+    });
+    daemon.kill9();
+    daemon.restart();
+    post(&daemon, &mut acked, 25);
+    wait_until(POLL_DEADLINE, "more polls wait in the queue", || {
+        let s = named(&daemon.status(), "/sinks", "uns").clone();
+        s["sparkplug"]["connected"] == true && u64_at(&s, "/queue_rows") >= 80
+    });
+    let s = spb(&daemon);
+    assert_eq!(s["publishing"], false, "{s:#}");
+    let waiting = u64_at(&s, "/historical/waiting");
+    assert!(waiting >= 80, "{s:#}");
+
+    // The host comes back: births, then everything that waited, then live data.
+    let host = Host::start(&broker);
+    wait_until(POLL_DEADLINE, "the queue is drained", || {
+        let s = named(&daemon.status(), "/sinks", "uns").clone();
+        s["sparkplug"]["publishing"] == true
+            && u64_at(&s, "/queue_rows") == 0
+            && u64_at(&s, "/sparkplug/historical/waiting") == 0
+    });
+    host.wait("a live DDATA after the flush", |_| {
+        // A change to make one, once the queue is drained.
+        write_register(&device, LEVEL_REGISTER, 5);
+        of_type(&host.node_messages(), "DDATA")
+            .iter()
+            .any(|v| v["metrics"][0]["historical"] == false)
+    });
+    let msgs = host.node_messages();
+    assert!(
+        host.messages().iter().all(|v| v["type"] != "error"),
+        "{msgs:#?}"
+    );
+    assert_eq!(msgs[0]["type"], "NBIRTH", "births first: {:#}", msgs[0]);
+    let birth_ts = u64_at(&msgs[0], "/ts");
+    let ddata: Vec<&Value> = of_type(&msgs, "DDATA");
+    let historical: Vec<&Value> = ddata
+        .iter()
+        .copied()
+        .take_while(|v| v["metrics"][0]["historical"] == true)
+        .collect();
+    assert!(
+        ddata[historical.len()..].iter().all(|v| v["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["historical"] == false)),
+        "historical data comes before live data"
+    );
+    // Every acked ingest record once, in order, historical.
+    let orders: Vec<u64> = historical
+        .iter()
+        .filter(|v| v["device"] == "ingest:orders")
+        .map(|v| u64_at(metric(v, "n"), "/value"))
+        .collect();
+    assert_eq!(orders, (0..acked).collect::<Vec<_>>());
+    // Every poll that waited, in order, each with every metric, all from before the births.
+    let polls: Vec<u64> = historical
+        .iter()
+        .filter(|v| v["device"] == DEVICE)
+        .map(|v| {
+            let ms = v["metrics"].as_array().unwrap();
+            assert_eq!(ms.len(), 5, "{v:#}");
+            assert!(
+                ms.iter()
+                    .all(|m| m["historical"] == true && m["ts"] == ms[0]["ts"]),
+                "{v:#}"
+            );
+            u64_at(&ms[0], "/ts")
+        })
+        .collect();
+    assert!(
+        polls.len() as u64 + acked >= waiting,
+        "{} polls + {acked} orders < {waiting} waiting",
+        polls.len()
+    );
+    assert!(
+        polls.windows(2).all(|w| w[0] < w[1]),
+        "poll times in order, none twice"
+    );
+    assert!(polls.iter().all(|&ts| ts < birth_ts));
+    assert_eq!(
+        u64_at(&spb(&daemon), "/historical/sent"),
+        polls.len() as u64 + acked
+    );
+    assert_seq_without_gap(&msgs);
+    println!(
+        "host away across a kill -9: {} polls and {acked} ingest records waited; each arrived once, historical, in order",
+        polls.len()
+    );
+}
+
+/// The config's entry is validated with every problem's path.
+#[test]
+fn a_bad_sparkplug_entry_is_refused_with_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "connector:\n  data_dir: /tmp/x\nmqtt:\n  connections:\n    - { name: b, url: \"mqtt://127.0.0.1:1\" }\nsinks:\n  - { name: uns, type: sparkplug, group_id: \"a/b\", queue: memory, colour: red }\n",
+    )
+    .unwrap();
+    let out = run_cli(&["validate", path.to_str().unwrap()]);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    for want in [
+        "sinks[0].group_id: \"a/b\" holds '/'",
+        "sinks[0].edge_node_id: is required",
+        "sinks[0].queue: \"memory\"",
+        "sinks[0].colour",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
