@@ -348,6 +348,9 @@ fn point(data_type: DataType, word_order: Order, byte_order: Order) -> PointConf
         scale: None,
         offset: None,
         unit: None,
+        writable: false,
+        min: None,
+        max: None,
     }
 }
 

@@ -43,6 +43,9 @@ fn point(u: &mut Unstructured, n: usize) -> Result<PointConfig> {
         scale: Option::<f64>::arbitrary(u)?,
         offset: Option::<f64>::arbitrary(u)?,
         unit: Option::<String>::arbitrary(u)?,
+        writable: false,
+        min: None,
+        max: None,
     })
 }
 

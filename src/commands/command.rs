@@ -16,7 +16,10 @@ const MAX_ID: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     /// `POST /api/devices/{device}/write` with the commands token.
-    Http,
+    Http {
+        /// The name of the token that was presented (`commands`: `commands.token`).
+        token: String,
+    },
     /// NATS request-reply on this subject.
     Nats {
         /// The request's subject.
@@ -38,7 +41,7 @@ impl Origin {
     /// The origin as the command's record shows it.
     pub fn to_json(&self) -> Value {
         match self {
-            Self::Http => json!({"path": "http", "token": "commands"}),
+            Self::Http { token } => json!({"path": "http", "token": token}),
             Self::Nats { subject } => json!({"path": "nats", "subject": subject}),
             Self::Mqtt { topic } => json!({"path": "mqtt", "topic": topic}),
             Self::Sparkplug { topic } => json!({"path": "sparkplug", "topic": topic}),

@@ -90,8 +90,11 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     if let Some(addr) = simulator.modbus_addr() {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
-    let commands = Commands::new(config.commands.clone().unwrap_or_default());
-    let modbus = ModbusPollers::new(&config.devices.modbus);
+    let mut commands = Commands::new(config.commands.clone().unwrap_or_default());
+    let modbus = ModbusPollers::new(
+        &config.devices.modbus,
+        config.commands.is_some().then_some(&mut commands),
+    );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
     alerts::queues::watch(&mut hub, &engine);

@@ -1,7 +1,8 @@
 //! Bearer tokens, compared in constant time, and the slowdown of failed attempts.
 //!
-//! Every failed ingest or admin attempt is counted (per ingest source in its `unauthorized`
-//! counter, for the admin endpoints in `admin_unauthorized`) and remembered per client
+//! Every failed ingest, admin or command attempt is counted (per ingest source in its
+//! `unauthorized` counter, for the admin endpoints in `admin_unauthorized`, for
+//! `POST /api/devices/{device}/write` in `commands_unauthorized`) and remembered per client
 //! address. An address that failed [`FREE_FAILURES`] times gets each further 401 only after
 //! [`FAILURE_DELAY`]; it is forgotten [`FORGET_AFTER`] after its last failure. The delay is
 //! the failing request's own: it holds no lock, so other clients are served meanwhile, and a
@@ -69,6 +70,9 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 pub struct AuthStats {
     /// Admin requests refused for a missing or wrong token.
     pub admin_unauthorized: AtomicU64,
+    /// Commands (`POST /api/devices/{device}/write`) refused for a missing or wrong
+    /// `commands.token`.
+    pub commands_unauthorized: AtomicU64,
     /// Failed attempts answered only after [`FAILURE_DELAY`].
     pub delayed: AtomicU64,
     /// Addresses forgotten at [`TABLE_SIZE`] before [`FORGET_AFTER`] had passed.
@@ -103,7 +107,7 @@ impl Default for AuthGuard {
 
 impl AuthGuard {
     /// Checks `Authorization: Bearer <expected>` of a request from `peer` to `place`
-    /// (`ingest/<name>` or `admin`). A failure is counted in `refused`, remembered for
+    /// (`ingest/<name>`, `admin` or `commands`). A failure is counted in `refused`, remembered for
     /// `peer`, logged, and returned only after [`FAILURE_DELAY`] when `peer` has failed more
     /// than [`FREE_FAILURES`] times. A success returns at once.
     pub async fn check(
@@ -171,6 +175,7 @@ impl AuthGuard {
         let s = &self.stats;
         serde_json::json!({
             "admin_unauthorized": s.admin_unauthorized.load(Ordering::Relaxed),
+            "commands_unauthorized": s.commands_unauthorized.load(Ordering::Relaxed),
             "delayed_total": s.delayed.load(Ordering::Relaxed),
             "tracked_clients": self.tracked(),
             "forgotten_total": s.forgotten.load(Ordering::Relaxed),
@@ -185,6 +190,12 @@ impl AuthGuard {
             Kind::Counter,
             "Admin requests refused for a missing or wrong token (401).",
             s.admin_unauthorized.load(Ordering::Relaxed) as f64,
+        );
+        p.single(
+            "opex_connector_commands_unauthorized_total",
+            Kind::Counter,
+            "Commands refused for a missing or wrong commands token (401).",
+            s.commands_unauthorized.load(Ordering::Relaxed) as f64,
         );
         p.single(
             "opex_connector_auth_delayed_total",

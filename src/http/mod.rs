@@ -1,5 +1,5 @@
 //! The HTTP server (hyper, HTTP/1.1): ingest API, status, metrics, the ledger (`ledger.rs`),
-//! admin endpoints, the status page (`page.rs`, its files in `page/`) and its live view
+//! commands to devices (`commands.rs`), admin endpoints, the status page (`page.rs`, its files in `page/`) and its live view
 //! (`live.rs`, a WebSocket of `ws.rs`'s framing). Its config is `config.rs`.
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
@@ -10,6 +10,7 @@
 
 mod admin;
 mod auth;
+mod commands;
 pub mod config;
 mod hosts;
 mod ledger;

@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
 use super::respond::{error, json_response, not_allowed, outcome, read_body, text, Resp};
-use super::{admin, auth, ledger, live, page, status, AppState};
+use super::{admin, auth, commands, ledger, live, page, status, AppState};
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
 pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp, Infallible> {
@@ -29,6 +29,12 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
                 return Ok(not_allowed("POST"));
             }
             hook(&state, name, req).await
+        }
+        ["api", "devices", device, "write"] if !device.is_empty() => {
+            if method != Method::POST {
+                return Ok(not_allowed("POST"));
+            }
+            commands::write(&state, device, req).await
         }
         ["api", "status"] if get => json_response(StatusCode::OK, &status::status(&state)),
         ["metrics"] if get => text(

@@ -14,6 +14,10 @@ use crate::sources::hold::DEFAULT_HOLD;
 pub const MAX_REGISTERS: u16 = 125;
 /// Most bits one read request may carry (the protocol's limit for function 1 and 2).
 pub const MAX_BITS: u16 = 2000;
+/// Most registers one write request may carry (the protocol's limit for function 16).
+pub const MAX_WRITE_REGISTERS: u16 = 123;
+/// Most coils one write request may carry (the protocol's limit for function 15).
+pub const MAX_WRITE_BITS: u16 = 1968;
 
 /// `devices[].port`: a TCP port number or a serial device path.
 #[derive(Debug, Clone, Deserialize)]
@@ -53,6 +57,17 @@ pub struct RawModbusPoint {
     pub offset: Option<f64>,
     /// The engineering unit, copied into the record (e.g. `°C`).
     pub unit: Option<String>,
+    /// Commands may write this point (`POST /api/devices/{device}/write`, NATS, MQTT; needs
+    /// `commands:`). Only holding registers and coils can be writable. Default false: nothing
+    /// is writable unless it says so.
+    pub writable: Option<bool>,
+    /// The lowest value a command may write, in engineering units (after `scale` and
+    /// `offset`, as the point reads). A lower value is refused `out_of_range` before anything
+    /// is sent. Only for writable numeric points.
+    pub min: Option<f64>,
+    /// The highest value a command may write, in engineering units. Only for writable
+    /// numeric points; not below `min`.
+    pub max: Option<f64>,
 }
 
 /// How a device is reached.
@@ -111,6 +126,17 @@ pub enum RegisterKind {
 }
 
 impl RegisterKind {
+    /// The table's name in a writable point's `area`: `coil` or `holding_register` (the
+    /// two tables a command can write), `input_register` or `discrete_input`.
+    pub fn area(self) -> &'static str {
+        match self {
+            Self::Holding => "holding_register",
+            Self::Input => "input_register",
+            Self::Coil => "coil",
+            Self::Discrete => "discrete_input",
+        }
+    }
+
     /// True for coils and discrete inputs.
     pub fn is_bits(self) -> bool {
         matches!(self, Self::Coil | Self::Discrete)
@@ -152,6 +178,22 @@ pub enum DataType {
 }
 
 impl DataType {
+    /// Its name in the config: `bool`, `u16`, ... `string`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bool => "bool",
+            Self::U16 => "u16",
+            Self::I16 => "i16",
+            Self::U32 => "u32",
+            Self::I32 => "i32",
+            Self::U64 => "u64",
+            Self::I64 => "i64",
+            Self::F32 => "f32",
+            Self::F64 => "f64",
+            Self::String(_) => "string",
+        }
+    }
+
     /// Registers (or bits) the point spans.
     pub fn width(self) -> u16 {
         match self {
@@ -195,6 +237,12 @@ pub struct PointConfig {
     pub offset: Option<f64>,
     /// Engineering unit.
     pub unit: Option<String>,
+    /// Commands may write it (holding registers and coils only).
+    pub writable: bool,
+    /// Lowest value a command may write, in engineering units.
+    pub min: Option<f64>,
+    /// Highest value a command may write, in engineering units.
+    pub max: Option<f64>,
 }
 
 /// One Modbus device, validated.
@@ -532,6 +580,49 @@ fn validate_points(
                 "scale and offset are for numbers only",
             );
         }
+        let writable = r.writable.unwrap_or(false);
+        if writable && !matches!(kind, RegisterKind::Holding | RegisterKind::Coil) {
+            p.push(
+                format!("{pat}.writable"),
+                format!(
+                    "{} are read-only: only holding registers and coils can be writable",
+                    if kind == RegisterKind::Input {
+                        "input registers"
+                    } else {
+                        "discrete inputs"
+                    }
+                ),
+            );
+        }
+        if let (true, DataType::String(len)) = (writable, data_type) {
+            if len.div_ceil(2) > MAX_WRITE_REGISTERS {
+                p.push(
+                    format!("{pat}.length"),
+                    format!(
+                        "a writable string is at most {} bytes (the most one write carries)",
+                        MAX_WRITE_REGISTERS * 2
+                    ),
+                );
+            }
+        }
+        for (key, v) in [("min", r.min), ("max", r.max)] {
+            let Some(v) = v else { continue };
+            if !v.is_finite() {
+                p.push(format!("{pat}.{key}"), "must be a finite number");
+            } else if !writable {
+                p.push(
+                    format!("{pat}.{key}"),
+                    "bounds what a command may write: only for writable: true",
+                );
+            } else if !numeric {
+                p.push(format!("{pat}.{key}"), "min and max are for numbers only");
+            }
+        }
+        if let (Some(min), Some(max)) = (r.min, r.max) {
+            if min > max {
+                p.push(format!("{pat}.min"), format!("{min} is above max {max}"));
+            }
+        }
         out.push(PointConfig {
             name,
             group,
@@ -543,6 +634,9 @@ fn validate_points(
             scale: r.scale,
             offset: r.offset,
             unit: r.unit.clone(),
+            writable,
+            min: r.min,
+            max: r.max,
         });
     }
     out
@@ -581,5 +675,62 @@ pub fn check_lines(devices: &[ModbusDeviceConfig], path: &str, p: &mut Problems)
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_yaml;
+
+    fn problems(points: &str) -> Vec<String> {
+        let text = format!(
+            "connector:\n  data_dir: /d\ndevices:\n  - name: press-1\n    protocol: modbus_tcp\n    host: h\n    points:\n{points}"
+        );
+        match from_yaml(&text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.into_iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn only_holding_registers_and_coils_can_be_writable_and_min_stays_below_max() {
+        let errs = problems(
+            r#"      - {name: a, register: 0, kind: input, writable: true}
+      - {name: b, register: 0, kind: discrete, writable: true}
+      - {name: c, register: 1, type: f32, writable: true, min: 10, max: 5}
+      - {name: d, register: 3, min: 0}
+      - {name: e, register: 1, kind: coil, writable: true, max: 1}
+      - {name: f, register: 4, type: string, length: 4, writable: true, min: 0}
+"#,
+        );
+        for want in [
+            "devices[0].points[0].writable: input registers are read-only: only holding registers and coils can be writable",
+            "devices[0].points[1].writable: discrete inputs are read-only: only holding registers and coils can be writable",
+            "devices[0].points[2].min: 10 is above max 5",
+            "devices[0].points[3].min: bounds what a command may write: only for writable: true",
+            "devices[0].points[4].max: min and max are for numbers only",
+            "devices[0].points[5].min: min and max are for numbers only",
+        ] {
+            assert!(
+                errs.iter().any(|e| e == want),
+                "missing {want:?} in {errs:#?}"
+            );
+        }
+        assert_eq!(errs.len(), 6, "{errs:#?}");
+    }
+
+    #[test]
+    fn a_point_is_read_only_unless_it_says_writable() {
+        let cfg = from_yaml(
+            "connector:\n  data_dir: /d\ndevices:\n  - {name: x, protocol: modbus_tcp, host: h, points: [{name: a, register: 0}, {name: b, register: 1, type: f32, writable: true, min: -5.5, max: 300}, {name: c, register: 0, kind: coil, writable: true}]}\n",
+        )
+        .expect("valid");
+        let p = &cfg.devices.modbus[0].points;
+        assert!(!p[0].writable);
+        assert!(p[1].writable && p[2].writable);
+        assert_eq!((p[1].min, p[1].max), (Some(-5.5), Some(300.0)));
+        assert_eq!(p[2].kind.area(), "coil");
+        assert_eq!(p[1].kind.area(), "holding_register");
+        assert_eq!(p[1].data_type.name(), "f32");
     }
 }

@@ -141,6 +141,9 @@ mod tests {
             scale: None,
             offset: None,
             unit: None,
+            writable: false,
+            min: None,
+            max: None,
         }
     }
 

@@ -3,14 +3,21 @@
 //! - [`config`]: the point list and line settings, validated without I/O.
 //! - [`plan`]: request coalescing (at most 125 registers or 2000 bits per request).
 //! - [`decode`]: registers → values (types, word and byte order, scale and offset).
-//! - [`poller`]: the line tasks: timeouts, drop-and-reopen, exceptions as data, circuit breaker.
+//! - [`encode`]: values → registers, the inverse, for commands (with the type's range and the
+//!   point's `min` / `max`).
+//! - [`write`]: commands: checked all or nothing, written by the line task between polls
+//!   (FC 5, 15, 6, 16), at most once.
+//! - [`poller`]: the line tasks: timeouts, drop-and-reopen, exceptions as data, circuit breaker,
+//!   and the commands waiting in the line's inbox run between two polls.
 //! - [`status`]: what each device shows in `/api/status` `devices[]` and `/metrics`.
 
 pub mod config;
 pub mod decode;
+pub mod encode;
 pub mod plan;
 pub mod poller;
 pub mod status;
+pub mod write;
 
 pub use poller::{Breaker, LinkError, ModbusPollers};
 pub use status::{ConnState, DeviceStatus};

@@ -13,6 +13,13 @@
 //! - A device that fails twice in a row is skipped by its circuit breaker for 1 s, doubling up
 //!   to `backoff_max_secs`: the line keeps polling its healthy devices on time, and a dead
 //!   unit costs the line at most one timeout per backoff step.
+//! - Commands: every device of a line is registered with the commands service on the line's
+//!   one inbox, and the line task runs them **between polls, ahead of the next one**: it
+//!   waits for the next poll's time *or* a command, so a command waits at most for the poll
+//!   in progress, and a write never interleaves with a poll's frames. A command for a device
+//!   that is not connected, or whose breaker waits, is answered `unavailable` at once: no
+//!   connect attempt is made for a command (over RTU the shared port may be reopened for a
+//!   connected unit, after another unit's timeout closed it). See [`super::write`].
 //! - A poll's samples are one record per group (key: the group name, timestamp: the poll's
 //!   start), offered through hold-then-drop by the line's offer task: the next poll does not
 //!   wait for the previous sample's commit, but while a sample is held (a sink refuses it, up
@@ -33,6 +40,8 @@ use super::config::{LineConfig, ModbusDeviceConfig, Parity, RegisterKind, Transp
 use super::decode::{add_unit, decode_answer, Answer};
 use super::plan::{coalesce, split, ReadRequest};
 use super::status::{ConnState, DeviceStatus};
+use super::write::{self, writable_points};
+use crate::commands::{channel, CommandReceiver, Commands, Pending, PointResult};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
@@ -70,6 +79,20 @@ impl fmt::Display for LinkError {
             Self::Transport(e) => write!(f, "transport: {e}"),
             Self::Framing(e) => write!(f, "framing: {e}"),
         }
+    }
+}
+
+/// Runs one request (`call`) within `timeout`: the answer or the device's exception, or the
+/// link error that drops the connection.
+pub(super) async fn timed<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = tokio_modbus::Result<T>>,
+) -> Result<Result<T, tokio_modbus::ExceptionCode>, LinkError> {
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => Err(LinkError::Timeout),
+        Ok(Err(tokio_modbus::Error::Transport(e))) => Err(LinkError::Transport(e.to_string())),
+        Ok(Err(tokio_modbus::Error::Protocol(e))) => Err(LinkError::Framing(e.to_string())),
+        Ok(Ok(a)) => Ok(a),
     }
 }
 
@@ -198,12 +221,33 @@ pub struct Line {
     opener: Opener,
     members: Vec<Member>,
     inter_frame_delay: Duration,
+    /// The commands of every device of the line, when `commands:` is configured.
+    inbox: Option<CommandReceiver>,
+}
+
+/// What the line task woke for.
+enum Wake {
+    Stop,
+    Command(Option<Pending>),
+    Poll,
+}
+
+/// The next command of `inbox`; never, without one.
+async fn next_command(inbox: &mut Option<CommandReceiver>) -> Option<Pending> {
+    match inbox {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Line {
-    /// The lines for `devices`: one per TCP device, one per serial port. Returns the lines and
-    /// each device's status, in config order.
-    pub fn build(devices: &[ModbusDeviceConfig]) -> (Vec<Line>, Vec<Arc<DeviceStatus>>) {
+    /// The lines for `devices`: one per TCP device, one per serial port. With `commands`,
+    /// every device is registered there with its writable points, on its line's one inbox.
+    /// Returns the lines and each device's status, in config order.
+    pub fn build(
+        devices: &[ModbusDeviceConfig],
+        commands: Option<&mut Commands>,
+    ) -> (Vec<Line>, Vec<Arc<DeviceStatus>>) {
         let mut lines: Vec<Line> = Vec::new();
         let mut statuses = Vec::new();
         let now = Instant::now();
@@ -233,6 +277,7 @@ impl Line {
                     },
                     members: vec![member],
                     inter_frame_delay: Duration::ZERO,
+                    inbox: None,
                 }),
                 Transport::Rtu(l) => {
                     let shared = lines
@@ -244,9 +289,19 @@ impl Line {
                             opener: Opener::Rtu(l.clone()),
                             members: vec![member],
                             inter_frame_delay: l.inter_frame_delay,
+                            inbox: None,
                         }),
                     }
                 }
+            }
+        }
+        if let Some(commands) = commands {
+            for line in &mut lines {
+                let (tx, rx) = channel();
+                for m in &line.members {
+                    commands.register_with(&m.cfg.name, writable_points(&m.cfg), tx.clone());
+                }
+                line.inbox = Some(rx);
             }
         }
         (lines, statuses)
@@ -286,9 +341,25 @@ impl Line {
             let Some((m, g, due)) = self.next() else {
                 return;
             };
-            tokio::select! {
-                _ = tokio::time::sleep_until(due) => {}
-                _ = shutdown.wait() => break,
+            // A command waiting goes before the poll that is due; one that comes while the
+            // line sleeps is run at once.
+            let wake = tokio::select! {
+                biased;
+                _ = shutdown.wait() => Wake::Stop,
+                c = next_command(&mut self.inbox) => Wake::Command(c),
+                _ = tokio::time::sleep_until(due) => Wake::Poll,
+            };
+            match wake {
+                Wake::Stop => break,
+                Wake::Command(None) => {
+                    self.inbox = None;
+                    continue;
+                }
+                Wake::Command(Some(pending)) => {
+                    self.command(&mut link, pending).await;
+                    continue;
+                }
+                Wake::Poll => {}
             }
             let started = Instant::now();
             let started_ms = now_ms();
@@ -351,6 +422,63 @@ impl Line {
         }
     }
 
+    /// Runs one command: expired, refused or unavailable without sending anything, else
+    /// written on the line's link (see [`super::write`]). Answers every point once.
+    async fn command(&mut self, link: &mut Option<Context>, pending: Pending) {
+        let Some(pending) = pending.unless_expired(std::time::Instant::now()) else {
+            return;
+        };
+        let Some(member) = self
+            .members
+            .iter_mut()
+            .find(|m| m.cfg.name == pending.command.device)
+        else {
+            let why = format!("no device {:?} on this line", pending.command.device);
+            pending.answer_all(PointResult::Refused(why));
+            return;
+        };
+        let requests = match write::plan(&member.cfg, &pending.command) {
+            Ok(requests) => requests,
+            Err(results) => return pending.answer(results),
+        };
+        if let Some(why) = unavailable(member, Instant::now()) {
+            return pending.answer_all(PointResult::Unavailable(why));
+        }
+        let ctx = match link {
+            Some(ctx) => ctx,
+            // Only over RTU: another unit's failure closed the shared port.
+            None => match self.opener.open(member.cfg.timeout).await {
+                Ok(ctx) => {
+                    member.status.connects_total.fetch_add(1, Ordering::Relaxed);
+                    link.insert(ctx)
+                }
+                Err(e) => {
+                    let why = format!("the line could not be opened: {e}");
+                    return pending.answer_all(PointResult::Unavailable(why));
+                }
+            },
+        };
+        ctx.set_slave(Slave(member.cfg.unit));
+        let mut on = write::Link {
+            ctx,
+            timeout: member.cfg.timeout,
+            inter_frame_delay: self.inter_frame_delay,
+        };
+        let (results, broken) = write::run(
+            &mut on,
+            &member.cfg,
+            &pending.command,
+            &requests,
+            &member.status.writes_total,
+        )
+        .await;
+        pending.answer(results);
+        if let Some(e) = broken {
+            *link = None;
+            failed(member, &e);
+        }
+    }
+
     fn next(&self) -> Option<(usize, usize, Instant)> {
         let mut best: Option<(usize, usize, Instant)> = None;
         for (m, member) in self.members.iter().enumerate() {
@@ -374,9 +502,11 @@ pub struct ModbusPollers {
 }
 
 impl ModbusPollers {
-    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling.
-    pub fn new(devices: &[ModbusDeviceConfig]) -> Self {
-        let (lines, statuses) = Line::build(devices);
+    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling. With
+    /// `commands` (when `commands:` is configured), every device is registered there and its
+    /// line runs its commands.
+    pub fn new(devices: &[ModbusDeviceConfig], commands: Option<&mut Commands>) -> Self {
+        let (lines, statuses) = Line::build(devices, commands);
         Self {
             devices: statuses,
             lines,
@@ -400,6 +530,28 @@ impl ModbusPollers {
                 log::error!("modbus line task ended abnormally: {e}");
             }
         }
+    }
+}
+
+/// Why `member` cannot take a command now, if it cannot: not connected (its last request
+/// failed, or it was never reached), or its breaker waits.
+fn unavailable(member: &Member, now: Instant) -> Option<String> {
+    if let Some(at) = member.breaker.retry_at().filter(|&at| at > now) {
+        return Some(format!(
+            "the device is in its breaker's backoff for {} ms more (last error: {})",
+            (at - now).as_millis(),
+            member.status.last_error().unwrap_or_default()
+        ));
+    }
+    match member.status.state() {
+        ConnState::Connected => None,
+        state => Some(match member.status.last_error() {
+            Some(e) => format!(
+                "the device is not connected ({}; last error: {e})",
+                state.as_str()
+            ),
+            None => format!("the device is not connected yet ({})", state.as_str()),
+        }),
     }
 }
 
@@ -456,13 +608,7 @@ async fn poll(
             tokio::time::sleep(inter_frame_delay).await;
         }
         member.status.requests_total.fetch_add(1, Ordering::Relaxed);
-        let answer = match tokio::time::timeout(timeout, read(ctx, &req)).await {
-            Err(_) => Err(LinkError::Timeout),
-            Ok(Err(tokio_modbus::Error::Transport(e))) => Err(LinkError::Transport(e.to_string())),
-            Ok(Err(tokio_modbus::Error::Protocol(e))) => Err(LinkError::Framing(e.to_string())),
-            Ok(Ok(a)) => Ok(a),
-        };
-        match answer {
+        match timed(timeout, read(ctx, &req)).await {
             Err(e) => {
                 done.push(req);
                 result = Err(e);

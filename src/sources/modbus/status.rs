@@ -101,6 +101,8 @@ pub struct DeviceStatus {
     pub polls_total: AtomicU64,
     /// Read requests sent.
     pub requests_total: AtomicU64,
+    /// Write requests sent for commands (FC 5, 6, 15, 16), whatever their outcome.
+    pub writes_total: AtomicU64,
     /// Requests that timed out (each dropped and reopened the connection).
     pub timeouts_total: AtomicU64,
     /// Transport and framing errors, failed connects included.
@@ -137,6 +139,7 @@ impl DeviceStatus {
             address,
             polls_total: AtomicU64::new(0),
             requests_total: AtomicU64::new(0),
+            writes_total: AtomicU64::new(0),
             timeouts_total: AtomicU64::new(0),
             errors_total: AtomicU64::new(0),
             exceptions_total: AtomicU64::new(0),
@@ -252,6 +255,7 @@ impl DeviceStatus {
             "polls_total": self.polls_total.load(Ordering::Relaxed),
             "requests_total": self.requests_total.load(Ordering::Relaxed),
             "requests_per_cycle": self.requests_per_cycle(),
+            "writes_total": self.writes_total.load(Ordering::Relaxed),
             "groups": self.groups.iter().map(|g| json!({
                 "name": g.name,
                 "requests_per_cycle": g.requests_per_cycle.load(Ordering::Relaxed),
@@ -271,12 +275,18 @@ impl DeviceStatus {
 /// Writes every device's figures to `/metrics`, labelled `device`.
 pub fn write_metrics(devices: &[std::sync::Arc<DeviceStatus>], page: &mut Page) {
     type Pick = fn(&DeviceStatus) -> f64;
-    let families: [(&str, Kind, &str, Pick); 13] = [
+    let families: [(&str, Kind, &str, Pick); 14] = [
         (
             "opex_connector_device_polls_total",
             Kind::Counter,
             "Completed poll cycles.",
             |d| d.polls_total.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "opex_connector_device_writes_total",
+            Kind::Counter,
+            "Write requests sent for commands, whatever their outcome.",
+            |d| d.writes_total.load(Ordering::Relaxed) as f64,
         ),
         (
             "opex_connector_device_requests_total",

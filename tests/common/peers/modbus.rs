@@ -73,6 +73,51 @@ impl ModbusTcp {
         self.process.kill9();
     }
 
+    /// Reads `count` holding registers from `start` on a connection of the test's own, as
+    /// the device holds them (its datastore, not what the connector last polled).
+    pub fn read_holding(&self, start: u16, count: u16) -> Vec<u16> {
+        self.read(|mut ctx| async move {
+            use tokio_modbus::client::Reader;
+            ctx.read_holding_registers(start, count).await
+        })
+    }
+
+    /// Reads `count` coils from `start`, as [`ModbusTcp::read_holding`] does.
+    pub fn read_coils(&self, start: u16, count: u16) -> Vec<bool> {
+        let mut bits = self.read(|mut ctx| async move {
+            use tokio_modbus::client::Reader;
+            ctx.read_coils(start, count).await
+        });
+        bits.truncate(usize::from(count));
+        bits
+    }
+
+    fn read<T, F>(&self, f: impl FnOnce(tokio_modbus::client::Context) -> F) -> T
+    where
+        F: std::future::Future<Output = tokio_modbus::Result<T>>,
+    {
+        let port = self.port;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the test's Modbus client");
+        rt.block_on(async move {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let ctx = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                tokio_modbus::client::tcp::connect_slave(addr, tokio_modbus::Slave(1)),
+            )
+            .await
+            .expect("connect in time")
+            .expect("connect to pymodbus");
+            tokio::time::timeout(std::time::Duration::from_secs(5), f(ctx))
+                .await
+                .expect("pymodbus answers the test's read in time")
+                .expect("no transport error")
+                .expect("no exception")
+        })
+    }
+
     /// Starts again on the same port (after [`ModbusTcp::stop`] or [`ModbusTcp::kill9`]);
     /// returns once it listens.
     pub fn restart(&mut self) {

@@ -8,6 +8,20 @@ Usage:
 The register map is written out below with struct, independently of the connector's
 decoder; tests/modbus.rs checks the decoded values against the same numbers.
 Holding registers 0..99 exist (100 and up draw exception 2, illegal data address).
+
+For the command tests (tests/modbus_commands.rs), the device also keeps count of the writes
+it sees and has a few registers that misbehave on purpose:
+
+  34..59    free for writes (0 at start)
+  60        a write here is stored, then answered only after SLOW_SECONDS
+  62        a read that covers it is answered only after SLOW_SECONDS
+  64..66    each register keeps at most 100 of what is written to it
+  70        write requests seen (FC 5, 6, 15, 16), every address
+  71        write requests seen that covered 60
+  72        reads started that covered 62
+  73..76    write requests seen per function code: 5, 6, 15, 16
+  80..89    the first address of the last ten write requests, oldest first
+  coils 8..15 free for writes
 """
 
 import asyncio
@@ -53,6 +67,46 @@ def holding():
     return hr
 
 
+SLOW_SECONDS = 1.5
+SLOW_WRITE = 60
+SLOW_READ = 62
+CLAMPED = range(64, 67)
+WRITES, SLOW_WRITES, SLOW_READS = 70, 71, 72
+PER_FUNCTION = {5: 73, 6: 74, 15: 75, 16: 76}
+WRITE_LOG = 80
+
+
+class Device(ModbusSlaveContext):
+    """A unit that counts the writes it sees and misbehaves at the addresses above."""
+
+    def bump(self, addr):
+        hr = self.store["h"]
+        hr.setValues(addr, [(hr.getValues(addr, 1)[0] + 1) % 65536])
+
+    async def async_setValues(self, fc_as_hex, address, values):
+        covers = lambda a: address <= a < address + len(values)
+        if fc_as_hex in (6, 16):
+            values = [
+                min(v, 100) if address + i in CLAMPED else v for i, v in enumerate(values)
+            ]
+        self.setValues(fc_as_hex, address, values)
+        if fc_as_hex in PER_FUNCTION:
+            hr = self.store["h"]
+            self.bump(WRITES)
+            self.bump(PER_FUNCTION[fc_as_hex])
+            log = hr.getValues(WRITE_LOG, 10)
+            hr.setValues(WRITE_LOG, log[1:] + [address])
+            if fc_as_hex in (6, 16) and covers(SLOW_WRITE):
+                self.bump(SLOW_WRITES)
+                await asyncio.sleep(SLOW_SECONDS)
+
+    async def async_getValues(self, fc_as_hex, address, count=1):
+        if fc_as_hex == 3 and address <= SLOW_READ < address + count:
+            self.bump(SLOW_READS)
+            await asyncio.sleep(SLOW_SECONDS)
+        return self.getValues(fc_as_hex, address, count)
+
+
 def context():
     coils = [False] * 16
     coils[0] = True
@@ -61,7 +115,7 @@ def context():
     discrete[3] = True
     inputs = [0] * 16
     inputs[0] = 4321
-    unit = ModbusSlaveContext(
+    unit = Device(
         hr=ModbusSequentialDataBlock(0, holding()),
         ir=ModbusSequentialDataBlock(0, inputs),
         co=ModbusSequentialDataBlock(0, coils),
