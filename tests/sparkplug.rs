@@ -21,6 +21,8 @@ const HOST_ID: &str = "scada";
 const DEVICE: &str = "press";
 /// A holding register of the pymodbus map that nothing else uses (0 at start).
 const LEVEL_REGISTER: u16 = 50;
+/// The pymodbus device's count of the write requests it saw (see modbus_device.py).
+const DEVICE_WRITES: u16 = 70;
 
 /// A Sparkplug host application: `host.py` on pysparkplug, its printed messages kept.
 struct Host {
@@ -127,6 +129,15 @@ fn metric<'a>(msg: &'a Value, name: &str) -> &'a Value {
         .as_array()
         .and_then(|ms| ms.iter().find(|m| m["name"] == name))
         .unwrap_or_else(|| panic!("no metric {name} in {msg:#}"))
+}
+
+/// The live (not historical) value of metric `name` in a data message, if it has one.
+fn live_value(msg: &Value, name: &str) -> Option<Value> {
+    msg["metrics"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name && m["historical"] == false)
+        .map(|m| m["value"].clone())
 }
 
 fn bd_seq(msg: &Value) -> u64 {
@@ -527,4 +538,101 @@ fn a_bad_sparkplug_entry_is_refused_with_every_problem() {
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
+}
+
+#[test]
+fn a_dcmd_writes_a_writable_register_one_to_a_read_only_point_changes_nothing_and_each_outcome_is_on_record_and_in_the_next_ddata(
+) {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let receiver = Receiver::start();
+    let mut host = Host::start(&broker);
+    let mut cfg = config(&broker, &device, 100);
+    cfg["commands"] = json!({});
+    cfg["devices"][0]["points"][3]["writable"] = json!(true);
+    cfg["devices"][0]["points"][3]["max"] = json!(1000);
+    // The command records go upstream, where the test reads them.
+    cfg["connector"]["push"] = json!({"url": receiver.url(), "retry_initial_ms": 50});
+    let daemon = Daemon::start(cfg);
+    host.wait("the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    let writes = |d: &ModbusTcp| d.read_holding(DEVICE_WRITES, 1)[0];
+    let before = writes(&device);
+
+    host.send(&format!("dcmd {NODE} {DEVICE} fast/level UINT16 42"));
+    wait_until(POLL_DEADLINE, "the register holds the DCMD's value", || {
+        device.read_holding(LEVEL_REGISTER, 1) == [42]
+    });
+    host.wait("the write shows as the next DDATA of the metric", |m| {
+        m.iter()
+            .any(|x| x["type"] == "DDATA" && live_value(x, "fast/level") == Some(json!(42)))
+    });
+
+    // `count` is not writable: nothing is sent to the device, and the command is on record.
+    // Its outcome shows too: the next DDATA carries the value the device kept, unchanged.
+    let sent = host.messages().len();
+    host.send(&format!("dcmd {NODE} {DEVICE} fast/count UINT16 9"));
+    host.wait(
+        "a DDATA of the unchanged fast/count after the refused DCMD",
+        |m| {
+            m[sent..]
+                .iter()
+                .any(|x| x["type"] == "DDATA" && live_value(x, "fast/count") == Some(json!(1234)))
+        },
+    );
+    // And a value out of the point's range: refused before anything is sent, and the next
+    // DDATA of the metric says it still holds 42.
+    let sent = host.messages().len();
+    host.send(&format!("dcmd {NODE} {DEVICE} fast/level UINT16 5000"));
+    host.wait(
+        "a DDATA of fast/level = 42 after the out-of-range DCMD",
+        |m| {
+            m[sent..]
+                .iter()
+                .any(|x| x["type"] == "DDATA" && live_value(x, "fast/level") == Some(json!(42)))
+        },
+    );
+    wait_until(POLL_DEADLINE, "three command records upstream", || {
+        receiver
+            .records()
+            .iter()
+            .filter(|r| r["source"] == format!("command/{DEVICE}"))
+            .count()
+            >= 3
+    });
+    let records: Vec<Value> = receiver
+        .records()
+        .into_iter()
+        .filter(|r| r["source"] == format!("command/{DEVICE}"))
+        .collect();
+    let result = |point: &str, value: Value| -> String {
+        let r = records
+            .iter()
+            .find(|r| r["payload"]["points"][point]["value"] == value)
+            .unwrap_or_else(|| panic!("no record of {point} = {value}: {records:#?}"));
+        assert_eq!(r["payload"]["origin"]["path"], "sparkplug", "{r:#}");
+        assert_eq!(
+            r["payload"]["origin"]["topic"],
+            format!("spBv1.0/{GROUP}/DCMD/{NODE}/{DEVICE}"),
+            "{r:#}"
+        );
+        r["payload"]["points"][point]["result"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(result("level", json!(42)), "written");
+    assert_eq!(result("count", json!(9)), "refused");
+    assert_eq!(result("level", json!(5000)), "out_of_range");
+    assert_eq!(
+        device.read_holding(0, 1),
+        [1234],
+        "the read-only point is unchanged"
+    );
+    assert_eq!(writes(&device), before + 1, "one write reached the device");
+    let s = spb(&daemon);
+    assert_eq!(u64_at(&s, "/commands/executed"), 3, "{s:#}");
+    assert!(host.messages().iter().all(|v| v["type"] != "error"));
 }

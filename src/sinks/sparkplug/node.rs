@@ -20,6 +20,9 @@
 //!   deadband rules), each with the poll's timestamp.
 //! - A polled device's DBIRTH and DDEATH follow its poller's state ([`Plant`]); its DBIRTH
 //!   carries the poller's current values.
+//! - Once a DCMD to a point is answered, the next value of it read from then on goes out in a
+//!   DDATA even when it did not change: the host sees the outcome (the written value, or the
+//!   old one when the command was refused).
 
 use std::collections::HashMap;
 
@@ -126,6 +129,9 @@ struct MetricState {
     band: Option<Deadband>,
     last: Option<Reading>,
     live: Option<Reading>,
+    /// A command to this point was answered at this time (Unix ms): the next value read
+    /// from then on is published even when it did not change, so the host sees the outcome.
+    report_from: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -476,14 +482,18 @@ impl Node {
                 .filter(|(m, reading)| {
                     let metric = &self.devices[i].metrics[*m];
                     changed(metric.live.as_ref(), reading, metric.band)
+                        || metric.report_from.is_some_and(|t| reading.ts >= t)
                 })
                 .collect();
-            for (m, reading) in &changed {
-                self.devices[i].metrics[*m].live = Some(reading.clone());
-            }
+            // Made before `live` moves on: a quality that changed is said in the message.
             match self.ddata(i, &changed, false, now) {
                 Some(msg) => out.push(msg),
                 None => self.tally.unchanged += 1,
+            }
+            for (m, reading) in &changed {
+                let metric = &mut self.devices[i].metrics[*m];
+                metric.live = Some(reading.clone());
+                metric.report_from = None;
             }
         } else {
             out.extend(self.ddata(i, &readings, true, now));
@@ -518,6 +528,20 @@ impl Node {
             }
             ("DCMD", Some(device), 5) => self.write(device, &p),
             _ => Inbound::Ignored(format!("not a command topic of this node: {topic}")),
+        }
+    }
+
+    /// A command to `points` of polled device `device` was answered at `at` (Unix ms): the
+    /// next value of each read from then on goes out in a DDATA, changed or not, so the host
+    /// sees what the command did (the new value, or the old one when it was refused).
+    pub fn report_next(&mut self, device: &str, points: &[String], at: u64) {
+        let Some(d) = self.devices.iter_mut().find(|d| d.polled && d.id == device) else {
+            return;
+        };
+        for m in &mut d.metrics {
+            if points.contains(&m.point) {
+                m.report_from = Some(at);
+            }
         }
     }
 
@@ -627,6 +651,7 @@ impl Node {
             band,
             last: None,
             live: None,
+            report_from: None,
         });
         self.next_alias += 1;
         Some(m)
@@ -736,6 +761,11 @@ impl Node {
                 value,
                 ..Metric::default()
             });
+            if m.report_from
+                .is_some_and(|t| reading.as_ref().is_some_and(|r| r.ts >= t))
+            {
+                m.report_from = None;
+            }
             m.live = reading;
         }
         d.born = true;
@@ -999,6 +1029,68 @@ mod tests {
         );
         assert!(node.record(&again, 3001, &fake).is_empty());
         assert_eq!(node.take_tally().unchanged, 1);
+    }
+
+    #[test]
+    fn a_value_whose_quality_changes_says_so_in_its_ddata() {
+        let (mut node, fake, _) = born(Vec::new());
+        let bad = record(
+            "modbus/press",
+            "fast",
+            2000,
+            json!({"count": {"value": null, "quality": "bad"}}),
+        );
+        let msgs = node.record(&bad, 2001, &fake);
+        let m = &msgs[0].payload.metrics[0];
+        assert_eq!(m.is_null, Some(true));
+        let props = m.properties.as_ref().expect("the quality is said");
+        assert_eq!(props.keys, ["Quality"]);
+        let good = record(
+            "modbus/press",
+            "fast",
+            3000,
+            json!({"count": point(json!(5))}),
+        );
+        let msgs = node.record(&good, 3001, &fake);
+        assert!(msgs[0].payload.metrics[0].properties.is_some());
+        // The same quality again: no property.
+        let again = record(
+            "modbus/press",
+            "fast",
+            4000,
+            json!({"count": point(json!(6))}),
+        );
+        let msgs = node.record(&again, 4001, &fake);
+        assert_eq!(msgs[0].payload.metrics[0].properties, None);
+    }
+
+    #[test]
+    fn after_a_command_the_next_value_read_goes_out_even_when_it_did_not_change() {
+        let (mut node, fake, _) = born(Vec::new());
+        node.report_next("press", &["count".to_string()], 2000);
+        let same = |ts: u64| {
+            record(
+                "modbus/press",
+                "fast",
+                ts,
+                json!({"temp": point(json!(20.5)), "count": point(json!(-3))}),
+            )
+        };
+        // Read before the answer: nothing changed, nothing goes out.
+        assert!(node.record(&same(1900), 2001, &fake).is_empty());
+        let msgs = node.record(&same(2000), 2001, &fake);
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0].payload.metrics.len(), 1, "only the commanded point");
+        assert_eq!(
+            msgs[0].payload.metrics[0].value,
+            Some(Value::IntValue(65533))
+        );
+        // Once.
+        assert!(node.record(&same(2100), 2101, &fake).is_empty());
+        // Not a polled device, or no such point: nothing to do.
+        node.report_next("ghost", &["count".to_string()], 1);
+        node.report_next("press", &["nope".to_string()], 1);
+        assert!(node.record(&same(2200), 2201, &fake).is_empty());
     }
 
     #[test]

@@ -111,6 +111,14 @@ impl Plant for DevicePlant {
     }
 }
 
+/// A DCMD the commands service answered: the points whose next value the node reports.
+struct Answered {
+    device: String,
+    points: Vec<String>,
+    /// When the answer came (Unix ms).
+    at: u64,
+}
+
 /// The primary host application's state, as its STATE messages said.
 #[derive(Debug, Default)]
 struct Host {
@@ -247,6 +255,8 @@ pub struct Session {
     pending: Option<oneshot::Sender<Verdict>>,
     bd_seq: u64,
     commands_at_once: Arc<Semaphore>,
+    /// The DCMD tasks' answers (at most [`COMMANDS_AT_ONCE`] tasks, each sends once).
+    answered: (mpsc::Sender<Answered>, mpsc::Receiver<Answered>),
 }
 
 impl Session {
@@ -259,6 +269,7 @@ impl Session {
             pending: None,
             bd_seq: 0,
             commands_at_once: Arc::new(Semaphore::new(COMMANDS_AT_ONCE)),
+            answered: mpsc::channel(COMMANDS_AT_ONCE),
         }
     }
 
@@ -366,6 +377,12 @@ impl Session {
                     Some(batch) => self.batch(conn, batch).await.map_err(End::Lost),
                     None => Err(End::Shutdown),
                 },
+                answered = self.answered.1.recv() => {
+                    if let Some(a) = answered {
+                        self.p.node.report_next(&a.device, &a.points, a.at);
+                    }
+                    Ok(())
+                }
                 _ = watch.tick() => self.watch(conn).await.map_err(End::Lost),
                 _ = node_data.tick() => self.node_data(conn).await.map_err(End::Lost),
             };
@@ -518,8 +535,10 @@ impl Session {
         let origin = Origin::Sparkplug {
             topic: topic.to_string(),
         };
+        let answered = self.answered.0.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let names: Vec<String> = points.iter().map(|(p, _)| p.clone()).collect();
             let request = Request {
                 id: None,
                 points,
@@ -529,6 +548,13 @@ impl Session {
             match commands.execute(&engine, &device, request, origin).await {
                 Ok(outcome) => {
                     stats.commands_executed.fetch_add(1, Ordering::Relaxed);
+                    // Full only while the session is between connections: the next births
+                    // carry the values then, nothing is lost by skipping it.
+                    let _ = answered.try_send(Answered {
+                        device: device.clone(),
+                        points: names,
+                        at: now_ms(),
+                    });
                     log::info!(
                         "sparkplug DCMD executed: sink={sink} device={device} id={} ok={} result={}",
                         outcome.id,
