@@ -636,3 +636,93 @@ fn a_dcmd_writes_a_writable_register_one_to_a_read_only_point_changes_nothing_an
     assert_eq!(u64_at(&s, "/commands/executed"), 3, "{s:#}");
     assert!(host.messages().iter().all(|v| v["type"] != "error"));
 }
+
+#[test]
+fn records_of_ingest_and_webhooks_routed_to_the_node_become_devices_named_after_their_source_and_a_new_metric_makes_a_rebirth(
+) {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let host = Host::start(&broker);
+    let mut cfg = config(&broker, &device, 1000);
+    cfg["webhooks"] = json!([webhook(HOOK, HOOK_SECRET, "on_done")]);
+    cfg["flows"] = json!([{
+        "id": "uns",
+        "nodes": [
+            {"id": "orders", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "hook", "kind": "source", "source": format!("webhook/{HOOK}")},
+            {"id": "out", "kind": "sink", "sink": "uns"},
+        ],
+        "wires": [{"from": "orders", "to": "out"}, {"from": "hook", "to": "out"}],
+    }]);
+    let daemon = Daemon::start(cfg);
+    wait_until(POLL_DEADLINE, "the node publishes", || {
+        spb(&daemon)["publishing"] == true
+    });
+    let orders = format!("ingest:{SOURCE}");
+    let births_of = |device: &str| -> Vec<Value> {
+        of_type(&host.node_messages(), "DBIRTH")
+            .into_iter()
+            .filter(|v| v["device"] == device)
+            .cloned()
+            .collect()
+    };
+
+    let reply = daemon.ingest("o-1", r#"{"qty":2,"line":{"speed":1.5}}"#);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    host.wait("the DBIRTH of the ingest source's device", |_| {
+        !births_of(&orders).is_empty()
+    });
+    let birth = births_of(&orders)[0].clone();
+    assert_eq!(metric(&birth, "qty")["datatype"], "INT64", "{birth:#}");
+    assert_eq!(metric(&birth, "qty")["value"], 2);
+    assert_eq!(metric(&birth, "line/speed")["datatype"], "DOUBLE");
+    let qty_alias = u64_at(metric(&birth, "qty"), "/alias");
+
+    // A known metric that changed: DDATA by alias, no rebirth.
+    assert_eq!(daemon.ingest("o-2", r#"{"qty":3}"#).status, 200);
+    host.wait("DDATA of qty = 3", |m| {
+        m.iter().any(|x| {
+            x["type"] == "DDATA" && x["device"] == orders && live_value(x, "qty") == Some(json!(3))
+        })
+    });
+    assert_eq!(births_of(&orders).len(), 1);
+
+    // A new metric name: the device is born again with every metric, aliases kept.
+    assert_eq!(
+        daemon.ingest("o-3", r#"{"qty":3,"note":"rush"}"#).status,
+        200
+    );
+    host.wait("a second DBIRTH of the device", |_| {
+        births_of(&orders).len() == 2
+    });
+    let reborn = births_of(&orders)[1].clone();
+    assert_eq!(u64_at(metric(&reborn, "qty"), "/alias"), qty_alias);
+    assert_eq!(metric(&reborn, "qty")["value"], 3);
+    assert_eq!(metric(&reborn, "line/speed")["value"], 1.5);
+    assert_eq!(
+        (
+            metric(&reborn, "note")["datatype"].as_str(),
+            &metric(&reborn, "note")["value"]
+        ),
+        (Some("STRING"), &json!("rush"))
+    );
+
+    // A webhook's records: a device of their own.
+    let hook = format!("webhook:{HOOK}");
+    let reply = daemon.hook(HOOK, HOOK_SECRET, r#"{"amount":12.5,"currency":"EUR"}"#);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    host.wait("the DBIRTH of the webhook's device", |_| {
+        !births_of(&hook).is_empty()
+    });
+    let birth = births_of(&hook)[0].clone();
+    assert_eq!(metric(&birth, "amount")["datatype"], "DOUBLE");
+    assert_eq!(metric(&birth, "currency")["value"], "EUR");
+    let msgs = host.node_messages();
+    assert_seq_without_gap(&msgs);
+    assert!(
+        host.messages().iter().all(|v| v["type"] != "error"),
+        "{msgs:#?}"
+    );
+    // The polled device is not in the flow: it is not a device of the node.
+    assert!(births_of(DEVICE).is_empty(), "{msgs:#?}");
+}
