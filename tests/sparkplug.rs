@@ -518,12 +518,22 @@ fn what_was_taken_while_the_primary_host_was_away_arrives_once_flagged_historica
 
 /// The config's entry is validated with every problem's path.
 #[test]
-fn a_bad_sparkplug_entry_is_refused_with_every_problem() {
+fn bad_sparkplug_entries_are_refused_with_every_problem_and_its_path_ids_by_the_specifications_character_rules(
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
     std::fs::write(
         &path,
-        "connector:\n  data_dir: /tmp/x\nmqtt:\n  connections:\n    - { name: b, url: \"mqtt://127.0.0.1:1\" }\nsinks:\n  - { name: uns, type: sparkplug, group_id: \"a/b\", queue: memory, colour: red }\n",
+        concat!(
+            "connector:\n  data_dir: /tmp/x\n",
+            "mqtt:\n  connections:\n    - { name: b, url: \"mqtt://127.0.0.1:1\" }\n",
+            "sinks:\n",
+            "  - { name: uns, type: sparkplug, group_id: \"a/b\", queue: memory, colour: red }\n",
+            "  - { name: uns2, type: sparkplug, group_id: \"plant\", edge_node_id: \"gw+1\", primary_host_id: \"scada#\" }\n",
+            "  - { name: uns3, type: sparkplug, group_id: \"Werk Süd\", edge_node_id: \"\\u0007bell\" }\n",
+            "  - { name: uns4, type: sparkplug, group_id: \"Werk Süd\", edge_node_id: \"Linie 3\" }\n",
+            "  - { name: uns5, type: sparkplug, group_id: \"Werk Süd\", edge_node_id: \"Linie 3\" }\n",
+        ),
     )
     .unwrap();
     let out = run_cli(&["validate", path.to_str().unwrap()]);
@@ -535,6 +545,10 @@ fn a_bad_sparkplug_entry_is_refused_with_every_problem() {
         "sinks[0].edge_node_id: is required",
         "sinks[0].queue: \"memory\"",
         "sinks[0].colour",
+        "sinks[1].edge_node_id: \"gw+1\" holds '+'",
+        "sinks[1].primary_host_id: \"scada#\" holds '#'",
+        "sinks[2].edge_node_id: \"\\u{7}bell\" holds '\\u{7}'",
+        "sinks[4].edge_node_id: \"Linie 3\" of group \"Werk Süd\" is also the edge node of sinks[3]",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }

@@ -343,6 +343,12 @@ mod tests {
         assert_eq!(check_id(Some("a+"), "n", &mut p), None);
         assert_eq!(check_id(Some(""), "n", &mut p), None);
         assert_eq!(check_id(None, "h", &mut p), None);
+        assert_eq!(
+            check_id(Some(&"é".repeat(128)), "g", &mut p).map(|s| s.chars().count()),
+            Some(128)
+        );
+        assert_eq!(check_id(Some(&"x".repeat(129)), "g", &mut p), None);
+        assert_eq!(check_id(Some("a\tb"), "n", &mut p), None);
         let got: Vec<String> = p.0.iter().map(|x| x.to_string()).collect();
         assert_eq!(
             got,
@@ -351,6 +357,8 @@ mod tests {
                 r#"n: "a+" holds '+': Sparkplug ids may not hold '+', '/', '#' or control characters"#,
                 r#"n: "" must be 1 to 128 characters"#,
                 "h: is required",
+                &format!("g: {:?} must be 1 to 128 characters", "x".repeat(129)),
+                r#"n: "a\tb" holds '\t': Sparkplug ids may not hold '+', '/', '#' or control characters"#,
             ]
         );
     }
