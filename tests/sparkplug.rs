@@ -740,3 +740,63 @@ fn records_of_ingest_and_webhooks_routed_to_the_node_become_devices_named_after_
     // The polled device is not in the flow: it is not a device of the node.
     assert!(births_of(DEVICE).is_empty(), "{msgs:#?}");
 }
+
+#[test]
+fn a_primary_host_speaking_sparkplug_2_2_on_state_id_with_online_and_offline_is_followed() {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let daemon = Daemon::start(config(&broker, &device, 1000));
+    let host = MqttClient::connect(
+        broker.port(),
+        "host-2-2",
+        Some(&format!("spBv1.0/{GROUP}/#")),
+    );
+    let state = |payload: &str| {
+        host.rt
+            .block_on(host.client.publish(
+                format!("STATE/{HOST_ID}"),
+                rumqttc::QoS::AtLeastOnce,
+                true,
+                payload.as_bytes().to_vec(),
+            ))
+            .expect("queue the STATE");
+    };
+    let topics = || -> Vec<String> { host.received().into_iter().map(|(t, _)| t).collect() };
+    let nbirth = format!("spBv1.0/{GROUP}/NBIRTH/{NODE}");
+    let ndeath = format!("spBv1.0/{GROUP}/NDEATH/{NODE}");
+    wait_until(
+        POLL_DEADLINE,
+        "the node connected, waiting for its host",
+        || {
+            let s = spb(&daemon);
+            s["connected"] == true && s["primary_host"]["state"] == "unknown"
+        },
+    );
+    assert!(
+        topics().is_empty(),
+        "nothing before the host: {:?}",
+        topics()
+    );
+
+    // Retained, so the node reads it whenever its subscription lands.
+    state("ONLINE");
+    let dbirth = format!("spBv1.0/{GROUP}/DBIRTH/{NODE}/{DEVICE}");
+    wait_until(POLL_DEADLINE, "the NBIRTH and DBIRTH after ONLINE", || {
+        let t = topics();
+        t.contains(&nbirth) && t.contains(&dbirth)
+    });
+    assert_eq!(spb(&daemon)["primary_host"]["state"], "online");
+    state("OFFLINE");
+    wait_until(POLL_DEADLINE, "the node's own NDEATH after OFFLINE", || {
+        topics().contains(&ndeath)
+    });
+    wait_until(POLL_DEADLINE, "the node stops publishing", || {
+        let s = spb(&daemon);
+        s["primary_host"]["state"] == "offline" && s["publishing"] == false
+    });
+    state("ONLINE");
+    wait_until(POLL_DEADLINE, "a second NBIRTH after ONLINE again", || {
+        topics().iter().filter(|t| **t == nbirth).count() == 2
+    });
+    assert!(u64_at(&spb(&daemon), "/sessions") >= 2);
+}
