@@ -436,6 +436,12 @@ fn what_was_taken_while_the_primary_host_was_away_arrives_once_flagged_historica
     assert_eq!(s["publishing"], false, "{s:#}");
     let waiting = u64_at(&s, "/historical/waiting");
     assert!(waiting >= 80, "{s:#}");
+    assert!(
+        uns_sample(
+            &daemon.metrics(),
+            "opex_connector_sparkplug_historical_waiting"
+        ) >= 80.0
+    );
 
     // The host comes back: births, then everything that waited, then live data.
     let host = Host::start(&broker);
@@ -799,4 +805,110 @@ fn a_primary_host_speaking_sparkplug_2_2_on_state_id_with_online_and_offline_is_
         topics().iter().filter(|t| **t == nbirth).count() == 2
     });
     assert!(u64_at(&spb(&daemon), "/sessions") >= 2);
+}
+
+/// The sample of `family` labelled `sink="uns"` in the Prometheus text.
+fn uns_sample(text: &str, family: &str) -> f64 {
+    let series = format!("{family}{{sink=\"uns\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series:?} in:\n{text}"))
+}
+
+#[test]
+fn status_and_metrics_show_each_sparkplug_node_with_its_session_host_sequence_messages_commands_and_historical_records(
+) {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let mut host = Host::start(&broker);
+    let mut cfg = config(&broker, &device, 100);
+    cfg["commands"] = json!({});
+    let daemon = Daemon::start(cfg);
+    host.wait("the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    write_register(&device, LEVEL_REGISTER, 3);
+    host.wait("DDATA of fast/level = 3", |m| {
+        m.iter()
+            .any(|x| x["type"] == "DDATA" && live_value(x, "fast/level") == Some(json!(3)))
+    });
+    host.send(&format!("dcmd {NODE} {DEVICE} fast/count UINT16 9"));
+    wait_until(POLL_DEADLINE, "the DCMD answered", || {
+        u64_at(&spb(&daemon), "/commands/executed") == 1
+    });
+
+    let status = daemon.status();
+    let entry = named(&status, "/sinks", "uns").clone();
+    assert_eq!(entry["type"], "sparkplug", "{entry:#}");
+    assert_eq!(entry["connected"], true, "{entry:#}");
+    let s = entry["sparkplug"].clone();
+    assert_eq!(status["sink_status"]["uns"]["sparkplug"]["group_id"], GROUP);
+    assert_eq!(
+        (&s["group_id"], &s["edge_node_id"]),
+        (&json!(GROUP), &json!(NODE))
+    );
+    assert_eq!(s["connected"], true, "{s:#}");
+    assert_eq!(s["publishing"], true, "{s:#}");
+    assert_eq!(
+        s["primary_host"],
+        json!({"id": HOST_ID, "state": "online"}),
+        "{s:#}"
+    );
+    let msgs = host.node_messages();
+    let nbirth = of_type(&msgs, "NBIRTH")[0].clone();
+    assert_eq!(u64_at(&s, "/bdSeq"), bd_seq(&nbirth), "{s:#}");
+    assert_eq!(u64_at(&s, "/sessions"), 1, "{s:#}");
+    // Births: the NBIRTH and the device's DBIRTH; data: at least the change above.
+    assert_eq!(u64_at(&s, "/births"), 2, "{s:#}");
+    let live = of_type(&msgs, "DDATA")
+        .iter()
+        .filter(|d| d["metrics"][0]["historical"] == false)
+        .count() as u64;
+    assert!(u64_at(&s, "/data_messages") >= live && live >= 1, "{s:#}");
+    assert_eq!(
+        s["commands"],
+        json!({"received": 1, "executed": 1, "ignored": 0, "dropped": 0, "rebirths": 0}),
+        "{s:#}"
+    );
+    assert_eq!(u64_at(&s, "/historical/waiting"), 0, "{s:#}");
+    // The polls taken before the births went out as historical data.
+    let historical = of_type(&msgs, "DDATA")
+        .iter()
+        .filter(|d| d["metrics"][0]["historical"] == true)
+        .count() as u64;
+    assert_eq!(u64_at(&s, "/historical/messages"), historical, "{s:#}");
+    assert!(u64_at(&s, "/historical/sent") >= historical, "{s:#}");
+    // seq: the last message the node published (its NDATA may come after what the host saw).
+    assert!(u64_at(&s, "/seq") < 256, "{s:#}");
+
+    let text = daemon.metrics();
+    assert_eq!(uns_sample(&text, "opex_connector_sparkplug_connected"), 1.0);
+    assert_eq!(
+        uns_sample(&text, "opex_connector_sparkplug_publishing"),
+        1.0
+    );
+    assert_eq!(
+        uns_sample(&text, "opex_connector_sparkplug_bdseq"),
+        bd_seq(&nbirth) as f64
+    );
+    assert_eq!(
+        uns_sample(&text, "opex_connector_sparkplug_births_total"),
+        2.0
+    );
+    assert!(uns_sample(&text, "opex_connector_sparkplug_data_messages_total") >= 1.0);
+    assert_eq!(
+        uns_sample(&text, "opex_connector_sparkplug_commands_total"),
+        1.0
+    );
+    assert_eq!(
+        uns_sample(&text, "opex_connector_sparkplug_sessions_total"),
+        1.0
+    );
+    assert_eq!(
+        uns_sample(&text, "opex_connector_sparkplug_historical_waiting"),
+        0.0
+    );
+    assert!(text.contains("# TYPE opex_connector_sparkplug_births_total counter"));
 }

@@ -302,6 +302,11 @@ impl SparkplugSink {
             "Records a Sparkplug sink published as historical (they waited for the broker or the primary host).",
             l(&s.historical_sent),
         );
+        m.gauge(
+            "opex_connector_sparkplug_historical_waiting",
+            "Records a Sparkplug sink holds that will go out as historical (taken while the broker or the primary host was away).",
+            waiting as f64,
+        );
         m.counter(
             "opex_connector_sparkplug_commands_total",
             "NCMD and DCMD messages a Sparkplug sink received.",
