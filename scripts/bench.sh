@@ -15,18 +15,24 @@
 #            simulated devices (benches/modbus.rs, benches/modbus_client.c)
 #   nats     JetStream -> connector -> push queue messages/s acked vs a raw
 #            consume+ack of the same messages on the same server (benches/nats.rs)
+#   sparkplug metrics/s simulator -> connector -> sparkplug sink -> mosquitto ->
+#            subscriber vs the same protobuf messages from a bare rumqttc
+#            client in the same run, their ratio; bytes on the wire per metric
+#            against the JSON mqtt sink fed the same polls (benches/sparkplug.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
 # folder, default under the target dir), RUST_LOG for the daemon (default
-# warn), BENCH_MESSAGES (nats, default 20000). Honours CARGO_TARGET_DIR.
+# warn), BENCH_MESSAGES (nats, default 20000), BENCH_DEVICES, BENCH_INTERVAL_MS,
+# BENCH_RECORDS (sparkplug: 20 units every 20 ms, 20000 records queued).
+# Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -81,18 +87,25 @@ bench_nats() {
     cargo bench --bench nats
 }
 
+bench_sparkplug() {
+    release_daemon
+    echo "==> cargo bench --bench sparkplug (BENCH_RECORDS=${BENCH_RECORDS:-20000})"
+    cargo bench --bench sparkplug
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
     modbus) bench_modbus ;;
     nats) bench_nats ;;
+    sparkplug) bench_sparkplug ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, sparkplug)" >&2
         exit 2
         ;;
 esac
