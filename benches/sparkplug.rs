@@ -207,10 +207,14 @@ fn run() -> BoxResult<()> {
     // 4. Live: bytes per metric, Sparkplug against the JSON mqtt sink, fed the same polls.
     let cfg = config(dir.path(), "c", broker_port, sim_port, &s, false);
     let (daemon, addr) = start_daemon(&cfg)?;
-    wait(s.deadline, "the node to publish and the JSON sink to connect", || {
-        Ok(sink(&addr, "uns")?["sparkplug"]["publishing"] == true
-            && sink(&addr, "json")?["connected"] == true)
-    })?;
+    wait(
+        s.deadline,
+        "the node to publish and the JSON sink to connect",
+        || {
+            Ok(sink(&addr, "uns")?["sparkplug"]["publishing"] == true
+                && sink(&addr, "json")?["connected"] == true)
+        },
+    )?;
     sub.reset();
     std::thread::sleep(Duration::from_secs(s.live_secs));
     let got = sub.take();

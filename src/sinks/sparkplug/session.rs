@@ -26,12 +26,12 @@
 //! Each connection has a new client: a client's queue may still hold messages of the old
 //! session (with its seq), which must never be sent after the next NBIRTH.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, ClientError, Event, EventLoop, Incoming, LastWill, Outgoing, QoS};
+use rumqttc::{AsyncClient, Event, EventLoop, Incoming, LastWill, Outgoing, QoS};
 use serde_json::Value as Json;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -51,8 +51,11 @@ use crate::sources::{modbus, opcua};
 const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// How often the node's own metrics are compared with what was published (NDATA).
 const NODE_DATA_EVERY: Duration = Duration::from_secs(5);
-/// Events kept while a publish waits for room in the client's queue.
-const DEFERRED_CAP: usize = 1024;
+/// Events waiting for the session (the event loop's channel to it).
+const EVENTS_CAP: usize = 1024;
+/// Room in that channel kept for the events that must not be dropped: an incoming message
+/// (a command, a STATE) that finds less than this is dropped and counted.
+const EVENTS_RESERVED: usize = 8;
 /// DCMDs executing at once; more are refused (counted).
 pub const COMMANDS_AT_ONCE: usize = 16;
 /// The UNSUBSCRIBE that settles a batch: a filter nobody subscribes to.
@@ -167,58 +170,81 @@ enum End {
     Lost(String),
 }
 
-/// A client and its event loop, and the events kept while a publish waited for room.
+/// A client, and its event loop on a task of its own ([`drive`]). Nothing ever cancels the
+/// loop's poll: a poll cut short (by a timer of the session's `select!`) can lose the request
+/// it had just taken from the client's queue, and a lost fence would hold the queue's batch
+/// unsettled for the rest of the session. The session's requests wait for room in the
+/// client's queue; the loop never waits for the session (see [`EVENTS_CAP`]).
 struct Conn {
     client: AsyncClient,
-    eventloop: EventLoop,
-    deferred: VecDeque<Event>,
-    /// Incoming messages dropped because too many waited (counted in the stats).
-    dropped: u64,
+    events: mpsc::Receiver<Result<Event, String>>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
 }
 
 impl Conn {
     async fn next(&mut self) -> Result<Event, String> {
-        if let Some(e) = self.deferred.pop_front() {
-            return Ok(e);
-        }
-        self.eventloop.poll().await.map_err(|e| e.to_string())
-    }
-
-    /// Queues a request made by `f`, driving the event loop while the client's queue is full.
-    async fn request(
-        &mut self,
-        f: impl Fn(&AsyncClient) -> Result<(), ClientError>,
-    ) -> Result<(), String> {
-        loop {
-            match f(&self.client) {
-                Ok(()) => return Ok(()),
-                Err(_) => {
-                    let e = self.eventloop.poll().await.map_err(|e| e.to_string())?;
-                    let keep = matches!(
-                        &e,
-                        Event::Incoming(
-                            Incoming::Publish(_) | Incoming::ConnAck(_) | Incoming::UnsubAck(_)
-                        )
-                    );
-                    if keep {
-                        if self.deferred.len() < DEFERRED_CAP {
-                            self.deferred.push_back(e);
-                        } else {
-                            self.dropped += 1;
-                        }
-                    }
-                }
-            }
+        match self.events.recv().await {
+            Some(event) => event,
+            None => Err("the MQTT event loop stopped".into()),
         }
     }
 
-    async fn publish(&mut self, topic: &str, payload: Vec<u8>, qos: QoS) -> Result<(), String> {
-        // A topic with a wildcard would be refused like a full queue, forever.
+    async fn publish(&self, topic: &str, payload: Vec<u8>, qos: QoS) -> Result<(), String> {
+        // A topic with a wildcard is refused by the client; say which.
         if topic.contains(['+', '#']) {
             return Err(format!("{topic:?} is not a topic to publish to"));
         }
-        self.request(|c| c.try_publish(topic, qos, false, payload.clone()))
+        self.client
+            .publish(topic, qos, false, payload)
             .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Runs a connection's event loop: counts the publishes written, hands the session the events
+/// it acts on, and ends at the first error (the session makes a new client for the next
+/// connection), which drops the loop and so fails any request the session waits to queue.
+async fn drive(
+    mut eventloop: EventLoop,
+    events: mpsc::Sender<Result<Event, String>>,
+    stats: Arc<SparkplugStats>,
+) {
+    loop {
+        let event = match eventloop.poll().await {
+            Ok(event) => event,
+            Err(e) => {
+                let _ = events.try_send(Err(e.to_string()));
+                return;
+            }
+        };
+        match &event {
+            Event::Outgoing(Outgoing::Publish(_)) => {
+                stats.written.fetch_add(1, Ordering::Relaxed);
+            }
+            // Commands and STATE: dropped (counted) rather than wait while the session is
+            // behind, keeping room for the few events below.
+            Event::Incoming(Incoming::Publish(_)) => {
+                if events.capacity() <= EVENTS_RESERVED || events.try_send(Ok(event)).is_err() {
+                    stats.incoming_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // At most a few of these wait at once (one CONNACK, one fence, one DISCONNECT).
+            Event::Incoming(Incoming::ConnAck(_) | Incoming::UnsubAck(_))
+            | Event::Outgoing(Outgoing::Disconnect) => {
+                if let Err(mpsc::error::TrySendError::Full(event)) = events.try_send(Ok(event)) {
+                    if events.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Event::Incoming(_) | Event::Outgoing(_) => {}
+        }
     }
 }
 
@@ -335,11 +361,12 @@ impl Session {
                 false,
             ));
         let (client, eventloop) = AsyncClient::new(opts, CLIENT_QUEUE);
+        let (tx, events) = mpsc::channel(EVENTS_CAP);
+        let driver = tokio::spawn(drive(eventloop, tx, Arc::clone(&self.p.stats)));
         Ok(Conn {
             client,
-            eventloop,
-            deferred: VecDeque::new(),
-            dropped: 0,
+            events,
+            driver,
         })
     }
 
@@ -386,12 +413,6 @@ impl Session {
                 _ = watch.tick() => self.watch(conn).await.map_err(End::Lost),
                 _ = node_data.tick() => self.node_data(conn).await.map_err(End::Lost),
             };
-            if conn.dropped > 0 {
-                self.p
-                    .stats
-                    .incoming_dropped
-                    .fetch_add(std::mem::take(&mut conn.dropped), Ordering::Relaxed);
-            }
             if let Err(end) = result {
                 return end;
             }
@@ -426,9 +447,10 @@ impl Session {
                     filters.push(format!("STATE/{host}"));
                 }
                 for f in filters {
-                    conn.request(|c| c.try_subscribe(f.clone(), QoS::AtLeastOnce))
+                    conn.client
+                        .subscribe(f, QoS::AtLeastOnce)
                         .await
-                        .map_err(End::Lost)?;
+                        .map_err(|e| End::Lost(e.to_string()))?;
                 }
                 if self.cfg.primary_host_id.is_none() {
                     self.births(conn).await.map_err(End::Lost)?;
@@ -442,10 +464,6 @@ impl Session {
                 if let Some(reply) = self.pending.take() {
                     let _ = reply.send(Verdict::Delivered);
                 }
-                Ok(())
-            }
-            Event::Outgoing(Outgoing::Publish(_)) => {
-                self.p.stats.written.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             Event::Incoming(_) | Event::Outgoing(_) => Ok(()),
@@ -644,7 +662,10 @@ impl Session {
             return Ok(());
         }
         self.send(conn, msgs).await?;
-        conn.request(|c| c.try_unsubscribe(FENCE)).await?;
+        conn.client
+            .unsubscribe(FENCE)
+            .await
+            .map_err(|e| e.to_string())?;
         self.pending = Some(batch.reply);
         Ok(())
     }
@@ -672,7 +693,7 @@ impl Session {
         let topic = self.p.node.topic("NDEATH", None);
         let sent = async {
             conn.publish(&topic, ndeath, QoS::AtLeastOnce).await?;
-            conn.request(|c| c.try_disconnect()).await?;
+            conn.client.disconnect().await.map_err(|e| e.to_string())?;
             loop {
                 if let Event::Outgoing(Outgoing::Disconnect) = conn.next().await? {
                     return Ok::<(), String>(());
