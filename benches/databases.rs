@@ -37,6 +37,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{ClickHouse, Postgres, CH_PASSWORD};
+use opex_connector::commands::Commands;
 use opex_connector::engine::Engine;
 use opex_connector::flow::Plan;
 use opex_connector::record::Record;
@@ -230,6 +231,8 @@ fn through_sink(cfg: SinkConfig, records: &[Record]) -> BoxResult<Duration> {
             engine: Arc::clone(&engine),
             runtime: rt.handle().clone(),
             shutdown: shutdown.clone(),
+            devices: Default::default(),
+            commands: Arc::new(Commands::new(Default::default())),
         })?;
     let sink = engine.sinks().get(&name).ok_or("no sink")?;
     let started = Instant::now();

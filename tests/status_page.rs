@@ -9,7 +9,7 @@
 //! deletes another with its two clicks. One writes a pymodbus device's setpoint and pump from
 //! the Commands section (token, confirmation, result per point) and reads them back from the
 //! device. Another draws a fixture
-//! of the status fields other parts add (queues, alerts, schedules, backfills) with
+//! of the status fields other parts add (queues, alerts, schedules, backfills, Sparkplug nodes) with
 //! `--dump-dom`. The WebSocket test speaks RFC 6455 by hand over a TCP socket.
 
 mod common;
@@ -730,7 +730,8 @@ fn serve_fixture(status: Value, trends: Value) -> String {
 }
 
 #[test]
-fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data_as_text() {
+fn the_page_draws_queues_alerts_schedules_backfills_and_sparkplug_nodes_and_shows_markup_in_data_as_text(
+) {
     let Some(bin) = chromium() else {
         println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
         return;
@@ -757,7 +758,14 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
                            "done": 250, "total": 1000, "rate_per_sec": 12.5, "eta_secs": 60}],
             "devices": [{"name": evil, "source": "modbus/x", "state": "backoff", "last_error": evil,
                          "values": {"g": {"p": {"value": evil, "quality": "good"}}}}],
-            "sinks": [{"name": "push", "dropped": 0, "blocked": 3, "queue_rows": 900}],
+            "sinks": [
+                {"name": "push", "dropped": 0, "blocked": 3, "queue_rows": 900},
+                {"name": "uns", "type": "sparkplug", "dropped": 0, "blocked": 0, "queue_rows": 40, "connected": true,
+                 "sparkplug": {"group_id": evil, "edge_node_id": "gw-1", "connected": true, "publishing": false,
+                               "primary_host": {"id": "scada", "state": "offline"}, "bdSeq": 7, "seq": 12,
+                               "births": 4, "data_messages": 90, "commands": {"received": 2},
+                               "historical": {"waiting": 40, "sent": 300}}},
+            ],
             "dead_letters": {"open": 2, "resolved": 1, "parked_total": 3, "trimmed_total": 0},
         }),
         Value::Null,
@@ -802,6 +810,11 @@ fn the_page_draws_queues_alerts_schedules_and_backfills_and_shows_markup_in_data
         "{dom}"
     );
     assert!(dom.contains("disk free 1.0 GiB"), "{dom}");
+    // A Sparkplug node in the sinks table: waiting for its host, with its counts.
+    assert!(
+        dom.contains("/gw-1 · waiting for its primary host · host scada offline · bdSeq 7 · seq 12 · births 4 · data 90 · commands 2 · historical 40 waiting, 300 sent"),
+        "{dom}"
+    );
     // Every piece of markup in the data is text: escaped, never an element.
     assert!(dom.contains("&lt;img src=x onerror="), "{dom}");
     assert!(

@@ -33,6 +33,11 @@ pub enum Origin {
         /// published).
         client_id: String,
     },
+    /// A Sparkplug DCMD to a device of a `sparkplug` sink's edge node.
+    Sparkplug {
+        /// The DCMD's topic.
+        topic: String,
+    },
 }
 
 impl Origin {
@@ -44,6 +49,7 @@ impl Origin {
             Self::Mqtt { topic, client_id } => {
                 json!({"path": "mqtt", "topic": topic, "client_id": client_id})
             }
+            Self::Sparkplug { topic } => json!({"path": "sparkplug", "topic": topic}),
         }
     }
 }

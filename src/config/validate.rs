@@ -217,6 +217,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             nats: &nats,
             mqtt: &mqtt,
             sources: &all_sources,
+            devices: &devices,
         },
         &mut p,
         &mut warnings,

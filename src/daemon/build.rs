@@ -77,7 +77,14 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map_err(DaemonError::Store)?,
     );
     let plan = if config.flows.is_empty() {
-        Plan::direct(&config.source_names(), "push")
+        // Every source to `push`; every polled device also to the kinds that take them all.
+        let sources = config.source_names();
+        let devices = config.devices.source_names();
+        let mut routes: Vec<(&str, &[String])> = vec![("push", &sources)];
+        for s in config.sinks.iter().filter(|s| s.takes_every_device()) {
+            routes.push((&s.name, &devices));
+        }
+        Plan::direct_to(&routes)
     } else {
         Plan::compile(config.flows.clone())
     };

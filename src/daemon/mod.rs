@@ -15,7 +15,7 @@ use crate::alerts;
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::shutdown::Shutdown;
-use crate::sinks::{BuildError, Running, StartContext};
+use crate::sinks::{BuildError, DeviceStatuses, Running, StartContext};
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook;
 use crate::store::StoreError;
@@ -73,6 +73,11 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         engine: Arc::clone(&engine),
         runtime: runtime.handle().clone(),
         shutdown: shutdown.clone(),
+        devices: DeviceStatuses {
+            modbus: state.devices.clone(),
+            opcua: state.opcua.clone(),
+        },
+        commands: Arc::clone(&state.commands),
     };
     let mut sinks = Running::default();
     for sink in engine.sinks().iter() {

@@ -128,28 +128,46 @@ impl Plan {
     /// Without `flows:`: each source wired straight to one sink node, in one flow `default`
     /// whose source nodes are named after their sources and whose sink node after the sink.
     pub fn direct(sources: &[String], sink: &str) -> Plan {
-        let mut nodes = vec![Node {
-            id: sink.to_string(),
-            kind: NodeKind::Sink {
-                sink: sink.to_string(),
-            },
-        }];
-        let mut wires = Vec::new();
-        for source in sources {
-            if nodes.iter().skip(1).any(|n| n.id == *source) {
-                continue;
-            }
-            wires.push(Wire {
-                from: nodes.len(),
-                port: Port::Out(0),
-                to: 0,
-            });
-            nodes.push(Node {
-                id: source.clone(),
-                kind: NodeKind::Source {
-                    source: source.clone(),
+        Self::direct_to(&[(sink, sources)])
+    }
+
+    /// Without `flows:`, for several sinks: each sink of `routes` wired straight to the
+    /// sources listed with it, in one flow `default` (source nodes named after their
+    /// sources, sink nodes after their sinks; a source taken by several sinks goes to each).
+    pub fn direct_to(routes: &[(&str, &[String])]) -> Plan {
+        let mut nodes: Vec<Node> = routes
+            .iter()
+            .map(|(sink, _)| Node {
+                id: (*sink).to_string(),
+                kind: NodeKind::Sink {
+                    sink: (*sink).to_string(),
                 },
-            });
+            })
+            .collect();
+        let sinks = nodes.len();
+        let mut wires = Vec::new();
+        for (to, (_, sources)) in routes.iter().enumerate() {
+            for source in sources.iter() {
+                let from = match nodes.iter().skip(sinks).position(|n| n.id == *source) {
+                    Some(i) => sinks + i,
+                    None => {
+                        nodes.push(Node {
+                            id: source.clone(),
+                            kind: NodeKind::Source {
+                                source: source.clone(),
+                            },
+                        });
+                        nodes.len() - 1
+                    }
+                };
+                if !wires.iter().any(|w: &Wire| w.from == from && w.to == to) {
+                    wires.push(Wire {
+                        from,
+                        port: Port::Out(0),
+                        to,
+                    });
+                }
+            }
         }
         Plan::compile(vec![FlowConfig {
             id: DIRECT_FLOW.to_string(),

@@ -20,16 +20,26 @@ use super::push::config::{
 };
 use super::push::preprocess::{validate_preprocess, RawPreprocessRule};
 use super::queue::QueueMode;
+use super::sparkplug::config::{RawSparkplugSink, SparkplugSinkConfig};
 use super::storage::config::{RawStorage, StorageConfig};
 use crate::admission::OnFull;
 use crate::config::checks::checked_name;
 use crate::config::{parse_tree, pick_connection, Problem, Problems};
 use crate::flow::config::FlowConfig;
+use crate::sources::devices::DevicesConfig;
 use crate::sources::mqtt::config::MqttConfig;
 use crate::sources::nats::config::NatsConfig;
 
 /// The kinds a `sinks[]` entry's `type` may name.
-pub const KINDS: &[&str] = &["push", "storage", "clickhouse", "postgres", "nats", "mqtt"];
+pub const KINDS: &[&str] = &[
+    "push",
+    "storage",
+    "clickhouse",
+    "postgres",
+    "nats",
+    "mqtt",
+    "sparkplug",
+];
 
 /// A `sinks[]` entry's keys besides `name` and `type`, by `type`.
 #[derive(Debug, Deserialize)]
@@ -48,6 +58,8 @@ pub enum RawSinkKind {
     Nats(RawNatsSink),
     /// `type: mqtt`: an MQTT topic.
     Mqtt(RawMqttSink),
+    /// `type: sparkplug`: a Sparkplug B edge node.
+    Sparkplug(RawSparkplugSink),
 }
 
 /// One `sinks[]` entry as read: its path, its name and its keys (each `None` when unusable;
@@ -86,6 +98,8 @@ pub enum SinkSpec {
     Nats(NatsSinkConfig),
     /// An MQTT sink.
     Mqtt(MqttSinkConfig),
+    /// A Sparkplug sink.
+    Sparkplug(SparkplugSinkConfig),
 }
 
 impl SinkConfig {
@@ -96,8 +110,12 @@ impl SinkConfig {
             SinkSpec::Push(c) => !c.queue.enabled,
             SinkSpec::ClickHouse(c) => c.queue == QueueMode::Memory,
             SinkSpec::Postgres(c) => c.queue == QueueMode::Memory,
-            // Storage commits; NATS and MQTT (QoS 1) wait for the server.
-            SinkSpec::Storage(_) | SinkSpec::Nats(_) | SinkSpec::Mqtt(_) => false,
+            // Storage commits; NATS and MQTT (QoS 1) wait for the server; Sparkplug has its
+            // disk queue.
+            SinkSpec::Storage(_)
+            | SinkSpec::Nats(_)
+            | SinkSpec::Mqtt(_)
+            | SinkSpec::Sparkplug(_) => false,
         }
     }
 
@@ -112,7 +130,8 @@ impl SinkConfig {
             | SinkSpec::ClickHouse(_)
             | SinkSpec::Postgres(_)
             | SinkSpec::Nats(_)
-            | SinkSpec::Mqtt(_) => None,
+            | SinkSpec::Mqtt(_)
+            | SinkSpec::Sparkplug(_) => None,
         }
     }
 
@@ -126,6 +145,21 @@ impl SinkConfig {
             SinkSpec::Postgres(c) => disk(&c.queue) || c.batch.on_full == OnFull::Block,
             SinkSpec::Nats(c) => disk(&c.queue),
             SinkSpec::Mqtt(c) => disk(&c.queue),
+            SinkSpec::Sparkplug(c) => disk(&c.queue_mode()),
+        }
+    }
+
+    /// True for the kinds that, without `flows:`, take the records of every polled device
+    /// (besides `push`, which takes every source's).
+    pub fn takes_every_device(&self) -> bool {
+        match &self.spec {
+            SinkSpec::Sparkplug(_) => true,
+            SinkSpec::Push(_)
+            | SinkSpec::Storage(_)
+            | SinkSpec::ClickHouse(_)
+            | SinkSpec::Postgres(_)
+            | SinkSpec::Nats(_)
+            | SinkSpec::Mqtt(_) => false,
         }
     }
 }
@@ -262,8 +296,10 @@ pub struct Context<'a> {
     pub nats: &'a NatsConfig,
     /// `mqtt:`, validated.
     pub mqtt: &'a MqttConfig,
-    /// Every configured source, for the preprocess rules.
+    /// Every configured source, for the preprocess and deadband rules.
     pub sources: &'a [String],
+    /// `devices:`, validated: a Sparkplug node's metrics.
+    pub devices: &'a DevicesConfig,
 }
 
 /// Validates every sink: the sections' first (`push` always, made with the defaults when not
@@ -330,6 +366,8 @@ pub fn validate_sinks(
             });
         }
     }
+    // (where, (group_id, edge_node_id)) of each sparkplug entry so far.
+    let mut edge_nodes: Vec<(String, (String, String))> = Vec::new();
     for e in entries {
         let (Some(name), Some(kind)) = (e.name, e.kind) else {
             continue;
@@ -363,6 +401,33 @@ pub fn validate_sinks(
             }
             RawSinkKind::Nats(raw) => messaging(RawSinkRef::Nats(&raw), at, cx, p, warnings),
             RawSinkKind::Mqtt(raw) => messaging(RawSinkRef::Mqtt(&raw), at, cx, p, warnings),
+            RawSinkKind::Sparkplug(raw) => {
+                let connection = pick_connection(
+                    &cx.mqtt.connections,
+                    |c| &c.name,
+                    raw.connection.as_deref(),
+                    "mqtt.connections",
+                    at,
+                    p,
+                );
+                let c =
+                    SparkplugSinkConfig::validate(&raw, connection, cx.devices, cx.sources, at, p);
+                if let Some(c) = &c {
+                    // Two nodes of one id would take each other's sessions and commands.
+                    let id = (c.group_id.clone(), c.edge_node_id.clone());
+                    if let Some((first, _)) = edge_nodes.iter().find(|(_, o)| *o == id) {
+                        p.push(
+                            format!("{at}.edge_node_id"),
+                            format!(
+                                "{:?} of group {:?} is also the edge node of {first}: each node needs its own id",
+                                id.1, id.0
+                            ),
+                        );
+                    }
+                    edge_nodes.push((at.to_string(), id));
+                }
+                c.map(SinkSpec::Sparkplug)
+            }
         };
         if let Some(spec) = spec {
             out.push(SinkConfig { name, spec });

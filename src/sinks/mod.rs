@@ -9,6 +9,8 @@
 //!   ([`backlog`]) that is lost if the process crashes, or through a `queue: disk`.
 //! - [`nats`]: publishes to NATS (JetStream with ack, or core + flush); [`mqtt`]: publishes to
 //!   an MQTT broker and waits for the PUBACK.
+//! - [`sparkplug`]: the connector as a Sparkplug B edge node, behind a disk queue that holds
+//!   what the primary host missed.
 //! - [`queue`]: the durable queue and its deliverer, in front of push and of any sink with
 //!   `queue: disk`.
 //! - [`config`]: the `sinks:` list and the top-level sections that each make one sink.
@@ -24,11 +26,12 @@ pub mod push;
 pub mod queue;
 pub mod report;
 mod sink;
+pub mod sparkplug;
 pub mod storage;
 
 pub use config::{SinkConfig, SinkSpec};
 pub use report::Report;
 pub use sink::{
-    queue_file, BuildError, Delivered, DeliveryError, Running, Sink, Sinks, StartContext,
-    TOP_LEVEL_DOCUMENTS,
+    queue_file, BuildError, Delivered, DeliveryError, DeviceStatuses, Running, Sink, Sinks,
+    StartContext, TOP_LEVEL_DOCUMENTS,
 };

@@ -18,11 +18,14 @@ use super::postgres::PostgresSink;
 use super::push::PushSink;
 use super::queue::{Deliverer, DiskQueue, DiskQueueConfig, QueueMode, DISK_FAMILIES};
 use super::report::{Report, Samples};
+use super::sparkplug::SparkplugSink;
 use super::storage::StorageSink;
 use crate::admission::{Refused, Reservation};
+use crate::commands::Commands;
 use crate::engine::Engine;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
+use crate::sources::{modbus, opcua};
 use crate::store::queue::{ReplayError, ReplaySummary};
 use crate::store::{DeadLetter, StoreError};
 
@@ -51,6 +54,8 @@ enum Kind {
     Nats(Arc<NatsSink>),
     /// An MQTT topic.
     Mqtt(Arc<MqttSink>),
+    /// A Sparkplug B edge node (always behind its disk queue).
+    Sparkplug(Arc<SparkplugSink>),
 }
 
 /// What a sink did with a record it accepted.
@@ -125,6 +130,19 @@ pub struct StartContext {
     pub runtime: tokio::runtime::Handle,
     /// The stop signal.
     pub shutdown: Shutdown,
+    /// The pollers' statuses: a Sparkplug node's DBIRTH and DDEATH follow them.
+    pub devices: DeviceStatuses,
+    /// The commands service: a Sparkplug node's DCMDs go through it.
+    pub commands: Arc<Commands>,
+}
+
+/// The pollers' statuses, read by the sinks that report on devices.
+#[derive(Default, Clone)]
+pub struct DeviceStatuses {
+    /// The Modbus devices', in config order.
+    pub modbus: Vec<Arc<modbus::DeviceStatus>>,
+    /// The OPC-UA devices', in config order.
+    pub opcua: Vec<Arc<opcua::DeviceStatus>>,
 }
 
 /// What a started sink leaves running.
@@ -195,6 +213,12 @@ impl Sink {
                 Kind::Mqtt(Arc::new(MqttSink::new(name, c.clone()).map_err(client)?)),
                 c.queue,
             ),
+            SinkSpec::Sparkplug(c) => (
+                Kind::Sparkplug(Arc::new(
+                    SparkplugSink::new(name, c.clone(), data_dir).map_err(client)?,
+                )),
+                c.queue_mode(),
+            ),
         };
         let queue = match mode {
             QueueMode::Memory => None,
@@ -212,7 +236,7 @@ impl Sink {
         &self.name
     }
 
-    /// Its kind: `push`, `storage`, `clickhouse`, `postgres`, `nats` or `mqtt`.
+    /// Its kind: `push`, `storage`, `clickhouse`, `postgres`, `nats`, `mqtt` or `sparkplug`.
     pub fn kind(&self) -> &'static str {
         match &self.kind {
             Kind::Push(_) => "push",
@@ -221,6 +245,7 @@ impl Sink {
             Kind::Postgres(_) => "postgres",
             Kind::Nats(_) => "nats",
             Kind::Mqtt(_) => "mqtt",
+            Kind::Sparkplug(_) => "sparkplug",
         }
     }
 
@@ -236,6 +261,8 @@ impl Sink {
             Kind::ClickHouse(_) | Kind::Postgres(_) => 1,
             Kind::Nats(n) => n.bytes(record),
             Kind::Mqtt(m) => m.bytes(record),
+            // Never reached: a sparkplug sink always has its disk queue.
+            Kind::Sparkplug(_) => DiskQueue::row_bytes(&record.to_line()),
         }
     }
 
@@ -267,6 +294,10 @@ impl Sink {
                 m.admit()?;
                 m.gate().admit(bytes)
             }
+            // Never reached: a sparkplug sink always has its disk queue.
+            Kind::Sparkplug(_) => Err(Refused {
+                after: crate::admission::RETRY_AFTER,
+            }),
         }
     }
 
@@ -278,7 +309,7 @@ impl Sink {
             return true;
         }
         match &self.kind {
-            Kind::Push(_) | Kind::ClickHouse(_) | Kind::Postgres(_) => true,
+            Kind::Push(_) | Kind::ClickHouse(_) | Kind::Postgres(_) | Kind::Sparkplug(_) => true,
             Kind::Storage(_) | Kind::Nats(_) | Kind::Mqtt(_) => false,
         }
     }
@@ -305,6 +336,10 @@ impl Sink {
             Kind::Postgres(p) => p.deliver(record, tracked, reservation),
             Kind::Nats(n) => n.deliver(record).await,
             Kind::Mqtt(m) => m.deliver(record).await,
+            // Never reached: a sparkplug sink always has its disk queue.
+            Kind::Sparkplug(_) => Err(DeliveryError::Refused(Refused {
+                after: crate::admission::RETRY_AFTER,
+            })),
         }
     }
 
@@ -317,6 +352,7 @@ impl Sink {
             Kind::Postgres(p) => p.start(ctx)?,
             Kind::Nats(n) => n.start(ctx)?,
             Kind::Mqtt(m) => m.start(ctx)?,
+            Kind::Sparkplug(s) => s.start(ctx, self.queue.clone())?,
         };
         if let Some(q) = &self.queue {
             let destination = match &self.kind {
@@ -326,6 +362,7 @@ impl Sink {
                 Kind::Postgres(p) => Some((p.destination()?, p.delivery())),
                 Kind::Nats(n) => Some((n.destination(ctx), n.delivery())),
                 Kind::Mqtt(m) => Some((m.destination(ctx), m.delivery())),
+                Kind::Sparkplug(s) => Some((s.destination(ctx), s.delivery())),
             };
             if let Some((destination, delivery)) = destination {
                 let deliverer = Deliverer::new(
@@ -350,7 +387,7 @@ impl Sink {
             Kind::Storage(s) => s.close(),
             Kind::ClickHouse(c) => c.close(),
             Kind::Postgres(p) => p.close(),
-            Kind::Nats(_) | Kind::Mqtt(_) => {}
+            Kind::Nats(_) | Kind::Mqtt(_) | Kind::Sparkplug(_) => {}
         }
         if let Some(q) = &self.queue {
             q.close();
@@ -366,6 +403,7 @@ impl Sink {
             Kind::Postgres(p) => p.report(),
             Kind::Nats(n) => n.report(),
             Kind::Mqtt(m) => m.report(),
+            Kind::Sparkplug(s) => s.report(self.queue.as_deref()),
         };
         if let Some(q) = &self.queue {
             queued_report(&self.name, q, &mut r);
@@ -385,7 +423,7 @@ impl Sink {
                 Kind::Storage(_) => vec![("storage", r.status.clone())],
                 Kind::ClickHouse(_) => vec![("clickhouse", r.status.clone())],
                 Kind::Postgres(_) => vec![("postgres", r.status.clone())],
-                Kind::Nats(_) | Kind::Mqtt(_) => Vec::new(),
+                Kind::Nats(_) | Kind::Mqtt(_) | Kind::Sparkplug(_) => Vec::new(),
             };
         }
         r
@@ -400,6 +438,7 @@ impl Sink {
             Kind::Postgres(p) => p.error_detail(),
             Kind::Nats(n) => n.error_detail(),
             Kind::Mqtt(m) => m.error_detail(),
+            Kind::Sparkplug(s) => s.error_detail(),
         };
         serde_json::json!({
             "sink": self.name,
@@ -421,7 +460,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -445,7 +485,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -461,7 +502,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -478,7 +520,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -494,7 +537,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -510,7 +554,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -525,7 +570,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 
@@ -537,7 +583,8 @@ impl Sink {
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
             | Kind::Nats(_)
-            | Kind::Mqtt(_) => None,
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
         }
     }
 }

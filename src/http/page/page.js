@@ -202,6 +202,7 @@
       if (k.durable === false) extra.push('memory');
       if (k.last_error) extra.push('error: ' + k.last_error);
       if (k.note) extra.push(k.note);
+      if (k.sparkplug) extra.push(sparkplug(k.sparkplug));
       return [k.name, k.queue_rows !== undefined ? k.queue_rows : k.queue_depth, num(k.blocked), num(k.dropped), spark('out/' + k.name, true), extra.join(' · ')];
     });
     var u = s.uplink;
@@ -210,6 +211,19 @@
         ' · failures ' + num(u.failures_total) + (u.last_error ? ' · ' + u.last_error : '')]);
     }
     add(clear($('sinks')), table(['sink', 'queue', 'blocked', 'dropped', 'out/s', 'state'], rows, [0, 1, 1, 1, 0, 0]));
+  }
+
+  // A Sparkplug node: its ids, whether it publishes (or waits for its primary host), its
+  // session and message counts, and what waits to go out as historical.
+  function sparkplug(p) {
+    var h = p.primary_host, c = p.commands || {}, hist = p.historical || {};
+    var parts = ['Sparkplug ' + p.group_id + '/' + p.edge_node_id,
+      p.publishing ? 'publishing' : (h && h.state !== 'online' ? 'waiting for its primary host' : 'not publishing')];
+    if (h) parts.push('host ' + h.id + ' ' + h.state);
+    parts.push('bdSeq ' + num(p.bdSeq), 'seq ' + num(p.seq), 'births ' + num(p.births),
+      'data ' + num(p.data_messages), 'commands ' + num(c.received),
+      'historical ' + num(hist.waiting) + ' waiting, ' + num(hist.sent) + ' sent');
+    return parts.join(' · ');
   }
 
   function sources(s) {
