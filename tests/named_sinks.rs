@@ -398,7 +398,7 @@ flows:
         r#"sinks[2].name: "bad name" must be 1 to 64 letters, digits, '-' or '_'"#,
         r#"sinks[3].name: "postgres" is also the sink that postgres: makes: use one form"#,
         r#"sinks[4].name: "push" is also the sink that connector.push_queue / connector.push / connector.preprocess makes: use one form"#,
-        r#"sinks[5].type: expected one of push, storage, clickhouse, postgres, nats, mqtt, got "kafka""#,
+        r#"sinks[5].type: expected one of push, storage, clickhouse, postgres, nats, mqtt, sparkplug, got "kafka""#,
         "sinks[6].connection: mqtt.connections is empty: configure a connection",
         "sinks[6].qos: 3: expected 0 or 1",
         r#"sinks[7].queue: expected memory or disk, got "tape""#,

@@ -41,8 +41,8 @@ pub struct RawConfig {
     pub postgres: Option<RawPostgres>,
     /// Named sinks: any number of each kind. Each entry is `name` (1 to 64 letters, digits,
     /// `-`, `_`: what flows, `/api/status`, metric labels and the ledger call it), `type`
-    /// (`push`, `storage`, `clickhouse`, `postgres`, `nats`, `mqtt`) and the keys of that kind,
-    /// as its top-level section has them. A name a section already makes (`push`, `storage`,
+    /// (`push`, `storage`, `clickhouse`, `postgres`, `nats`, `mqtt`, `sparkplug`) and the keys
+    /// of that kind, as its top-level section has them (`sparkplug` has no section). A name a section already makes (`push`, `storage`,
     /// `clickhouse`, `postgres`, `nats`, `mqtt`) is an error.
     pub sinks: Option<Vec<serde_json::Value>>,
     /// Commands down to devices: the token of the HTTP path, the default expiry and rate
