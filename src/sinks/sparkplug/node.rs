@@ -665,8 +665,8 @@ impl Node {
             Some(&m) => (m, false),
             None => {
                 // A metric is defined by its first value: a null says nothing of its type.
-                learn(&s.value)?;
-                let m = self.add_metric(i, &s.name, &s.point, None, s.unit.clone());
+                learn(s.value)?;
+                let m = self.add_metric(i, &s.name, &s.point, None, s.unit.map(str::to_string));
                 let Some(m) = m else {
                     self.tally.skipped += 1;
                     return None;
@@ -675,12 +675,12 @@ impl Node {
             }
         };
         let metric = &mut self.devices[i].metrics[m];
-        let val = match metric.datatype.map(|t| fit(&s.value, t)) {
+        let val = match metric.datatype.map(|t| fit(s.value, t)) {
             Some(Some(v)) => v,
             // A configured type the value does not fit: no value (a device should never
             // send one); a learned type (or none yet): the metric takes the value's.
             Some(None) if metric.declared => Val::Null,
-            _ => match learn(&s.value) {
+            _ => match learn(s.value) {
                 Some((t, v)) => {
                     metric.datatype = Some(t);
                     changed = true;
@@ -699,7 +699,7 @@ impl Node {
             metric.last = Some(reading.clone());
         }
         if metric.unit.is_none() && s.unit.is_some() {
-            metric.unit = s.unit.clone();
+            metric.unit = s.unit.map(str::to_string);
         }
         Some((m, reading, changed))
     }
@@ -722,13 +722,13 @@ impl Node {
                 }
                 // Known types only here: a learned one waits for a record.
                 if metric.datatype.is_none() {
-                    if let Some((t, _)) = learn(&s.value) {
+                    if let Some((t, _)) = learn(s.value) {
                         self.devices[i].metrics[m].datatype = Some(t);
                     }
                 }
                 let metric = &mut self.devices[i].metrics[m];
                 let Some(t) = metric.datatype else { continue };
-                let val = fit(&s.value, t).unwrap_or(Val::Null);
+                let val = fit(s.value, t).unwrap_or(Val::Null);
                 metric.last = Some(Reading {
                     good: s.good,
                     val,
@@ -801,8 +801,14 @@ impl Node {
                 let metric = &d.metrics[*m];
                 let t = metric.datatype?;
                 let value = r.val.encode(t);
-                let quality_changed = metric.live.as_ref().is_none_or(|l| l.good != r.good);
-                let properties = (historical || quality_changed).then(|| {
+                // Live: when the quality changed. Historical (which leaves the live state
+                // alone): when it is bad; a value without the property is good.
+                let say_quality = if historical {
+                    !r.good
+                } else {
+                    metric.live.as_ref().is_none_or(|l| l.good != r.good)
+                };
+                let properties = say_quality.then(|| {
                     let mut p = PropertySet::default();
                     p.quality(if r.good { quality::GOOD } else { quality::BAD });
                     p
@@ -1133,6 +1139,16 @@ mod tests {
         assert!(metrics
             .iter()
             .all(|m| m.is_historical == Some(true) && m.timestamp == Some(500)));
+        // Good values need no Quality property; a bad one says so.
+        assert!(metrics.iter().all(|m| m.properties.is_none()));
+        let bad = record(
+            "modbus/press",
+            "fast",
+            600,
+            json!({"count": {"value": null, "quality": "bad"}}),
+        );
+        let msgs = node.record(&bad, 1100, &fake);
+        assert!(msgs[0].payload.metrics[0].properties.is_some());
         // The live values are untouched: a live record equal to the birth publishes nothing.
         let live = record(
             "modbus/press",

@@ -195,7 +195,7 @@ impl Conn {
         }
     }
 
-    async fn publish(&self, topic: &str, payload: Vec<u8>, qos: QoS) -> Result<(), String> {
+    async fn publish(&self, topic: String, payload: Vec<u8>, qos: QoS) -> Result<(), String> {
         // A topic with a wildcard is refused by the client; say which.
         if topic.contains(['+', '#']) {
             return Err(format!("{topic:?} is not a topic to publish to"));
@@ -360,7 +360,12 @@ impl Session {
                 QoS::AtLeastOnce,
                 false,
             ));
-        let (client, eventloop) = AsyncClient::new(opts, CLIENT_QUEUE);
+        let (client, mut eventloop) = AsyncClient::new(opts, CLIENT_QUEUE);
+        // The fence is a small packet after many: with Nagle's algorithm it waits for the
+        // broker's delayed ACK, tens of milliseconds per batch.
+        let mut network = eventloop.network_options();
+        network.set_tcp_nodelay(true);
+        eventloop.set_network_options(network);
         let (tx, events) = mpsc::channel(EVENTS_CAP);
         let driver = tokio::spawn(drive(eventloop, tx, Arc::clone(&self.p.stats)));
         Ok(Conn {
@@ -661,6 +666,8 @@ impl Session {
             let _ = batch.reply.send(Verdict::Delivered);
             return Ok(());
         }
+        // Made first, then sent in one go: the event loop writes them without waking for
+        // each one.
         self.send(conn, msgs).await?;
         conn.client
             .unsubscribe(FENCE)
@@ -679,10 +686,11 @@ impl Session {
                 Kind::NData | Kind::DData => &s.data_messages,
                 Kind::Historical => &s.historical_messages,
             };
-            conn.publish(&m.topic, m.payload.encode(), QoS::AtMostOnce)
+            let seq = m.payload.seq.unwrap_or(0);
+            conn.publish(m.topic, m.payload.encode(), QoS::AtMostOnce)
                 .await?;
             counter.fetch_add(1, Ordering::Relaxed);
-            s.seq.store(m.payload.seq.unwrap_or(0), Ordering::Relaxed);
+            s.seq.store(seq, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -692,7 +700,7 @@ impl Session {
         let ndeath = Node::ndeath(self.bd_seq, now_ms()).encode();
         let topic = self.p.node.topic("NDEATH", None);
         let sent = async {
-            conn.publish(&topic, ndeath, QoS::AtLeastOnce).await?;
+            conn.publish(topic, ndeath, QoS::AtLeastOnce).await?;
             conn.client.disconnect().await.map_err(|e| e.to_string())?;
             loop {
                 if let Event::Outgoing(Outgoing::Disconnect) = conn.next().await? {

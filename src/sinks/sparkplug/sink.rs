@@ -24,6 +24,10 @@ use crate::sinks::report::{Report, Samples};
 use crate::sinks::{Running, StartContext};
 use crate::store::Row;
 
+/// Rows of the disk queue per batch: at most this many records (a few MB decoded) wait in
+/// memory for the broker's answer; the messages go through the client's bounded queue.
+pub const BATCH_ROWS: usize = 2048;
+
 /// Counters of a `sparkplug` sink.
 #[derive(Debug, Default)]
 pub struct SparkplugStats {
@@ -178,11 +182,11 @@ impl SparkplugSink {
         Ok(running)
     }
 
-    /// Batch size and back-off of the deliverer of its queue: a batch fits the client's
-    /// queue with room for births.
+    /// Batch size and back-off of the deliverer of its queue. A batch is settled by one
+    /// round trip to the broker and one commit, so it is large: [`BATCH_ROWS`].
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
-            batch_rows: 256,
+            batch_rows: BATCH_ROWS,
             retry_initial: Duration::from_millis(200),
             retry_max: self.cfg.connection.reconnect_max,
         }

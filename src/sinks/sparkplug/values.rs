@@ -10,6 +10,8 @@
 //!   it is an integer, UInt64 above Int64's range, Double otherwise; text as String; a list or
 //!   an object inside a point as String holding its JSON.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Number, Value as Json};
 
 use super::proto::{datatype as dt, Value};
@@ -147,30 +149,31 @@ pub fn to_json(value: Option<&Value>, t: u32) -> Option<Json> {
 }
 
 /// One value a record carries.
+/// A value of a record, borrowed from its payload (only a new metric copies its parts).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub struct Sample<'a> {
     /// The metric's name: `<group>/<point>` for a poller's record, the field's path for
     /// others.
     pub name: String,
-    /// The payload key it came from (a poller's point name).
-    pub point: String,
+    /// The payload key it came from (a poller's point name; the path for other records).
+    pub point: Cow<'a, str>,
     /// The value.
-    pub value: Json,
+    pub value: &'a Json,
     /// False when the source says the value is bad (a Modbus exception, a bad OPC-UA status).
     pub good: bool,
     /// The engineering unit the record gives.
-    pub unit: Option<String>,
+    pub unit: Option<&'a str>,
 }
 
 /// The samples of a poller's record: `key` is the poll group, the payload maps each point to
 /// `{"value", "quality", "unit"?}`. Entries that are not of that shape are taken as plain
 /// values.
-pub fn polled_samples(key: &str, payload: &Json, skipped: &mut u64) -> Vec<Sample> {
+pub fn polled_samples<'a>(key: &str, payload: &'a Json, skipped: &mut u64) -> Vec<Sample<'a>> {
     let Json::Object(points) = payload else {
         *skipped += 1;
         return Vec::new();
     };
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(points.len().min(MAX_SAMPLES));
     for (point, entry) in points {
         if out.len() >= MAX_SAMPLES {
             *skipped += 1;
@@ -181,27 +184,30 @@ pub fn polled_samples(key: &str, payload: &Json, skipped: &mut u64) -> Vec<Sampl
             *skipped += 1;
             continue;
         }
-        out.push(point_sample(name, point, entry));
+        out.push(point_sample(name, Cow::Borrowed(point), entry));
     }
     out
 }
 
-fn point_sample(name: String, point: &str, entry: &Json) -> Sample {
+/// Null, for a point-shaped object without a value.
+static NULL: Json = Json::Null;
+
+fn point_sample<'a>(name: String, point: Cow<'a, str>, entry: &'a Json) -> Sample<'a> {
     match entry {
         Json::Object(o) if o.contains_key("value") => Sample {
             name,
-            point: point.to_string(),
-            value: o.get("value").cloned().unwrap_or(Json::Null),
+            point,
+            value: o.get("value").unwrap_or(&NULL),
             good: o
                 .get("quality")
                 .and_then(Json::as_str)
                 .is_none_or(|q| q == "good"),
-            unit: o.get("unit").and_then(Json::as_str).map(str::to_string),
+            unit: o.get("unit").and_then(Json::as_str),
         },
         other => Sample {
             name,
-            point: point.to_string(),
-            value: other.clone(),
+            point,
+            value: other,
             good: true,
             unit: None,
         },
@@ -211,14 +217,14 @@ fn point_sample(name: String, point: &str, entry: &Json) -> Sample {
 /// The samples of any other record: each field of the payload, nested objects as folders
 /// (`line/speed`), a point-shaped object (`{"value":..}`) as its value; a payload that is
 /// not an object is one metric, `value`.
-pub fn record_samples(payload: &Json, skipped: &mut u64) -> Vec<Sample> {
+pub fn record_samples<'a>(payload: &'a Json, skipped: &mut u64) -> Vec<Sample<'a>> {
     let mut out = Vec::new();
     match payload {
         Json::Object(fields) => flatten("", fields, 0, &mut out, skipped),
         other => out.push(Sample {
             name: "value".into(),
-            point: "value".into(),
-            value: other.clone(),
+            point: Cow::Borrowed("value"),
+            value: other,
             good: true,
             unit: None,
         }),
@@ -226,11 +232,11 @@ pub fn record_samples(payload: &Json, skipped: &mut u64) -> Vec<Sample> {
     out
 }
 
-fn flatten(
+fn flatten<'a>(
     prefix: &str,
-    fields: &Map<String, Json>,
+    fields: &'a Map<String, Json>,
     depth: usize,
-    out: &mut Vec<Sample>,
+    out: &mut Vec<Sample<'a>>,
     skipped: &mut u64,
 ) {
     for (key, v) in fields {
@@ -244,12 +250,14 @@ fn flatten(
             continue;
         }
         match v {
-            Json::Object(o) if o.contains_key("value") => out.push(point_sample(name, key, v)),
+            Json::Object(o) if o.contains_key("value") => {
+                out.push(point_sample(name, Cow::Borrowed(key.as_str()), v))
+            }
             Json::Object(o) if depth < MAX_DEPTH => flatten(&name, o, depth + 1, out, skipped),
             other => out.push(Sample {
-                point: name.clone(),
+                point: Cow::Owned(name.clone()),
                 name,
-                value: other.clone(),
+                value: other,
                 good: true,
                 unit: None,
             }),
@@ -319,23 +327,18 @@ mod tests {
     #[test]
     fn a_pollers_record_gives_group_and_point_and_other_records_give_their_field_paths() {
         let mut skipped = 0;
-        let polled = polled_samples(
-            "fast",
-            &json!({"temp": {"value": 21.5, "quality": "good", "unit": "°C"},
-                    "press": {"value": null, "quality": "bad", "exception": 2}}),
-            &mut skipped,
-        );
+        let payload = json!({"temp": {"value": 21.5, "quality": "good", "unit": "°C"},
+                             "press": {"value": null, "quality": "bad", "exception": 2}});
+        let polled = polled_samples("fast", &payload, &mut skipped);
         assert_eq!(polled[0].name, "fast/temp");
-        assert_eq!(polled[0].unit.as_deref(), Some("°C"));
+        assert_eq!(polled[0].unit, Some("°C"));
         assert_eq!(polled[1].name, "fast/press");
         assert!(!polled[1].good);
-        let other = record_samples(
-            &json!({"n": 7, "line": {"speed": 1.5, "state": {"value": "run", "quality": "good"}}, "tags": ["a"]}),
-            &mut skipped,
-        );
+        let payload = json!({"n": 7, "line": {"speed": 1.5, "state": {"value": "run", "quality": "good"}}, "tags": ["a"]});
+        let other = record_samples(&payload, &mut skipped);
         let names: Vec<&str> = other.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["n", "line/speed", "line/state", "tags"]);
-        assert_eq!(other[2].value, json!("run"));
+        assert_eq!(other[2].value, &json!("run"));
         assert_eq!(record_samples(&json!(5), &mut skipped)[0].name, "value");
         let long = json!({ "x".repeat(MAX_NAME + 1): 1 });
         assert!(record_samples(&long, &mut skipped).is_empty());
