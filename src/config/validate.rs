@@ -192,6 +192,16 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         &mut p,
         &mut warnings,
     );
+    if commands.is_none() {
+        for device in devices.with_writable_points() {
+            warnings.push(Problem {
+                path: "commands".into(),
+                message: format!(
+                    "is not configured, so nothing can write device {device}'s writable points"
+                ),
+            });
+        }
+    }
     let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
     let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
@@ -440,6 +450,26 @@ flows:
         .unwrap();
         assert_eq!(ok.warnings.len(), 1, "{:?}", ok.warnings);
         assert_eq!(ok.warnings[0].path, "schedules[0]");
+    }
+
+    #[test]
+    fn writable_points_without_a_commands_section_are_warned_of_by_device() {
+        let text = "connector:\n  data_dir: /d\ndevices:\n  - name: press\n    protocol: modbus_tcp\n    host: 127.0.0.1\n    points:\n      - { name: setpoint, register: 12, type: f32, writable: true }\n  - name: oven\n    protocol: modbus_tcp\n    host: 127.0.0.1\n    points:\n      - { name: temp, register: 0 }\n";
+        let c = from_yaml(text).unwrap();
+        let warned: Vec<String> = c
+            .warnings
+            .iter()
+            .map(|w| format!("{}: {}", w.path, w.message))
+            .collect();
+        assert_eq!(
+            warned,
+            ["commands: is not configured, so nothing can write device press's writable points"]
+        );
+        let with = text.replace(
+            "devices:",
+            "commands:\n  token: 0123456789abcdef0123\ndevices:",
+        );
+        assert!(from_yaml(&with).unwrap().warnings.is_empty());
     }
 
     #[test]

@@ -147,6 +147,22 @@ pub struct DevicesConfig {
 }
 
 impl DevicesConfig {
+    /// The names of the devices with a point or node marked `writable: true`, in config order
+    /// (Modbus first).
+    pub fn with_writable_points(&self) -> Vec<&str> {
+        let modbus = self
+            .modbus
+            .iter()
+            .filter(|d| d.points.iter().any(|p| p.writable))
+            .map(|d| d.name.as_str());
+        let opcua = self
+            .opcua
+            .iter()
+            .filter(|d| d.nodes().any(|n| n.writable))
+            .map(|d| d.name.as_str());
+        modbus.chain(opcua).collect()
+    }
+
     /// Every device's source name, as flows name it: `modbus/<name>`.
     pub fn source_names(&self) -> Vec<String> {
         self.modbus
