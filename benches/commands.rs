@@ -32,15 +32,15 @@
 // The tests' harness: the daemon runner, the keep-alive HTTP client, free loopback ports.
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::error::Error;
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, poll_until, Daemon};
 use serde_json::{json, Value};
+use support::{daemon_binary, wait_for_port, Kill};
 use tokio_modbus::client::{Context, Reader, Writer};
 use tokio_modbus::prelude::SlaveContext;
 use tokio_modbus::Slave;
@@ -294,35 +294,4 @@ fn percentile(times: &mut [Duration], q: f64) -> f64 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-/// A child process killed on drop.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `OPEX_CONNECTOR_BIN`, else the binary cargo built next to this bench.
-fn daemon_binary() -> BoxResult<PathBuf> {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return Ok(PathBuf::from(bin));
-    }
-    match option_env!("CARGO_BIN_EXE_opex-connector") {
-        Some(bin) if Path::new(bin).is_file() => Ok(PathBuf::from(bin)),
-        _ => Err("set OPEX_CONNECTOR_BIN (scripts/bench.sh commands does)".into()),
-    }
-}
-
-fn wait_for_port(port: u16) -> BoxResult<()> {
-    if poll_until(Duration::from_secs(20), || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    }) {
-        Ok(())
-    } else {
-        Err(format!("the simulator does not listen on {port}").into())
-    }
 }

@@ -25,11 +25,12 @@
 // The tests' harness: the same PostgreSQL and ClickHouse peers the sink tests start.
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::error::Error;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,6 +50,7 @@ use opex_connector::sinks::queue::{DiskQueueConfig, QueueMode};
 use opex_connector::sinks::{Sink, SinkConfig, SinkSpec, Sinks, StartContext};
 use opex_connector::store::dead_letters::DeadLetterQueue;
 use serde_json::{json, Value};
+use support::daemon_binary;
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -616,33 +618,6 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// `OPEX_CONNECTOR_BIN`, else the binary cargo built next to this bench.
-fn daemon_binary() -> BoxResult<PathBuf> {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return Ok(PathBuf::from(bin));
-    }
-    if let Some(bin) = option_env!("CARGO_BIN_EXE_opex-connector") {
-        if Path::new(bin).is_file() {
-            return Ok(PathBuf::from(bin));
-        }
-    }
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot find the target folder")?
-        .join("opex-connector");
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!(
-            "no daemon binary at {}: set OPEX_CONNECTOR_BIN",
-            bin.display()
-        )
-        .into())
     }
 }
 

@@ -33,6 +33,7 @@
 //!
 //! Run it with `scripts/bench.sh ingest`, which builds the daemon first.
 
+mod support;
 use std::error::Error;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -47,6 +48,7 @@ use std::time::{Duration, Instant};
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, U64};
 use heed::{CommitOrAbort, Database, EnvOpenOptions, PutFlags};
+use support::daemon_binary;
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -229,35 +231,6 @@ fn bench_base_dir() -> PathBuf {
         Some(dir) => PathBuf::from(dir),
         None => std::env::temp_dir(),
     }
-}
-
-/// The daemon binary: `OPEX_CONNECTOR_BIN`, else the `opex-connector` that
-/// cargo built for this bench (`CARGO_BIN_EXE_*`: the same profile, inside
-/// `CARGO_TARGET_DIR`), else `opex-connector` in the profile folder this
-/// bench runs from (`<target>/<profile>/deps/ingest-*`).
-fn daemon_binary() -> BoxResult<PathBuf> {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return Ok(PathBuf::from(bin));
-    }
-    if let Some(bin) = option_env!("CARGO_BIN_EXE_opex-connector") {
-        if Path::new(bin).is_file() {
-            return Ok(PathBuf::from(bin));
-        }
-    }
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot locate the target profile folder from the bench executable")?;
-    let bin = profile_dir.join("opex-connector");
-    if !bin.is_file() {
-        return Err(format!(
-            "{} not found: run `cargo build --release` first (scripts/bench.sh does)",
-            bin.display()
-        )
-        .into());
-    }
-    Ok(bin)
 }
 
 struct RawResult {

@@ -23,6 +23,7 @@
 // The tests' free loopback port (only that file of the harness: nothing else is needed here).
 #[path = "../tests/common/ports.rs"]
 mod ports;
+mod support;
 
 use std::error::Error;
 use std::fs;
@@ -35,6 +36,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ports::free_port;
+use support::{daemon_binary, wait_for_port};
 use tokio_modbus::client::Reader;
 use tokio_modbus::Slave;
 
@@ -325,27 +327,6 @@ fn bench_base_dir() -> PathBuf {
         Some(dir) => PathBuf::from(dir),
         None => std::env::temp_dir(),
     }
-}
-
-fn daemon_binary() -> BoxResult<PathBuf> {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return Ok(PathBuf::from(bin));
-    }
-    match option_env!("CARGO_BIN_EXE_opex-connector") {
-        Some(bin) if Path::new(bin).is_file() => Ok(PathBuf::from(bin)),
-        _ => Err("set OPEX_CONNECTOR_BIN (scripts/bench.sh modbus does)".into()),
-    }
-}
-
-fn wait_for_port(port: u16) -> BoxResult<()> {
-    let began = Instant::now();
-    while began.elapsed() < Duration::from_secs(20) {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    Err(format!("nothing listens on {port}").into())
 }
 
 fn wait_until_polled(addr: &str, polls: u64) -> BoxResult<()> {

@@ -19,16 +19,17 @@
 // The tests' free loopback port (only that file of the harness: nothing else is needed here).
 #[path = "../tests/common/ports.rs"]
 mod ports;
+mod support;
 
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use ports::free_port;
+use support::{daemon_binary, Kill};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -37,21 +38,6 @@ fn main() {
         eprintln!("bench nats: {e}");
         std::process::exit(1);
     }
-}
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return PathBuf::from(bin);
-    }
-    PathBuf::from(env!("CARGO_BIN_EXE_opex-connector"))
 }
 
 fn run() -> BoxResult<()> {
@@ -104,7 +90,7 @@ fn run() -> BoxResult<()> {
         ),
     )?;
     let started = Instant::now();
-    let mut child = Command::new(daemon_bin())
+    let mut child = Command::new(daemon_binary()?)
         .args(["run", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")

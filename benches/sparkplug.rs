@@ -32,12 +32,13 @@
 // The tests' free loopback port (only that file of the harness: nothing else is needed here).
 #[path = "../tests/common/ports.rs"]
 mod ports;
+mod support;
 
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -45,6 +46,7 @@ use opex_connector::sinks::sparkplug::proto::Payload;
 use ports::free_port;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::{json, Value};
+use support::{daemon_binary, Kill};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -59,21 +61,6 @@ fn main() {
         eprintln!("bench sparkplug: {e}");
         std::process::exit(1);
     }
-}
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return PathBuf::from(bin);
-    }
-    PathBuf::from(env!("CARGO_BIN_EXE_opex-connector"))
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -120,7 +107,7 @@ fn run() -> BoxResult<()> {
     let _broker = mosquitto(dir.path(), broker_port)?;
     let sim_port = free_port();
     let _simulator = Kill(
-        Command::new(daemon_bin())
+        Command::new(daemon_binary()?)
             .args([
                 "simulate",
                 "--modbus",
@@ -537,7 +524,7 @@ fn start_daemon(cfg: &Value) -> BoxResult<(Kill, String)> {
     std::fs::create_dir_all(&dir)?;
     let path = Path::new(&dir).with_extension("yaml");
     std::fs::write(&path, cfg.to_string())?;
-    let mut child = Command::new(daemon_bin())
+    let mut child = Command::new(daemon_binary()?)
         .args(["run", "--config"])
         .arg(&path)
         .env(

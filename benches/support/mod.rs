@@ -1,0 +1,60 @@
+//! What every benchmark needs around the daemon: its binary, a child process killed on drop,
+//! and a wait for a port. Included by each bench with `mod support;`.
+
+#![allow(dead_code)]
+
+use std::error::Error;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// A child process, killed and reaped when this is dropped.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The daemon binary: `OPEX_CONNECTOR_BIN`, else the `opex-connector` that cargo built for
+/// this bench (`CARGO_BIN_EXE_*`: the same profile, inside `CARGO_TARGET_DIR`), else
+/// `opex-connector` in the profile folder this bench runs from (`<target>/<profile>/deps/*`).
+pub fn daemon_binary() -> Result<PathBuf, Box<dyn Error>> {
+    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_opex-connector") {
+        if Path::new(bin).is_file() {
+            return Ok(PathBuf::from(bin));
+        }
+    }
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target profile folder from the bench executable")?;
+    let bin = profile_dir.join("opex-connector");
+    if !bin.is_file() {
+        return Err(format!(
+            "{} not found: run `cargo build --release` first (scripts/bench.sh does), or set OPEX_CONNECTOR_BIN",
+            bin.display()
+        )
+        .into());
+    }
+    Ok(bin)
+}
+
+/// Waits up to 20 s for something to listen on 127.0.0.1:`port`.
+pub fn wait_for_port(port: u16) -> Result<(), Box<dyn Error>> {
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(20) {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("nothing listens on 127.0.0.1:{port}").into())
+}
