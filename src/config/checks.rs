@@ -75,6 +75,30 @@ pub fn checked_token(
     }
 }
 
+/// The source a rule at `at` names (`<at>.source`): required, and one of the configured
+/// `sources`. `None` when a problem was pushed.
+pub fn known_source(
+    source: Option<&str>,
+    at: &str,
+    sources: &[String],
+    p: &mut Problems,
+) -> Option<String> {
+    match source {
+        None => {
+            p.push(format!("{at}.source"), "is required");
+            None
+        }
+        Some(s) if !sources.iter().any(|k| k == s) => {
+            p.push(
+                format!("{at}.source"),
+                format!("unknown source {s:?} (known: {})", sources.join(", ")),
+            );
+            None
+        }
+        Some(s) => Some(s.to_string()),
+    }
+}
+
 /// True for names that are safe in a URL path, a flow reference and a metric label: 1 to 64
 /// letters, digits, `-` or `_`.
 pub fn valid_name(name: &str) -> bool {

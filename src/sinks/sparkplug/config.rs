@@ -7,6 +7,7 @@
 use serde::Deserialize;
 
 use crate::brokers::mqtt::MqttConnectionConfig;
+use crate::config::checks::known_source;
 use crate::config::Problems;
 use crate::sinks::push::preprocess::config::Deadband;
 use crate::sinks::queue::config::validate_queue;
@@ -224,20 +225,7 @@ fn validate_deadbands(
     let mut out = Vec::new();
     for (i, r) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{at}.deadband[{i}]");
-        let source = match r.source.as_deref() {
-            None => {
-                p.push(format!("{at}.source"), "is required");
-                None
-            }
-            Some(s) if !sources.iter().any(|k| k == s) => {
-                p.push(
-                    format!("{at}.source"),
-                    format!("unknown source {s:?} (known: {})", sources.join(", ")),
-                );
-                None
-            }
-            Some(s) => Some(s.to_string()),
-        };
+        let source = known_source(r.source.as_deref(), &at, sources, p);
         let band = match (r.absolute, r.percent) {
             (Some(a), None) if a.is_finite() && a >= 0.0 => Some(Deadband::Absolute(a)),
             (None, Some(pc)) if pc.is_finite() && pc >= 0.0 => Some(Deadband::Percent(pc)),

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::checks::known_source;
 use crate::config::{Problem, Problems};
 use crate::time::parse_duration;
 
@@ -111,20 +112,7 @@ pub fn validate_preprocess(
     let mut out: Vec<PreprocessRule> = Vec::new();
     for (i, r) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{path}[{i}]");
-        let source = match r.source.as_deref() {
-            None => {
-                p.push(format!("{at}.source"), "is required");
-                None
-            }
-            Some(s) if !sources.iter().any(|k| k == s) => {
-                p.push(
-                    format!("{at}.source"),
-                    format!("unknown source {s:?} (known: {})", sources.join(", ")),
-                );
-                None
-            }
-            Some(s) => Some(s.to_string()),
-        };
+        let source = known_source(r.source.as_deref(), &at, sources, p);
         if r.point.as_deref() == Some("") {
             p.push(format!("{at}.point"), "must not be empty");
         }
