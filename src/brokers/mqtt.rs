@@ -176,6 +176,17 @@ pub fn reconnect_delay(n: u32, max: Duration) -> Duration {
         .min(max)
 }
 
+/// The TLS transport of `cfg`, when it has `tls` (both protocol versions take it).
+fn transport(cfg: &MqttConnectionConfig) -> Result<Option<Transport>, String> {
+    let Some(tls) = &cfg.tls else {
+        return Ok(None);
+    };
+    let config = client_config(tls)?;
+    Ok(Some(Transport::tls_with_config(TlsConfiguration::Rustls(
+        Arc::new(config),
+    ))))
+}
+
 /// Options for the client `<client_id>-<suffix>`.
 pub fn options(cfg: &MqttConnectionConfig, suffix: &str) -> Result<MqttOptions, String> {
     let id = format!("{}-{suffix}", cfg.client_id);
@@ -187,11 +198,8 @@ pub fn options(cfg: &MqttConnectionConfig, suffix: &str) -> Result<MqttOptions, 
     if let Some((u, p)) = &cfg.credentials {
         o.set_credentials(u.clone(), p.clone());
     }
-    if let Some(tls) = &cfg.tls {
-        let config = client_config(tls)?;
-        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
-            Arc::new(config),
-        )));
+    if let Some(t) = transport(cfg)? {
+        o.set_transport(t);
     }
     Ok(o)
 }
@@ -215,11 +223,8 @@ pub fn options_v5(
     if let Some((u, p)) = &cfg.credentials {
         o.set_credentials(u.clone(), p.clone());
     }
-    if let Some(tls) = &cfg.tls {
-        let config = client_config(tls)?;
-        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
-            Arc::new(config),
-        )));
+    if let Some(t) = transport(cfg)? {
+        o.set_transport(t);
     }
     Ok(o)
 }
