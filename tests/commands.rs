@@ -469,52 +469,32 @@ fn commands_over_max_per_second_are_rate_limited_send_nothing_and_each_leaves_it
 
 // ---------------------------------------------------------------- NATS
 
-/// A plain NATS client on a runtime of its own.
-struct Nats {
-    rt: tokio::runtime::Runtime,
-    client: async_nats::Client,
+/// A request over `nats`; its reply as JSON.
+fn nats_request(nats: &Js, subject: &str, body: &Value) -> Value {
+    let reply = nats
+        .rt
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                nats.client
+                    .request(subject.to_string(), body.to_string().into()),
+            )
+            .await
+        })
+        .expect("a reply in time")
+        .expect("a reply");
+    serde_json::from_slice(&reply.payload).expect("a JSON reply")
 }
 
-impl Nats {
-    fn connect(url: &str) -> Nats {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client = rt
-            .block_on(async_nats::connect(url))
-            .expect("connect to nats-server");
-        Nats { rt, client }
-    }
-
-    /// A request; its reply as JSON.
-    fn request(&self, subject: &str, body: &Value) -> Value {
-        let reply = self
-            .rt
-            .block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(30),
-                    self.client
-                        .request(subject.to_string(), body.to_string().into()),
-                )
-                .await
-            })
-            .expect("a reply in time")
-            .expect("a reply");
-        serde_json::from_slice(&reply.payload).expect("a JSON reply")
-    }
-
-    /// A publish without a reply subject.
-    fn publish(&self, subject: &str, body: &Value) {
-        self.rt.block_on(async {
-            self.client
-                .publish(subject.to_string(), body.to_string().into())
-                .await
-                .unwrap();
-            self.client.flush().await.unwrap();
-        });
-    }
+/// A publish over `nats` without a reply subject.
+fn nats_publish(nats: &Js, subject: &str, body: &Value) {
+    nats.rt.block_on(async {
+        nats.client
+            .publish(subject.to_string(), body.to_string().into())
+            .await
+            .unwrap();
+        nats.client.flush().await.unwrap();
+    });
 }
 
 #[test]
@@ -531,10 +511,10 @@ fn a_nats_request_runs_the_command_and_its_reply_is_the_outcome() {
         d.status()["commands"]["nats"]["connected"] == true
     });
     set_device(port, SETPOINT, 0, PUMP, false);
-    let nats = Nats::connect(&server.url());
+    let nats = Js::connect(&server.url());
 
     let body = json!({"id": "n-1", "points": {"setpoint": 12.3, "pump": true}});
-    let reply = nats.request("opex.cmd.press-1", &body);
+    let reply = nats_request(&nats, "opex.cmd.press-1", &body);
     assert_eq!(reply["ok"], true, "{reply:#}");
     assert_eq!(reply["id"], "n-1");
     assert_eq!(reply["points"]["setpoint"]["result"], "written");
@@ -547,21 +527,26 @@ fn a_nats_request_runs_the_command_and_its_reply_is_the_outcome() {
 
     // A repeat gets the first reply and writes nothing.
     set_device(port, SETPOINT, 0, PUMP, false);
-    assert_eq!(nats.request("opex.cmd.press-1", &body), reply);
+    assert_eq!(nats_request(&nats, "opex.cmd.press-1", &body), reply);
     assert_eq!(read_device(port, SETPOINT, PUMP), (0, false));
 
     // Not a command, or no such device: the reply says so, nothing runs.
-    let r = nats.request("opex.cmd.press-1", &json!({"points": []}));
+    let r = nats_request(&nats, "opex.cmd.press-1", &json!({"points": []}));
     assert_eq!(r["ok"], false, "{r}");
     assert!(r["error"].as_str().unwrap().starts_with("points:"), "{r}");
-    let r = nats.request("opex.cmd.press-9", &json!({"points": {"setpoint": 1}}));
+    let r = nats_request(
+        &nats,
+        "opex.cmd.press-9",
+        &json!({"points": {"setpoint": 1}}),
+    );
     assert_eq!(
         r,
         json!({"ok": false, "error": "no device \"press-9\" takes commands"})
     );
 
     // Without a reply subject the command still runs; only its record tells.
-    nats.publish(
+    nats_publish(
+        &nats,
         "opex.cmd.press-1",
         &json!({"id": "n-2", "points": {"setpoint": 4.5}}),
     );
