@@ -247,15 +247,7 @@ impl Browser {
     /// Clicks the first element matching the CSS `selector`, then waits until the admin panel
     /// says `starting`.
     fn click_selector_until_said(&mut self, selector: &str, starting: &str) {
-        let clicked = self.eval(&format!(
-            "(function () {{ var e = document.querySelector({}); if (!e) return false; e.click(); return true; }})()",
-            json!(selector)
-        ));
-        assert_eq!(
-            clicked,
-            json!(true),
-            "nothing on the page matches {selector}"
-        );
+        self.click(selector);
         let mut said = Value::Null;
         let ok = poll_until(Duration::from_secs(20), || {
             said = self.eval("document.getElementById('dlq-msg').textContent");
