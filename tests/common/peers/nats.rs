@@ -256,6 +256,61 @@ impl Js {
             .unwrap_or_else(|e| panic!("stream {stream}: {e}"))
     }
 
+    /// The server name of a replicated stream's leader; `None` while it has none (or the
+    /// request fails: a cluster may be electing one).
+    pub fn stream_leader(&self, stream: &str) -> Option<String> {
+        self.rt.block_on(async {
+            let mut s = self.js.get_stream(stream).await.ok()?;
+            s.info().await.ok()?.cluster.clone()?.leader
+        })
+    }
+
+    /// Every message of `stream`, in order: its sequence, its `Nats-Msg-Id` header and its
+    /// payload. Read through an ephemeral consumer that acks nothing; panics unless it gets
+    /// them all within the poll deadline.
+    pub fn stream_messages(&self, stream: &str) -> Vec<StoredMessage> {
+        use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+        use futures_util::StreamExt;
+        let (count, _) = self.stream_state(stream);
+        self.rt.block_on(async {
+            let s = self.js.get_stream(stream).await.expect("stream");
+            let consumer = s
+                .create_consumer(pull::Config {
+                    ack_policy: AckPolicy::None,
+                    deliver_policy: DeliverPolicy::All,
+                    inactive_threshold: Duration::from_secs(60),
+                    ..Default::default()
+                })
+                .await
+                .expect("ephemeral consumer");
+            let mut messages = consumer.messages().await.expect("pull");
+            let mut out = Vec::with_capacity(count as usize);
+            let read = async {
+                while (out.len() as u64) < count {
+                    let msg = messages
+                        .next()
+                        .await
+                        .expect("the message stream ended")
+                        .expect("message");
+                    let info = msg.info().expect("a JetStream message");
+                    out.push(StoredMessage {
+                        seq: info.stream_sequence,
+                        msg_id: msg
+                            .headers
+                            .as_ref()
+                            .and_then(|h| h.get("Nats-Msg-Id"))
+                            .map(|v| v.as_str().to_string()),
+                        payload: msg.payload.to_vec(),
+                    });
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(60), read)
+                .await
+                .unwrap_or_else(|_| panic!("read fewer than {count} messages of {stream}"));
+            out
+        })
+    }
+
     /// Like [`Js::stream_state`], or the error (a cluster may be electing a leader).
     pub fn try_stream_state(&self, stream: &str) -> Result<(u64, u64), async_nats::Error> {
         self.rt.block_on(async {
@@ -264,4 +319,15 @@ impl Js {
             Ok((info.state.messages, info.state.last_sequence))
         })
     }
+}
+
+/// One message as a stream stores it.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    /// Its stream sequence.
+    pub seq: u64,
+    /// Its `Nats-Msg-Id` header, the key of the stream's duplicate window.
+    pub msg_id: Option<String>,
+    /// Its payload.
+    pub payload: Vec<u8>,
 }
