@@ -15,18 +15,24 @@
 #            simulated devices (benches/modbus.rs, benches/modbus_client.c)
 #   nats     JetStream -> connector -> push queue messages/s acked vs a raw
 #            consume+ack of the same messages on the same server (benches/nats.rs)
+#   fleet    N gateways (1, 4, 16) on this box, each fed by its own ingest
+#            load, publishing into a three-node JetStream cluster: acked
+#            records/s in all and per gateway, RSS per gateway, the stream's
+#            stored count against the acked total (benches/fleet.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
 # folder, default under the target dir), RUST_LOG for the daemon (default
-# warn), BENCH_MESSAGES (nats, default 20000). Honours CARGO_TARGET_DIR.
+# warn), BENCH_MESSAGES (nats, default 20000), BENCH_FLEET (fleet sizes,
+# default 1,4,16; BENCH_CONNS is then per gateway, default 16). Honours
+# CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -81,18 +87,25 @@ bench_nats() {
     cargo bench --bench nats
 }
 
+bench_fleet() {
+    release_daemon
+    echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_SECS=${BENCH_SECS:-10})"
+    cargo bench --bench fleet
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
     modbus) bench_modbus ;;
     nats) bench_nats ;;
+    fleet) bench_fleet ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, fleet)" >&2
         exit 2
         ;;
 esac
