@@ -4,11 +4,11 @@
 //! 1. The tests' three-node cluster (`tests/common/peers/nats_cluster.rs`: loopback, free
 //!    ports, JetStream on each node with every write synced, routes between them).
 //! 2. For N in 1, 4, 16 (`BENCH_FLEET`): a stream `FLEET<N>` with three replicas; N release
-//!    daemons (`opex-connector run`), each with one ingest source and a flow into its `nats`
-//!    sink on subject `fleet<N>.gw<i>`, every node in its server list. Each gets
-//!    `BENCH_CONNS` (default 16) client threads of its own, each on one keep-alive
-//!    connection, posting 1 KB records for `BENCH_SECS` (default 10); a `200` is an acked
-//!    record (the stream's ack came back).
+//!    daemons (`opex-connector run` through the tests' harness, each in its temp dir), each
+//!    with one ingest source and a flow into its `nats` sink on subject `fleet<N>.gw<i>`,
+//!    every node in its server list. Each gets `BENCH_CONNS` (default 16) client threads of
+//!    its own, each on one keep-alive connection, posting 1 KB records for `BENCH_SECS`
+//!    (default 10); a `200` is an acked record (the stream's ack came back).
 //! 3. Printed per N: acked records/s in all and per gateway, the told-to-retry answers, the
 //!    gateways' RSS under load (mean and largest), and the stream's own message count once
 //!    the load stopped, against the acked total (equal: every acked record stored once).
@@ -18,34 +18,35 @@
 //! Needs `nats-server` on PATH (`scripts/test.sh` installs it). Run it with
 //! `scripts/bench.sh fleet`, which builds the release daemon first.
 
-// The tests' harness, for its JetStream cluster and its small clients.
+// The tests' harness: its JetStream cluster, its daemon runner and its small clients.
 #[path = "../tests/common/mod.rs"]
 #[allow(unused)]
 mod common;
 
 use std::error::Error;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{ingest_url, padded_payload, to_yaml, Client, Js, NatsCluster};
-use serde_json::json;
+use common::{
+    ingest_url, named, padded_payload, poll_until, Client, Daemon, Js, NatsCluster, BIN, SOURCE,
+    START_DEADLINE, TOKEN,
+};
+use serde_json::{json, Value};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
-/// The ingest source and token of every gateway.
-const SOURCE: &str = "line";
-const TOKEN: &str = "fleet-token-0123";
 /// Bytes of one record's body.
 const RECORD_BYTES: usize = 1024;
-/// How long a gateway may take to print its listening line and to connect its sink.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn main() {
+    // The gateways log warnings and errors only, as in the other benchmarks (before any
+    // thread starts).
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "warn");
+    }
     if let Err(e) = run() {
         eprintln!("bench fleet: {e}");
         std::process::exit(1);
@@ -96,9 +97,6 @@ impl Plan {
 
 fn run() -> BoxResult<()> {
     let plan = Plan::from_env()?;
-    let dir = tempfile::Builder::new()
-        .prefix("opex-bench-fleet-")
-        .tempdir()?;
     let mut cluster = NatsCluster::start();
     let urls = cluster.urls();
     let js = Js::connect_cluster(&urls);
@@ -112,7 +110,7 @@ fn run() -> BoxResult<()> {
         "gateways", "acked", "records/s", "per gateway", "retried", "RSS mean", "RSS max", "stored"
     );
     for &n in &plan.fleets {
-        let figures = fleet(&plan, &js, &urls, dir.path(), n)?;
+        let figures = fleet(&plan, &js, &urls, n)?;
         println!(
             "{:>8} {:>10} {:>12.0} {:>12.0} {:>8} {:>7} MiB {:>6} MiB {:>10}",
             n,
@@ -155,15 +153,21 @@ struct Figures {
 }
 
 /// Runs a fleet of `n` gateways against a new stream and measures it.
-fn fleet(plan: &Plan, js: &Js, urls: &[String], dir: &Path, n: usize) -> BoxResult<Figures> {
+fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> {
     let stream = format!("FLEET{n}");
     let subjects = format!("fleet{n}.>");
     js.create_replicated_stream(&stream, &[&subjects], 3);
-    let gateways = (0..n)
-        .map(|i| Gateway::start(&dir.join(format!("fleet{n}-gw{i}")), urls, n, i))
-        .collect::<BoxResult<Vec<_>>>()?;
+    let bin = daemon_bin();
+    let gateways: Vec<Daemon> = (0..n)
+        .map(|i| Daemon::start_binary(&bin, gateway_config(urls, n, i)))
+        .collect();
     for gw in &gateways {
-        gw.wait_connected()?;
+        let connected = poll_until(START_DEADLINE, || {
+            named(&gw.status(), "/sinks", "nats")["connected"] == true
+        });
+        if !connected {
+            return Err(format!("{}: the nats sink did not connect", gw.base()).into());
+        }
     }
     let acked = Arc::new(AtomicU64::new(0));
     let retried = Arc::new(AtomicU64::new(0));
@@ -173,7 +177,7 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], dir: &Path, n: usize) -> BoxResu
     for gw in &gateways {
         for c in 0..plan.conns {
             let (acked, retried, stop) = (acked.clone(), retried.clone(), stop.clone());
-            let (base, body) = (gw.base.clone(), body.clone());
+            let (base, body) = (gw.base(), body.clone());
             threads.push(thread::spawn(move || {
                 let client = Client::new();
                 let mut k = 0u64;
@@ -190,7 +194,7 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], dir: &Path, n: usize) -> BoxResu
     }
     let started = Instant::now();
     thread::sleep(Duration::from_secs_f64(plan.secs * 0.9));
-    let rss: Vec<u64> = gateways.iter().map(Gateway::rss_kib).collect();
+    let rss: Vec<u64> = gateways.iter().map(|gw| rss_kib(gw.pid())).collect();
     thread::sleep(Duration::from_secs_f64(plan.secs * 0.1));
     stop.store(true, Ordering::Relaxed);
     for t in threads {
@@ -212,116 +216,47 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], dir: &Path, n: usize) -> BoxResu
     })
 }
 
-/// One release daemon: ingest → `nats` sink; killed on drop.
-struct Gateway {
-    child: Child,
-    base: String,
+/// A gateway's config: ingest → `nats` sink on `fleet<fleet>.gw<i>`, every node listed.
+fn gateway_config(urls: &[String], fleet: usize, i: usize) -> Value {
+    json!({
+        "connector": {
+            "name": format!("gw{i}"),
+            "http": {"max_connections": 256},
+            // What a gateway runs with; this flow does not use it.
+            "push_queue": {"enabled": true, "max_quota_mb": 64},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "nats": {
+            "connections": [{"name": "cluster", "servers": urls}],
+            "sink": {"subject": format!("fleet{fleet}.gw{i}")},
+        },
+        "flows": [{
+            "id": "uplink",
+            "nodes": [
+                {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+                {"id": "pub", "kind": "sink", "sink": "nats"},
+            ],
+            "wires": [{"from": "in", "to": "pub"}],
+        }],
+    })
 }
 
-impl Gateway {
-    fn start(dir: &Path, urls: &[String], fleet: usize, i: usize) -> BoxResult<Gateway> {
-        std::fs::create_dir_all(dir)?;
-        let config = json!({
-            "connector": {
-                "name": format!("gw{i}"),
-                "data_dir": dir.join("data").to_string_lossy(),
-                "http": {"listen": "127.0.0.1:0", "max_connections": 256},
-                // What a gateway runs with; this flow does not use it.
-                "push_queue": {"enabled": true, "max_quota_mb": 64},
-            },
-            "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
-            "nats": {
-                "connections": [{"name": "cluster", "servers": urls}],
-                "sink": {"subject": format!("fleet{fleet}.gw{i}")},
-            },
-            "flows": [{
-                "id": "uplink",
-                "nodes": [
-                    {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-                    {"id": "pub", "kind": "sink", "sink": "nats"},
-                ],
-                "wires": [{"from": "in", "to": "pub"}],
-            }],
-        });
-        let path = dir.join("config.yaml");
-        std::fs::write(&path, to_yaml(&config))?;
-        let mut child = Command::new(daemon_bin())
-            .args(["run", "--config"])
-            .arg(&path)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or("warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut gw = Gateway {
-            child,
-            base: String::new(),
-        };
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let addr = line
-            .trim()
-            .strip_prefix("opex-connector listening on http://")
-            .ok_or_else(|| format!("unexpected first line {line:?}"))?
-            .trim_end_matches('/')
-            .to_string();
-        gw.base = format!("http://{addr}");
-        Ok(gw)
-    }
-
-    /// Polls `/api/status` until the sink is connected.
-    fn wait_connected(&self) -> BoxResult<()> {
-        let client = Client::new();
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let connected = client
-                .get(&format!("{}/api/status", self.base), None)
-                .ok()
-                .and_then(|r| serde_json::from_str::<serde_json::Value>(&r.body).ok())
-                .and_then(|s| {
-                    s["sinks"].as_array().and_then(|a| {
-                        a.iter()
-                            .find(|s| s["name"] == "nats")
-                            .map(|s| s["connected"] == true)
-                    })
-                })
-                .unwrap_or(false);
-            if connected {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("{}: the nats sink did not connect", self.base).into());
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// `VmRSS` from `/proc/PID/status`, in KiB (0 when unreadable).
-    fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-            .unwrap_or(0)
-    }
+/// `VmRSS` of a process from `/proc/PID/status`, in KiB (0 when unreadable).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// The release daemon `scripts/bench.sh` built, else this profile's.
 fn daemon_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("OPEX_CONNECTOR_BIN") {
-        return PathBuf::from(bin);
+    match std::env::var_os("OPEX_CONNECTOR_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => PathBuf::from(BIN),
     }
-    PathBuf::from(env!("CARGO_BIN_EXE_opex-connector"))
 }

@@ -19,6 +19,8 @@ const LISTENING_PREFIX: &str = "opex-connector listening on http://";
 
 /// The real `opex-connector run` process on a temp data dir.
 pub struct Daemon {
+    /// The binary it runs: [`BIN`], or another build of it (a benchmark's release binary).
+    bin: PathBuf,
     dir: TempDir,
     config_path: PathBuf,
     stderr_path: PathBuf,
@@ -33,7 +35,12 @@ pub struct Daemon {
 impl Daemon {
     /// Writes `config` (with, unless given, `connector.data_dir` in a new temp dir and
     /// `connector.http.listen: 127.0.0.1:0`) and starts the daemon on it.
-    pub fn start(mut config: Value) -> Daemon {
+    pub fn start(config: Value) -> Daemon {
+        Daemon::start_binary(Path::new(BIN), config)
+    }
+
+    /// Like [`Daemon::start`], with the binary `bin`.
+    pub fn start_binary(bin: &Path, mut config: Value) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("opex-it-")
             .tempdir()
@@ -53,6 +60,7 @@ impl Daemon {
         std::fs::write(&config_path, to_yaml(&config)).expect("write config");
         let stderr_path = dir.path().join("stderr.log");
         let mut daemon = Daemon {
+            bin: bin.to_path_buf(),
             dir,
             config_path,
             stderr_path,
@@ -77,7 +85,7 @@ impl Daemon {
             .expect("open stderr log");
         // Mark each start in the log so a failure shows which run said what.
         writeln!(log, "===== harness: start #{} =====", self.starts).expect("write log");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(&self.bin);
         cmd.arg("run")
             .arg("--config")
             .arg(&self.config_path)
