@@ -71,6 +71,8 @@ pub struct NatsSourceStats {
     pub ack_errors: AtomicU64,
     /// Messages waiting in the buffers.
     pub buffered: AtomicU64,
+    /// Messages in the pipeline (offered, not yet settled), at most `max_in_flight`.
+    pub in_flight: AtomicU64,
     /// True while the consumer is pulling.
     pub consuming: AtomicBool,
     /// The last error, until the consumer runs again.
@@ -135,6 +137,8 @@ impl NatsSource {
             "last_nak_delay_ms": l(&s.last_nak_delay_ms),
             "ack_errors": l(&s.ack_errors),
             "buffered": l(&s.buffered),
+            "in_flight": l(&s.in_flight),
+            "max_in_flight": self.cfg.max_in_flight,
             "last_error": *s.last_error.lock().unwrap_or_else(|e| e.into_inner()),
         })
     }
@@ -255,6 +259,9 @@ impl NatsSource {
             self.stats
                 .buffered
                 .store(buffers.len() as u64, Ordering::Relaxed);
+            self.stats
+                .in_flight
+                .store(in_flight.len() as u64, Ordering::Relaxed);
             tokio::select! {
                 _ = shutdown.wait() => break Ok(()),
                 Some((subject, answer)) = in_flight.next(), if !in_flight.is_empty() => {
@@ -292,6 +299,7 @@ impl NatsSource {
         answers.extend(buffers.drain().into_iter().map(|m| (m, AckKind::Nak(None))));
         self.answer(&mut answers).await;
         self.stats.buffered.store(0, Ordering::Relaxed);
+        self.stats.in_flight.store(0, Ordering::Relaxed);
         result
     }
 
