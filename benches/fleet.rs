@@ -2,7 +2,9 @@
 //! through their `nats` sinks into one three-node JetStream cluster.
 //!
 //! 1. The tests' three-node cluster (`tests/common/peers/nats_cluster.rs`: loopback, free
-//!    ports, JetStream on each node with every write synced, routes between them).
+//!    ports, JetStream on each node, routes between them), twice (`BENCH_FLEET_SYNC`, default
+//!    `both`): with every write synced, as in the tests (`always`), and with JetStream's
+//!    default sync, where the replicas keep an answered write (`default`).
 //! 2. For N in 1, 4, 16 (`BENCH_FLEET`): a stream `FLEET<N>` with three replicas; N release
 //!    daemons (`opex-connector run` through the tests' harness, each in its temp dir), each
 //!    with one ingest source and a flow into its `nats` sink on subject `fleet<N>.gw<i>`,
@@ -10,11 +12,12 @@
 //!    its own, each on one keep-alive connection, posting 1 KB records for `BENCH_SECS`
 //!    (default 10); a `200` is an acked record (the stream's ack came back).
 //! 3. Printed per N: acked records/s in all and per gateway, the told-to-retry answers, the
-//!    gateways' RSS under load (mean and largest), and the stream's own message count once
-//!    the load stopped, against the acked total (equal: every acked record stored once).
+//!    gateways' RSS under load (mean and largest), their CPU time per acked record, and the
+//!    stream's own message count once the load stopped, against the acked total (equal:
+//!    every acked record stored once).
 //!
-//! Under `cargo test --all-targets` (no `--bench` argument) it is a smoke run: N = 1 and 2,
-//! 2 connections each for 1 s, failing unless the stream holds exactly what was acked.
+//! Under `cargo test --all-targets` (no `--bench` argument) it is a smoke run: the synced
+//! cluster, N = 1 and 2, 2 connections each for 1 s, failing unless the stream holds exactly what was acked.
 //! Needs `nats-server` on PATH (`scripts/test.sh` installs it). Run it with
 //! `scripts/bench.sh fleet`, which builds the release daemon first.
 
@@ -31,8 +34,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    ingest_url, named, padded_payload, poll_until, Client, Daemon, Js, NatsCluster, BIN, SOURCE,
-    START_DEADLINE, TOKEN,
+    ingest_url, named, padded_payload, poll_until, Client, Daemon, Js, JsSync, NatsCluster, BIN,
+    SOURCE, START_DEADLINE, TOKEN,
 };
 use serde_json::{json, Value};
 
@@ -55,6 +58,8 @@ fn main() {
 
 /// What one run measures.
 struct Plan {
+    /// The clusters to run the fleets against, one after the other.
+    syncs: Vec<JsSync>,
     fleets: Vec<usize>,
     conns: usize,
     secs: f64,
@@ -68,6 +73,7 @@ impl Plan {
         if !bench {
             println!("fleet bench: smoke run (no --bench); `scripts/bench.sh fleet` gives figures");
             return Ok(Plan {
+                syncs: vec![JsSync::EveryWrite],
                 fleets: vec![1, 2],
                 conns: 2,
                 secs: 1.0,
@@ -82,7 +88,18 @@ impl Plan {
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("BENCH_FLEET {list:?}: {e}"))?,
         };
+        let syncs = match var("BENCH_FLEET_SYNC").as_deref() {
+            None | Some("both") => vec![JsSync::EveryWrite, JsSync::Default],
+            Some("always") => vec![JsSync::EveryWrite],
+            Some("default") => vec![JsSync::Default],
+            Some(other) => {
+                return Err(
+                    format!("BENCH_FLEET_SYNC {other:?}: expected always, default or both").into(),
+                )
+            }
+        };
         Ok(Plan {
+            syncs,
             fleets,
             conns: var("BENCH_CONNS")
                 .and_then(|v| v.parse().ok())
@@ -97,22 +114,44 @@ impl Plan {
 
 fn run() -> BoxResult<()> {
     let plan = Plan::from_env()?;
-    let mut cluster = NatsCluster::start();
+    for &sync in &plan.syncs {
+        cluster(&plan, sync)?;
+    }
+    Ok(())
+}
+
+/// Every fleet of the plan against a new cluster whose stores sync as `sync` says.
+fn cluster(plan: &Plan, sync: JsSync) -> BoxResult<()> {
+    let mut cluster = NatsCluster::start_with(sync);
     let urls = cluster.urls();
     let js = Js::connect_cluster(&urls);
     println!(
-        "cluster: 3 nats-server nodes (JetStream, every write synced), streams of 3 replicas; \
-         {} connections per gateway, {} B records, {} s per fleet",
-        plan.conns, RECORD_BYTES, plan.secs
+        "cluster: 3 nats-server nodes, {}; streams of 3 replicas; {} connections per gateway, \
+         {} B records, {} s per fleet",
+        match sync {
+            JsSync::EveryWrite => "every write synced (sync_interval: always)",
+            JsSync::Default => "JetStream's default sync (every 2 minutes)",
+        },
+        plan.conns,
+        RECORD_BYTES,
+        plan.secs
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10}",
-        "gateways", "acked", "records/s", "per gateway", "retried", "RSS mean", "RSS max", "stored"
+        "{:>8} {:>10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>10}",
+        "gateways",
+        "acked",
+        "records/s",
+        "per gateway",
+        "retried",
+        "RSS mean",
+        "RSS max",
+        "CPU µs/rec",
+        "stored"
     );
     for &n in &plan.fleets {
-        let figures = fleet(&plan, &js, &urls, n)?;
+        let figures = fleet(plan, &js, &urls, n)?;
         println!(
-            "{:>8} {:>10} {:>12.0} {:>12.0} {:>8} {:>7} MiB {:>6} MiB {:>10}",
+            "{:>8} {:>10} {:>12.0} {:>12.0} {:>8} {:>6} MiB {:>6} MiB {:>12.0} {:>10}",
             n,
             figures.acked,
             figures.acked as f64 / figures.secs,
@@ -120,6 +159,7 @@ fn run() -> BoxResult<()> {
             figures.retried,
             figures.rss_mean_kib / 1024,
             figures.rss_max_kib / 1024,
+            figures.cpu_secs * 1e6 / figures.acked.max(1) as f64,
             figures.stored,
         );
         if figures.stored != figures.acked {
@@ -149,6 +189,8 @@ struct Figures {
     secs: f64,
     rss_mean_kib: u64,
     rss_max_kib: u64,
+    /// CPU seconds the gateways spent during the load, all together.
+    cpu_secs: f64,
     stored: u64,
 }
 
@@ -192,6 +234,7 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> 
             }));
         }
     }
+    let cpu_before: f64 = gateways.iter().map(|gw| cpu_secs(gw.pid())).sum();
     let started = Instant::now();
     thread::sleep(Duration::from_secs_f64(plan.secs * 0.9));
     let rss: Vec<u64> = gateways.iter().map(|gw| rss_kib(gw.pid())).collect();
@@ -201,6 +244,7 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> 
         let _ = t.join();
     }
     let secs = started.elapsed().as_secs_f64();
+    let cpu_after: f64 = gateways.iter().map(|gw| cpu_secs(gw.pid())).sum();
     drop(gateways);
     let (stored, _) = js
         .try_stream_state(&stream)
@@ -212,6 +256,7 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> 
         secs,
         rss_mean_kib: rss.iter().sum::<u64>() / rss.len().max(1) as u64,
         rss_max_kib: rss.iter().copied().max().unwrap_or(0),
+        cpu_secs: cpu_after - cpu_before,
         stored,
     })
 }
@@ -251,6 +296,41 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// User and system CPU seconds of a process so far, from `/proc/PID/stat` (0 when unreadable).
+fn cpu_secs(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The fields after the command name (which may hold spaces) start at the state, field 3;
+    // utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when that fails).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
 /// The release daemon `scripts/bench.sh` built, else this profile's.

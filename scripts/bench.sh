@@ -16,15 +16,18 @@
 #   nats     JetStream -> connector -> push queue messages/s acked vs a raw
 #            consume+ack of the same messages on the same server (benches/nats.rs)
 #   fleet    N gateways (1, 4, 16) on this box, each fed by its own ingest
-#            load, publishing into a three-node JetStream cluster: acked
-#            records/s in all and per gateway, RSS per gateway, the stream's
-#            stored count against the acked total (benches/fleet.rs)
+#            load, publishing into a three-node JetStream cluster (every
+#            write synced, then JetStream's default sync): acked records/s
+#            in all and per gateway, RSS and CPU per record of the gateways,
+#            the stream's stored count against the acked total
+#            (benches/fleet.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
 # folder, default under the target dir), RUST_LOG for the daemon (default
 # warn), BENCH_MESSAGES (nats, default 20000), BENCH_FLEET (fleet sizes,
-# default 1,4,16; BENCH_CONNS is then per gateway, default 16). Honours
+# default 1,4,16; BENCH_CONNS is then per gateway, default 16),
+# BENCH_FLEET_SYNC (always, default or both; default both). Honours
 # CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -32,7 +35,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -89,7 +92,7 @@ bench_nats() {
 
 bench_fleet() {
     release_daemon
-    echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_SECS=${BENCH_SECS:-10})"
+    echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_FLEET_SYNC=${BENCH_FLEET_SYNC:-both} BENCH_SECS=${BENCH_SECS:-10})"
     cargo bench --bench fleet
 }
 

@@ -1,7 +1,7 @@
 //! `nats-server` with JetStream, and [`Js`], the small client the tests talk to it with.
 //!
-//! The store is in the server's temp dir with every write synced, so a SIGKILL loses nothing
-//! the server acknowledged. Readiness is the monitoring port's `/healthz` (JetStream up and
+//! The store is in the server's temp dir with every write synced ([`JsSync::EveryWrite`]),
+//! so a SIGKILL loses nothing the server acknowledged. Readiness is the monitoring port's `/healthz` (JetStream up and
 //! its streams recovered), polled with a deadline; a restart keeps the client port, the
 //! monitoring port and the store.
 
@@ -16,6 +16,16 @@ use tempfile::TempDir;
 
 use super::process::{binary, PeerProcess};
 use crate::common::free_ports;
+
+/// How a server's JetStream store reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsSync {
+    /// Every write synced before the server answers (`sync_interval: always`): the tests'.
+    EveryWrite,
+    /// JetStream's default: written at once, synced every two minutes; in a cluster the other
+    /// replicas are what keeps an answered write. For benchmarks that want a cluster's rate.
+    Default,
+}
 
 /// A `nats-server -js` of its own: one node, or one node of a [`super::NatsCluster`].
 pub struct NatsServer {
@@ -35,18 +45,26 @@ impl NatsServer {
     /// a new temp dir; returns once `/healthz` answers ok.
     pub fn start() -> NatsServer {
         let ports = free_ports(2);
-        let mut server = NatsServer::configure("nats", ports[0], ports[1], "", "/healthz");
+        let mut server = NatsServer::configure(
+            "nats",
+            ports[0],
+            ports[1],
+            JsSync::EveryWrite,
+            "",
+            "/healthz",
+        );
         server.spawn();
         server.wait_ready();
         server
     }
 
-    /// Writes the config of server `name` (client `port`, `monitor_port`, `extra` config
-    /// lines) in a new temp dir; nothing runs yet.
+    /// Writes the config of server `name` (client `port`, `monitor_port`, its store's `sync`,
+    /// `extra` config lines) in a new temp dir; nothing runs yet.
     pub(super) fn configure(
         name: &str,
         port: u16,
         monitor_port: u16,
+        sync: JsSync,
         extra: &str,
         health: &'static str,
     ) -> NatsServer {
@@ -58,8 +76,12 @@ impl NatsServer {
             dir.path().join("nats.conf"),
             format!(
                 "server_name: {name}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{monitor_port}\n\
-                 jetstream {{ store_dir: {:?}, sync_interval: always }}\n{extra}",
-                dir.path().join("js")
+                 jetstream {{ store_dir: {:?}{} }}\n{extra}",
+                dir.path().join("js"),
+                match sync {
+                    JsSync::EveryWrite => ", sync_interval: always",
+                    JsSync::Default => "",
+                }
             ),
         )
         .expect("write nats.conf");
