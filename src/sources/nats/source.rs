@@ -82,6 +82,15 @@ pub struct NatsSourceStats {
 /// What a settled message is answered with: its ack or its nak.
 type Answer = (jetstream::Message, AckKind);
 
+/// A message with what its metadata says, read once when it arrives.
+struct Delivery {
+    msg: jetstream::Message,
+    /// Times JetStream delivered it (1 the first time).
+    delivered: i64,
+    /// Its stream sequence; `None` without JetStream metadata.
+    sequence: Option<u64>,
+}
+
 /// One configured JetStream source.
 #[derive(Debug)]
 pub struct NatsSource {
@@ -241,20 +250,18 @@ impl NatsSource {
             self.cfg.durable
         );
         let latest = self.cfg.mode == NatsMode::Latest;
-        let mut buffers: DeviceBuffers<jetstream::Message> =
-            DeviceBuffers::new(DEVICE_BUFFER, latest);
+        let mut buffers: DeviceBuffers<Delivery> = DeviceBuffers::new(DEVICE_BUFFER, latest);
         let mut in_flight = FuturesUnordered::new();
         // Answers waiting to be sent: filled by settlements and by the buffers, sent together.
         let mut answers: Vec<Answer> = Vec::new();
         let result = loop {
             while in_flight.len() < self.cfg.max_in_flight {
-                let Some((subject, msg)) = buffers.pop() else {
+                let Some((subject, delivery)) = buffers.pop() else {
                     break;
                 };
-                in_flight.push(async move {
-                    let answer = self.settle(engine, msg).await;
-                    (subject, answer)
-                });
+                // Only `latest` mode needs the subject back, to let its next message go.
+                let busy = latest.then(|| subject.clone());
+                in_flight.push(async move { (busy, self.settle(engine, subject, delivery).await) });
             }
             self.stats
                 .buffered
@@ -264,13 +271,17 @@ impl NatsSource {
                 .store(in_flight.len() as u64, Ordering::Relaxed);
             tokio::select! {
                 _ = shutdown.wait() => break Ok(()),
-                Some((subject, answer)) = in_flight.next(), if !in_flight.is_empty() => {
-                    buffers.done(&subject);
+                Some((busy, answer)) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(subject) = busy {
+                        buffers.done(&subject);
+                    }
                     answers.push(answer);
                     // The others that the same commit settled are ready now: take them too,
                     // without waiting, so their acks leave in one burst.
-                    while let Some(Some((subject, answer))) = in_flight.next().now_or_never() {
-                        buffers.done(&subject);
+                    while let Some(Some((busy, answer))) = in_flight.next().now_or_never() {
+                        if let Some(subject) = busy {
+                            buffers.done(&subject);
+                        }
                         answers.push(answer);
                     }
                 }
@@ -296,7 +307,12 @@ impl NatsSource {
         while let Some((_, answer)) = in_flight.next().await {
             answers.push(answer);
         }
-        answers.extend(buffers.drain().into_iter().map(|m| (m, AckKind::Nak(None))));
+        answers.extend(
+            buffers
+                .drain()
+                .into_iter()
+                .map(|d| (d.msg, AckKind::Nak(None))),
+        );
         self.answer(&mut answers).await;
         self.stats.buffered.store(0, Ordering::Relaxed);
         self.stats.in_flight.store(0, Ordering::Relaxed);
@@ -307,11 +323,14 @@ impl NatsSource {
         &self,
         engine: &Engine,
         msg: jetstream::Message,
-        buffers: &mut DeviceBuffers<jetstream::Message>,
+        buffers: &mut DeviceBuffers<Delivery>,
         answers: &mut Vec<Answer>,
     ) {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+        let (delivered, sequence) = match msg.info() {
+            Ok(info) => (info.delivered, Some(info.stream_sequence)),
+            Err(_) => (1, None),
+        };
         if delivered > 1 {
             self.stats.redelivered.fetch_add(1, Ordering::Relaxed);
         }
@@ -319,7 +338,12 @@ impl NatsSource {
             .max_delivered
             .fetch_max(delivered.max(0) as u64, Ordering::Relaxed);
         let subject = msg.message.subject.to_string();
-        match buffers.push(&subject, msg) {
+        let delivery = Delivery {
+            msg,
+            delivered,
+            sequence,
+        };
+        match buffers.push(&subject, delivery) {
             Pushed::Queued => {}
             Pushed::Overflowed(old) => {
                 let total = self.stats.returned.fetch_add(1, Ordering::Relaxed) + 1;
@@ -337,34 +361,32 @@ impl NatsSource {
                     .ledger
                     .lost(&self.source, crate::ledger::Cause::Suppressed);
                 self.stats.replaced.fetch_add(1, Ordering::Relaxed);
-                answers.push((old, AckKind::Ack));
+                answers.push((old.msg, AckKind::Ack));
             }
         }
     }
 
     /// Offers one message and returns its answer: the ack once its settlement is stored, the
     /// nak (with the backoff) when it was refused or failed.
-    async fn settle(&self, engine: &Engine, msg: jetstream::Message) -> Answer {
-        let mut record = match Record::from_json(
-            self.source.clone(),
-            msg.message.subject.to_string(),
-            &msg.message.payload,
-        ) {
+    /// The record's key is the message's `subject`.
+    async fn settle(&self, engine: &Engine, subject: String, delivery: Delivery) -> Answer {
+        let payload = &delivery.msg.message.payload;
+        let mut record = match Record::from_json(self.source.clone(), subject, payload) {
             Ok(r) => r,
             Err(_) => {
                 self.stats.not_json.fetch_add(1, Ordering::Relaxed);
-                let text = String::from_utf8_lossy(&msg.message.payload).into_owned();
+                let text = String::from_utf8_lossy(payload).into_owned();
                 Record::from_value(
                     self.source.clone(),
-                    msg.message.subject.to_string(),
+                    delivery.msg.message.subject.to_string(),
                     &Value::String(text),
                 )
             }
         };
-        // A stable id per stream message: a redelivered duplicate carries the same id, so a
-        // receiver can drop it.
-        if let Ok(info) = msg.info() {
-            record.id = format!("nats-{}-{}", info.stream, info.stream_sequence);
+        // A stable id per stream message (the consumer's stream is this source's): a
+        // redelivered duplicate carries the same id, so a receiver can drop it.
+        if let Some(sequence) = delivery.sequence {
+            record.id = format!("nats-{}-{sequence}", self.cfg.stream);
         }
         let settlement = match engine.admit(&record) {
             Err(refused) => {
@@ -373,7 +395,7 @@ impl NatsSource {
                     "nats message refused before any node ran, nak: source={} settlement={refused:?}",
                     self.source
                 );
-                return self.nak(msg);
+                return self.nak(delivery);
             }
             Ok(None) => engine.unrouted(&record.source),
             Ok(Some(admitted)) => engine.run_admitted(record, admitted, Mode::Normal).await,
@@ -381,7 +403,7 @@ impl NatsSource {
         match settlement {
             Settlement::Stored | Settlement::Unrouted | Settlement::DeadLettered { .. } => {
                 self.stats.acked.fetch_add(1, Ordering::Relaxed);
-                (msg, AckKind::Ack)
+                (delivery.msg, AckKind::Ack)
             }
             Settlement::Retry { .. } | Settlement::Failed { .. } => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -389,7 +411,7 @@ impl NatsSource {
                     "nats message not stored, nak: source={} settlement={settlement:?}",
                     self.source
                 );
-                self.nak(msg)
+                self.nak(delivery)
             }
         }
     }
@@ -415,18 +437,17 @@ impl NatsSource {
         }
     }
 
-    /// The nak of `msg`, with the backoff for its delivery count.
-    fn nak(&self, msg: jetstream::Message) -> Answer {
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    /// The nak of a message, with the backoff for its delivery count.
+    fn nak(&self, delivery: Delivery) -> Answer {
         let delay = nak_delay(
-            delivered,
+            delivery.delivered,
             self.cfg.nak_backoff_initial,
             self.cfg.nak_backoff_max,
         );
         self.stats
             .last_nak_delay_ms
             .store(delay.as_millis() as u64, Ordering::Relaxed);
-        (msg, AckKind::Nak(Some(delay)))
+        (delivery.msg, AckKind::Nak(Some(delay)))
     }
 }
 
