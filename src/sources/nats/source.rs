@@ -366,9 +366,8 @@ impl NatsSource {
         }
     }
 
-    /// Offers one message and returns its answer: the ack once its settlement is stored, the
-    /// nak (with the backoff) when it was refused or failed.
-    /// The record's key is the message's `subject`.
+    /// Offers one message as a record keyed by its `subject` and returns its answer: the ack
+    /// once its settlement is stored, the nak (with the backoff) when it was refused or failed.
     async fn settle(&self, engine: &Engine, subject: String, delivery: Delivery) -> Answer {
         let payload = &delivery.msg.message.payload;
         let mut record = match Record::from_json(self.source.clone(), subject, payload) {

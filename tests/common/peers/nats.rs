@@ -1,9 +1,9 @@
 //! `nats-server` with JetStream, and [`Js`], the small client the tests talk to it with.
 //!
 //! The store is in the server's temp dir with every write synced ([`JsSync::EveryWrite`]),
-//! so a SIGKILL loses nothing the server acknowledged. Readiness is the monitoring port's `/healthz` (JetStream up and
-//! its streams recovered), polled with a deadline; a restart keeps the client port, the
-//! monitoring port and the store.
+//! so a SIGKILL loses nothing the server acknowledged. Readiness is the monitoring port's
+//! `/healthz` (JetStream up and its streams recovered), polled with a deadline; a restart
+//! keeps the client port, the monitoring port and the store.
 
 use std::fs;
 use std::path::Path;
