@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, U64};
 use heed::{CommitOrAbort, Database, EnvOpenOptions, PutFlags};
-use support::daemon_binary;
+use support::{daemon_binary, proc_status_kib};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -436,17 +436,9 @@ struct Rss {
 
 impl Rss {
     fn read(pid: u32) -> Option<Rss> {
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|kib| kib.parse::<u64>().ok())
-        };
         Some(Rss {
-            total_kib: field("VmRSS:")?,
-            anon_kib: field("RssAnon:").unwrap_or(0),
+            total_kib: proc_status_kib(pid, "VmRSS:")?,
+            anon_kib: proc_status_kib(pid, "RssAnon:").unwrap_or(0),
         })
     }
 

@@ -36,7 +36,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ports::free_port;
-use support::{daemon_binary, wait_for_port};
+use support::{daemon_binary, rss_kib, wait_for_port};
 use tokio_modbus::client::Reader;
 use tokio_modbus::Slave;
 
@@ -344,15 +344,6 @@ fn wait_until_polled(addr: &str, polls: u64) -> BoxResult<()> {
         thread::sleep(Duration::from_millis(50));
     }
     Err("the devices were not polled".into())
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|k| k.parse().ok())
 }
 
 /// One HTTP exchange on `stream`; returns the status and the body (Content-Length bodies).

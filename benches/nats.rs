@@ -10,7 +10,8 @@
 //!    from its start until its source has acked them all (each acked only after its LMDB
 //!    commit).
 //!
-//! Printed: both rates, the publish rate, and the ratio connector/raw.
+//! Printed: both rates, the publish rate, the push queue's records per commit (its group
+//! commit; the source's `max_in_flight` bounds it), and the ratio connector/raw.
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it is a smoke run of 300 messages
 //! that fails unless every one is acked. Needs `nats-server` on PATH (`scripts/test.sh`
@@ -120,9 +121,26 @@ fn run() -> BoxResult<()> {
     };
     let secs = started.elapsed().as_secs_f64();
     let rate = acked as f64 / secs;
+    let metrics = get(&addr, "/metrics")?;
+    let counter = |name: &str| {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .find_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let commits = counter("opex_connector_push_queue_commits_total");
+    let commands = counter("opex_connector_push_queue_committed_commands_total");
     drop(daemon);
     drop(server);
     println!("connector (JetStream → push queue, acked after commit): {acked} messages in {secs:.2} s (start included), {rate:.0} msg/s");
+    println!(
+        "push queue: {commits:.0} commits, {:.1} records per commit",
+        commands / commits.max(1.0)
+    );
     println!("ratio connector/raw: {:.2}", rate / raw_rate);
     Ok(())
 }
@@ -179,16 +197,25 @@ async fn raw(url: &str, n: u64) -> BoxResult<(f64, f64)> {
     Ok((publish_rate, n as f64 / t.elapsed().as_secs_f64()))
 }
 
-fn acked(addr: &str) -> BoxResult<u64> {
+/// The body of `GET path`.
+fn get(addr: &str, path: &str) -> BoxResult<String> {
     let mut s = TcpStream::connect(addr)?;
     write!(
         s,
-        "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )?;
-    let mut body = String::new();
-    std::io::Read::read_to_string(&mut s, &mut body)?;
-    let json = body.split("\r\n\r\n").nth(1).unwrap_or("{}");
-    let v: serde_json::Value = serde_json::from_str(json)?;
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut s, &mut reply)?;
+    Ok(reply
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string())
+}
+
+fn acked(addr: &str) -> BoxResult<u64> {
+    let json = get(addr, "/api/status")?;
+    let v: serde_json::Value = serde_json::from_str(if json.is_empty() { "{}" } else { &json })?;
     Ok(v["sources"]
         .as_array()
         .and_then(|a| a.iter().find(|s| s["name"] == "nats/bench"))

@@ -22,6 +22,12 @@
 #            subscriber vs the same protobuf messages from a bare rumqttc
 #            client in the same run, their ratio; bytes on the wire per metric
 #            against the JSON mqtt sink fed the same polls (benches/sparkplug.rs)
+#   fleet    N gateways (1, 4, 16) on this box, each fed by its own ingest
+#            load, publishing into a three-node JetStream cluster (every
+#            write synced, then JetStream's default sync): acked records/s
+#            in all and per gateway, RSS and CPU per record of the gateways,
+#            the stream's stored count against the acked total
+#            (benches/fleet.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
@@ -29,7 +35,9 @@
 # warn), BENCH_MESSAGES (nats, default 20000), BENCH_COMMANDS (commands,
 # default 500), BENCH_BULK (commands: 100-point commands, default 10),
 # BENCH_DEVICES, BENCH_INTERVAL_MS, BENCH_RECORDS (sparkplug: 20 units every
-# 20 ms, 20000 records queued).
+# 20 ms, 20000 records queued), BENCH_FLEET (fleet sizes, default 1,4,16;
+# BENCH_CONNS is then per gateway, default 16), BENCH_FLEET_SYNC (always,
+# default or both; default both).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -37,7 +45,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -104,6 +112,12 @@ bench_sparkplug() {
     cargo bench --bench sparkplug
 }
 
+bench_fleet() {
+    release_daemon
+    echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_FLEET_SYNC=${BENCH_FLEET_SYNC:-both} BENCH_SECS=${BENCH_SECS:-10})"
+    cargo bench --bench fleet
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
@@ -111,13 +125,14 @@ case "${1:-}" in
     nats) bench_nats ;;
     commands) bench_commands ;;
     sparkplug) bench_sparkplug ;;
+    fleet) bench_fleet ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug, fleet)" >&2
         exit 2
         ;;
 esac

@@ -1,5 +1,5 @@
 //! What every benchmark needs around the daemon: its binary, a child process killed on drop,
-//! and a wait for a port. Included by each bench with `mod support;`.
+//! a wait for a port, and a process's memory and CPU time from `/proc`. Included by each bench with `mod support;`.
 
 #![allow(dead_code)]
 
@@ -57,4 +57,44 @@ pub fn wait_for_port(port: u16) -> Result<(), Box<dyn Error>> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Err(format!("nothing listens on 127.0.0.1:{port}").into())
+}
+
+/// `VmRSS` of a process from `/proc/PID/status`, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+/// A `... kB` field of `/proc/PID/status` (`field` with its colon, e.g. `"RssAnon:"`), in KiB.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+}
+
+/// User and system CPU seconds of a process so far, from `/proc/PID/stat`.
+pub fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) start at the state, field 3;
+    // utime and stime are fields 14 and 15.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / clock_ticks())
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when that fails).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }

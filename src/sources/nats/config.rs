@@ -16,6 +16,11 @@ pub const NAK_BACKOFF_INITIAL: Duration = Duration::from_secs(2);
 pub const NAK_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// Messages buffered per device (subject) before the oldest is returned to JetStream.
 pub const DEVICE_BUFFER: usize = 1024;
+/// Default of `max_in_flight`: records of one source in the pipeline at once (so the push
+/// queue's group commit can take many in one transaction), never above `max_ack_pending`.
+pub const MAX_IN_FLIGHT: u64 = 1024;
+/// Default of `max_ack_pending`.
+pub const MAX_ACK_PENDING: u64 = 4096;
 
 /// `nats:`
 #[derive(Debug, Default, Deserialize)]
@@ -50,6 +55,11 @@ pub struct RawNatsSource {
     /// Most messages delivered and not yet acked (the consumer's `max_ack_pending`), which also
     /// bounds what the connector holds in memory for this source. Default 4096.
     pub max_ack_pending: Option<u64>,
+    /// Most messages of this source in the pipeline at once: offered to the flows and not yet
+    /// settled. More lets one commit of the push queue store more of them (their acks then
+    /// leave together, after that commit); fewer holds less memory. At most `max_ack_pending`.
+    /// Default 1024 (or `max_ack_pending` when that is lower).
+    pub max_in_flight: Option<u64>,
     /// Seconds JetStream waits for an ack before it redelivers (`ack_wait`). Default 60.
     pub ack_wait_secs: Option<u64>,
     /// First nak delay when a sink refuses, in milliseconds; doubled per redelivery. Default
@@ -85,6 +95,8 @@ pub struct NatsSourceConfig {
     pub mode: NatsMode,
     /// The consumer's `max_ack_pending`.
     pub max_ack_pending: u64,
+    /// Most messages in the pipeline at once.
+    pub max_in_flight: usize,
     /// The consumer's `ack_wait`.
     pub ack_wait: Duration,
     /// First nak delay.
@@ -172,11 +184,26 @@ impl NatsConfig {
             };
             let max_ack_pending = in_range(
                 s.max_ack_pending,
-                4096,
+                MAX_ACK_PENDING,
                 1..=1_000_000,
                 format!("{at}.max_ack_pending"),
                 p,
             );
+            let max_in_flight = in_range(
+                s.max_in_flight,
+                MAX_IN_FLIGHT.min(max_ack_pending),
+                1..=65_536,
+                format!("{at}.max_in_flight"),
+                p,
+            );
+            if max_in_flight > max_ack_pending {
+                p.push(
+                    format!("{at}.max_in_flight"),
+                    format!(
+                        "{max_in_flight} is above max_ack_pending ({max_ack_pending}): JetStream never hands out more"
+                    ),
+                );
+            }
             let ack_wait_secs = in_range(
                 s.ack_wait_secs,
                 60,
@@ -215,6 +242,7 @@ impl NatsConfig {
                 filter_subjects,
                 mode,
                 max_ack_pending,
+                max_in_flight: max_in_flight as usize,
                 ack_wait: Duration::from_secs(ack_wait_secs),
                 nak_backoff_initial: Duration::from_millis(initial),
                 nak_backoff_max: Duration::from_millis(max),
@@ -283,6 +311,27 @@ mod tests {
         assert_eq!(s.mode, NatsMode::All);
         assert_eq!(s.nak_backoff_initial, Duration::from_secs(2));
         assert_eq!(s.nak_backoff_max, Duration::from_secs(60));
+        assert_eq!((s.max_ack_pending, s.max_in_flight), (4096, 1024));
+    }
+
+    #[test]
+    fn max_in_flight_defaults_to_max_ack_pending_when_that_is_lower_and_may_not_exceed_it() {
+        let conn = "connections:\n  - name: plant\n    servers: [nats://127.0.0.1:4222]\n";
+        let (cfg, problems) = validate(&format!(
+            "{conn}sources:\n  - name: a\n    stream: A\n    max_ack_pending: 100\n"
+        ));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cfg.sources[0].max_in_flight, 100);
+        let (_, problems) = validate(&format!(
+            "{conn}sources:\n  - name: a\n    stream: A\n    max_ack_pending: 100\n    max_in_flight: 200\n  - name: b\n    stream: B\n    max_in_flight: 0\n"
+        ));
+        assert_eq!(
+            problems,
+            vec![
+                "nats.sources[0].max_in_flight: 200 is above max_ack_pending (100): JetStream never hands out more",
+                "nats.sources[1].max_in_flight: 0 is outside 1..=65536",
+            ]
+        );
     }
 
     #[test]

@@ -5,4 +5,4 @@ pub mod config;
 mod source;
 
 pub use config::{NatsConfig, NatsSourceConfig, RawNats};
-pub use source::{nak_delay, NatsSource, NatsSourceStats, MAX_IN_FLIGHT};
+pub use source::{nak_delay, NatsSource, NatsSourceStats};

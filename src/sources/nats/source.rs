@@ -14,6 +14,13 @@
 //! subject keeps only its newest message while its previous one is in the pipeline; the
 //! replaced ones are acked and counted (`replaced`), by design.
 //!
+//! Up to `max_in_flight` (default 1024) messages are in the pipeline at once, so the push
+//! queue's writer can store many of them in one group commit. Their answers are gathered: when
+//! one settles, every other one that the same commit settled is taken too, and the acks (and
+//! naks) leave together, one burst of small publishes written to the socket at once. Each of
+//! them is sent only after its own record's settlement: an ack never leaves before the commit
+//! that stored its record.
+//!
 //! The client reconnects forever; the consumer is durable, so after a reconnect or a restart
 //! the source resumes where JetStream's ack floor stands.
 
@@ -23,6 +30,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use serde_json::{json, Value};
 
 use super::config::{NatsMode, NatsSourceConfig, DEVICE_BUFFER};
@@ -32,9 +40,8 @@ use crate::record::{Record, Settlement};
 use crate::shutdown::Shutdown;
 use crate::sources::buffers::{DeviceBuffers, Pushed};
 
-/// Records offered to the engine at once by one source (so group commit can batch them).
-pub const MAX_IN_FLIGHT: usize = 64;
-/// Messages asked for per pull request.
+/// Messages asked for per pull request (at least; `max_in_flight` when that is more, at
+/// most `max_ack_pending`).
 const PULL_BATCH: usize = 256;
 
 /// Counters of one JetStream source, shown in `/api/status` `sources[]`.
@@ -64,10 +71,24 @@ pub struct NatsSourceStats {
     pub ack_errors: AtomicU64,
     /// Messages waiting in the buffers.
     pub buffered: AtomicU64,
+    /// Messages in the pipeline (offered, not yet settled), at most `max_in_flight`.
+    pub in_flight: AtomicU64,
     /// True while the consumer is pulling.
     pub consuming: AtomicBool,
     /// The last error, until the consumer runs again.
     pub last_error: Mutex<Option<String>>,
+}
+
+/// What a settled message is answered with: its ack or its nak.
+type Answer = (jetstream::Message, AckKind);
+
+/// A message with what its metadata says, read once when it arrives.
+struct Delivery {
+    msg: jetstream::Message,
+    /// Times JetStream delivered it (1 the first time).
+    delivered: i64,
+    /// Its stream sequence; `None` without JetStream metadata.
+    sequence: Option<u64>,
 }
 
 /// One configured JetStream source.
@@ -125,6 +146,8 @@ impl NatsSource {
             "last_nak_delay_ms": l(&s.last_nak_delay_ms),
             "ack_errors": l(&s.ack_errors),
             "buffered": l(&s.buffered),
+            "in_flight": l(&s.in_flight),
+            "max_in_flight": self.cfg.max_in_flight,
             "last_error": *s.last_error.lock().unwrap_or_else(|e| e.into_inner()),
         })
     }
@@ -206,9 +229,13 @@ impl NatsSource {
             .get_or_create_consumer(&self.cfg.durable, self.consumer_config())
             .await
             .map_err(|e| format!("consumer {}: {e}", self.cfg.durable))?;
+        let pull_batch = PULL_BATCH
+            .max(self.cfg.max_in_flight)
+            .min(self.cfg.max_ack_pending as usize)
+            .max(1);
         let mut messages = consumer
             .stream()
-            .max_messages_per_batch(PULL_BATCH.min(self.cfg.max_ack_pending as usize).max(1))
+            .max_messages_per_batch(pull_batch)
             .heartbeat(Duration::from_secs(5))
             .expires(Duration::from_secs(30))
             .messages()
@@ -223,27 +250,43 @@ impl NatsSource {
             self.cfg.durable
         );
         let latest = self.cfg.mode == NatsMode::Latest;
-        let mut buffers: DeviceBuffers<jetstream::Message> =
-            DeviceBuffers::new(DEVICE_BUFFER, latest);
+        let mut buffers: DeviceBuffers<Delivery> = DeviceBuffers::new(DEVICE_BUFFER, latest);
         let mut in_flight = FuturesUnordered::new();
+        // Answers waiting to be sent: filled by settlements and by the buffers, sent together.
+        let mut answers: Vec<Answer> = Vec::new();
         let result = loop {
-            while in_flight.len() < MAX_IN_FLIGHT {
-                let Some((subject, msg)) = buffers.pop() else {
+            while in_flight.len() < self.cfg.max_in_flight {
+                let Some((subject, delivery)) = buffers.pop() else {
                     break;
                 };
-                in_flight.push(async move {
-                    self.settle(engine, msg).await;
-                    subject
-                });
+                // Only `latest` mode needs the subject back, to let its next message go.
+                let busy = latest.then(|| subject.clone());
+                in_flight.push(async move { (busy, self.settle(engine, subject, delivery).await) });
             }
             self.stats
                 .buffered
                 .store(buffers.len() as u64, Ordering::Relaxed);
+            self.stats
+                .in_flight
+                .store(in_flight.len() as u64, Ordering::Relaxed);
             tokio::select! {
                 _ = shutdown.wait() => break Ok(()),
-                Some(subject) = in_flight.next(), if !in_flight.is_empty() => buffers.done(&subject),
+                Some((busy, answer)) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(subject) = busy {
+                        buffers.done(&subject);
+                    }
+                    answers.push(answer);
+                    // The others that the same commit settled are ready now: take them too,
+                    // without waiting, so their acks leave in one burst.
+                    while let Some(Some((busy, answer))) = in_flight.next().now_or_never() {
+                        if let Some(subject) = busy {
+                            buffers.done(&subject);
+                        }
+                        answers.push(answer);
+                    }
+                }
                 item = messages.next() => match item {
-                    Some(Ok(msg)) => self.receive(engine, msg, &mut buffers).await,
+                    Some(Ok(msg)) => self.receive(engine, msg, &mut buffers, &mut answers),
                     Some(Err(e)) => {
                         use async_nats::jetstream::consumer::pull::MessagesErrorKind as K;
                         match e.kind() {
@@ -257,27 +300,37 @@ impl NatsSource {
                     None => break Err("the message stream ended".into()),
                 },
             }
+            self.answer(&mut answers).await;
         };
         // Let what is in the pipeline settle, then hand the waiting messages back at once so
         // they are redelivered promptly (to this consumer after a restart).
-        while in_flight.next().await.is_some() {}
-        for msg in buffers.drain() {
-            if msg.ack_with(AckKind::Nak(None)).await.is_err() {
-                self.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
-            }
+        while let Some((_, answer)) = in_flight.next().await {
+            answers.push(answer);
         }
+        answers.extend(
+            buffers
+                .drain()
+                .into_iter()
+                .map(|d| (d.msg, AckKind::Nak(None))),
+        );
+        self.answer(&mut answers).await;
         self.stats.buffered.store(0, Ordering::Relaxed);
+        self.stats.in_flight.store(0, Ordering::Relaxed);
         result
     }
 
-    async fn receive(
+    fn receive(
         &self,
         engine: &Engine,
         msg: jetstream::Message,
-        buffers: &mut DeviceBuffers<jetstream::Message>,
+        buffers: &mut DeviceBuffers<Delivery>,
+        answers: &mut Vec<Answer>,
     ) {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+        let (delivered, sequence) = match msg.info() {
+            Ok(info) => (info.delivered, Some(info.stream_sequence)),
+            Err(_) => (1, None),
+        };
         if delivered > 1 {
             self.stats.redelivered.fetch_add(1, Ordering::Relaxed);
         }
@@ -285,7 +338,12 @@ impl NatsSource {
             .max_delivered
             .fetch_max(delivered.max(0) as u64, Ordering::Relaxed);
         let subject = msg.message.subject.to_string();
-        match buffers.push(&subject, msg) {
+        let delivery = Delivery {
+            msg,
+            delivered,
+            sequence,
+        };
+        match buffers.push(&subject, delivery) {
             Pushed::Queued => {}
             Pushed::Overflowed(old) => {
                 let total = self.stats.returned.fetch_add(1, Ordering::Relaxed) + 1;
@@ -295,7 +353,7 @@ impl NatsSource {
                         self.source
                     );
                 }
-                self.nak(&old).await;
+                answers.push(self.nak(old));
             }
             Pushed::Replaced(old) => {
                 // `latest` mode: replaced by a newer value and acked, by design.
@@ -303,34 +361,31 @@ impl NatsSource {
                     .ledger
                     .lost(&self.source, crate::ledger::Cause::Suppressed);
                 self.stats.replaced.fetch_add(1, Ordering::Relaxed);
-                self.ack(&old).await;
+                answers.push((old.msg, AckKind::Ack));
             }
         }
     }
 
-    /// Offers one message and speaks the settlement: ack once stored, nak (with the backoff)
-    /// when refused or failed.
-    async fn settle(&self, engine: &Engine, msg: jetstream::Message) {
-        let mut record = match Record::from_json(
-            self.source.clone(),
-            msg.message.subject.to_string(),
-            &msg.message.payload,
-        ) {
+    /// Offers one message as a record keyed by its `subject` and returns its answer: the ack
+    /// once its settlement is stored, the nak (with the backoff) when it was refused or failed.
+    async fn settle(&self, engine: &Engine, subject: String, delivery: Delivery) -> Answer {
+        let payload = &delivery.msg.message.payload;
+        let mut record = match Record::from_json(self.source.clone(), subject, payload) {
             Ok(r) => r,
             Err(_) => {
                 self.stats.not_json.fetch_add(1, Ordering::Relaxed);
-                let text = String::from_utf8_lossy(&msg.message.payload).into_owned();
+                let text = String::from_utf8_lossy(payload).into_owned();
                 Record::from_value(
                     self.source.clone(),
-                    msg.message.subject.to_string(),
+                    delivery.msg.message.subject.to_string(),
                     &Value::String(text),
                 )
             }
         };
-        // A stable id per stream message: a redelivered duplicate carries the same id, so a
-        // receiver can drop it.
-        if let Ok(info) = msg.info() {
-            record.id = format!("nats-{}-{}", info.stream, info.stream_sequence);
+        // A stable id per stream message (the consumer's stream is this source's): a
+        // redelivered duplicate carries the same id, so a receiver can drop it.
+        if let Some(sequence) = delivery.sequence {
+            record.id = format!("nats-{}-{sequence}", self.cfg.stream);
         }
         let settlement = match engine.admit(&record) {
             Err(refused) => {
@@ -339,8 +394,7 @@ impl NatsSource {
                     "nats message refused before any node ran, nak: source={} settlement={refused:?}",
                     self.source
                 );
-                self.nak(&msg).await;
-                return;
+                return self.nak(delivery);
             }
             Ok(None) => engine.unrouted(&record.source),
             Ok(Some(admitted)) => engine.run_admitted(record, admitted, Mode::Normal).await,
@@ -348,7 +402,7 @@ impl NatsSource {
         match settlement {
             Settlement::Stored | Settlement::Unrouted | Settlement::DeadLettered { .. } => {
                 self.stats.acked.fetch_add(1, Ordering::Relaxed);
-                self.ack(&msg).await;
+                (delivery.msg, AckKind::Ack)
             }
             Settlement::Retry { .. } | Settlement::Failed { .. } => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -356,32 +410,43 @@ impl NatsSource {
                     "nats message not stored, nak: source={} settlement={settlement:?}",
                     self.source
                 );
-                self.nak(&msg).await;
+                self.nak(delivery)
             }
         }
     }
 
-    async fn ack(&self, msg: &jetstream::Message) {
-        if let Err(e) = msg.ack().await {
-            self.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
-            log::warn!("nats ack failed: source={} error=\"{e}\"", self.source);
+    /// Sends every waiting answer, back to back: the client writes them to the socket
+    /// together. An answer the server does not take is counted; its message comes back after
+    /// `ack_wait`.
+    async fn answer(&self, answers: &mut Vec<Answer>) {
+        for (msg, kind) in answers.drain(..) {
+            let what = match kind {
+                AckKind::Ack => "ack",
+                _ => "nak",
+            };
+            if let Err(e) = msg.ack_with(kind).await {
+                let total = self.stats.ack_errors.fetch_add(1, Ordering::Relaxed) + 1;
+                if total.is_power_of_two() {
+                    log::warn!(
+                        "nats {what} failed: source={} ack_errors_total={total} error=\"{e}\"",
+                        self.source
+                    );
+                }
+            }
         }
     }
 
-    async fn nak(&self, msg: &jetstream::Message) {
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    /// The nak of a message, with the backoff for its delivery count.
+    fn nak(&self, delivery: Delivery) -> Answer {
         let delay = nak_delay(
-            delivered,
+            delivery.delivered,
             self.cfg.nak_backoff_initial,
             self.cfg.nak_backoff_max,
         );
         self.stats
             .last_nak_delay_ms
             .store(delay.as_millis() as u64, Ordering::Relaxed);
-        if let Err(e) = msg.ack_with(AckKind::Nak(Some(delay))).await {
-            self.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
-            log::warn!("nats nak failed: source={} error=\"{e}\"", self.source);
-        }
+        (delivery.msg, AckKind::Nak(Some(delay)))
     }
 }
 

@@ -1,9 +1,9 @@
 //! `nats-server` with JetStream, and [`Js`], the small client the tests talk to it with.
 //!
-//! The store is in the server's temp dir with every write synced, so a SIGKILL loses nothing
-//! the server acknowledged. Readiness is the monitoring port's `/healthz` (JetStream up and
-//! its streams recovered), polled with a deadline; a restart keeps the client port, the
-//! monitoring port and the store.
+//! The store is in the server's temp dir with every write synced ([`JsSync::EveryWrite`]),
+//! so a SIGKILL loses nothing the server acknowledged. Readiness is the monitoring port's
+//! `/healthz` (JetStream up and its streams recovered), polled with a deadline; a restart
+//! keeps the client port, the monitoring port and the store.
 
 use std::fs;
 use std::path::Path;
@@ -16,6 +16,16 @@ use tempfile::TempDir;
 
 use super::process::{binary, PeerProcess};
 use crate::common::free_ports;
+
+/// How a server's JetStream store reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsSync {
+    /// Every write synced before the server answers (`sync_interval: always`): the tests'.
+    EveryWrite,
+    /// JetStream's default: written at once, synced every two minutes; in a cluster the other
+    /// replicas are what keeps an answered write. For benchmarks that want a cluster's rate.
+    Default,
+}
 
 /// A `nats-server -js` of its own: one node, or one node of a [`super::NatsCluster`].
 pub struct NatsServer {
@@ -35,18 +45,26 @@ impl NatsServer {
     /// a new temp dir; returns once `/healthz` answers ok.
     pub fn start() -> NatsServer {
         let ports = free_ports(2);
-        let mut server = NatsServer::configure("nats", ports[0], ports[1], "", "/healthz");
+        let mut server = NatsServer::configure(
+            "nats",
+            ports[0],
+            ports[1],
+            JsSync::EveryWrite,
+            "",
+            "/healthz",
+        );
         server.spawn();
         server.wait_ready();
         server
     }
 
-    /// Writes the config of server `name` (client `port`, `monitor_port`, `extra` config
-    /// lines) in a new temp dir; nothing runs yet.
+    /// Writes the config of server `name` (client `port`, `monitor_port`, its store's `sync`,
+    /// `extra` config lines) in a new temp dir; nothing runs yet.
     pub(super) fn configure(
         name: &str,
         port: u16,
         monitor_port: u16,
+        sync: JsSync,
         extra: &str,
         health: &'static str,
     ) -> NatsServer {
@@ -58,8 +76,12 @@ impl NatsServer {
             dir.path().join("nats.conf"),
             format!(
                 "server_name: {name}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{monitor_port}\n\
-                 jetstream {{ store_dir: {:?}, sync_interval: always }}\n{extra}",
-                dir.path().join("js")
+                 jetstream {{ store_dir: {:?}{} }}\n{extra}",
+                dir.path().join("js"),
+                match sync {
+                    JsSync::EveryWrite => ", sync_interval: always",
+                    JsSync::Default => "",
+                }
             ),
         )
         .expect("write nats.conf");
@@ -256,6 +278,61 @@ impl Js {
             .unwrap_or_else(|e| panic!("stream {stream}: {e}"))
     }
 
+    /// The server name of a replicated stream's leader; `None` while it has none (or the
+    /// request fails: a cluster may be electing one).
+    pub fn stream_leader(&self, stream: &str) -> Option<String> {
+        self.rt.block_on(async {
+            let mut s = self.js.get_stream(stream).await.ok()?;
+            s.info().await.ok()?.cluster.clone()?.leader
+        })
+    }
+
+    /// Every message of `stream`, in order: its sequence, its `Nats-Msg-Id` header and its
+    /// payload. Read through an ephemeral consumer that acks nothing; panics unless it gets
+    /// them all within the poll deadline.
+    pub fn stream_messages(&self, stream: &str) -> Vec<StoredMessage> {
+        use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+        use futures_util::StreamExt;
+        let (count, _) = self.stream_state(stream);
+        self.rt.block_on(async {
+            let s = self.js.get_stream(stream).await.expect("stream");
+            let consumer = s
+                .create_consumer(pull::Config {
+                    ack_policy: AckPolicy::None,
+                    deliver_policy: DeliverPolicy::All,
+                    inactive_threshold: Duration::from_secs(60),
+                    ..Default::default()
+                })
+                .await
+                .expect("ephemeral consumer");
+            let mut messages = consumer.messages().await.expect("pull");
+            let mut out = Vec::with_capacity(count as usize);
+            let read = async {
+                while (out.len() as u64) < count {
+                    let msg = messages
+                        .next()
+                        .await
+                        .expect("the message stream ended")
+                        .expect("message");
+                    let info = msg.info().expect("a JetStream message");
+                    out.push(StoredMessage {
+                        seq: info.stream_sequence,
+                        msg_id: msg
+                            .headers
+                            .as_ref()
+                            .and_then(|h| h.get("Nats-Msg-Id"))
+                            .map(|v| v.as_str().to_string()),
+                        payload: msg.payload.to_vec(),
+                    });
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(60), read)
+                .await
+                .unwrap_or_else(|_| panic!("read fewer than {count} messages of {stream}"));
+            out
+        })
+    }
+
     /// Like [`Js::stream_state`], or the error (a cluster may be electing a leader).
     pub fn try_stream_state(&self, stream: &str) -> Result<(u64, u64), async_nats::Error> {
         self.rt.block_on(async {
@@ -264,4 +341,15 @@ impl Js {
             Ok((info.state.messages, info.state.last_sequence))
         })
     }
+}
+
+/// One message as a stream stores it.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    /// Its stream sequence.
+    pub seq: u64,
+    /// Its `Nats-Msg-Id` header, the key of the stream's duplicate window.
+    pub msg_id: Option<String>,
+    /// Its payload.
+    pub payload: Vec<u8>,
 }

@@ -7,7 +7,7 @@
 //! restart one on its ports and store.
 
 use super::process::PEER_START_DEADLINE;
-use super::NatsServer;
+use super::{JsSync, NatsServer};
 use crate::common::{free_ports, poll_until};
 
 /// The cluster's name in every node's config.
@@ -21,8 +21,13 @@ pub struct NatsCluster {
 }
 
 impl NatsCluster {
-    /// Starts the three nodes; returns once they agree on a meta leader.
+    /// Starts the three nodes, every write synced; returns once they agree on a meta leader.
     pub fn start() -> NatsCluster {
+        NatsCluster::start_with(JsSync::EveryWrite)
+    }
+
+    /// Like [`NatsCluster::start`], the stores syncing as `sync` says.
+    pub fn start_with(sync: JsSync) -> NatsCluster {
         let ports = free_ports(3 * NODES);
         let (clients, rest) = ports.split_at(NODES);
         let (routes, monitors) = rest.split_at(NODES);
@@ -41,6 +46,7 @@ impl NatsCluster {
                     &format!("n{i}"),
                     clients[i],
                     monitors[i],
+                    sync,
                     &cluster,
                     "/healthz?js-enabled-only=true",
                 )
