@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::process::{binary, PeerProcess};
+use super::process::{binary, PeerProcess, PEER_START_DEADLINE};
 use crate::common::free_ports;
 
 /// How a server's JetStream store reaches the disk.
@@ -219,19 +219,29 @@ impl Js {
         self.create_replicated_stream(name, subjects, 1);
     }
 
-    /// Creates stream `name` on `subjects` with `replicas` copies (a cluster's).
+    /// Creates stream `name` on `subjects` with `replicas` copies (a cluster's). A cluster
+    /// whose nodes agree on a meta leader may not yet have told it that every peer is online
+    /// ("no suitable peers for placement"): that answer is asked again until the peers'
+    /// start deadline.
     pub fn create_replicated_stream(&self, name: &str, subjects: &[&str], replicas: usize) {
-        self.rt
-            .block_on(
-                self.js
-                    .create_stream(async_nats::jetstream::stream::Config {
-                        name: name.to_string(),
-                        subjects: subjects.iter().map(|s| s.to_string()).collect(),
-                        num_replicas: replicas,
-                        ..Default::default()
-                    }),
-            )
-            .expect("create stream");
+        let config = async_nats::jetstream::stream::Config {
+            name: name.to_string(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        let deadline = Instant::now() + PEER_START_DEADLINE;
+        loop {
+            match self.rt.block_on(self.js.create_stream(config.clone())) {
+                Ok(_) => return,
+                Err(e)
+                    if Instant::now() < deadline && e.to_string().contains("no suitable peers") =>
+                {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("create stream {name}: {e}"),
+            }
+        }
     }
 
     /// Publishes and waits for the stream's ack, retrying (the server may be restarting).
