@@ -2,7 +2,8 @@
 # Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
 # SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
 #
-# Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator] [TARGET...]
+# Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator]
+#                                 [--opt-level z] [--bloat N] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
 #   --sign KEY          also write <artifact>.manifest.json (version, target, sha256,
@@ -13,6 +14,11 @@
 #   OPC-UA server (about 6 MB of address space; the Modbus simulator stays). Instead:
 #   --no-opcua          the smallest build, without OPC-UA: <artifact>-no-opcua
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
+#   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
+#                       the field build about 1.1 MB smaller and its code about 3 times slower
+#                       (README: Deployment)
+#   --bloat N           also print the N biggest crates of each build (cargo-bloat, installed
+#                       here when missing, pinned), weighed on that build's unstripped link
 #
 # With a container engine and `cross` on PATH it uses `cross build` (cross/Cross.toml).
 # Without: cargo with Debian's cross linkers (installed here when missing) and, for
@@ -22,6 +28,7 @@ set -euo pipefail
 
 ZIG_VERSION=0.13.0
 ZIGBUILD_VERSION=0.19.8
+BLOAT_VERSION=0.12.1
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -31,6 +38,7 @@ sign_key=""
 valid_for=90d
 features=(--no-default-features --features opcua)
 suffix=""
+bloat=0
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -38,8 +46,10 @@ while [ $# -gt 0 ]; do
         --valid-for) valid_for="$2"; shift 2 ;;
         --no-opcua) features=(--no-default-features); suffix="-no-opcua"; shift ;;
         --with-simulator) features=(); suffix="-with-simulator"; shift ;;
+        --bloat) bloat="$2"; shift 2 ;;
+        --opt-level) export CARGO_PROFILE_RELEASE_OPT_LEVEL="$2"; shift 2 ;;
         -h | --help)
-            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) targets+=("$1"); shift ;;
@@ -70,30 +80,75 @@ if command -v cross >/dev/null && { docker info >/dev/null 2>&1 || podman info >
     use_cross=1
 fi
 
+# Local builds link unstripped (CARGO_PROFILE_RELEASE_STRIP=false, what cargo-bloat builds
+# too, so --bloat weighs this very build instead of compiling everything again) and strip the
+# copy in dist/ with the target's binutils: strip_tool names it, empty when cross stripped.
+strip_tool=""
 build() { # TARGET
     local t="$1"
     if ((use_cross)); then
         log "cross build --release --target $t"
         CROSS_CONFIG=cross/Cross.toml cross build --release "${features[@]}" --target "$t"
+        strip_tool=""
         return
     fi
     rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     case "$t" in
-        aarch64-unknown-linux-gnu) apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross ;;
-        armv7-unknown-linux-gnueabihf) apt_install gcc-arm-linux-gnueabihf libc6-dev-armhf-cross ;;
-        x86_64-unknown-linux-musl) apt_install musl-tools ;;
+        aarch64-unknown-linux-gnu)
+            apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+            strip_tool=aarch64-linux-gnu-strip
+            ;;
+        armv7-unknown-linux-gnueabihf)
+            apt_install gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
+            strip_tool=arm-linux-gnueabihf-strip
+            ;;
+        x86_64-unknown-linux-musl)
+            apt_install musl-tools binutils
+            strip_tool="strip"
+            ;;
         aarch64-unknown-linux-musl)
+            apt_install binutils-aarch64-linux-gnu
+            strip_tool=aarch64-linux-gnu-strip
             python3 -m pip show ziglang >/dev/null 2>&1 ||
                 python3 -m pip install --quiet --root-user-action=ignore "ziglang==$ZIG_VERSION"
             command -v cargo-zigbuild >/dev/null ||
                 cargo install --quiet --locked "cargo-zigbuild@$ZIGBUILD_VERSION"
             log "cargo zigbuild --release --target $t"
-            cargo zigbuild --release "${features[@]}" --target "$t"
+            CARGO_PROFILE_RELEASE_STRIP=false cargo zigbuild --release "${features[@]}" --target "$t"
             return
             ;;
     esac
     log "cargo build --release --target $t"
-    cargo build --release "${features[@]}" --config cross/cargo-config.toml --target "$t"
+    CARGO_PROFILE_RELEASE_STRIP=false cargo build --release "${features[@]}" \
+        --config cross/cargo-config.toml --target "$t"
+}
+
+# cargo-bloat's table of the biggest crates in TARGET's build, after build(): cargo-bloat runs
+# `cargo build` itself with CARGO_PROFILE_RELEASE_STRIP=false, which finds build()'s output up
+# to date; for the zig-linked target a `cargo` first on its PATH makes that `cargo zigbuild`.
+# (With cross, build() stripped: this then builds once more with the local toolchain.)
+bloat_table() { # TARGET
+    local t="$1" real shim
+    cargo bloat --version 2>/dev/null | grep -qx "cargo-bloat $BLOAT_VERSION" ||
+        cargo install --quiet --locked "cargo-bloat@$BLOAT_VERSION"
+    log "cargo bloat --release --target $t --crates -n $bloat"
+    case "$t" in
+        aarch64-unknown-linux-musl)
+            real="$(command -v cargo)"
+            shim="$target_dir/bloat-shim"
+            mkdir -p "$shim"
+            # shellcheck disable=SC2016 # the shim's own "$1" and "$@"
+            printf '#!/bin/sh\nif [ "$1" = build ]; then shift; exec "%s" zigbuild "$@"; fi\nexec "%s" "$@"\n' \
+                "$real" "$real" >"$shim/cargo"
+            chmod +x "$shim/cargo"
+            PATH="$shim:$PATH" cargo bloat --release "${features[@]}" --target "$t" \
+                --bin opex-connector --crates -n "$bloat"
+            ;;
+        *)
+            cargo bloat --release "${features[@]}" --config cross/cargo-config.toml --target "$t" \
+                --bin opex-connector --crates -n "$bloat"
+            ;;
+    esac
 }
 
 signer=""
@@ -105,9 +160,16 @@ fi
 mkdir -p dist
 artifacts=()
 for t in "${targets[@]}"; do
+    # No unwind tables (.eh_frame): with panic = "abort" nothing unwinds, and a panic's
+    # backtrace in a stripped binary has no names anyway. 262 KB of the aarch64 musl field
+    # build (README: Deployment).
+    # (RUSTFLAGS, when set, replaces this.)
+    export "CARGO_TARGET_$(printf %s "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=-Cforce-unwind-tables=no"
     build "$t"
+    if ((bloat)); then bloat_table "$t"; fi
     out="opex-connector-$version-$t$suffix"
     cp "$target_dir/$t/release/opex-connector" "dist/$out"
+    if [ -n "$strip_tool" ]; then "$strip_tool" --strip-all "dist/$out"; fi
     artifacts+=("$out")
     if [ -n "$signer" ]; then
         "$signer" sign-manifest "dist/$out" "$sign_key" "dist/$out.manifest.json" \
