@@ -10,21 +10,34 @@
 //!    after its commit.
 //! 2. **The release daemon.** `opex-connector run` with a temporary config
 //!    (push queue on, `evict_oldest`, 1024 MB quota, no uplink, one ingest
-//!    source). 64 client threads, each on ONE keep-alive TCP connection,
-//!    write raw HTTP/1.1 `POST /api/ingest/bench/<n>` requests with 1 KB JSON
-//!    bodies and read every response. A `200` is an acknowledged record.
+//!    source), loaded by two clients one after the other, each for the same
+//!    time against the same daemon:
+//!    - the Rust client: 64 threads, each on ONE keep-alive TCP connection,
+//!      writing raw HTTP/1.1 `POST /api/ingest/bench/<n>` requests with 1 KB
+//!      JSON bodies and reading every response;
+//!    - `wrk -t1 -c64` with a Lua script posting the same 1 KB body: one
+//!      epoll thread, so the load costs far less CPU than the daemon it
+//!      measures (on a 2-core box the Rust client's 64 threads compete with
+//!      the daemon for the same cores). Skipped, and said so, when `wrk` is
+//!      not installed (`scripts/bench.sh ingest` installs it).
 //!
-//! Printed: acked records/s, p50/p99 ack latency, the raw LMDB rate, the
-//! ratio acked/raw (target >= 0.5) and the daemon's RSS at idle and under
-//! load.
+//!    A `200` is an acknowledged record.
+//!
+//! Printed for each client: acked records/s, the ratio acked/raw (target at
+//! least 0.5), p50/p99 ack latency, the daemon's CPU time per acked record
+//! (user and system, from `/proc/<pid>/stat`, target at most 8 us) and the
+//! mean records per commit of its push queue (from `/metrics`); and the
+//! daemon's RSS at idle and under load.
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it makes a short
-//! smoke run instead: 0.2 s of raw LMDB, 1 s of 4 connections against the
-//! test-profile daemon, and fails unless every request got a `200`.
+//! smoke run instead: 0.2 s of raw LMDB, 1 s of 4 connections from each
+//! client (wrk only when installed) against the test-profile daemon, and
+//! fails unless every request got a `200`.
 //!
 //! Environment:
 //! - `BENCH_SECS` (default 10): duration of each measurement.
-//! - `BENCH_CONNS` (default 64): client connections.
+//! - `BENCH_CONNS` (default 64): client connections (both clients).
+//! - `BENCH_WRK`: the `wrk` binary (default: `wrk` on `PATH`).
 //! - `OPEX_CONNECTOR_BIN`: the daemon binary (default: `opex-connector` in
 //!   the profile folder this bench was built into, so `CARGO_TARGET_DIR` is
 //!   honoured).
@@ -48,7 +61,7 @@ use std::time::{Duration, Instant};
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, U64};
 use heed::{CommitOrAbort, Database, EnvOpenOptions, PutFlags};
-use support::{daemon_binary, proc_status_kib};
+use support::{cpu_secs, daemon_binary, proc_status_kib};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -146,56 +159,115 @@ fn run() -> BoxResult<()> {
     );
     let load = daemon_load(&bin, work.path(), &plan)?;
 
-    let acked_rate = load.acked as f64 / load.elapsed.as_secs_f64();
-    let ratio = if raw.rate > 0.0 {
-        acked_rate / raw.rate
-    } else {
-        0.0
-    };
-    let rows = [
-        ("raw LMDB records/s", format!("{:.0}", raw.rate)),
-        ("raw LMDB commits/s", format!("{:.0}", raw.commits_per_sec)),
-        ("acked records (200)", load.acked.to_string()),
-        ("acked records/s", format!("{acked_rate:.0}")),
-        ("ack latency p50 (ms)", format!("{:.2}", load.p50_ms)),
-        ("ack latency p99 (ms)", format!("{:.2}", load.p99_ms)),
-        ("ack latency max (ms)", format!("{:.2}", load.max_ms)),
-        ("ratio acked/raw (>= 0.50)", format!("{ratio:.2}")),
-        ("RSS idle: total/anon (MiB)", mib_pair(load.rss_idle)),
-        ("RSS load max: total/anon (MiB)", mib_pair(load.rss_load)),
-        ("non-200 responses", load.non_200.to_string()),
-        ("I/O errors (reconnected)", load.io_errors.to_string()),
-        ("queue rows after run", load.queue_rows.clone()),
-        ("daemon exit after SIGTERM", load.exit.clone()),
+    let mut rows = vec![
+        ("raw LMDB records/s".to_string(), format!("{:.0}", raw.rate)),
+        (
+            "raw LMDB commits/s".to_string(),
+            format!("{:.0}", raw.commits_per_sec),
+        ),
     ];
+    for phase in &load.phases {
+        let name = phase.client;
+        let ratio = phase.ratio(raw.rate);
+        rows.extend([
+            (
+                format!("{name}: acked records (200)"),
+                phase.acked.to_string(),
+            ),
+            (
+                format!("{name}: acked records/s"),
+                format!("{:.0}", phase.rate()),
+            ),
+            (
+                format!("{name}: ratio acked/raw (>= 0.50)"),
+                format!("{ratio:.2}"),
+            ),
+            (
+                format!("{name}: daemon CPU us/record (<= 8)"),
+                phase
+                    .cpu_us_per_record()
+                    .map_or("n/a".into(), |us| format!("{us:.1}")),
+            ),
+            (
+                format!("{name}: records per commit"),
+                phase
+                    .records_per_commit()
+                    .map_or("n/a".into(), |n| format!("{n:.1}")),
+            ),
+            (
+                format!("{name}: ack latency p50 (ms)"),
+                format!("{:.2}", phase.p50_ms),
+            ),
+            (
+                format!("{name}: ack latency p99 (ms)"),
+                format!("{:.2}", phase.p99_ms),
+            ),
+            (
+                format!("{name}: ack latency max (ms)"),
+                format!("{:.2}", phase.max_ms),
+            ),
+            (
+                format!("{name}: non-200 responses"),
+                phase.non_200.to_string(),
+            ),
+            (format!("{name}: I/O errors"), phase.io_errors.to_string()),
+        ]);
+    }
+    rows.extend([
+        (
+            "RSS idle: total/anon (MiB)".to_string(),
+            mib_pair(load.rss_idle),
+        ),
+        (
+            "RSS load max: total/anon (MiB)".to_string(),
+            mib_pair(load.rss_load),
+        ),
+        ("queue rows after run".to_string(), load.queue_rows.clone()),
+        ("daemon exit after SIGTERM".to_string(), load.exit.clone()),
+    ]);
     println!();
-    println!("| {:<30} | {:>16} |", "measure", "value");
-    println!("|{}|{}|", "-".repeat(32), "-".repeat(18));
+    println!("| {:<38} | {:>16} |", "measure", "value");
+    println!("|{}|{}|", "-".repeat(40), "-".repeat(18));
     for (name, value) in &rows {
-        println!("| {name:<30} | {value:>16} |");
+        println!("| {name:<38} | {value:>16} |");
     }
     println!();
     println!("(RSS total includes LMDB's mapped file pages; anon is heap and stacks)");
     if raw.map_full {
         println!("note: the raw run hit MDB_MAP_FULL and stopped early; its rate is over the time it ran");
     }
+    if let Some(why) = &load.wrk_skipped {
+        println!("note: the wrk client did not run: {why}");
+    }
     if plan.bench {
-        println!(
-            "verdict: ratio {ratio:.2} {} the 0.50 target",
-            if ratio >= 0.5 { "meets" } else { "is BELOW" }
-        );
+        for phase in &load.phases {
+            let ratio = phase.ratio(raw.rate);
+            println!(
+                "verdict ({}): ratio {ratio:.2} {} the 0.50 target",
+                phase.client,
+                if ratio >= 0.5 { "meets" } else { "is BELOW" }
+            );
+        }
     }
-    if load.acked == 0 {
-        return Err("the daemon acknowledged no record".into());
-    }
-    if !plan.bench && (load.non_200 > 0 || load.io_errors > 0) {
-        return Err(format!(
-            "smoke run: {} non-200 responses, {} I/O errors; daemon log:\n{}",
-            load.non_200,
-            load.io_errors,
-            fs::read_to_string(work.path().join("daemon.log")).unwrap_or_default()
-        )
-        .into());
+    for phase in &load.phases {
+        if phase.acked == 0 {
+            return Err(format!(
+                "the daemon acknowledged no record from the {} client; daemon log:\n{}",
+                phase.client,
+                fs::read_to_string(work.path().join("daemon.log")).unwrap_or_default()
+            )
+            .into());
+        }
+        if !plan.bench && (phase.non_200 > 0 || phase.io_errors > 0) {
+            return Err(format!(
+                "smoke run ({}): {} non-200 responses, {} I/O errors; daemon log:\n{}",
+                phase.client,
+                phase.non_200,
+                phase.io_errors,
+                fs::read_to_string(work.path().join("daemon.log")).unwrap_or_default()
+            )
+            .into());
+        }
     }
     if !plan.bench {
         println!("ingest bench: smoke run ok");
@@ -298,7 +370,10 @@ fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
     })
 }
 
-struct LoadResult {
+/// What one client's load got from the daemon.
+struct Phase {
+    /// `rust` or `wrk`.
+    client: &'static str,
     acked: u64,
     elapsed: Duration,
     p50_ms: f64,
@@ -306,6 +381,60 @@ struct LoadResult {
     max_ms: f64,
     non_200: u64,
     io_errors: u64,
+    /// The daemon's counters before and after the load.
+    before: Counters,
+    after: Counters,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.acked as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn ratio(&self, raw_rate: f64) -> f64 {
+        if raw_rate > 0.0 {
+            self.rate() / raw_rate
+        } else {
+            0.0
+        }
+    }
+
+    /// The daemon's CPU time (user + system) over the load, per acked record.
+    fn cpu_us_per_record(&self) -> Option<f64> {
+        let secs = self.after.cpu_secs? - self.before.cpu_secs?;
+        (self.acked > 0).then(|| secs * 1e6 / self.acked as f64)
+    }
+
+    /// Records per push-queue commit over the load.
+    fn records_per_commit(&self) -> Option<f64> {
+        let (before, after) = (self.before.queue?, self.after.queue?);
+        let commits = after.0.checked_sub(before.0)?;
+        let commands = after.1.checked_sub(before.1)?;
+        (commits > 0).then(|| commands as f64 / commits as f64)
+    }
+}
+
+/// The daemon's CPU time so far (seconds) and its push queue's
+/// `(commits, committed commands)` so far.
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    cpu_secs: Option<f64>,
+    queue: Option<(u64, u64)>,
+}
+
+impl Counters {
+    fn read(daemon: &Daemon) -> Counters {
+        Counters {
+            cpu_secs: cpu_secs(daemon.child.id()),
+            queue: queue_commits(&daemon.addr),
+        }
+    }
+}
+
+struct LoadResult {
+    phases: Vec<Phase>,
+    /// Why the wrk client did not run, when it did not.
+    wrk_skipped: Option<String>,
     rss_idle: Rss,
     rss_load: Rss,
     queue_rows: String,
@@ -466,7 +595,7 @@ fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
     thread::sleep(plan.settle);
     let rss_idle = daemon.rss().unwrap_or_default();
 
-    // RSS sampler: the maximum, every 100 ms while the load runs.
+    // RSS sampler: the maximum, every 100 ms while the loads run.
     let stop_sampling = Arc::new(AtomicBool::new(false));
     let sampler = {
         let stop = Arc::clone(&stop_sampling);
@@ -483,6 +612,40 @@ fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
         })
     };
 
+    let mut phases = vec![rust_load(&daemon, plan)?];
+    let wrk_skipped = match wrk_binary() {
+        Some(wrk) => {
+            thread::sleep(plan.settle);
+            println!(
+                "wrk: {} (1 thread, {} connections for {:.1} s) ...",
+                wrk.display(),
+                plan.conns,
+                plan.load.as_secs_f64()
+            );
+            phases.push(wrk_load(&wrk, &daemon, work, plan)?);
+            None
+        }
+        None => Some("`wrk` not found (set BENCH_WRK, or `apt-get install wrk`)".to_string()),
+    };
+    stop_sampling.store(true, Ordering::Relaxed);
+    let rss_load = sampler.join().unwrap_or(rss_idle);
+    let rss_load = rss_load.max(daemon.rss().unwrap_or_default());
+
+    let queue_rows = queue_rows(&daemon.addr).unwrap_or_else(|| "n/a".to_string());
+    let exit = daemon.stop();
+    Ok(LoadResult {
+        phases,
+        wrk_skipped,
+        rss_idle,
+        rss_load,
+        queue_rows,
+        exit,
+    })
+}
+
+/// The Rust client: `plan.conns` threads, one keep-alive connection each.
+fn rust_load(daemon: &Daemon, plan: &Plan) -> BoxResult<Phase> {
+    let before = Counters::read(daemon);
     let start = Instant::now();
     let deadline = start + plan.load;
     let clients: Vec<_> = (0..plan.conns)
@@ -501,15 +664,10 @@ fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
         latencies_us.extend(stats.latencies_us);
     }
     let elapsed = start.elapsed();
-    stop_sampling.store(true, Ordering::Relaxed);
-    let rss_load = sampler.join().unwrap_or(rss_idle);
-    let rss_load = rss_load.max(daemon.rss().unwrap_or_default());
-
-    let queue_rows = queue_rows(&daemon.addr).unwrap_or_else(|| "n/a".to_string());
-    let exit = daemon.stop();
-
+    let after = Counters::read(daemon);
     latencies_us.sort_unstable();
-    Ok(LoadResult {
+    Ok(Phase {
+        client: "rust",
         acked,
         elapsed,
         p50_ms: percentile_ms(&latencies_us, 0.50),
@@ -519,10 +677,94 @@ fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
             .map_or(0.0, |&us| f64::from(us) / 1000.0),
         non_200,
         io_errors,
-        rss_idle,
-        rss_load,
-        queue_rows,
-        exit,
+        before,
+        after,
+    })
+}
+
+/// `BENCH_WRK`, else `wrk` when it is on `PATH`.
+fn wrk_binary() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("BENCH_WRK") {
+        return Some(PathBuf::from(bin));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("wrk"))
+        .find(|bin| bin.is_file())
+}
+
+/// The wrk script: every request posts the same 1 KB body (its record gets a
+/// fresh id in the daemon all the same); `done` prints one line the bench
+/// parses. wrk counts a non-2xx answer in `errors.status`.
+fn wrk_script() -> String {
+    let body = ingest_body(0, 0);
+    format!(
+        r#"wrk.method = "POST"
+wrk.path = "/api/ingest/{SOURCE}/wrk"
+wrk.headers["Authorization"] = "Bearer {TOKEN}"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{body}'
+
+function done(summary, latency, requests)
+  io.write(string.format(
+    "wrk-result requests=%d duration_us=%d status=%d connect=%d read=%d write=%d timeout=%d p50_us=%d p99_us=%d max_us=%d\n",
+    summary.requests, summary.duration, summary.errors.status,
+    summary.errors.connect, summary.errors.read, summary.errors.write, summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end
+"#
+    )
+}
+
+/// `wrk -t1 -c<conns>` with [`wrk_script`] for the load's duration.
+fn wrk_load(wrk: &Path, daemon: &Daemon, work: &Path, plan: &Plan) -> BoxResult<Phase> {
+    let script = work.join("ingest.lua");
+    fs::write(&script, wrk_script())?;
+    let before = Counters::read(daemon);
+    let output = Command::new(wrk)
+        .arg("-t1")
+        .arg(format!("-c{}", plan.conns))
+        .arg(format!("-d{}s", plan.load.as_secs().max(1)))
+        .arg(format!("--timeout={}s", IO_TIMEOUT.as_secs()))
+        .arg("-s")
+        .arg(&script)
+        .arg(format!("http://{}/", daemon.addr))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", wrk.display()))?;
+    let after = Counters::read(daemon);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("wrk-result "))
+        .ok_or_else(|| {
+            format!(
+                "wrk printed no result ({}):\n{stdout}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })?;
+    let field = |name: &str| -> BoxResult<u64> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("wrk result without {name}: {line}").into())
+    };
+    let requests = field("requests")?;
+    let non_200 = field("status")?;
+    let io_errors = field("connect")? + field("read")? + field("write")? + field("timeout")?;
+    let ms = |us: u64| us as f64 / 1000.0;
+    Ok(Phase {
+        client: "wrk",
+        acked: requests.saturating_sub(non_200),
+        elapsed: Duration::from_micros(field("duration_us")?),
+        p50_ms: ms(field("p50_us")?),
+        p99_ms: ms(field("p99_us")?),
+        max_ms: ms(field("max_us")?),
+        non_200,
+        io_errors,
+        before,
+        after,
     })
 }
 
@@ -602,12 +844,17 @@ fn connect(addr: &str) -> std::io::Result<(TcpStream, BufReader<TcpStream>)> {
     Ok((stream, reader))
 }
 
-/// A complete HTTP/1.1 request with a JSON body of exactly `RECORD_BYTES`.
-fn ingest_request(addr: &str, key: &str, client: usize, n: u64) -> Vec<u8> {
+/// A JSON body of exactly `RECORD_BYTES` (ASCII, no quote to escape in Lua).
+fn ingest_body(client: usize, n: u64) -> String {
     let head = format!(r#"{{"client":{client},"n":{n},"temp_c":21.5,"pad":""#);
     let tail = "\"}";
     let pad = RECORD_BYTES.saturating_sub(head.len() + tail.len());
-    let body = format!("{head}{}{tail}", "x".repeat(pad));
+    format!("{head}{}{tail}", "x".repeat(pad))
+}
+
+/// A complete HTTP/1.1 request with a JSON body of exactly `RECORD_BYTES`.
+fn ingest_request(addr: &str, key: &str, client: usize, n: u64) -> Vec<u8> {
+    let body = ingest_body(client, n);
     let mut request = format!(
         "POST /api/ingest/{SOURCE}/{key} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -724,4 +971,31 @@ fn queue_rows(addr: &str) -> Option<String> {
     } else {
         rows.to_string()
     })
+}
+
+/// The push queue's `(commits, committed commands)` from `GET /metrics`.
+fn queue_commits(addr: &str) -> Option<(u64, u64)> {
+    let (mut writer, mut reader) = connect(addr).ok()?;
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    writer.write_all(request.as_bytes()).ok()?;
+    let response = read_response(&mut reader).ok()?;
+    if response.status != 200 {
+        return None;
+    }
+    let text = String::from_utf8(response.body).ok()?;
+    let sample = |name: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
+    };
+    Some((
+        sample("opex_connector_push_queue_commits_total")?,
+        sample("opex_connector_push_queue_committed_commands_total")?,
+    ))
 }

@@ -4,7 +4,10 @@
 # Usage: scripts/bench.sh BENCHMARK
 #   ingest   raw LMDB group-commit rate vs records/s acknowledged by the
 #            daemon's ingest API (64 keep-alive connections, 1 KB bodies),
-#            ack latency p50/p99 and RSS idle/under load (benches/ingest.rs)
+#            from a Rust client and from wrk (one epoll thread, Lua POST
+#            script): ratio, daemon CPU us per acked record, records per
+#            commit, ack latency p50/p99, RSS idle/under load
+#            (benches/ingest.rs); installs wrk when missing
 #   databases rows/s into PostgreSQL and ClickHouse (servers started in temp
 #            dirs) through the connector's sinks and end to end through the
 #            daemon, against a raw bulk load of the same rows (psql \copy,
@@ -37,7 +40,8 @@
 # BENCH_DEVICES, BENCH_INTERVAL_MS, BENCH_RECORDS (sparkplug: 20 units every
 # 20 ms, 20000 records queued), BENCH_FLEET (fleet sizes, default 1,4,16;
 # BENCH_CONNS is then per gateway, default 16), BENCH_FLEET_SYNC (always,
-# default or both; default both).
+# default or both; default both), BENCH_WRK (ingest: the wrk binary, default
+# wrk on PATH).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -45,7 +49,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -66,6 +70,11 @@ release_daemon() {
 }
 
 bench_ingest() {
+    if ! command -v wrk >/dev/null 2>&1; then
+        echo "==> apt-get install wrk (the light load client)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk
+    fi
     release_daemon
     echo "==> cargo bench --bench ingest (BENCH_SECS=${BENCH_SECS:-10})"
     cargo bench --bench ingest

@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -34,15 +33,6 @@ impl PartialEq for Record {
             && self.ts_ms == other.ts_ms
             && self.payload.get() == other.payload.get()
     }
-}
-
-#[derive(Serialize)]
-struct Line<'a> {
-    id: &'a str,
-    source: &'a str,
-    key: &'a str,
-    ts: u64,
-    payload: &'a RawValue,
 }
 
 impl Record {
@@ -92,18 +82,68 @@ impl Record {
 
     /// The record as one compact JSON object, the line the uplink sends:
     /// `{"id":..,"source":..,"key":..,"ts":..,"payload":..}`.
+    ///
+    /// Written field by field into a buffer of exactly [`Record::line_len`] bytes: this runs
+    /// once for every record a queue stores.
     pub fn to_line(&self) -> Vec<u8> {
-        let line = Line {
-            id: &self.id,
-            source: &self.source,
-            key: &self.key,
-            ts: self.ts_ms,
-            payload: &self.payload,
-        };
-        // Serializing a `Value` and strings into a Vec cannot fail: no I/O, no maps with
-        // non-string keys.
-        serde_json::to_vec(&line).unwrap_or_default()
+        let mut line = Vec::with_capacity(self.line_len());
+        line.extend_from_slice(br#"{"id":"#);
+        push_json_str(&mut line, &self.id);
+        line.extend_from_slice(br#","source":"#);
+        push_json_str(&mut line, &self.source);
+        line.extend_from_slice(br#","key":"#);
+        push_json_str(&mut line, &self.key);
+        line.extend_from_slice(br#","ts":"#);
+        line.extend_from_slice(self.ts_ms.to_string().as_bytes());
+        line.extend_from_slice(br#","payload":"#);
+        line.extend_from_slice(self.payload.get().as_bytes());
+        line.push(b'}');
+        line
     }
+
+    /// The length of [`Record::to_line`], without writing it (admission counts a record's
+    /// bytes before it is stored).
+    pub fn line_len(&self) -> usize {
+        const FIXED: usize = r#"{"id":,"source":,"key":,"ts":,"payload":}"#.len();
+        FIXED
+            + json_str_len(&self.id)
+            + json_str_len(&self.source)
+            + json_str_len(&self.key)
+            + decimal_len(self.ts_ms)
+            + self.payload.get().len()
+    }
+}
+
+/// How JSON writes byte `b` of a string (serde_json's escapes): `None` as itself, else the
+/// length of its escape (`\"`, `\\`, `\n` and the other short ones, `\u00XX`).
+fn escape_len(b: u8) -> Option<usize> {
+    match b {
+        b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => Some(2),
+        0x00..=0x1f => Some(6),
+        _ => None,
+    }
+}
+
+/// Bytes of `s` as a JSON string, quotes included.
+fn json_str_len(s: &str) -> usize {
+    2 + s.bytes().map(|b| escape_len(b).unwrap_or(1)).sum::<usize>()
+}
+
+/// Appends `s` as a JSON string.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    if !s.bytes().any(|b| escape_len(b).is_some()) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
+    // Writing a string into a Vec cannot fail: no I/O.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Digits of `n` in decimal.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 #[derive(serde::Deserialize)]
@@ -205,5 +245,33 @@ mod tests {
         assert_eq!(v["key"], "o-1");
         assert_eq!(v["payload"]["qty"], 2);
         assert!(v["ts"].as_u64().unwrap() > 0);
+    }
+
+    #[test]
+    fn a_line_is_exactly_as_long_as_its_counted_length_whatever_its_strings_hold() {
+        let keys = [
+            "",
+            "o-1",
+            "quote\" back\\slash",
+            "tab\t nl\n cr\r bs\u{8} ff\u{c}",
+            "nul\u{0} us\u{1f} del\u{7f}",
+            "ünï\u{2028}cödé ✓",
+        ];
+        for (i, key) in keys.iter().enumerate() {
+            let mut r = Record::from_json("ingest/o\"rders", *key, b"{\"a\":[1,\"\\n\"]}").unwrap();
+            r.ts_ms = [0, 9, 10, 99, 1_764_547_200_000, u64::MAX][i];
+            let line = r.to_line();
+            assert_eq!(line.len(), r.line_len(), "key {key:?}");
+            assert_eq!(Record::from_line(&line).unwrap(), r, "key {key:?}");
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            let fields: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(fields.len(), 5);
+        }
+        let r = Record::from_json("ingest/orders", "o-1", b"{\"qty\":2}").unwrap();
+        let expected = format!(
+            r#"{{"id":"{}","source":"ingest/orders","key":"o-1","ts":{},"payload":{{"qty":2}}}}"#,
+            r.id, r.ts_ms
+        );
+        assert_eq!(String::from_utf8(r.to_line()).unwrap(), expected);
     }
 }

@@ -331,9 +331,12 @@ impl Engine {
                 }
                 continue;
             }
-            let entered = record.clone();
             let kind = self.plan.kind(at);
-            match run_node(kind, &mut record) {
+            // Only a map changes the record; the others' error wires get it as it is.
+            let entered = matches!(kind, NodeKind::Map(_)).then(|| record.clone());
+            let outcome = run_node(kind, &mut record);
+            let entered = entered.as_ref().unwrap_or(&record);
+            match outcome {
                 NodeOutcome::Filtered => {
                     self.stats.filtered.fetch_add(1, Ordering::Relaxed);
                 }
@@ -343,7 +346,7 @@ impl Engine {
                         self.park(&mut run, &original, entry, at, reason, mode)
                             .await;
                     } else {
-                        work.extend(fork(errors, &entered));
+                        work.extend(fork(errors, entered));
                     }
                 }
                 NodeOutcome::Emit(port) => {
@@ -359,8 +362,15 @@ impl Engine {
                             self.park(&mut run, &original, entry, at, reason, mode)
                                 .await;
                         } else {
-                            work.extend(fork(errors, &entered));
+                            work.extend(fork(errors, entered));
                         }
+                    } else if let [target] = targets {
+                        // One wire: the record moves on, no copy.
+                        work.push(Item {
+                            at: *target,
+                            entry,
+                            record,
+                        });
                     } else {
                         work.extend(fork(targets, &record));
                     }

@@ -1,5 +1,8 @@
 //! Building responses, and reading bodies within their limits.
 
+use std::future::Future;
+use std::task::Poll;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Incoming};
@@ -24,8 +27,15 @@ pub async fn read_body(state: &AppState, req: Request<Incoming>) -> Result<Bytes
     if declared_length(&req).is_some_and(|n| n > max as u64) {
         return Err(closing(too_large(max)));
     }
-    let limited = Limited::new(req.into_body(), max);
-    match tokio::time::timeout(state.http.body_read_timeout, limited.collect()).await {
+    let mut collect = std::pin::pin!(Limited::new(req.into_body(), max).collect());
+    // A small body usually came in with its head: then it is taken at once, without arming
+    // the timer (one per request otherwise); else the timeout bounds the rest of the read.
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let read = match first {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(state.http.body_read_timeout, collect).await,
+    };
+    match read {
         Err(_) => Err(closing(error(
             StatusCode::REQUEST_TIMEOUT,
             "body not received in time",

@@ -336,7 +336,7 @@ impl EventStore {
     /// The logical bytes `record` takes: 8 + 8 + source + line + [`ROW_OVERHEAD`]. Admit
     /// exactly this much before [`append`](Self::append).
     pub fn row_bytes(record: &Record) -> u64 {
-        logical_bytes(record.source.len(), record.to_line().len())
+        logical_bytes(record.source.len(), record.line_len())
     }
 
     fn sender(&self) -> Result<SyncSender<Command>, StoreError> {

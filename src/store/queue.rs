@@ -64,14 +64,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, PutFlags, RwTxn, WithoutTls};
 use tokio::sync::oneshot;
 
-use super::writer::{next_group, read_meta, write_meta, Meta, WriterThread};
+use super::writer::{read_meta, write_meta, Linger, Meta, WriterThread};
 use super::{lmdb, StoreError};
 use crate::admission::{Gate, OnFull, Reservation};
 use crate::ledger::{Book, Counts};
@@ -1005,14 +1005,15 @@ impl Writer {
     }
 
     fn run(mut self, rx: Receiver<Command>) {
-        while let Some(group) = next_group(&rx, MAX_GROUP) {
+        let mut linger = Linger::new();
+        while let Some(group) = linger.next_group(&rx, MAX_GROUP) {
             let c = &self.shared.counters.writer_queued;
             let n = group.len() as u64;
             // Saturating, so a count can never wrap; sends are counted before they happen.
             let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(n))
             });
-            self.commit_group(group);
+            self.commit_group(group, &mut linger, &rx);
         }
         self.flush_counters();
     }
@@ -1041,7 +1042,14 @@ impl Writer {
         }
     }
 
-    fn commit_group(&mut self, group: Vec<Command>) {
+    /// Applies and commits `group`, then answers its callers; after a commit and before the
+    /// answers, `linger` notes the sync and takes what arrived meanwhile from `rx`.
+    fn commit_group(
+        &mut self,
+        group: Vec<Command>,
+        linger: &mut Linger<Command>,
+        rx: &Receiver<Command>,
+    ) {
         let before = self.state;
         self.touched.clear();
         self.adds_rows = false;
@@ -1053,7 +1061,8 @@ impl Writer {
             self.apply(group, &mut evicted)
         };
         match result {
-            Ok(pending) => {
+            Ok((pending, synced_in)) => {
+                linger.committed(rx, group_len as usize, synced_in, MAX_GROUP);
                 let touched = std::mem::take(&mut self.touched);
                 self.shared.book.store(touched.clone());
                 self.sources.extend(touched);
@@ -1112,6 +1121,7 @@ impl Writer {
                 }
             }
             Err((error, pending)) => {
+                linger.failed();
                 self.state = before;
                 self.touched.clear();
                 self.state.write_errors_total += 1;
@@ -1141,14 +1151,14 @@ impl Writer {
         }
     }
 
-    /// Applies a group in one transaction. On error, every caller is still in the returned list
-    /// so that each gets the error.
+    /// Applies a group in one transaction; the answers owed and how long the commit (its sync)
+    /// took. On error, every caller is still in the returned list so that each gets the error.
     #[allow(clippy::type_complexity)]
     fn apply(
         &mut self,
         group: Vec<Command>,
         evicted: &mut (u64, u64),
-    ) -> Result<Vec<Pending>, (StoreError, Vec<Pending>)> {
+    ) -> Result<(Vec<Pending>, Duration), (StoreError, Vec<Pending>)> {
         let mut pending = Vec::with_capacity(group.len());
         let mut failure: Option<StoreError> = None;
         let shared = Arc::clone(&self.shared);
@@ -1205,8 +1215,9 @@ impl Writer {
                 return Err((e.into(), pending));
             }
         }
+        let syncing = Instant::now();
         match txn.commit() {
-            Ok(()) => Ok(pending),
+            Ok(()) => Ok((pending, syncing.elapsed())),
             Err(e) => Err((e.into(), pending)),
         }
     }
@@ -1223,7 +1234,7 @@ impl Writer {
                 let (tag, text) = decode_row(row);
                 let size = row_bytes(text.len());
                 let tracked = match tag {
-                    Some((source, true)) => Some(source.to_string()),
+                    Some((source, true)) => Some(source),
                     _ => None,
                 };
                 if s.gate.on_full() == OnFull::EvictOldest {
@@ -1255,7 +1266,7 @@ impl Writer {
                 self.state.rows += 1;
                 self.state.appended_total += 1;
                 if let Some(source) = tracked {
-                    self.tally(&source, |c| {
+                    self.tally(source, |c| {
                         c.acked += 1;
                         c.pending += 1;
                     });

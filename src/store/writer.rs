@@ -5,9 +5,10 @@
 //! the parts that are the same, so the ack rule ("answer after the commit") is written once
 //! per store where it matters, next to the rows it protects.
 
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Str, U64};
@@ -74,13 +75,149 @@ pub fn next_group<C>(rx: &Receiver<C>, max: usize) -> Option<Vec<C>> {
     let first = rx.recv().ok()?;
     let mut group = Vec::with_capacity(64);
     group.push(first);
+    drain(rx, &mut group, max);
+    Some(group)
+}
+
+/// Takes every command already waiting into `group`, up to `max`; false once the channel is
+/// closed (and empty).
+fn drain<C>(rx: &Receiver<C>, group: &mut Vec<C>, max: usize) -> bool {
     while group.len() < max {
         match rx.try_recv() {
             Ok(c) => group.push(c),
-            Err(_) => break,
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Disconnected) => return false,
         }
     }
-    Some(group)
+    true
+}
+
+/// Longest a group waits for more callers, whatever the syncs cost: a disk whose commit takes
+/// longer than this (a worn SD card) still answers within one sync of this bound.
+pub const MAX_LINGER: Duration = Duration::from_millis(20);
+/// Shortest step between two looks at the channel while a group waits (the kernel's timer
+/// slack makes shorter sleeps last about this long anyway).
+const MIN_STEP: Duration = Duration::from_micros(20);
+
+/// Group commit that grows with load: the writer does not commit while the callers it expects
+/// are still arriving within one sync's time.
+///
+/// A commit costs one sync whatever its size, so under load the rate of answers is the group
+/// size over the sync time. Taking only what is already waiting makes a group as small as the
+/// moment its first caller arrived: a caller that comes a few microseconds later waits a whole
+/// extra commit, and the writer syncs far more often than the load needs. So the writer
+/// expects two kinds of callers in the next group: those that arrived while the last group
+/// committed (gathered right after the commit, before anyone is answered, so none of them is
+/// an answered caller), and the callers of the last group, each likely to send its next record
+/// once answered. It waits for them, but never longer than one sync (the mean of the last
+/// commits, at most [`MAX_LINGER`]): a group's first caller waits at most one sync more than
+/// it would have, and a single caller sending one record after the other (the last group was
+/// one command, its own) never waits at all.
+///
+/// While it waits the writer sleeps in short steps and takes what arrived, instead of blocking
+/// on the channel: a blocked receiver makes every sender wake it, one thread switch per
+/// record. Nothing here answers anyone: the ack rule stays with the store (answer after the
+/// synced commit).
+#[derive(Debug)]
+pub struct Linger<C> {
+    /// Mean time of the last syncs (exponentially weighted).
+    sync: Duration,
+    /// Commands in the last group.
+    last_group: usize,
+    /// Commands that arrived while the last group committed, taken before its answers.
+    carry: Vec<C>,
+    /// [`MAX_LINGER`]; longer in tests, so that a slow test machine cannot end a wait early.
+    max_wait: Duration,
+}
+
+impl<C> Default for Linger<C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C> Linger<C> {
+    /// No commit measured yet: the first group takes only what is waiting.
+    pub fn new() -> Self {
+        Self {
+            sync: Duration::ZERO,
+            last_group: 0,
+            carry: Vec::new(),
+            max_wait: MAX_LINGER,
+        }
+    }
+
+    /// A linger whose waits may last up to `max_wait`.
+    #[cfg(test)]
+    fn with_max_wait(max_wait: Duration) -> Self {
+        Self {
+            max_wait,
+            ..Self::new()
+        }
+    }
+
+    /// How many commands the next group waits for: those that arrived while the last group
+    /// committed, and the callers of the last group, coming back; at most `max`.
+    pub fn target(&self, max: usize) -> usize {
+        self.carry.len().saturating_add(self.last_group).min(max)
+    }
+
+    /// The longest the next group waits for them: the mean sync, at most [`MAX_LINGER`].
+    pub fn wait(&self) -> Duration {
+        self.sync.min(self.max_wait)
+    }
+
+    /// Notes a commit of `group` commands whose sync took `took`, and takes (up to `max`) the
+    /// commands that arrived meanwhile. Call it after the commit and before the answers.
+    pub fn committed(&mut self, rx: &Receiver<C>, group: usize, took: Duration, max: usize) {
+        self.last_group = group;
+        // Weight 1/4: follows a disk that slows down within a few commits.
+        self.sync = if self.sync.is_zero() {
+            took
+        } else {
+            (self.sync * 3 + took) / 4
+        };
+        drain(rx, &mut self.carry, max);
+    }
+
+    /// Notes a failed transaction: the next group waits for nobody.
+    pub fn failed(&mut self) {
+        self.last_group = 0;
+    }
+
+    /// The next group: the commands gathered after the last commit and every one waiting now,
+    /// else the first to come; then it waits (see the type's doc) for the expected callers, up
+    /// to `max` in all. `None` once the channel is closed and empty.
+    pub fn next_group(&mut self, rx: &Receiver<C>, max: usize) -> Option<Vec<C>> {
+        let target = self.target(max);
+        let mut group = std::mem::take(&mut self.carry);
+        group.reserve(target.max(64).min(max).saturating_sub(group.len()));
+        let mut open = drain(rx, &mut group, max);
+        if group.is_empty() {
+            if !open {
+                return None;
+            }
+            group.push(rx.recv().ok()?);
+            open = drain(rx, &mut group, max);
+        }
+        let wait = self.wait();
+        if !open || group.len() >= target || wait.is_zero() {
+            return Some(group);
+        }
+        let step = (wait / 8).max(MIN_STEP);
+        let began = Instant::now();
+        while group.len() < target {
+            let left = wait.saturating_sub(began.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(step.min(left));
+            if !drain(rx, &mut group, max) {
+                break;
+            }
+        }
+        Some(group)
+    }
 }
 
 /// Reads named counters (missing ones are 0).
@@ -107,4 +244,87 @@ pub fn write_meta<const N: usize>(
         meta.put(txn, key, value)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_single_caller_sending_one_record_after_the_other_is_committed_without_waiting() {
+        let (tx, rx) = mpsc::sync_channel(16);
+        let mut linger = Linger::with_max_wait(HOUR);
+        linger.committed(&rx, 1, HOUR, 16);
+        assert_eq!(linger.target(16), 1);
+        tx.send(7).unwrap();
+        assert_eq!(linger.next_group(&rx, 16), Some(vec![7]));
+    }
+
+    #[test]
+    fn a_group_waits_for_the_callers_of_the_last_group_besides_those_that_came_meanwhile() {
+        let (tx, rx) = mpsc::sync_channel(64);
+        let mut linger = Linger::with_max_wait(HOUR);
+        // Two callers arrive while a group of four commits; the four come back after it.
+        tx.send(1).unwrap();
+        tx.send(2).unwrap();
+        linger.committed(&rx, 4, HOUR, 64);
+        assert_eq!(linger.target(64), 6);
+        let late = std::thread::spawn(move || {
+            for n in 3..=6 {
+                tx.send(n).unwrap();
+            }
+            tx
+        });
+        assert_eq!(linger.next_group(&rx, 64), Some(vec![1, 2, 3, 4, 5, 6]));
+        drop(late.join().unwrap());
+        assert_eq!(linger.next_group(&rx, 64), None);
+    }
+
+    #[test]
+    fn a_group_never_waits_for_more_than_its_maximum() {
+        let (tx, rx) = mpsc::sync_channel(64);
+        let mut linger = Linger::with_max_wait(HOUR);
+        linger.committed(&rx, 40, HOUR, 8);
+        assert_eq!(linger.target(8), 8);
+        for n in 0..10 {
+            tx.send(n).unwrap();
+        }
+        assert_eq!(linger.next_group(&rx, 8), Some((0..8).collect()));
+        drop(tx);
+        assert_eq!(linger.next_group(&rx, 8), Some(vec![8, 9]));
+    }
+
+    #[test]
+    fn a_closed_channel_ends_the_wait_with_what_arrived() {
+        let (tx, rx) = mpsc::sync_channel(16);
+        let mut linger = Linger::with_max_wait(HOUR);
+        linger.committed(&rx, 8, HOUR, 16);
+        tx.send(1).unwrap();
+        drop(tx);
+        assert_eq!(linger.next_group(&rx, 16), Some(vec![1]));
+        assert_eq!(linger.next_group(&rx, 16), None);
+    }
+
+    #[test]
+    fn after_a_failed_transaction_the_next_group_waits_for_nobody() {
+        let (tx, rx) = mpsc::sync_channel(16);
+        let mut linger = Linger::with_max_wait(HOUR);
+        linger.committed(&rx, 8, HOUR, 16);
+        linger.failed();
+        assert_eq!(linger.target(16), 0);
+        tx.send(1).unwrap();
+        assert_eq!(linger.next_group(&rx, 16), Some(vec![1]));
+    }
+
+    #[test]
+    fn a_disk_without_measured_syncs_makes_no_group_wait() {
+        let (tx, rx) = mpsc::sync_channel(16);
+        let mut linger: Linger<u32> = Linger::with_max_wait(HOUR);
+        linger.committed(&rx, 8, Duration::ZERO, 16);
+        assert_eq!(linger.wait(), Duration::ZERO);
+        tx.send(1).unwrap();
+        assert_eq!(linger.next_group(&rx, 16), Some(vec![1]));
+    }
 }

@@ -94,9 +94,10 @@ impl PushSink {
         }
     }
 
-    /// The logical bytes `record` takes in the queue.
+    /// The logical bytes `record` takes in the queue (counted, not written: the line is
+    /// written once, by [`deliver`](Self::deliver)).
     pub fn bytes(&self, record: &Record) -> u64 {
-        row_bytes(record.to_line().len())
+        row_bytes(record.line_len())
     }
 
     /// Asks the gate to admit `bytes`.

@@ -780,3 +780,58 @@ fn a_replay_is_one_transaction_with_its_counts_across_a_restart() {
     assert_eq!(c.dead_rows.load(Ordering::Relaxed), 0);
     assert_eq!(counts(&q).pending, 3);
 }
+
+#[test]
+fn callers_arriving_while_a_group_commits_share_the_next_commit_and_none_is_answered_before_its_own(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::EvictOldest);
+    let send = |i: usize| {
+        let line = format!("{{\"i\":{i}}}");
+        let reservation = q.gate().admit(row_bytes(line.len())).unwrap();
+        let (reply, rx) = oneshot::channel();
+        q.shared
+            .counters
+            .writer_queued
+            .fetch_add(1, Ordering::Relaxed);
+        q.sender()
+            .unwrap()
+            .send(Command::Append {
+                value: encode_row(&tag_of(i), line.as_bytes()),
+                _reservation: reservation,
+                reply,
+            })
+            .unwrap();
+        rx
+    };
+    let queued = || q.shared.counters.writer_queued.load(Ordering::Relaxed);
+    let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Held by the test, the map lock keeps the writer before its transaction with its group.
+    let held = q.shared.resize_lock.write().unwrap();
+    let mut replies = vec![send(0)];
+    wait_until("the writer takes the first record", &|| queued() == 0);
+    replies.extend((1..64).map(send));
+    assert_eq!(queued(), 63);
+    for reply in &mut replies {
+        assert!(
+            matches!(reply.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "a caller was answered before any commit"
+        );
+    }
+    drop(held);
+    let seqs: Vec<u64> = replies
+        .into_iter()
+        .map(|reply| reply.blocking_recv().unwrap().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..64).collect::<Vec<u64>>());
+    let c = &q.shared.counters;
+    assert_eq!(c.commits_total.load(Ordering::Relaxed), 2);
+    assert_eq!(c.committed_commands_total.load(Ordering::Relaxed), 64);
+    assert_eq!(q.peek(usize::MAX).unwrap().len(), 64);
+}
