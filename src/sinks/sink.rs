@@ -252,7 +252,7 @@ impl Sink {
     /// The logical bytes `record` takes in this sink (rows for a database backlog).
     pub fn bytes(&self, record: &Record) -> u64 {
         if self.queue.is_some() {
-            return DiskQueue::row_bytes(&record.to_line());
+            return DiskQueue::row_bytes(record.line_len());
         }
         match &self.kind {
             Kind::Push(p) => p.bytes(record),
@@ -262,7 +262,7 @@ impl Sink {
             Kind::Nats(n) => n.bytes(record),
             Kind::Mqtt(m) => m.bytes(record),
             // Never reached: a sparkplug sink always has its disk queue.
-            Kind::Sparkplug(_) => DiskQueue::row_bytes(&record.to_line()),
+            Kind::Sparkplug(_) => DiskQueue::row_bytes(record.line_len()),
         }
     }
 

@@ -97,7 +97,7 @@ impl MqttSink {
 
     /// The logical bytes of `record` (its line).
     pub fn bytes(&self, record: &Record) -> u64 {
-        record.to_line().len() as u64
+        record.line_len() as u64
     }
 
     /// Publishes queued and not yet settled.

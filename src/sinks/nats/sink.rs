@@ -121,7 +121,7 @@ impl NatsSink {
 
     /// The logical bytes of `record` (its line).
     pub fn bytes(&self, record: &Record) -> u64 {
-        record.to_line().len() as u64
+        record.line_len() as u64
     }
 
     /// Hands `record` to the publisher and waits for the server's confirmation.

@@ -74,9 +74,9 @@ impl DiskQueue {
         self.gate().admit(bytes)
     }
 
-    /// The logical bytes of a row holding `line`.
-    pub fn row_bytes(line: &[u8]) -> u64 {
-        row_bytes(line.len())
+    /// The logical bytes of a row holding a line of `line_len` bytes.
+    pub fn row_bytes(line_len: usize) -> u64 {
+        row_bytes(line_len)
     }
 
     /// Stores one record's `line` for the destination; returns once it is committed. The
