@@ -691,9 +691,14 @@ impl DurableQueue {
 
     /// Reads up to `max` rows from the head of the queue, oldest first.
     pub fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
+        self.peek_from(0, max)
+    }
+
+    /// Reads up to `max` rows from seq `from` on, oldest first.
+    pub fn peek_from(&self, from: u64, max: usize) -> Result<Vec<Row>, StoreError> {
         self.read(|rtxn| {
             let mut out = Vec::new();
-            for item in self.shared.rows.iter(rtxn)?.take(max) {
+            for item in self.shared.rows.range(rtxn, &(from..))?.take(max) {
                 let (seq, value) = item?;
                 out.push(Row {
                     seq,

@@ -15,27 +15,43 @@
 //!   [`HOLD_AFTER_REFUSALS`] single-row refusals in a row the deliverer stops dead-lettering and
 //!   holds the queue instead: a destination that refuses everything is broken, not the data.
 //!
+//!
+//! A destination that confirms later, on a task of its own (the Sparkplug session), takes a
+//! batch and answers [`Handed::Pending`]: the deliverer reads and hands it the next batches
+//! meanwhile, up to [`IN_FLIGHT`] unconfirmed, so reading and decoding a batch overlaps the
+//! broker's answer to the one before and the commit that deletes it. The verdicts are settled
+//! oldest first and rows are deleted in queue order, each batch only once it was confirmed and
+//! every batch before it too. When a verdict is anything but `Delivered`, every batch after it
+//! is given up ([`Destination::start_over`]) and handed again, in order, from the oldest row
+//! left. A destination that judges at once (the default) has one batch in flight, as before.
+//!
 //! It runs on its own thread (blocking clients, or `block_on` for the async ones), so a slow
 //! destination never occupies the async runtime.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
 use super::Drain;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sinks::{Delivered, DeliveryError};
-use crate::store::Row;
+use crate::store::{Row, StoreError};
 use crate::telemetry::events;
 
 /// Single-row refusals in a row after which the queue is held instead of dead-lettered.
 pub const HOLD_AFTER_REFUSALS: u64 = 20;
 /// Longest detail kept of a failure (a receiver's body, a server's message).
 pub const MAX_DETAIL: usize = 512;
+/// Most batches handed to a destination that confirms later ([`Handed::Pending`]) and not
+/// settled yet. Each is a range of seqs here; its records are the destination's, which bounds
+/// what it holds of them.
+pub const IN_FLIGHT: usize = 4;
 
 /// What went wrong with one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,11 +122,68 @@ pub enum Verdict {
     },
 }
 
+/// A batch a destination took whose verdict comes later.
+#[derive(Debug)]
+pub struct Pending(oneshot::Receiver<Verdict>);
+
+impl Pending {
+    /// A batch whose verdict comes through `verdict`.
+    pub fn new(verdict: oneshot::Receiver<Verdict>) -> Self {
+        Self(verdict)
+    }
+
+    /// The verdict; a destination that dropped the batch unjudged means retry.
+    pub async fn verdict(self) -> Verdict {
+        self.0.await.unwrap_or_else(|_| Self::dropped())
+    }
+
+    /// The verdict, blocking (never on the async runtime).
+    pub fn wait(self) -> Verdict {
+        self.0.blocking_recv().unwrap_or_else(|_| Self::dropped())
+    }
+
+    fn dropped() -> Verdict {
+        Verdict::Retry {
+            error: Failure::new("dropped", "the destination dropped the batch unjudged"),
+            after: None,
+        }
+    }
+}
+
+/// What handing a batch to a destination gave.
+#[derive(Debug)]
+pub enum Handed {
+    /// Judged at once.
+    Judged(Verdict),
+    /// Taken; the verdict comes later ([`Destination::settle`]).
+    Pending(Pending),
+}
+
 /// A destination a deliverer sends batches to.
 pub trait Destination: Send {
     /// Sends `rows` (oldest first; each `line` is a record's uplink line) and judges the
     /// answer. Blocking.
     fn send(&mut self, rows: &[Row]) -> Verdict;
+
+    /// Hands `rows` over. A destination that confirms later answers [`Handed::Pending`] as
+    /// soon as it took them, and the deliverer hands it the next batches meanwhile (up to
+    /// [`IN_FLIGHT`]). Such a destination delivers batches in the order they were handed, and
+    /// once it judged one anything but `Delivered` it delivers none handed after that one
+    /// until [`Destination::start_over`]: the deliverer hands them again. By default: sent
+    /// and judged at once ([`Destination::send`]).
+    fn hand(&mut self, rows: &[Row]) -> Handed {
+        Handed::Judged(self.send(rows))
+    }
+
+    /// Waits for the verdict on a batch handed over. Blocking.
+    fn settle(&mut self, pending: Pending) -> Verdict {
+        pending.wait()
+    }
+
+    /// The deliverer gave up on every batch handed and not settled (one of them was not
+    /// delivered) and starts over from the oldest row left: the batches handed from now on are
+    /// to be delivered.
+    fn start_over(&mut self) {}
 }
 
 /// The records a batch of queue rows holds. A row that is not a record can never be delivered:
@@ -280,6 +353,28 @@ impl DeliveryStatus {
     }
 }
 
+/// A batch handed over and not settled.
+struct InFlight {
+    first: u64,
+    last: u64,
+    rows: usize,
+    handed: Handed,
+}
+
+/// True when the deliverer may hand another batch before it settles the oldest: fewer than
+/// [`IN_FLIGHT`] in flight, the last one waiting for a later verdict (one judged at once is
+/// settled first), and not while refused rows go one at a time.
+fn room(window: &VecDeque<InFlight>, singles_through: Option<u64>) -> bool {
+    match window.back() {
+        None => true,
+        Some(b) => {
+            matches!(b.handed, Handed::Pending(_))
+                && singles_through.is_none()
+                && window.len() < IN_FLIGHT
+        }
+    }
+}
+
 /// A deliverer: one queue, one destination, one thread.
 pub struct Deliverer {
     /// The sink's name, for logs and the thread.
@@ -326,31 +421,63 @@ impl Deliverer {
         let mut delay = self.cfg.retry_initial;
         // After a content refusal of a batch, rows up to this seq go one at a time.
         let mut singles_through: Option<u64> = None;
+        // Handed and not settled, oldest first.
+        let mut window: VecDeque<InFlight> = VecDeque::with_capacity(IN_FLIGHT);
         while !self.shutdown.is_triggered() {
-            let max = if singles_through.is_some() {
-                1
-            } else {
-                self.cfg.batch_rows
-            };
-            let rows = match self.drain.peek(max) {
-                Ok(rows) => rows,
-                Err(e) => {
-                    let error = Failure::new("queue", format!("cannot read the queue: {e}"));
-                    self.wait_after(&error, delay);
-                    continue;
+            if room(&window, singles_through) {
+                match self.next_rows(&window, singles_through) {
+                    Ok(Some(rows)) => {
+                        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+                            continue;
+                        };
+                        let (first, last) = (first.seq, last.seq);
+                        if window.is_empty() && singles_through.is_some_and(|s| first > s) {
+                            singles_through = None;
+                            continue;
+                        }
+                        let handed = self.destination.hand(&rows);
+                        let judged = matches!(handed, Handed::Judged(_));
+                        window.push_back(InFlight {
+                            first,
+                            last,
+                            rows: rows.len(),
+                            handed,
+                        });
+                        // A verdict given at once is acted on at once (the rows deleted
+                        // before a stop is looked at); a later one lets the next batch go.
+                        if !judged {
+                            continue;
+                        }
+                    }
+                    // Nothing (more) to hand now: settle the oldest batch in flight.
+                    Ok(None) => {}
+                    Err(e) if window.is_empty() => {
+                        let error = Failure::new("queue", format!("cannot read the queue: {e}"));
+                        self.wait_after(&error, delay);
+                        continue;
+                    }
+                    // Read again once the batches in flight are settled.
+                    Err(_) => {}
                 }
-            };
-            let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            }
+            let Some(batch) = window.pop_front() else {
                 singles_through = None;
                 mark = self.drain.wait_appended(mark, Duration::from_millis(500));
                 continue;
             };
-            let (first, last) = (first.seq, last.seq);
-            if singles_through.is_some_and(|s| first > s) {
-                singles_through = None;
-                continue;
+            let verdict = match batch.handed {
+                Handed::Judged(verdict) => verdict,
+                Handed::Pending(pending) => self.destination.settle(pending),
+            };
+            let InFlight {
+                first, last, rows, ..
+            } = batch;
+            if verdict != Verdict::Delivered {
+                // The batches after it wait for it: handed again, in order, after it.
+                window.clear();
+                self.destination.start_over();
             }
-            match self.destination.send(&rows) {
+            match verdict {
                 Verdict::Delivered => {
                     delay = self.cfg.retry_initial;
                     self.status.delivered();
@@ -358,7 +485,10 @@ impl Deliverer {
                         Ok(n) => events::delivered(&self.sink, n),
                         Err(e) => {
                             // Delivered but not deleted: it will be sent again (a duplicate
-                            // with the same id, which the destination can drop).
+                            // with the same id, which the destination can drop), and so is
+                            // every batch after it, to keep the order.
+                            window.clear();
+                            self.destination.start_over();
                             let error =
                                 Failure::new("queue", format!("cannot delete delivered rows: {e}"));
                             self.wait_after(&error, delay);
@@ -381,12 +511,11 @@ impl Deliverer {
                     self.wait_after(&error, delay);
                     delay = (delay * 2).min(self.cfg.retry_max);
                 }
-                Verdict::Refused { error } if rows.len() > 1 => {
+                Verdict::Refused { error } if rows > 1 => {
                     singles_through = Some(last);
                     log::warn!(
-                        "destination refused a batch, sending it one row at a time: sink={} rows={} error={}",
+                        "destination refused a batch, sending it one row at a time: sink={} rows={rows} error={}",
                         self.sink,
-                        rows.len(),
                         error.class
                     );
                 }
@@ -421,6 +550,41 @@ impl Deliverer {
         }
     }
 
+    /// The rows of the next batch to hand over: from the head when nothing is in flight, else
+    /// from the row after the last batch handed. `None` when there is nothing to hand now: no
+    /// row, a queue that reads only from its head, or rows below the oldest batch in flight
+    /// (dead letters replayed meanwhile, which go next once the batches in flight are
+    /// settled, as a replay goes after the batch on its way).
+    fn next_rows(
+        &self,
+        window: &VecDeque<InFlight>,
+        singles_through: Option<u64>,
+    ) -> Result<Option<Vec<Row>>, StoreError> {
+        let max = if singles_through.is_some() {
+            1
+        } else {
+            self.cfg.batch_rows
+        };
+        let rows = match (window.front(), window.back()) {
+            (Some(oldest), Some(newest)) => {
+                if self
+                    .drain
+                    .peek(1)?
+                    .first()
+                    .is_some_and(|r| r.seq < oldest.first)
+                {
+                    return Ok(None);
+                }
+                match self.drain.peek_from(newest.last + 1, max) {
+                    Some(rows) => rows?,
+                    None => return Ok(None),
+                }
+            }
+            _ => self.drain.peek(max)?,
+        };
+        Ok(Some(rows).filter(|r| !r.is_empty()))
+    }
+
     /// Counts a failed attempt and waits `wait` (or until shutdown).
     fn wait_after(&self, error: &Failure, wait: Duration) {
         self.status.failed(error);
@@ -433,14 +597,30 @@ impl Deliverer {
 mod tests {
     use std::collections::VecDeque;
 
+    use std::sync::mpsc;
+
     use super::*;
-    use crate::store::StoreError;
 
     /// A queue in memory that records what the deliverer did.
     #[derive(Default)]
     struct FakeQueue {
         rows: Mutex<VecDeque<Row>>,
         dead: Mutex<Vec<u64>>,
+        /// The ranges deleted, in the order they were.
+        removed: Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl FakeQueue {
+        fn with_rows(n: u64) -> Arc<Self> {
+            let queue = Arc::new(Self::default());
+            for seq in 0..n {
+                queue.rows.lock().unwrap().push_back(Row {
+                    seq,
+                    line: b"{}".to_vec(),
+                });
+            }
+            queue
+        }
     }
 
     impl Drain for FakeQueue {
@@ -454,7 +634,17 @@ mod tests {
                 .cloned()
                 .collect())
         }
+        fn peek_from(&self, from: u64, max: usize) -> Option<Result<Vec<Row>, StoreError>> {
+            let rows = self.rows.lock().unwrap();
+            Some(Ok(rows
+                .iter()
+                .filter(|r| r.seq >= from)
+                .take(max)
+                .cloned()
+                .collect()))
+        }
         fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
+            self.removed.lock().unwrap().push((first, last));
             let mut rows = self.rows.lock().unwrap();
             let before = rows.len();
             rows.retain(|r| r.seq < first || r.seq > last);
@@ -496,13 +686,7 @@ mod tests {
         verdicts: Vec<Verdict>,
         stop_after: usize,
     ) -> (Arc<FakeQueue>, Vec<Vec<u64>>, Arc<DeliveryStatus>) {
-        let queue = Arc::new(FakeQueue::default());
-        for seq in 0..rows {
-            queue.rows.lock().unwrap().push_back(Row {
-                seq,
-                line: b"{}".to_vec(),
-            });
-        }
+        let queue = FakeQueue::with_rows(rows);
         let shutdown = Shutdown::new();
         let attempts = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(DeliveryStatus::default());
@@ -567,6 +751,239 @@ mod tests {
         assert!(status.held());
         assert_eq!(queue.rows.lock().unwrap().len(), 40 - (n - 1));
         assert_eq!(status.last_error_class().as_deref(), Some("HTTP 422"));
+    }
+
+    /// Takes every batch at once (the seqs go to the test with the batch's reply) and is
+    /// judged later, by the test.
+    struct Later {
+        handed: mpsc::Sender<(Vec<u64>, oneshot::Sender<Verdict>)>,
+        /// Waits for a verdict begun.
+        settles: Arc<AtomicU64>,
+        start_overs: Arc<AtomicU64>,
+    }
+
+    impl Destination for Later {
+        fn send(&mut self, rows: &[Row]) -> Verdict {
+            match self.hand(rows) {
+                Handed::Judged(verdict) => verdict,
+                Handed::Pending(pending) => pending.wait(),
+            }
+        }
+        fn hand(&mut self, rows: &[Row]) -> Handed {
+            let (reply, verdict) = oneshot::channel();
+            let _ = self
+                .handed
+                .send((rows.iter().map(|r| r.seq).collect(), reply));
+            Handed::Pending(Pending::new(verdict))
+        }
+        fn settle(&mut self, pending: Pending) -> Verdict {
+            self.settles.fetch_add(1, Ordering::SeqCst);
+            pending.wait()
+        }
+        fn start_over(&mut self) {
+            self.start_overs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A deliverer running on its own thread into a [`Later`] destination.
+    struct Pipeline {
+        queue: Arc<FakeQueue>,
+        handed: mpsc::Receiver<(Vec<u64>, oneshot::Sender<Verdict>)>,
+        settles: Arc<AtomicU64>,
+        start_overs: Arc<AtomicU64>,
+        shutdown: Shutdown,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl Pipeline {
+        fn start(rows: u64) -> Self {
+            let queue = FakeQueue::with_rows(rows);
+            let (tx, handed) = mpsc::channel();
+            let settles = Arc::new(AtomicU64::new(0));
+            let start_overs = Arc::new(AtomicU64::new(0));
+            let shutdown = Shutdown::new();
+            let d = Deliverer::new(
+                "test",
+                DeliveryConfig {
+                    batch_rows: 10,
+                    retry_initial: Duration::from_millis(1),
+                    retry_max: Duration::from_millis(2),
+                },
+                Arc::clone(&queue) as Arc<dyn Drain>,
+                Box::new(Later {
+                    handed: tx,
+                    settles: Arc::clone(&settles),
+                    start_overs: Arc::clone(&start_overs),
+                }),
+                Arc::new(DeliveryStatus::default()),
+                shutdown.clone(),
+            );
+            Self {
+                queue,
+                handed,
+                settles,
+                start_overs,
+                shutdown,
+                thread: Some(d.spawn().unwrap()),
+            }
+        }
+
+        /// The next batch handed over: its seqs and its reply.
+        fn next(&self) -> (Vec<u64>, oneshot::Sender<Verdict>) {
+            self.handed
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a batch handed over within 10 s")
+        }
+
+        fn removed(&self) -> Vec<(u64, u64)> {
+            self.queue.removed.lock().unwrap().clone()
+        }
+
+        /// Waits (deadline 10 s) until `done` holds of the queue.
+        fn wait_until(&self, what: &str, done: impl Fn(&FakeQueue) -> bool) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !done(&self.queue) {
+                assert!(Instant::now() < deadline, "{what}: {:?}", self.removed());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    impl Drop for Pipeline {
+        fn drop(&mut self) {
+            self.shutdown.trigger();
+            // Unjudged batches are answered (dropped) so the deliverer's wait ends.
+            while let Ok((_, reply)) = self.handed.try_recv() {
+                drop(reply);
+            }
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn seqs(from: u64, to: u64) -> Vec<u64> {
+        (from..=to).collect()
+    }
+
+    #[test]
+    fn a_destination_that_confirms_later_is_handed_the_next_batches_before_the_first_is_confirmed()
+    {
+        let p = Pipeline::start(100);
+        let mut replies = Vec::new();
+        for i in 0..IN_FLIGHT as u64 {
+            let (batch, reply) = p.next();
+            assert_eq!(batch, seqs(i * 10, i * 10 + 9));
+            replies.push(reply);
+        }
+        // Nothing is deleted before its destination confirmed it.
+        assert!(p.removed().is_empty());
+        assert_eq!(p.queue.rows.lock().unwrap().len(), 100);
+        for reply in replies {
+            reply.send(Verdict::Delivered).unwrap();
+        }
+        p.wait_until("the confirmed batches deleted", |q| {
+            q.removed.lock().unwrap().len() == IN_FLIGHT
+        });
+    }
+
+    #[test]
+    fn rows_confirmed_out_of_order_are_deleted_in_queue_order_once_every_batch_before_them_is_confirmed(
+    ) {
+        let p = Pipeline::start(30);
+        let (first, reply_first) = p.next();
+        let (second, reply_second) = p.next();
+        let (third, reply_third) = p.next();
+        assert_eq!(
+            (first, second, third),
+            (seqs(0, 9), seqs(10, 19), seqs(20, 29))
+        );
+        // The third and second batches are confirmed before the first.
+        reply_third.send(Verdict::Delivered).unwrap();
+        reply_second.send(Verdict::Delivered).unwrap();
+        assert!(p.removed().is_empty(), "{:?}", p.removed());
+        reply_first.send(Verdict::Delivered).unwrap();
+        p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
+        assert_eq!(p.removed(), vec![(0, 9), (10, 19), (20, 29)]);
+    }
+
+    #[test]
+    fn a_failure_mid_pipeline_hands_every_unconfirmed_batch_again_in_order_and_deletes_none_of_them(
+    ) {
+        let p = Pipeline::start(40);
+        let handed: Vec<_> = (0..4).map(|_| p.next()).collect();
+        let mut replies = handed.into_iter().map(|(_, reply)| reply);
+        let (one, two, three, four) = (
+            replies.next().unwrap(),
+            replies.next().unwrap(),
+            replies.next().unwrap(),
+            replies.next().unwrap(),
+        );
+        // The first is confirmed, the second fails (a lost connection); the destination said
+        // nothing yet of the third, and confirmed the fourth (which a destination that keeps
+        // the order would not do; the deliverer must not trust it).
+        one.send(Verdict::Delivered).unwrap();
+        two.send(Verdict::Retry {
+            error: Failure::new("session ended", "the connection was lost"),
+            after: None,
+        })
+        .unwrap();
+        // (Given up by the time it comes, maybe.)
+        let _ = four.send(Verdict::Delivered);
+        // Handed again from the oldest row not confirmed, in order, after a start-over.
+        let again: Vec<_> = (0..3).map(|_| p.next()).collect();
+        assert_eq!(p.start_overs.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            again.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>(),
+            vec![seqs(10, 19), seqs(20, 29), seqs(30, 39)]
+        );
+        // Only the first batch is deleted: the rest waits for the second round's verdicts.
+        assert_eq!(p.removed(), vec![(0, 9)]);
+        assert_eq!(p.queue.rows.lock().unwrap().len(), 30);
+        drop(three);
+        for (_, reply) in again {
+            reply.send(Verdict::Delivered).unwrap();
+        }
+        p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
+        assert_eq!(p.removed(), vec![(0, 9), (10, 19), (20, 29), (30, 39)]);
+    }
+
+    #[test]
+    fn a_dead_letter_replayed_below_the_batches_in_flight_goes_before_the_rows_after_them() {
+        let p = Pipeline::start(30);
+        let handed: Vec<_> = (0..3).map(|_| p.next()).collect();
+        let mut replies = handed.into_iter().map(|(_, reply)| reply);
+        replies.next().unwrap().send(Verdict::Delivered).unwrap();
+        // The first batch is settled and deleted; the deliverer waits for the second's verdict.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.settles.load(Ordering::SeqCst) < 2 {
+            assert!(Instant::now() < deadline, "{:?}", p.removed());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(p.removed(), vec![(0, 9)]);
+        // Row 5 (a dead letter) is put back under its seq while rows 10..29 are on their way,
+        // and new rows come after them.
+        {
+            let mut rows = p.queue.rows.lock().unwrap();
+            rows.push_front(Row {
+                seq: 5,
+                line: b"{}".to_vec(),
+            });
+            rows.extend((30..40).map(|seq| Row {
+                seq,
+                line: b"{}".to_vec(),
+            }));
+        }
+        for reply in replies {
+            reply.send(Verdict::Delivered).unwrap();
+        }
+        let (batch, reply) = p.next();
+        assert_eq!(batch, [vec![5], seqs(30, 38)].concat());
+        reply.send(Verdict::Delivered).unwrap();
+        let (batch, reply) = p.next();
+        assert_eq!(batch, vec![39]);
+        reply.send(Verdict::Delivered).unwrap();
+        p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
     }
 
     #[test]

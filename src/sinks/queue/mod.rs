@@ -9,7 +9,8 @@
 //! ledger are the store's, so every queued sink behaves as the push queue does.
 //!
 //! - [`config`]: `queue`, `max_quota_mb`, `on_full`, validated.
-//! - [`deliver`]: the drain loop and the judgement of a destination's answer.
+//! - [`deliver`]: the drain loop (batches pipelined to a destination that confirms later)
+//!   and the judgement of a destination's answer.
 //! - `disk.rs`: [`DiskQueue`], a sink's durable queue with its level and its deliverer's
 //!   status, and what it reports.
 //! - `status.rs`: [`QueueStatus`] (the `push_queue` document), the queue's names in alerts
@@ -25,7 +26,7 @@ use std::time::Duration;
 pub use config::{DiskQueueConfig, QueueMode};
 pub use deliver::{
     judge_each, records_of, Deliverer, DeliveryConfig, DeliveryStatus, Destination, Failure,
-    Verdict, HOLD_AFTER_REFUSALS,
+    Handed, Pending, Verdict, HOLD_AFTER_REFUSALS, IN_FLIGHT,
 };
 pub use disk::{dead_lettered_now, DiskQueue, DISK_NOTE};
 pub use status::{write_samples, Families, QueueNames, QueueStatus, DISK_FAMILIES, PUSH_FAMILIES};
@@ -36,6 +37,12 @@ use crate::store::{DurableQueue, Row, StoreError};
 pub trait Drain: Send + Sync {
     /// Up to `max` rows from the head, oldest first.
     fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError>;
+    /// Up to `max` rows from seq `from` on, oldest first: the deliverer reads the next batch
+    /// while the ones before it wait for their confirmation. `None` for a queue that reads
+    /// only from its head: its deliverer has one batch in flight at a time.
+    fn peek_from(&self, _from: u64, _max: usize) -> Option<Result<Vec<Row>, StoreError>> {
+        None
+    }
     /// Deletes the rows from `first` through `last` (a batch delivered); returns how many. A
     /// row below `first` is kept: it is a dead letter replayed while the batch was on its way.
     fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError>;
@@ -49,6 +56,9 @@ pub trait Drain: Send + Sync {
 impl Drain for DurableQueue {
     fn peek(&self, max: usize) -> Result<Vec<Row>, StoreError> {
         DurableQueue::peek(self, max)
+    }
+    fn peek_from(&self, from: u64, max: usize) -> Option<Result<Vec<Row>, StoreError>> {
+        Some(DurableQueue::peek_from(self, from, max))
     }
     fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
         DurableQueue::remove_range(self, first, last)

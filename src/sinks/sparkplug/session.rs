@@ -14,19 +14,22 @@
 //!    ([`super::node`]), all at QoS 0 as the specification wants, and the batch is settled
 //!    once the broker answered an UNSUBSCRIBE sent after them (of a topic never subscribed,
 //!    which every broker answers in order). So the rows leave the disk queue only after the
-//!    broker has them.
+//!    broker has them. It takes the next batch while the broker's answer to the ones before
+//!    is on its way (up to [`IN_FLIGHT`] unsettled); the answers settle them in order.
 //! 4. It ends when the connection is lost (the broker sends the Will), when the primary host
 //!    goes offline (it publishes the NDEATH, disconnects and starts over with the next
 //!    `bdSeq`), or at the stop signal (NDEATH, DISCONNECT).
 //!
-//! A batch it holds when a session ends is answered "retry": its rows stay queued and go out
-//! in the next session, flagged historical (some may then arrive twice, as at least once
-//! allows).
+//! The batches it holds when a session ends are answered "retry": their rows stay queued and
+//! go out in the next session, flagged historical (some may then arrive twice, as at least once
+//! allows). So that they go out in order, the batches of the same round of the deliverer
+//! (handed before it learnt of the failure) are answered "retry" too, unpublished; the
+//! deliverer hands them again in its next round.
 //!
 //! Each connection has a new client: a client's queue may still hold messages of the old
 //! session (with its seq), which must never be sent after the next NBIRTH.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +47,7 @@ use crate::commands::{Commands, Origin, Request};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
-use crate::sinks::queue::{DiskQueue, Failure, Verdict};
+use crate::sinks::queue::{DiskQueue, Failure, Verdict, IN_FLIGHT};
 use crate::sources::{modbus, opcua};
 
 /// How often the pollers' states are looked at (DDEATH / DBIRTH).
@@ -56,6 +59,9 @@ const EVENTS_CAP: usize = 1024;
 /// Room in that channel kept for the events that must not be dropped: an incoming message
 /// (a command, a STATE) that finds less than this is dropped and counted.
 const EVENTS_RESERVED: usize = 8;
+// The events that are never dropped fit in the room kept for them: one CONNACK, a fence per
+// batch in flight, one DISCONNECT.
+const _: () = assert!(EVENTS_RESERVED >= IN_FLIGHT + 2);
 /// DCMDs executing at once; more are refused (counted).
 pub const COMMANDS_AT_ONCE: usize = 16;
 /// The UNSUBSCRIBE that settles a batch: a filter nobody subscribes to.
@@ -67,6 +73,9 @@ const GOODBYE: Duration = Duration::from_secs(2);
 pub struct Batch {
     /// The records, oldest first.
     pub records: Vec<Record>,
+    /// The deliverer's round: once a batch failed, the ones after it of the same round are
+    /// not published (the deliverer hands them again, in order, in its next round).
+    pub round: u64,
     /// The verdict: delivered once the broker has every message of the batch.
     pub reply: oneshot::Sender<Verdict>,
 }
@@ -234,7 +243,8 @@ async fn drive(
                     stats.incoming_dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            // At most a few of these wait at once (one CONNACK, one fence, one DISCONNECT).
+            // At most a few of these wait at once (one CONNACK, the fences of the batches in
+            // flight, one DISCONNECT): fewer than `EVENTS_RESERVED`.
             Event::Incoming(Incoming::ConnAck(_) | Incoming::UnsubAck(_))
             | Event::Outgoing(Outgoing::Disconnect) => {
                 if let Err(mpsc::error::TrySendError::Full(event)) = events.try_send(Ok(event)) {
@@ -277,8 +287,11 @@ pub struct Session {
     cfg: SparkplugSinkConfig,
     p: Parts,
     host: Host,
-    /// The reply of the batch whose messages went out, waiting for the fence's UNSUBACK.
-    pending: Option<oneshot::Sender<Verdict>>,
+    /// The rounds and replies of the batches whose messages went out (or are going out),
+    /// oldest first, each waiting for its fence's UNSUBACK.
+    pending: VecDeque<(u64, oneshot::Sender<Verdict>)>,
+    /// The last round of the deliverer a batch of which failed.
+    failed_round: Option<u64>,
     bd_seq: u64,
     commands_at_once: Arc<Semaphore>,
     /// The DCMD tasks' answers (at most [`COMMANDS_AT_ONCE`] tasks, each sends once).
@@ -292,7 +305,8 @@ impl Session {
             cfg,
             p: parts,
             host: Host::default(),
-            pending: None,
+            pending: VecDeque::with_capacity(IN_FLIGHT),
+            failed_round: None,
             bd_seq: 0,
             commands_at_once: Arc::new(Semaphore::new(COMMANDS_AT_ONCE)),
             answered: mpsc::channel(COMMANDS_AT_ONCE),
@@ -379,7 +393,8 @@ impl Session {
         self.p.node.end_session();
         self.p.stats.connected.store(false, Ordering::Relaxed);
         self.p.stats.born.store(false, Ordering::Relaxed);
-        if let Some(reply) = self.pending.take() {
+        for (round, reply) in self.pending.drain(..) {
+            self.failed_round = Some(round);
             let _ = reply.send(Verdict::Retry {
                 error: Failure::new(
                     "session ended",
@@ -397,7 +412,7 @@ impl Session {
         let mut node_data = tokio::time::interval(NODE_DATA_EVERY);
         node_data.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let take = self.p.node.is_born() && self.pending.is_none();
+            let take = self.p.node.is_born() && self.pending.len() < IN_FLIGHT;
             let result = tokio::select! {
                 biased;
                 _ = shutdown.wait() => return End::Shutdown,
@@ -466,7 +481,8 @@ impl Session {
                 self.incoming(conn, &p.topic, &p.payload).await
             }
             Event::Incoming(Incoming::UnsubAck(_)) => {
-                if let Some(reply) = self.pending.take() {
+                // The broker answers in order: this is the fence of the oldest batch.
+                if let Some((_, reply)) = self.pending.pop_front() {
                     let _ = reply.send(Verdict::Delivered);
                 }
                 Ok(())
@@ -638,13 +654,31 @@ impl Session {
     }
 
     async fn batch(&mut self, conn: &mut Conn, batch: Batch) -> Result<(), String> {
+        let Batch {
+            records,
+            round,
+            reply,
+        } = batch;
+        if self.failed_round.is_some_and(|failed| round <= failed) {
+            let _ = reply.send(Verdict::Retry {
+                error: Failure::new(
+                    "earlier batch failed",
+                    "a batch before this one was not delivered; this one waits for it",
+                ),
+                after: None,
+            });
+            return Ok(());
+        }
+        // Pending before anything goes out: a session that ends meanwhile answers it, and
+        // the batches after it of its round.
+        self.pending.push_back((round, reply));
         // The devices' states first, so a record finds its device's DBIRTH or DDEATH out.
         self.watch(conn).await?;
         let now = now_ms();
         let start = self.p.node.session_start().unwrap_or(now);
         let mut msgs = Vec::new();
         let mut historical = 0;
-        for r in &batch.records {
+        for r in &records {
             if r.ts_ms < start {
                 historical += 1;
             }
@@ -652,8 +686,7 @@ impl Session {
         }
         let tally = self.p.node.take_tally();
         let s = &self.p.stats;
-        s.records
-            .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+        s.records.fetch_add(records.len() as u64, Ordering::Relaxed);
         s.historical_sent.fetch_add(historical, Ordering::Relaxed);
         s.historical_since_birth
             .fetch_add(historical, Ordering::Relaxed);
@@ -662,8 +695,11 @@ impl Session {
         s.values_skipped.fetch_add(tally.skipped, Ordering::Relaxed);
         s.records_without_device
             .fetch_add(tally.no_device, Ordering::Relaxed);
-        if msgs.is_empty() {
-            let _ = batch.reply.send(Verdict::Delivered);
+        if msgs.is_empty() && self.pending.len() == 1 {
+            // Nothing to publish and nothing before it unsettled.
+            if let Some((_, reply)) = self.pending.pop_back() {
+                let _ = reply.send(Verdict::Delivered);
+            }
             return Ok(());
         }
         // Made first, then sent in one go: the event loop writes them without waking for
@@ -672,9 +708,7 @@ impl Session {
         conn.client
             .unsubscribe(FENCE)
             .await
-            .map_err(|e| e.to_string())?;
-        self.pending = Some(batch.reply);
-        Ok(())
+            .map_err(|e| e.to_string())
     }
 
     async fn send(&mut self, conn: &mut Conn, msgs: Vec<Msg>) -> Result<(), String> {

@@ -2,7 +2,9 @@
 //! queue's deliverer hands its batches to the session task ([`super::session`]), which
 //! takes them only while it may publish (connected and, with a primary host, the host
 //! online), and answers once the broker has the batch's messages; until then the rows stay
-//! on disk. What the rest of the program sees of it is its [`Report`]: the queue's part
+//! on disk. The deliverer does not wait for that answer to hand the next batch (up to
+//! [`IN_FLIGHT`](crate::sinks::queue::IN_FLIGHT) unanswered): decoding a batch overlaps the
+//! broker's answer to the one before and the commit that deletes it. What the rest of the program sees of it is its [`Report`]: the queue's part
 //! (from the queue) and the `sparkplug` object of its `sinks[]` entry.
 
 use std::path::Path;
@@ -19,13 +21,16 @@ use super::node::Node;
 use super::session::{Batch, DevicePlant, Parts, Session};
 use crate::alerts::ComponentReport;
 use crate::shutdown::Shutdown;
-use crate::sinks::queue::{records_of, DeliveryConfig, Destination, DiskQueue, Failure, Verdict};
+use crate::sinks::queue::{
+    records_of, DeliveryConfig, Destination, DiskQueue, Failure, Handed, Pending, Verdict,
+};
 use crate::sinks::report::{Report, Samples};
 use crate::sinks::{Running, StartContext};
 use crate::store::Row;
 
-/// Rows of the disk queue per batch: at most this many records (a few MB decoded) wait in
-/// memory for the broker's answer; the messages go through the client's bounded queue.
+/// Rows of the disk queue per batch: at most this many records (a few MB decoded) of a batch
+/// wait in memory for the session to take them; their messages go through the client's
+/// bounded queue.
 pub const BATCH_ROWS: usize = 2048;
 
 /// Counters of a `sparkplug` sink.
@@ -196,6 +201,7 @@ impl SparkplugSink {
     pub fn destination(&self, ctx: &StartContext) -> Box<dyn Destination> {
         Box::new(Forwarder {
             batches: self.batches.clone(),
+            round: 0,
             runtime: ctx.runtime.clone(),
             shutdown: ctx.shutdown.clone(),
         })
@@ -334,41 +340,67 @@ impl SparkplugSink {
     }
 }
 
-/// Hands the deliverer's batches to the session and waits for its verdict.
+/// Hands the deliverer's batches to the session; their verdicts come later.
 struct Forwarder {
     batches: mpsc::Sender<Batch>,
+    /// The deliverer's round (see [`Batch::round`]).
+    round: u64,
     runtime: tokio::runtime::Handle,
     shutdown: Shutdown,
 }
 
+fn stopped() -> Verdict {
+    Verdict::Retry {
+        error: Failure::new("stopped", "the Sparkplug session stopped"),
+        after: None,
+    }
+}
+
 impl Destination for Forwarder {
     fn send(&mut self, rows: &[Row]) -> Verdict {
+        match self.hand(rows) {
+            Handed::Judged(verdict) => verdict,
+            Handed::Pending(pending) => self.settle(pending),
+        }
+    }
+
+    fn hand(&mut self, rows: &[Row]) -> Handed {
         let records = match records_of(rows) {
             Ok(r) => r,
-            Err(verdict) => return verdict,
-        };
-        let stopped = || Verdict::Retry {
-            error: Failure::new("stopped", "the Sparkplug session stopped"),
-            after: None,
+            Err(verdict) => return Handed::Judged(verdict),
         };
         let (reply, answer) = oneshot::channel();
+        let batch = Batch {
+            records,
+            round: self.round,
+            reply,
+        };
         let shutdown = self.shutdown.clone();
         let batches = self.batches.clone();
         // The session takes a batch only while it may publish: until then this waits, and
         // the rows wait on disk.
         self.runtime.block_on(async move {
             tokio::select! {
-                sent = batches.send(Batch { records, reply }) => {
-                    if sent.is_err() {
-                        return stopped();
-                    }
-                }
-                _ = shutdown.wait() => return stopped(),
+                sent = batches.send(batch) => match sent {
+                    Ok(()) => Handed::Pending(Pending::new(answer)),
+                    Err(_) => Handed::Judged(stopped()),
+                },
+                _ = shutdown.wait() => Handed::Judged(stopped()),
             }
+        })
+    }
+
+    fn settle(&mut self, pending: Pending) -> Verdict {
+        let shutdown = self.shutdown.clone();
+        self.runtime.block_on(async move {
             tokio::select! {
-                verdict = answer => verdict.unwrap_or_else(|_| stopped()),
+                verdict = pending.verdict() => verdict,
                 _ = shutdown.wait() => stopped(),
             }
         })
+    }
+
+    fn start_over(&mut self) {
+        self.round += 1;
     }
 }
