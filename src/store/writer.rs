@@ -96,7 +96,8 @@ fn drain<C>(rx: &Receiver<C>, group: &mut Vec<C>, max: usize) -> bool {
 /// longer than this (a worn SD card) still answers within one sync of this bound.
 pub const MAX_LINGER: Duration = Duration::from_millis(20);
 /// Shortest step between two looks at the channel while a group waits (the kernel's timer
-/// slack makes shorter sleeps last about this long anyway).
+/// slack makes shorter sleeps last about this long anyway). The longest is an eighth of
+/// [`MAX_LINGER`], whatever the wait.
 const MIN_STEP: Duration = Duration::from_micros(20);
 
 /// Group commit that grows with load: the writer does not commit while the callers it expects
@@ -204,7 +205,7 @@ impl<C> Linger<C> {
         if !open || group.len() >= target || wait.is_zero() {
             return Some(group);
         }
-        let step = (wait / 8).max(MIN_STEP);
+        let step = (wait / 8).clamp(MIN_STEP, MAX_LINGER / 8);
         let began = Instant::now();
         while group.len() < target {
             let left = wait.saturating_sub(began.elapsed());
