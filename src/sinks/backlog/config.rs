@@ -64,9 +64,19 @@ pub struct SinkBatchConfig {
 impl SinkBatchConfig {
     /// Validates `sink_batch:` (absent: the defaults).
     pub fn validate(raw: Option<&RawSinkBatch>, path: &str, p: &mut Problems) -> Self {
+        Self::validate_with(raw, path, DEFAULT_BATCH_ROWS, p)
+    }
+
+    /// Validates `sink_batch:` of a kind whose default `sink_batch_rows` is `default_rows`.
+    pub fn validate_with(
+        raw: Option<&RawSinkBatch>,
+        path: &str,
+        default_rows: u64,
+        p: &mut Problems,
+    ) -> Self {
         let default = RawSinkBatch::default();
         let raw = raw.unwrap_or(&default);
-        let batch = raw.sink_batch_rows.unwrap_or(DEFAULT_BATCH_ROWS);
+        let batch = raw.sink_batch_rows.unwrap_or(default_rows);
         if !(1..=MAX_BATCH_ROWS).contains(&batch) {
             p.push(
                 format!("{path}.sink_batch_rows"),

@@ -10,6 +10,10 @@ use crate::sinks::backlog::{Column, RawColumn, RawSinkBatch, SinkBatchConfig};
 use crate::sinks::queue::config::validate_queue;
 use crate::sinks::queue::QueueMode;
 
+/// Default rows per insert: each insert is a part the server writes and later merges, so
+/// ClickHouse takes few large inserts far better than many small ones.
+pub const DEFAULT_BATCH_ROWS: u64 = 10_000;
+
 /// `clickhouse:`
 #[derive(Debug, Default, Deserialize)]
 pub struct RawClickHouse {
@@ -21,7 +25,8 @@ pub struct RawClickHouse {
     pub password: Option<String>,
     /// The table rows are inserted into: `table` or `database.table`. Required.
     pub sink_table: Option<String>,
-    /// Batching and the backlog's bound.
+    /// Batching and the backlog's bound. `sink_batch_rows` defaults to 10000 here: every
+    /// insert makes a part on the server, so ClickHouse wants few large inserts.
     pub sink_batch: Option<RawSinkBatch>,
     /// Which record field goes to which column. Default `ts` (Unix ms), `source`, `key`,
     /// `payload` (JSON text).
@@ -90,8 +95,12 @@ impl ClickHouseConfig {
             p.push(format!("{path}.user"), "must be non-empty and without ':'");
         }
         let table = validate_table(raw.sink_table.as_deref(), &format!("{path}.sink_table"), p);
-        let batch =
-            SinkBatchConfig::validate(raw.sink_batch.as_ref(), &format!("{path}.sink_batch"), p);
+        let batch = SinkBatchConfig::validate_with(
+            raw.sink_batch.as_ref(),
+            &format!("{path}.sink_batch"),
+            DEFAULT_BATCH_ROWS,
+            p,
+        );
         let columns = validate_columns(raw.columns.as_deref(), &format!("{path}.columns"), p);
         let secs = raw.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
         if !(1..=3600).contains(&secs) {
@@ -150,7 +159,8 @@ mod tests {
         assert_eq!(c.url, "http://127.0.0.1:8123");
         assert_eq!(c.user, "default");
         assert_eq!(c.table, ["plant", "events"]);
-        assert_eq!(c.batch.max_backlog_rows, 20_000);
+        assert_eq!(c.batch.batch_rows, 10_000, "ClickHouse takes large inserts");
+        assert_eq!(c.batch.max_backlog_rows, 200_000, "sink_batch_rows x 20");
         assert_eq!(c.columns.len(), 4);
     }
 }

@@ -164,7 +164,13 @@ pub struct DeliveryConfig {
     pub retry_initial: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// Longest a batch short of `batch_rows` waits for more rows before it is sent, so that
+    /// records arriving one by one go out many to a request; zero sends what is there at once.
+    pub linger: Duration,
 }
+
+/// Longest single wait while a short batch lingers, so a stop is seen soon.
+const LINGER_STEP: Duration = Duration::from_millis(100);
 
 /// What `/api/status` and the alert hub see of a deliverer.
 #[derive(Debug, Default)]
@@ -333,6 +339,7 @@ impl Deliverer {
                 self.cfg.batch_rows
             };
             let rows = match self.drain.peek(max) {
+                Ok(rows) if singles_through.is_none() => self.linger(rows, max, &mut mark),
                 Ok(rows) => rows,
                 Err(e) => {
                     let error = Failure::new("queue", format!("cannot read the queue: {e}"));
@@ -419,6 +426,33 @@ impl Deliverer {
                 }
             }
         }
+    }
+
+    /// A batch short of `max` rows waits up to the linger for the rows still arriving (in
+    /// steps, so a stop is seen), then is peeked again: what waited meanwhile goes with it.
+    fn linger(&self, mut rows: Vec<Row>, max: usize, mark: &mut u64) -> Vec<Row> {
+        if rows.is_empty() || self.cfg.linger.is_zero() {
+            return rows;
+        }
+        let until = Instant::now() + self.cfg.linger;
+        while rows.len() < max && !self.shutdown.is_triggered() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let seen = self.drain.wait_appended(*mark, left.min(LINGER_STEP));
+            if seen == *mark {
+                continue;
+            }
+            *mark = seen;
+            match self.drain.peek(max) {
+                Ok(more) if more.len() > rows.len() => rows = more,
+                // The head changed under us (a replayed dead letter) or the read failed: send
+                // what was read.
+                _ => {}
+            }
+        }
+        rows
     }
 
     /// Counts a failed attempt and waits `wait` (or until shutdown).
@@ -512,6 +546,7 @@ mod tests {
                 batch_rows: 10,
                 retry_initial: Duration::from_millis(1),
                 retry_max: Duration::from_millis(2),
+                linger: Duration::ZERO,
             },
             Arc::clone(&queue) as Arc<dyn Drain>,
             Box::new(Script {
