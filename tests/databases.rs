@@ -250,6 +250,125 @@ fn postgres_rows_arrive_with_the_right_columns_and_types() {
     assert_eq!(sink_status(&d, "postgres")["inserted_total"], 3);
 }
 
+// ------------------------------------------------------------------ batches
+
+/// Records ingested one by one into `D` with `sink_batch_rows: 100` and a flush interval no
+/// test waits for: only full batches leave, so 300 records are 3 inserts.
+fn many_records_go_in_batches_of_many_rows_and_each_arrives_once<D: Db>() -> (D, Daemon) {
+    let db = D::start();
+    db.create_default("events");
+    let mut section = db.section("events");
+    section["sink_batch"] = json!({ "sink_batch_rows": 100, "flush_interval_ms": 3_600_000 });
+    let d = Daemon::start(config(D::SINK, section));
+    let mut sent = Vec::new();
+    for i in 0..300 {
+        let key = format!("k{i:04}");
+        let body = format!(r#"{{"n":{i},"text":"a \"quoted\" line\nand é","list":[1,2.5,null]}}"#);
+        assert_stored(&d.ingest(&key, &body), "ingest");
+        sent.push(key);
+    }
+    wait_until(POLL_DEADLINE, "300 rows", || db.keys("events").len() >= 300);
+    assert_eq!(db.keys("events"), sent, "every record exactly once");
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["inserted_total"], 300, "{st:#}");
+    assert_eq!(st["batches_total"], 3, "100 rows per insert: {st:#}");
+    (db, d)
+}
+
+#[test]
+fn clickhouse_many_records_go_in_batches_of_many_rows_and_each_arrives_once() {
+    let (ch, _d) = many_records_go_in_batches_of_many_rows_and_each_arrives_once::<ClickHouse>();
+    let rows = lines(
+        &ch.sql("SELECT key, source, payload FROM events ORDER BY key FORMAT TabSeparatedRaw"),
+    );
+    assert_eq!(rows.len(), 300);
+    for (i, row) in rows.iter().enumerate() {
+        let f: Vec<&str> = row.split('\t').collect();
+        assert_eq!(f[0], format!("k{i:04}"));
+        assert_eq!(f[1], format!("ingest/{SOURCE}"));
+        let payload: Value = serde_json::from_str(f[2]).expect("payload is JSON text");
+        assert_eq!(
+            payload,
+            json!({"n": i, "text": "a \"quoted\" line\nand é", "list": [1, 2.5, null]}),
+            "row {i}"
+        );
+    }
+}
+
+#[test]
+fn postgres_many_records_go_in_batches_of_many_rows_and_each_arrives_once() {
+    let (pg, _d) = many_records_go_in_batches_of_many_rows_and_each_arrives_once::<Postgres>();
+    let same = pg.sql(
+        "SELECT count(*) FROM events WHERE payload = jsonb_build_object('n', \
+         substr(key, 2)::int, 'text', E'a \"quoted\" line\\nand é', 'list', '[1, 2.5, null]'::jsonb) \
+         AND source = 'ingest/orders'",
+    );
+    assert_eq!(same, "300", "every payload as it was sent");
+}
+
+#[test]
+fn clickhouse_with_queue_disk_records_arriving_one_by_one_go_many_to_an_insert() {
+    let ch = ClickHouse::start();
+    ch.create_default("events");
+    let mut section = ch.section("events");
+    section["queue"] = json!("disk");
+    section["sink_batch"] = json!({ "sink_batch_rows": 100, "flush_interval_ms": 3_600_000 });
+    let d = Daemon::start(config("clickhouse", section));
+    let mut sent = Vec::new();
+    for i in 0..300 {
+        let key = format!("k{i:04}");
+        assert_stored(&d.ingest(&key, &format!(r#"{{"n":{i}}}"#)), "ingest");
+        sent.push(key);
+    }
+    wait_until(POLL_DEADLINE, "300 rows", || ch.keys("events").len() >= 300);
+    assert_eq!(ch.keys("events"), sent, "every record exactly once");
+    // The server's own count: the deliverer waited for full batches instead of sending
+    // what each commit had just added.
+    let inserts = ch.sql("SELECT value FROM system.events WHERE event = 'InsertQuery'");
+    assert_eq!(inserts.trim(), "3", "100 rows per insert");
+}
+
+#[test]
+fn clickhouse_a_batch_with_a_field_missing_arrives_with_the_column_default() {
+    let ch = ClickHouse::start();
+    ch.sql("CREATE TABLE sparse (key String, n UInt32, t Nullable(Float64)) ENGINE = MergeTree ORDER BY key");
+    let mut section = ch.section("sparse");
+    section["sink_batch"] = json!({ "sink_batch_rows": 3, "flush_interval_ms": 3_600_000 });
+    section["columns"] = json!([
+        { "column": "key", "field": "/key" },
+        { "column": "n", "field": "/payload/n" },
+        { "column": "t", "field": "/payload/t" },
+    ]);
+    let d = Daemon::start(config("clickhouse", section));
+    // The first batch can go in binary; the second has a row without `n`.
+    for (key, body) in [
+        ("a1", r#"{"n":1,"t":0.5}"#),
+        ("a2", r#"{"n":2,"t":null}"#),
+        ("a3", r#"{"n":3,"t":-2}"#),
+        ("b1", r#"{"n":4,"t":1.25}"#),
+        ("b2", r#"{"t":2}"#),
+        ("b3", r#"{"n":6,"t":null}"#),
+    ] {
+        assert_stored(&d.ingest(key, body), "ingest");
+    }
+    wait_until(POLL_DEADLINE, "6 rows", || ch.keys("sparse").len() == 6);
+    let rows = lines(&ch.sql("SELECT key, n, t FROM sparse ORDER BY key FORMAT TabSeparated"));
+    assert_eq!(
+        rows,
+        vec![
+            "a1\t1\t0.5",
+            "a2\t2\t\\N",
+            "a3\t3\t-2",
+            "b1\t4\t1.25",
+            "b2\t0\t2",
+            "b3\t6\t\\N",
+        ]
+    );
+    let st = sink_status(&d, "clickhouse");
+    assert_eq!(st["batches_total"], 2, "{st:#}");
+    assert_eq!(st["dead_lettered_total"], 0, "{st:#}");
+}
+
 // ------------------------------------------------------------------ outage
 
 fn rows_are_kept_while_the_server_is_down_and_arrive_after_restart<D: Db>() {

@@ -1,5 +1,7 @@
-//! The ClickHouse sink's runtime: encode a record as one `JSONEachRow` line when it is
-//! delivered, and insert batches of lines from the sink's thread.
+//! The ClickHouse sink's runtime: a delivered record waits in the backlog as it is; the sink's
+//! thread encodes each batch and inserts it in one request. A batch goes as `RowBinary` (see
+//! `binary.rs`: the server reads it without parsing text) when every value of it fits its
+//! column's type exactly, else as `JSONEachRow` lines, which the server judges as before.
 //!
 //! Errors: ClickHouse answers a failed query with a non-200 status and a body starting with
 //! `Code: N. DB::Exception: ...` (18.16 and current; current ones also send the code in
@@ -10,9 +12,11 @@
 
 use std::io::Read;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::binary::Layout;
 use super::config::ClickHouseConfig;
 use crate::admission::Reservation;
 use crate::record::Record;
@@ -26,6 +30,10 @@ use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 
 /// Most bytes of an error body read.
 const MAX_ERROR_BODY: u64 = 16 * 1024;
+/// Most bytes of a `DESCRIBE TABLE` answer read.
+const MAX_DESCRIBE_BODY: u64 = 256 * 1024;
+/// Longest a `DESCRIBE TABLE` may take; without an answer the batch goes as `JSONEachRow`.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// ClickHouse error codes that mean the rows or the table's shape are wrong, so that the
 /// same insert can never succeed: moved to the dead-letter queue instead of retried.
@@ -58,7 +66,8 @@ pub struct ClickHouseSink {
     name: String,
     cfg: ClickHouseConfig,
     /// The memory backlog; `None` with `queue: disk` (the sink's queue is in front instead).
-    backlog: Option<Backlog<String>>,
+    /// A row is the record alone: the insert thread encodes its batch.
+    backlog: Option<Backlog<()>>,
 }
 
 impl ClickHouseSink {
@@ -75,7 +84,7 @@ impl ClickHouseSink {
     }
 
     /// The memory backlog (`None` with `queue: disk`).
-    pub fn backlog(&self) -> Option<&Backlog<String>> {
+    pub fn backlog(&self) -> Option<&Backlog<()>> {
         self.backlog.as_ref()
     }
 
@@ -89,12 +98,11 @@ impl ClickHouseSink {
         let Some(backlog) = &self.backlog else {
             return Err(DeliveryError::Publish("the sink has no backlog".into()));
         };
-        let data = encode_row(record, &self.cfg.columns);
         backlog.push(
             Row {
                 record: record.clone(),
                 tracked,
-                data,
+                data: (),
             },
             reservation,
         )?;
@@ -126,19 +134,20 @@ impl ClickHouseSink {
 
     /// The table as the destination of the sink's `queue: disk`.
     pub fn destination(&self) -> Box<dyn Destination> {
-        let columns = self.cfg.columns.clone();
         Box::new(TableDestination::new(
             HttpInserter::new(&self.cfg),
-            move |r: &Record| encode_row(r, &columns),
+            |_: &Record| (),
         ))
     }
 
-    /// Batch size and back-off of the deliverer of its `queue: disk`: the backlog's.
+    /// Batch size, back-off and linger of the deliverer of its `queue: disk`: the backlog's
+    /// (a short batch waits up to `flush_interval` for more rows, as in the backlog).
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: self.cfg.batch.batch_rows,
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,
+            linger: self.cfg.batch.flush_interval,
         }
     }
 
@@ -200,23 +209,32 @@ pub fn encode_row(record: &Record, columns: &[Column]) -> String {
 
 struct HttpInserter {
     agent: ureq::Agent,
-    url: String,
+    columns: Vec<Column>,
+    /// `INSERT ... FORMAT RowBinary`.
+    binary_url: String,
+    /// `INSERT ... FORMAT JSONEachRow`.
+    json_url: String,
+    /// `DESCRIBE TABLE ...`.
+    describe_url: String,
     auth: String,
+    /// The column types, read before the first insert and again after a failed one: `None`
+    /// until read, `Some(None)` when a column is missing or not written in binary.
+    layout: Option<Option<Layout>>,
+    /// The batch's body, kept between inserts so its allocation is reused.
+    body: Vec<u8>,
 }
 
 impl HttpInserter {
     fn new(cfg: &ClickHouseConfig) -> Self {
         let table: Vec<String> = cfg.table.iter().map(|t| format!("`{t}`")).collect();
+        let table = table.join(".");
         let cols: Vec<String> = cfg
             .columns
             .iter()
             .map(|c| format!("`{}`", c.name))
             .collect();
-        let query = format!(
-            "INSERT INTO {} ({}) FORMAT JSONEachRow",
-            table.join("."),
-            cols.join(",")
-        );
+        let insert = format!("INSERT INTO {table} ({})", cols.join(","));
+        let url = |query: &str| format!("{}/?query={}", cfg.url, percent_encode(query));
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(cfg.timeout))
             .http_status_as_error(false)
@@ -225,28 +243,70 @@ impl HttpInserter {
             .into();
         Self {
             agent,
-            url: format!("{}/?query={}", cfg.url, percent_encode(&query)),
+            columns: cfg.columns.clone(),
+            binary_url: url(&format!("{insert} FORMAT RowBinary")),
+            json_url: url(&format!("{insert} FORMAT JSONEachRow")),
+            describe_url: url(&format!("DESCRIBE TABLE {table} FORMAT TabSeparated")),
             auth: format!(
                 "Basic {}",
                 base64(format!("{}:{}", cfg.user, cfg.password).as_bytes())
             ),
+            layout: None,
+            body: Vec::new(),
         }
     }
-}
 
-impl Inserter<String> for HttpInserter {
-    fn insert(&mut self, rows: &[Row<String>]) -> Result<(), InsertError> {
-        let mut body = Vec::with_capacity(rows.iter().map(|r| r.data.len() + 1).sum());
-        for r in rows {
-            body.extend_from_slice(r.data.as_bytes());
-            body.push(b'\n');
+    fn describe(&self) -> Option<Option<Layout>> {
+        let mut reply = self
+            .agent
+            .get(&self.describe_url)
+            .header("Authorization", &self.auth)
+            .config()
+            .timeout_global(Some(DESCRIBE_TIMEOUT))
+            .build()
+            .call()
+            .ok()?;
+        if reply.status().as_u16() != 200 {
+            return None;
         }
+        let mut text = String::new();
+        reply
+            .body_mut()
+            .as_reader()
+            .take(MAX_DESCRIBE_BODY)
+            .read_to_string(&mut text)
+            .ok()?;
+        Some(Layout::read(&text, &self.columns))
+    }
+
+    /// The batch as `RowBinary` into `body`; false when a value of it cannot be written so.
+    /// The column types are read first when not known; a failed read leaves them unknown
+    /// (read again at the next batch) and this batch to `JSONEachRow`, whose insert then
+    /// says what is wrong.
+    fn encode_binary(&mut self, rows: &[Row<()>]) -> bool {
+        if self.layout.is_none() {
+            self.layout = self.describe();
+        }
+        let Some(Some(layout)) = &self.layout else {
+            return false;
+        };
+        self.body.clear();
+        rows.iter()
+            .all(|r| layout.encode(&r.record, &mut self.body))
+    }
+
+    fn post(&self, binary: bool) -> Result<(), InsertError> {
+        let (url, content_type) = if binary {
+            (&self.binary_url, "application/octet-stream")
+        } else {
+            (&self.json_url, "application/x-ndjson")
+        };
         let reply = self
             .agent
-            .post(&self.url)
+            .post(url)
             .header("Authorization", &self.auth)
-            .header("Content-Type", "application/x-ndjson")
-            .send(&body[..]);
+            .header("Content-Type", content_type)
+            .send(&self.body[..]);
         let mut reply = match reply {
             Ok(r) => r,
             Err(e) => return Err(InsertError::Transient(format!("request failed: {e}"))),
@@ -267,6 +327,30 @@ impl Inserter<String> for HttpInserter {
             return Ok(());
         }
         Err(classify(status, header_code, text.trim()))
+    }
+}
+
+impl Inserter<()> for HttpInserter {
+    fn insert(&mut self, rows: &[Row<()>]) -> Result<(), InsertError> {
+        let binary = self.encode_binary(rows);
+        if !binary {
+            self.body.clear();
+            for r in rows {
+                self.body
+                    .extend_from_slice(encode_row(&r.record, &self.columns).as_bytes());
+                self.body.push(b'\n');
+            }
+        }
+        let result = self.post(binary);
+        if result.is_err() {
+            // The table may have changed: read its types again before the next batch.
+            self.layout = None;
+        }
+        // Keep a large batch's buffer only while it is in use.
+        if self.body.capacity() > 16 << 20 {
+            self.body = Vec::new();
+        }
+        result
     }
 }
 

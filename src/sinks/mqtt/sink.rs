@@ -227,6 +227,7 @@ impl MqttSink {
             batch_rows: 256,
             retry_initial: Duration::from_millis(200),
             retry_max: self.cfg.connection.reconnect_max,
+            linger: Duration::ZERO,
         }
     }
 

@@ -174,6 +174,7 @@ impl NatsSink {
             batch_rows: BATCH,
             retry_initial: self.cfg.retry_initial,
             retry_max: self.cfg.retry_max,
+            linger: Duration::ZERO,
         }
     }
 

@@ -1,17 +1,119 @@
-//! Values for binary `COPY`: each column's JSON value converted to the column's type, as the
-//! table says it is (read once per connection). A value that does not fit its column is an
-//! error naming both, and the batch goes to the dead-letter queue like a server refusal.
+//! Rows for binary `COPY`: each column's JSON value converted to the column's type, as the
+//! table says it is (read once per connection), written straight into the `COPY` stream. A
+//! value that does not fit its column is an error naming both, and the batch goes to the
+//! dead-letter queue like a server refusal.
+//!
+//! The whole payload into a `jsonb` or text column is written from the record's own JSON text,
+//! never parsed and printed again: `jsonb` is a version byte and that text (the server parses
+//! it either way), and a text column takes the original text anyway. Other columns take their
+//! value from the column mapping, which parses the payload only when a pointer looks inside it.
 
 use std::error::Error;
 use std::time::{Duration, UNIX_EPOCH};
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use serde_json::Value;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 
 use crate::record::Record;
-use crate::sinks::backlog::columns::text;
+use crate::sinks::backlog::columns::{extract, text};
 use crate::sinks::backlog::Column;
+
+/// The binary `COPY` header: signature, flags, no header extension.
+pub const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+/// The binary `COPY` trailer: a field count of -1.
+pub const COPY_TRAILER: &[u8] = &[0xff, 0xff];
+
+/// How each column of a table is written, decided once per connection from its type.
+#[derive(Debug, Clone)]
+pub struct RowPlan {
+    columns: Vec<Column>,
+    types: Vec<Type>,
+    /// Per column: written from the payload's text (`Some(jsonb)`), or from the mapping.
+    whole_payload: Vec<Option<bool>>,
+    /// The columns taken from the mapping, in order (the payload parsed only for these).
+    mapped: Vec<Column>,
+}
+
+impl RowPlan {
+    /// The plan for `columns` of types `types` (the same length and order).
+    pub fn new(columns: &[Column], types: &[Type]) -> Self {
+        let whole_payload: Vec<Option<bool>> = columns
+            .iter()
+            .zip(types)
+            .map(|(c, ty)| match *ty {
+                _ if c.field != "/payload" => None,
+                Type::JSONB => Some(true),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => Some(false),
+                _ => None,
+            })
+            .collect();
+        let mapped = columns
+            .iter()
+            .zip(&whole_payload)
+            .filter(|(_, w)| w.is_none())
+            .map(|(c, _)| c.clone())
+            .collect();
+        Self {
+            columns: columns.to_vec(),
+            types: types.to_vec(),
+            whole_payload,
+            mapped,
+        }
+    }
+
+    /// Appends `record` as one binary `COPY` row to `out`, or says which value does not fit.
+    pub fn write(&self, record: &Record, out: &mut BytesMut) -> Result<(), String> {
+        // A payload that is one JSON string goes through the mapping: a text column takes
+        // the string itself, not its quoted text.
+        let raw = record.payload.get();
+        let structured = raw.starts_with(['{', '[']);
+        let values = if self.mapped.is_empty() && structured {
+            Vec::new()
+        } else if structured {
+            extract(record, &self.mapped)
+        } else {
+            extract(record, &self.columns)
+        };
+        let mut values = values.into_iter();
+        out.put_i16(self.columns.len() as i16);
+        for ((c, ty), whole) in self
+            .columns
+            .iter()
+            .zip(&self.types)
+            .zip(&self.whole_payload)
+        {
+            let at = out.len();
+            out.put_i32(0);
+            let null = match whole {
+                Some(jsonb) if structured => {
+                    if *jsonb {
+                        out.put_u8(1);
+                    }
+                    out.put_slice(raw.as_bytes());
+                    false
+                }
+                _ => {
+                    let v = values.next().flatten();
+                    let cell = cell(record, c, v.as_ref(), ty)?;
+                    match cell.to_sql(ty, out) {
+                        Ok(IsNull::Yes) => true,
+                        Ok(IsNull::No) => false,
+                        Err(e) => return Err(format!("column {:?}: {e}", c.name)),
+                    }
+                }
+            };
+            let len = if null {
+                -1
+            } else {
+                i32::try_from(out.len() - at - 4)
+                    .map_err(|_| format!("column {:?}: a value over 2 GiB", c.name))?
+            };
+            out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+        Ok(())
+    }
+}
 
 /// One value, ready for its column.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +234,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::sinks::backlog::config::default_columns;
 
     fn col(name: &str, field: &str) -> Column {
         Column {
@@ -171,5 +274,52 @@ mod tests {
         assert!(cell(&r, &c, Some(&json!(1)), &Type::NUMERIC)
             .unwrap_err()
             .contains("numeric"));
+    }
+
+    #[test]
+    fn a_row_is_written_as_binary_copy_with_the_payload_text_as_it_came() {
+        let mut r = Record::from_json("s", "k", br#"{"b":1, "a":"x"}"#).unwrap();
+        r.ts_ms = 0;
+        let types = [Type::TIMESTAMPTZ, Type::TEXT, Type::VARCHAR, Type::JSONB];
+        let plan = RowPlan::new(&default_columns(), &types);
+        let mut out = BytesMut::new();
+        plan.write(&r, &mut out).unwrap();
+        let mut want = BytesMut::new();
+        want.put_i16(4);
+        // 1970-01-01 is -946684800 s before the Postgres epoch, in microseconds.
+        want.put_i32(8);
+        want.put_i64(-946_684_800_000_000);
+        want.put_i32(1);
+        want.put_slice(b"s");
+        want.put_i32(1);
+        want.put_slice(b"k");
+        let payload = br#"{"b":1, "a":"x"}"#;
+        want.put_i32(payload.len() as i32 + 1);
+        want.put_u8(1);
+        want.put_slice(payload);
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn a_null_and_a_value_that_does_not_fit_are_written_as_before() {
+        let r = Record::from_value("s", "k", &json!({"n": "abc"}));
+        let cols = vec![col("gone", "/payload/gone"), col("n", "/payload/n")];
+        let plan = RowPlan::new(&cols[..1], &[Type::INT4]);
+        let mut out = BytesMut::new();
+        plan.write(&r, &mut out).unwrap();
+        assert_eq!(&out[..], &[0, 1, 0xff, 0xff, 0xff, 0xff]);
+        let plan = RowPlan::new(&cols, &[Type::INT4, Type::INT4]);
+        let e = plan.write(&r, &mut BytesMut::new()).unwrap_err();
+        assert!(e.contains("\"n\" (int4) cannot take \"abc\""), "{e}");
+    }
+
+    #[test]
+    fn a_payload_that_is_one_string_goes_into_text_as_the_string() {
+        let r = Record::from_json("s", "k", br#""plain""#).unwrap();
+        let cols = vec![col("p", "/payload")];
+        let plan = RowPlan::new(&cols, &[Type::TEXT]);
+        let mut out = BytesMut::new();
+        plan.write(&r, &mut out).unwrap();
+        assert_eq!(&out[..], b"\0\x01\0\0\0\x05plain");
     }
 }

@@ -1,6 +1,8 @@
-//! The Postgres sink's runtime: a record's column values are taken when it is delivered; the
-//! sink's thread copies batches with binary `COPY ... FROM STDIN (FORMAT binary)` on its own
-//! single-threaded runtime, so a slow database never occupies the daemon's runtime.
+//! The Postgres sink's runtime: a delivered record waits in the backlog as it is; the sink's
+//! thread encodes each batch as binary `COPY` rows (`encode.rs`) and copies it with one
+//! `COPY ... FROM STDIN (FORMAT binary)`, a transaction of its own that the server has
+//! committed when the `COPY` returns. It runs on its own single-threaded runtime, so a slow
+//! database never occupies the daemon's runtime.
 //!
 //! The column types are read once per connection (`SELECT <columns> FROM <table> LIMIT 0`),
 //! which also finds a missing table or column before any row is sent. Errors with an SQLSTATE
@@ -13,21 +15,19 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use futures_util::pin_mut;
+use bytes::BytesMut;
+use futures_util::SinkExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use serde_json::{json, Value};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::SslMode;
-use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::config::PostgresConfig;
-use super::encode::{cell, Cell};
+use super::encode::{RowPlan, COPY_HEADER, COPY_TRAILER};
 use crate::admission::Reservation;
 use crate::record::Record;
-use crate::sinks::backlog::columns::extract;
 use crate::sinks::backlog::{
     Backlog, InsertError, Inserter, Row, TableDestination, RETRY_INITIAL, RETRY_MAX,
 };
@@ -40,7 +40,8 @@ pub struct PostgresSink {
     name: String,
     cfg: PostgresConfig,
     /// The memory backlog; `None` with `queue: disk` (the sink's queue is in front instead).
-    backlog: Option<Backlog<Vec<Option<Value>>>>,
+    /// A row is the record alone: the copy thread encodes its batch.
+    backlog: Option<Backlog<()>>,
 }
 
 impl PostgresSink {
@@ -57,7 +58,7 @@ impl PostgresSink {
     }
 
     /// The memory backlog (`None` with `queue: disk`).
-    pub fn backlog(&self) -> Option<&Backlog<Vec<Option<Value>>>> {
+    pub fn backlog(&self) -> Option<&Backlog<()>> {
         self.backlog.as_ref()
     }
 
@@ -71,12 +72,11 @@ impl PostgresSink {
         let Some(backlog) = &self.backlog else {
             return Err(DeliveryError::Publish("the sink has no backlog".into()));
         };
-        let data = extract(record, &self.cfg.columns);
         backlog.push(
             Row {
                 record: record.clone(),
                 tracked,
-                data,
+                data: (),
             },
             reservation,
         )?;
@@ -115,19 +115,20 @@ impl PostgresSink {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let columns = self.cfg.columns.clone();
         Ok(Box::new(TableDestination::new(
             CopyInserter::new(&self.cfg, rt),
-            move |r: &Record| extract(r, &columns),
+            |_: &Record| (),
         )))
     }
 
-    /// Batch size and back-off of the deliverer of its `queue: disk`: the backlog's.
+    /// Batch size, back-off and linger of the deliverer of its `queue: disk`: the backlog's
+    /// (a short batch waits up to `flush_interval` for more rows, as in the backlog).
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: self.cfg.batch.batch_rows,
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,
+            linger: self.cfg.batch.flush_interval,
         }
     }
 
@@ -158,6 +159,9 @@ impl PostgresSink {
     }
 }
 
+/// Bytes per `CopyData` message.
+const COPY_CHUNK: usize = 64 * 1024;
+
 struct CopyInserter {
     rt: tokio::runtime::Runtime,
     link: Link,
@@ -169,8 +173,8 @@ struct Link {
     pg: Result<tokio_postgres::Config, String>,
     tls: Result<Option<MakeRustlsConnect>, String>,
     client: Option<Client>,
-    /// The column types, read once per connection.
-    types: Option<Vec<Type>>,
+    /// How each column is written, from its type: read once per connection.
+    plan: Option<RowPlan>,
     select: String,
     copy: String,
 }
@@ -207,7 +211,7 @@ impl CopyInserter {
                 pg,
                 tls,
                 client: None,
-                types: None,
+                plan: None,
                 select: format!("SELECT {cols} FROM {table} LIMIT 0"),
                 copy: format!("COPY {table} ({cols}) FROM STDIN (FORMAT binary)"),
             },
@@ -215,8 +219,8 @@ impl CopyInserter {
     }
 }
 
-impl Inserter<Vec<Option<Value>>> for CopyInserter {
-    fn insert(&mut self, rows: &[Row<Vec<Option<Value>>>]) -> Result<(), InsertError> {
+impl Inserter<()> for CopyInserter {
+    fn insert(&mut self, rows: &[Row<()>]) -> Result<(), InsertError> {
         let timeout = self.link.cfg.timeout;
         let link = &mut self.link;
         let result = self
@@ -228,12 +232,12 @@ impl Inserter<Vec<Option<Value>>> for CopyInserter {
                 if e.is_retriable() {
                     link.client = None;
                 }
-                link.types = None;
+                link.plan = None;
                 Err(e)
             }
             Err(_) => {
                 link.client = None;
-                link.types = None;
+                link.plan = None;
                 Err(InsertError::Transient(format!(
                     "no answer within {}s",
                     timeout.as_secs()
@@ -248,7 +252,7 @@ impl Link {
         if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(());
         }
-        self.types = None;
+        self.plan = None;
         let pg = self
             .pg
             .as_ref()
@@ -281,48 +285,54 @@ impl Link {
         Ok(())
     }
 
-    async fn copy(&mut self, rows: &[Row<Vec<Option<Value>>>]) -> Result<(), InsertError> {
+    async fn copy(&mut self, rows: &[Row<()>]) -> Result<(), InsertError> {
         self.connect().await?;
-        let Some(client) = &self.client else {
-            return Err(InsertError::Transient("not connected".into()));
-        };
-        if self.types.is_none() {
+        if self.plan.is_none() {
+            let Some(client) = &self.client else {
+                return Err(InsertError::Transient("not connected".into()));
+            };
             let stmt = client
                 .prepare(&self.select)
                 .await
                 .map_err(|e| classify(&e))?;
-            self.types = Some(stmt.columns().iter().map(|c| c.type_().clone()).collect());
+            let types: Vec<_> = stmt.columns().iter().map(|c| c.type_().clone()).collect();
+            self.plan = Some(RowPlan::new(&self.cfg.columns, &types));
         }
-        let types = self.types.as_deref().unwrap_or_default();
-        let mut cells: Vec<Vec<Cell>> = Vec::with_capacity(rows.len());
+        let Some(plan) = &self.plan else {
+            return Err(InsertError::Transient("no column types".into()));
+        };
+        // The whole batch is encoded before the COPY starts: a value that does not fit its
+        // column refuses the batch without sending any of it.
+        let mut data = BytesMut::with_capacity(
+            COPY_HEADER.len()
+                + rows
+                    .iter()
+                    .map(|r| 64 + r.record.payload.get().len())
+                    .sum::<usize>(),
+        );
+        data.extend_from_slice(COPY_HEADER);
         for row in rows {
-            let values = self
-                .cfg
-                .columns
-                .iter()
-                .zip(types)
-                .enumerate()
-                .map(|(i, (c, ty))| {
-                    let v = row.data.get(i).and_then(Option::as_ref);
-                    cell(&row.record, c, v, ty)
-                })
-                .collect::<Result<Vec<_>, _>>()
+            plan.write(&row.record, &mut data)
                 .map_err(InsertError::Permanent)?;
-            cells.push(values);
         }
-        let sink = client.copy_in(&self.copy).await.map_err(|e| classify(&e))?;
-        let writer = BinaryCopyInWriter::new(sink, types);
-        pin_mut!(writer);
-        for row in &cells {
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                row.iter().map(|c| c as &(dyn ToSql + Sync)).collect();
-            writer
-                .as_mut()
-                .write(&refs)
+        data.extend_from_slice(COPY_TRAILER);
+        let Some(client) = self.client.as_mut() else {
+            return Err(InsertError::Transient("not connected".into()));
+        };
+        // One transaction per batch, confirmed by the answer to its COMMIT: a batch counts as
+        // inserted only once the server has committed it. Dropped unfinished, it rolls back.
+        let tx = client.transaction().await.map_err(|e| classify(&e))?;
+        let mut sink = Box::pin(
+            tx.copy_in::<_, bytes::Bytes>(&self.copy)
                 .await
-                .map_err(|e| classify(&e))?;
+                .map_err(|e| classify(&e))?,
+        );
+        while !data.is_empty() {
+            let chunk = data.split_to(data.len().min(COPY_CHUNK)).freeze();
+            sink.feed(chunk).await.map_err(|e| classify(&e))?;
         }
-        writer.finish().await.map_err(|e| classify(&e))?;
+        sink.as_mut().finish().await.map_err(|e| classify(&e))?;
+        tx.commit().await.map_err(|e| classify(&e))?;
         Ok(())
     }
 }

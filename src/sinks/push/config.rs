@@ -189,6 +189,7 @@ impl UplinkConfig {
             batch_rows: self.batch_rows,
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
+            linger: Duration::ZERO,
         }
     }
 

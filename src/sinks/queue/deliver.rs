@@ -237,7 +237,13 @@ pub struct DeliveryConfig {
     pub retry_initial: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// Longest a batch short of `batch_rows` waits for more rows before it is sent, so that
+    /// records arriving one by one go out many to a request; zero sends what is there at once.
+    pub linger: Duration,
 }
+
+/// Longest single wait while a short batch lingers, so a stop is seen soon.
+const LINGER_STEP: Duration = Duration::from_millis(100);
 
 /// What `/api/status` and the alert hub see of a deliverer.
 #[derive(Debug, Default)]
@@ -425,7 +431,7 @@ impl Deliverer {
         let mut window: VecDeque<InFlight> = VecDeque::with_capacity(IN_FLIGHT);
         while !self.shutdown.is_triggered() {
             if room(&window, singles_through) {
-                match self.next_rows(&window, singles_through) {
+                match self.next_rows(&window, singles_through, &mut mark) {
                     Ok(Some(rows)) => {
                         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
                             continue;
@@ -550,7 +556,8 @@ impl Deliverer {
         }
     }
 
-    /// The rows of the next batch to hand over: from the head when nothing is in flight, else
+    /// The rows of the next batch to hand over: from the head when nothing is in flight (a
+    /// short batch lingering for more, see [`Deliverer::linger`]), else
     /// from the row after the last batch handed. `None` when there is nothing to hand now: no
     /// row, a queue that reads only from its head, or rows below the oldest batch in flight
     /// (dead letters replayed meanwhile, which go next once the batches in flight are
@@ -559,6 +566,7 @@ impl Deliverer {
         &self,
         window: &VecDeque<InFlight>,
         singles_through: Option<u64>,
+        mark: &mut u64,
     ) -> Result<Option<Vec<Row>>, StoreError> {
         let max = if singles_through.is_some() {
             1
@@ -580,9 +588,37 @@ impl Deliverer {
                     None => return Ok(None),
                 }
             }
-            _ => self.drain.peek(max)?,
+            _ if singles_through.is_some() => self.drain.peek(max)?,
+            _ => self.linger(self.drain.peek(max)?, max, mark),
         };
         Ok(Some(rows).filter(|r| !r.is_empty()))
+    }
+
+    /// A batch short of `max` rows waits up to the linger for the rows still arriving (in
+    /// steps, so a stop is seen), then is peeked again: what waited meanwhile goes with it.
+    fn linger(&self, mut rows: Vec<Row>, max: usize, mark: &mut u64) -> Vec<Row> {
+        if rows.is_empty() || self.cfg.linger.is_zero() {
+            return rows;
+        }
+        let until = Instant::now() + self.cfg.linger;
+        while rows.len() < max && !self.shutdown.is_triggered() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let seen = self.drain.wait_appended(*mark, left.min(LINGER_STEP));
+            if seen == *mark {
+                continue;
+            }
+            *mark = seen;
+            match self.drain.peek(max) {
+                Ok(more) if more.len() > rows.len() => rows = more,
+                // The head changed under us (a replayed dead letter) or the read failed: send
+                // what was read.
+                _ => {}
+            }
+        }
+        rows
     }
 
     /// Counts a failed attempt and waits `wait` (or until shutdown).
@@ -696,6 +732,7 @@ mod tests {
                 batch_rows: 10,
                 retry_initial: Duration::from_millis(1),
                 retry_max: Duration::from_millis(2),
+                linger: Duration::ZERO,
             },
             Arc::clone(&queue) as Arc<dyn Drain>,
             Box::new(Script {
@@ -808,6 +845,7 @@ mod tests {
                     batch_rows: 10,
                     retry_initial: Duration::from_millis(1),
                     retry_max: Duration::from_millis(2),
+                    linger: Duration::ZERO,
                 },
                 Arc::clone(&queue) as Arc<dyn Drain>,
                 Box::new(Later {

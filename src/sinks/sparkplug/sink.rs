@@ -194,6 +194,7 @@ impl SparkplugSink {
             batch_rows: BATCH_ROWS,
             retry_initial: Duration::from_millis(200),
             retry_max: self.cfg.connection.reconnect_max,
+            linger: Duration::ZERO,
         }
     }
 
