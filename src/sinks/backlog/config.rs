@@ -123,11 +123,18 @@ pub struct Column {
 pub fn default_columns() -> Vec<Column> {
     ["ts", "source", "key", "payload"]
         .iter()
-        .map(|c| Column {
-            name: (*c).to_string(),
-            field: format!("/{c}"),
-        })
+        .map(|c| Column::new(c, &format!("/{c}")))
         .collect()
+}
+
+impl Column {
+    /// Column `name` taking the record's value at the JSON pointer `field`.
+    pub fn new(name: &str, field: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            field: field.to_string(),
+        }
+    }
 }
 
 /// True for a plain SQL identifier: a letter or `_`, then letters, digits or `_`, at most 63

@@ -227,13 +227,6 @@ mod tests {
     use super::*;
     use crate::sinks::backlog::config::default_columns;
 
-    fn col(name: &str, field: &str) -> Column {
-        Column {
-            name: name.into(),
-            field: field.into(),
-        }
-    }
-
     #[test]
     fn the_types_are_read_as_describe_prints_them() {
         assert_eq!(ChType::parse("UInt64"), Some(ChType::UInt(8)));
@@ -260,8 +253,11 @@ mod tests {
         );
         assert_eq!(layout.whole, vec![false, false, false, true]);
         // A column the table lacks, or a type written only as text: JSONEachRow.
-        assert_eq!(Layout::read(describe, &[col("nope", "/key")]), None);
-        assert_eq!(Layout::read("d\tDateTime\n", &[col("d", "/ts")]), None);
+        assert_eq!(Layout::read(describe, &[Column::new("nope", "/key")]), None);
+        assert_eq!(
+            Layout::read("d\tDateTime\n", &[Column::new("d", "/ts")]),
+            None
+        );
     }
 
     #[test]
@@ -295,7 +291,7 @@ mod tests {
             mapped: cols.to_vec(),
         };
         for (field, ty) in cases {
-            let cols = vec![col("c", field)];
+            let cols = vec![Column::new("c", field)];
             let mut out = vec![7];
             assert!(
                 !layout(&cols, std::slice::from_ref(&ty)).encode(&r, &mut out),
@@ -303,7 +299,10 @@ mod tests {
             );
             assert_eq!(out, vec![7], "nothing of the row is left behind");
         }
-        let cols = vec![col("a", "/payload/n"), col("b", "/payload/z")];
+        let cols = vec![
+            Column::new("a", "/payload/n"),
+            Column::new("b", "/payload/z"),
+        ];
         let types = [ChType::Int(2), ChType::Nullable(Box::new(ChType::Float64))];
         let mut out = Vec::new();
         assert!(layout(&cols, &types).encode(&r, &mut out));
@@ -321,7 +320,7 @@ mod tests {
     #[test]
     fn a_payload_that_is_one_string_goes_into_a_string_column_as_the_string() {
         let r = Record::from_json("s", "k", br#""plain""#).unwrap();
-        let layout = Layout::read("p\tString\n", &[col("p", "/payload")]).unwrap();
+        let layout = Layout::read("p\tString\n", &[Column::new("p", "/payload")]).unwrap();
         let mut out = Vec::new();
         assert!(layout.encode(&r, &mut out));
         assert_eq!(out, b"\x05plain");

@@ -236,17 +236,10 @@ mod tests {
     use super::*;
     use crate::sinks::backlog::config::default_columns;
 
-    fn col(name: &str, field: &str) -> Column {
-        Column {
-            name: name.into(),
-            field: field.into(),
-        }
-    }
-
     #[test]
     fn values_are_converted_by_the_column_type() {
         let r = Record::from_value("s", "k", &json!({"n": 7}));
-        let c = col("n", "/payload/n");
+        let c = Column::new("n", "/payload/n");
         assert_eq!(cell(&r, &c, Some(&json!(7)), &Type::INT4), Ok(Cell::I32(7)));
         assert_eq!(
             cell(&r, &c, Some(&json!(7)), &Type::TEXT),
@@ -257,7 +250,7 @@ mod tests {
             cell(&r, &c, Some(&json!(1000)), &Type::TIMESTAMPTZ),
             Ok(Cell::Time(UNIX_EPOCH + Duration::from_secs(1)))
         );
-        let payload = col("payload", "/payload");
+        let payload = Column::new("payload", "/payload");
         assert_eq!(
             cell(&r, &payload, Some(&json!({"n": 7})), &Type::TEXT),
             Ok(Cell::Text(r#"{"n":7}"#.into()))
@@ -267,7 +260,7 @@ mod tests {
     #[test]
     fn a_value_that_does_not_fit_names_the_column_and_the_record() {
         let r = Record::from_value("s", "k", &json!({}));
-        let c = col("n", "/payload/n");
+        let c = Column::new("n", "/payload/n");
         let e = cell(&r, &c, Some(&json!("abc")), &Type::INT4).unwrap_err();
         assert!(e.contains("\"n\" (int4) cannot take \"abc\""), "{e}");
         assert!(cell(&r, &c, Some(&json!(70000)), &Type::INT2).is_err());
@@ -303,7 +296,10 @@ mod tests {
     #[test]
     fn a_null_and_a_value_that_does_not_fit_are_written_as_before() {
         let r = Record::from_value("s", "k", &json!({"n": "abc"}));
-        let cols = vec![col("gone", "/payload/gone"), col("n", "/payload/n")];
+        let cols = vec![
+            Column::new("gone", "/payload/gone"),
+            Column::new("n", "/payload/n"),
+        ];
         let plan = RowPlan::new(&cols[..1], &[Type::INT4]);
         let mut out = BytesMut::new();
         plan.write(&r, &mut out).unwrap();
@@ -316,7 +312,7 @@ mod tests {
     #[test]
     fn a_payload_that_is_one_string_goes_into_text_as_the_string() {
         let r = Record::from_json("s", "k", br#""plain""#).unwrap();
-        let cols = vec![col("p", "/payload")];
+        let cols = vec![Column::new("p", "/payload")];
         let plan = RowPlan::new(&cols, &[Type::TEXT]);
         let mut out = BytesMut::new();
         plan.write(&r, &mut out).unwrap();
