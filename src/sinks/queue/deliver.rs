@@ -717,6 +717,16 @@ mod tests {
         }
     }
 
+    /// Batches of 10, retries after 1 ms to 2 ms, no linger.
+    fn config() -> DeliveryConfig {
+        DeliveryConfig {
+            batch_rows: 10,
+            retry_initial: Duration::from_millis(1),
+            retry_max: Duration::from_millis(2),
+            linger: Duration::ZERO,
+        }
+    }
+
     fn run(
         rows: u64,
         verdicts: Vec<Verdict>,
@@ -728,12 +738,7 @@ mod tests {
         let status = Arc::new(DeliveryStatus::default());
         let d = Deliverer::new(
             "test",
-            DeliveryConfig {
-                batch_rows: 10,
-                retry_initial: Duration::from_millis(1),
-                retry_max: Duration::from_millis(2),
-                linger: Duration::ZERO,
-            },
+            config(),
             Arc::clone(&queue) as Arc<dyn Drain>,
             Box::new(Script {
                 verdicts: verdicts.into(),
@@ -841,12 +846,7 @@ mod tests {
             let shutdown = Shutdown::new();
             let d = Deliverer::new(
                 "test",
-                DeliveryConfig {
-                    batch_rows: 10,
-                    retry_initial: Duration::from_millis(1),
-                    retry_max: Duration::from_millis(2),
-                    linger: Duration::ZERO,
-                },
+                config(),
                 Arc::clone(&queue) as Arc<dyn Drain>,
                 Box::new(Later {
                     handed: tx,
