@@ -175,29 +175,28 @@ fn report(out: &mut String, db: &str, raw_name: &str, r: &Rates, push: Duration)
         raw,
         r.raw.as_secs_f64()
     );
-    for (name, run) in [
-        ("connector sink (library):  ", &r.sink),
-        ("sink with queue: disk:     ", &r.disk),
+    for (name, run, base, base_name) in [
+        ("connector sink (library):  ", &r.sink, raw, "raw"),
+        ("sink with queue: disk:     ", &r.disk, raw, "raw"),
+        (
+            "end to end (ingest API):   ",
+            &r.e2e,
+            push,
+            "ingest -> push",
+        ),
+        (
+            "end to end, queue: disk:   ",
+            &r.e2e_disk,
+            push,
+            "ingest -> push",
+        ),
     ] {
         let _ = writeln!(
             out,
-            "  {name} {:>10.0} rows/s ({:.3} s)  ratio {:.2} of raw  ({:.0} rows per insert)",
+            "  {name} {:>10.0} rows/s ({:.3} s)  ratio {:.2} of {base_name}  ({:.0} rows per insert)",
             rate(run.took),
             run.took.as_secs_f64(),
-            rate(run.took) / raw,
-            per_insert(run)
-        );
-    }
-    for (name, run) in [
-        ("end to end (ingest API):   ", &r.e2e),
-        ("end to end, queue: disk:   ", &r.e2e_disk),
-    ] {
-        let _ = writeln!(
-            out,
-            "  {name} {:>10.0} rows/s ({:.3} s)  ratio {:.2} of ingest -> push  ({:.0} rows per insert)",
-            rate(run.took),
-            run.took.as_secs_f64(),
-            rate(run.took) / push,
+            rate(run.took) / base,
             per_insert(run)
         );
     }
