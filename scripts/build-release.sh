@@ -3,7 +3,7 @@
 # SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
 #
 # Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator]
-#                                 [--opt-level z] [--bloat N] [TARGET...]
+#                                 [--opt-level z] [--build-std] [--bloat N] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
 #   --sign KEY          also write <artifact>.manifest.json (version, target, sha256,
@@ -17,6 +17,12 @@
 #   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
 #                       the field build about 1.1 MB smaller and its code about 3 times slower
 #                       (README: Deployment)
+#   --build-std         also compile the standard library for the target, with the build's
+#                       profile (panic = "abort", the opt-level, no unwind tables, LTO with
+#                       the rest), instead of linking the prebuilt one: the pinned nightly
+#                       toolchain (NIGHTLY below, with its rust-src; installed here when
+#                       missing) builds it with cargo's -Z build-std. Panic messages stay.
+#                       Local toolchains only (no cross). README: Deployment
 #   --bloat N           also print the N biggest crates of each build (cargo-bloat, installed
 #                       here when missing, pinned), weighed on that build's unstripped link
 #
@@ -29,6 +35,11 @@ set -euo pipefail
 ZIG_VERSION=0.13.0
 ZIGBUILD_VERSION=0.19.8
 BLOAT_VERSION=0.12.1
+# The nightly that --build-std uses, and its rustc's commit (a toolchain named `nightly`
+# counts when its rustc is this one). -Z build-std is unstable: move both together and
+# measure again (README: Deployment, "Field build size").
+NIGHTLY="nightly-2026-05-20"
+NIGHTLY_COMMIT=e50aa6fba
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -39,6 +50,7 @@ valid_for=90d
 features=(--no-default-features --features opcua)
 suffix=""
 bloat=0
+build_std=0
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -48,8 +60,9 @@ while [ $# -gt 0 ]; do
         --with-simulator) features=(); suffix="-with-simulator"; shift ;;
         --bloat) bloat="$2"; shift 2 ;;
         --opt-level) export CARGO_PROFILE_RELEASE_OPT_LEVEL="$2"; shift 2 ;;
+        --build-std) build_std=1; shift ;;
         -h | --help)
-            sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) targets+=("$1"); shift ;;
@@ -75,9 +88,55 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+die() {
+    printf 'build-release.sh: %s\n' "$*" >&2
+    exit 1
+}
+
 use_cross=0
 if command -v cross >/dev/null && { docker info >/dev/null 2>&1 || podman info >/dev/null 2>&1; }; then
     use_cross=1
+fi
+
+# --build-std: cargo runs as "${cargo[@]}" (cargo +NIGHTLY) with "${std_flags[@]}" added to
+# its build; without, plain cargo and no flags. The nightly is the pinned one: a toolchain
+# named $NIGHTLY, or one named `nightly` whose rustc is $NIGHTLY_COMMIT, else $NIGHTLY is
+# installed. std's sources come from its rust-src; the target's prebuilt std is not needed.
+cargo=(cargo)
+std_flags=()
+if ((build_std)); then
+    for t in "${targets[@]}"; do
+        # The one target it is measured and run on (README: Deployment). Others would need
+        # their own start files and libunwind for a std built from source.
+        [ "$t" = aarch64-unknown-linux-musl ] ||
+            die "--build-std is for aarch64-unknown-linux-musl (the field build) only, not $t"
+    done
+    if ((use_cross)); then
+        log "--build-std builds with the local toolchain, not cross"
+        use_cross=0
+    fi
+    nightly=""
+    host=$(rustc -vV | sed -n 's/^host: //p')
+    for tc in "$NIGHTLY" nightly; do
+        rustup toolchain list | grep -q "^$tc-$host\b" || continue
+        if rustc "+$tc" -V | grep -q "($NIGHTLY_COMMIT "; then
+            nightly="$tc"
+            break
+        fi
+    done
+    if [ -z "$nightly" ]; then
+        log "rustup toolchain install $NIGHTLY --profile minimal --component rust-src"
+        rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src ||
+            die "--build-std needs the nightly toolchain $NIGHTLY (rustc $NIGHTLY_COMMIT) with rust-src, and installing it failed; install it (rustup toolchain install $NIGHTLY --component rust-src) or build without --build-std"
+        nightly="$NIGHTLY"
+    fi
+    if ! rustup component list --installed --toolchain "$nightly" | grep -qx rust-src; then
+        rustup component add rust-src --toolchain "$nightly" ||
+            die "--build-std needs rust-src of $nightly, and adding it failed (rustup component add rust-src --toolchain $nightly)"
+    fi
+    log "--build-std with $(rustc "+$nightly" -V)"
+    cargo=(cargo "+$nightly")
+    std_flags=(-Z "build-std=std,panic_abort")
 fi
 
 # Local builds link unstripped (CARGO_PROFILE_RELEASE_STRIP=false, what cargo-bloat builds
@@ -92,7 +151,8 @@ build() { # TARGET
         strip_tool=""
         return
     fi
-    rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    # (--build-std compiles the target's std from source.)
+    ((build_std)) || rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     case "$t" in
         aarch64-unknown-linux-gnu)
             apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
@@ -113,13 +173,14 @@ build() { # TARGET
                 python3 -m pip install --quiet --root-user-action=ignore "ziglang==$ZIG_VERSION"
             command -v cargo-zigbuild >/dev/null ||
                 cargo install --quiet --locked "cargo-zigbuild@$ZIGBUILD_VERSION"
-            log "cargo zigbuild --release --target $t"
-            CARGO_PROFILE_RELEASE_STRIP=false cargo zigbuild --release "${features[@]}" --target "$t"
+            log "${cargo[*]} zigbuild --release ${std_flags[*]} --target $t"
+            CARGO_PROFILE_RELEASE_STRIP=false "${cargo[@]}" zigbuild --release "${std_flags[@]}" \
+                "${features[@]}" --target "$t"
             return
             ;;
     esac
-    log "cargo build --release --target $t"
-    CARGO_PROFILE_RELEASE_STRIP=false cargo build --release "${features[@]}" \
+    log "${cargo[*]} build --release ${std_flags[*]} --target $t"
+    CARGO_PROFILE_RELEASE_STRIP=false "${cargo[@]}" build --release "${std_flags[@]}" "${features[@]}" \
         --config cross/cargo-config.toml --target "$t"
 }
 
@@ -141,12 +202,12 @@ bloat_table() { # TARGET
             printf '#!/bin/sh\nif [ "$1" = build ]; then shift; exec "%s" zigbuild "$@"; fi\nexec "%s" "$@"\n' \
                 "$real" "$real" >"$shim/cargo"
             chmod +x "$shim/cargo"
-            PATH="$shim:$PATH" cargo bloat --release "${features[@]}" --target "$t" \
-                --bin opex-connector --crates -n "$bloat"
+            PATH="$shim:$PATH" "${cargo[@]}" bloat --release "${std_flags[@]}" "${features[@]}" \
+                --target "$t" --bin opex-connector --crates -n "$bloat"
             ;;
         *)
-            cargo bloat --release "${features[@]}" --config cross/cargo-config.toml --target "$t" \
-                --bin opex-connector --crates -n "$bloat"
+            "${cargo[@]}" bloat --release "${std_flags[@]}" "${features[@]}" \
+                --config cross/cargo-config.toml --target "$t" --bin opex-connector --crates -n "$bloat"
             ;;
     esac
 }
@@ -164,7 +225,11 @@ for t in "${targets[@]}"; do
     # backtrace in a stripped binary has no names anyway. 262 KB of the aarch64 musl field
     # build (README: Deployment).
     # (RUSTFLAGS, when set, replaces this.)
-    export "CARGO_TARGET_$(printf %s "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=-Cforce-unwind-tables=no"
+    rustflags=-Cforce-unwind-tables=no
+    # With --build-std the sysroot has no musl start files (crt1.o and the like) for rustc
+    # to pass: zig links its own musl, start files and libunwind instead.
+    if ((build_std)); then rustflags+=" -Clink-self-contained=no"; fi
+    export "CARGO_TARGET_$(printf %s "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=$rustflags"
     build "$t"
     if ((bloat)); then bloat_table "$t"; fi
     out="opex-connector-$version-$t$suffix"
