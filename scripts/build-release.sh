@@ -136,7 +136,11 @@ if ((build_std)); then
     fi
     log "--build-std with $(rustc "+$nightly" -V)"
     cargo=(cargo "+$nightly")
-    std_flags=(-Z "build-std=std,panic_abort")
+    # std's features: optimize_for_size (its smaller sort and string algorithms), and not
+    # cargo's default `backtrace`, the symbolizer (gimli, addr2line, miniz_oxide) that reads
+    # the debug info and symbols a stripped binary does not have. A panic still prints its
+    # message and location.
+    std_flags=(-Z "build-std=std,panic_abort" -Z build-std-features=optimize_for_size)
 fi
 
 # Local builds link unstripped (CARGO_PROFILE_RELEASE_STRIP=false, what cargo-bloat builds
