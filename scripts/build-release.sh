@@ -16,14 +16,14 @@
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
 #   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
 #                       the field build about 1.1 MB smaller (1.6 MB with --build-std) and its
-#                       code about 3 times slower
-#                       (README: Deployment)
-#   --build-std         also compile the standard library for the target, with the build's
-#                       profile (panic = "abort", the opt-level, no unwind tables, LTO with
-#                       the rest), instead of linking the prebuilt one: the pinned nightly
-#                       toolchain (NIGHTLY below, with its rust-src; installed here when
-#                       missing) builds it with cargo's -Z build-std. Panic messages stay.
-#                       Local toolchains only (no cross). README: Deployment
+#                       code about 3 times slower (README: Deployment)
+#   --build-std         compile the standard library too, with the build's profile
+#                       (panic = "abort", the opt-level, no unwind tables, LTO with the
+#                       rest), instead of linking the prebuilt one: cargo's -Z build-std on
+#                       the nightly pinned in this script (NIGHTLY; installed with its
+#                       rust-src when missing). Panic messages stay, backtraces go. For
+#                       aarch64-unknown-linux-musl only, with local toolchains (no cross).
+#                       README: Deployment
 #   --bloat N           also print the N biggest crates of each build (cargo-bloat, installed
 #                       here when missing, pinned), weighed on that build's unstripped link
 #
