@@ -37,11 +37,11 @@
 # folder, default under the target dir), RUST_LOG for the daemon (default
 # warn), BENCH_MESSAGES (nats, default 20000), BENCH_COMMANDS (commands,
 # default 500), BENCH_BULK (commands: 100-point commands, default 10),
-# BENCH_DEVICES, BENCH_INTERVAL_MS, BENCH_RECORDS (sparkplug: 20 units every
-# 20 ms, 20000 records queued), BENCH_FLEET (fleet sizes, default 1,4,16;
-# BENCH_CONNS is then per gateway, default 16), BENCH_FLEET_SYNC (always,
-# default or both; default both), BENCH_WRK (ingest: the wrk binary, default
-# wrk on PATH).
+# BENCH_DEVICES, BENCH_INTERVAL_MS, BENCH_RECORDS, BENCH_ROUNDS (sparkplug: 20
+# units every 20 ms, 20000 records queued, the median of 3 rounds),
+# BENCH_FLEET (fleet sizes, default 1,4,16; BENCH_CONNS is then per gateway,
+# default 16), BENCH_FLEET_SYNC (always, default or both; default both),
+# BENCH_WRK (ingest: the wrk binary, default wrk on PATH).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 

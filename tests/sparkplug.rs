@@ -5,8 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -118,6 +121,83 @@ impl Drop for Host {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// A TCP relay in front of the broker that, once armed, cuts the connection it relays after
+/// that many more bytes from the client (the node), mid-packet as a failing link does; the
+/// connections after it are relayed whole.
+struct CutRelay {
+    port: u16,
+    /// Bytes the client may still send before the cut; `u64::MAX` while not armed.
+    budget: Arc<AtomicU64>,
+    cuts: Arc<AtomicU64>,
+}
+
+impl CutRelay {
+    fn start(broker: &Mosquitto) -> CutRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        let port = listener.local_addr().expect("relay address").port();
+        let upstream = broker.port();
+        let budget = Arc::new(AtomicU64::new(u64::MAX));
+        let cuts = Arc::new(AtomicU64::new(0));
+        let (b, c) = (Arc::clone(&budget), Arc::clone(&cuts));
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (b, c) = (Arc::clone(&b), Arc::clone(&c));
+                thread::spawn(move || relay(client, server, &b, &c));
+            }
+        });
+        CutRelay { port, budget, cuts }
+    }
+
+    fn url(&self) -> String {
+        format!("mqtt://127.0.0.1:{}", self.port)
+    }
+
+    fn cut_after(&self, bytes: u64) {
+        self.budget.store(bytes, Ordering::SeqCst);
+    }
+
+    fn cuts(&self) -> u64 {
+        self.cuts.load(Ordering::SeqCst)
+    }
+}
+
+fn relay(mut client: TcpStream, mut server: TcpStream, budget: &AtomicU64, cuts: &AtomicU64) {
+    let (Ok(mut from_server), Ok(mut to_client)) = (server.try_clone(), client.try_clone()) else {
+        return;
+    };
+    thread::spawn(move || {
+        let _ = std::io::copy(&mut from_server, &mut to_client);
+        let _ = to_client.shutdown(Shutdown::Both);
+    });
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match client.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let allowed = budget.load(Ordering::SeqCst);
+        if allowed > n as u64 {
+            if allowed != u64::MAX {
+                budget.store(allowed - n as u64, Ordering::SeqCst);
+            }
+            if server.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            continue;
+        }
+        let _ = server.write_all(&buf[..allowed as usize]);
+        budget.store(u64::MAX, Ordering::SeqCst);
+        cuts.fetch_add(1, Ordering::SeqCst);
+        break;
+    }
+    let _ = server.shutdown(Shutdown::Both);
+    let _ = client.shutdown(Shutdown::Both);
 }
 
 fn of_type<'a>(msgs: &'a [Value], t: &str) -> Vec<&'a Value> {
@@ -522,6 +602,126 @@ fn what_was_taken_while_the_primary_host_was_away_arrives_once_flagged_historica
     );
 }
 
+#[test]
+fn a_link_cut_mid_drain_sends_again_from_the_oldest_unconfirmed_record_and_nothing_handed_after_it_goes_ahead(
+) {
+    const WRITERS: u64 = 8;
+    const EACH: u64 = 1250;
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let relay = CutRelay::start(&broker);
+    let mut host = Host::start(&broker);
+    let mut cfg = config(&broker, &device, 1000);
+    cfg["mqtt"]["connections"][0]["url"] = json!(relay.url());
+    cfg["flows"] = json!([{
+        "id": "uns",
+        "nodes": [
+            {"id": "orders", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "out", "kind": "sink", "sink": "uns"},
+        ],
+        "wires": [{"from": "orders", "to": "out"}],
+    }]);
+    let daemon = Daemon::start(cfg);
+    host.wait("the NBIRTH", |m| m.iter().any(|v| v["type"] == "NBIRTH"));
+    host.kill9();
+    wait_until(POLL_DEADLINE, "the node sees the host offline", || {
+        spb(&daemon)["publishing"] == false
+    });
+    // Several batches of the queue's deliverer wait: each writer's records in its own order.
+    thread::scope(|s| {
+        for t in 0..WRITERS {
+            let daemon = &daemon;
+            s.spawn(move || {
+                for i in 0..EACH {
+                    let reply = daemon.ingest(&format!("w{t}"), &format!(r#"{{"t":{t},"i":{i}}}"#));
+                    assert_eq!(reply.status, 200, "{}", reply.body);
+                }
+            });
+        }
+    });
+    // About a third of the drain gets through, then the link breaks mid-packet.
+    relay.cut_after(250_000);
+    let host = Host::start(&broker);
+    wait_until(POLL_DEADLINE, "the drain is cut and done again", || {
+        let s = named(&daemon.status(), "/sinks", "uns").clone();
+        relay.cuts() == 1
+            && s["sparkplug"]["publishing"] == true
+            && u64_at(&s, "/queue_rows") == 0
+            && u64_at(&s, "/sparkplug/historical/waiting") == 0
+    });
+    let all: BTreeSet<(u64, u64)> = (0..WRITERS)
+        .flat_map(|t| (0..EACH).map(move |i| (t, i)))
+        .collect();
+    let seen = |msgs: &[Value]| -> BTreeSet<(u64, u64)> {
+        of_type(msgs, "DDATA")
+            .iter()
+            .filter(|v| v["device"] == "ingest:orders")
+            .map(|v| {
+                (
+                    u64_at(metric(v, "t"), "/value"),
+                    u64_at(metric(v, "i"), "/value"),
+                )
+            })
+            .collect()
+    };
+    host.wait("every record", |m| seen(m) == all);
+
+    let msgs = host.node_messages();
+    assert!(u64_at(&spb(&daemon), "/sessions") >= 2);
+    // Split into the node's sessions: in each, every writer's records in order, none twice,
+    // all historical.
+    let mut sessions: Vec<BTreeMap<u64, Vec<u64>>> = Vec::new();
+    for v in &msgs {
+        match v["type"].as_str() {
+            Some("NBIRTH") => sessions.push(BTreeMap::new()),
+            Some("DDATA") if v["device"] == "ingest:orders" => {
+                assert!(
+                    v["metrics"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|m| m["historical"] == true),
+                    "{v:#}"
+                );
+                let t = u64_at(metric(v, "t"), "/value");
+                let i = u64_at(metric(v, "i"), "/value");
+                sessions
+                    .last_mut()
+                    .expect("data after a birth")
+                    .entry(t)
+                    .or_default()
+                    .push(i);
+            }
+            _ => {}
+        }
+    }
+    for (n, session) in sessions.iter().enumerate() {
+        for (t, is) in session {
+            assert!(
+                is.windows(2).all(|w| w[0] < w[1]),
+                "session {n}, writer {t}: records out of order or twice: {is:?}"
+            );
+        }
+    }
+    // The cut came mid-drain: the session it broke sent part of the records, not all.
+    let sent_before = |n: usize| sessions[n].values().map(Vec::len).sum::<usize>();
+    let cut = (0..sessions.len())
+        .find(|&n| sent_before(n) > 0)
+        .expect("a session that sent records");
+    assert!(
+        sent_before(cut) < all.len() && sessions.len() > cut + 1,
+        "the link was cut mid-drain: {} of {} records in the broken session",
+        sent_before(cut),
+        all.len()
+    );
+    assert_seq_without_gap(&msgs);
+    println!(
+        "link cut mid-drain: {} of {} records went out before the cut, the rest after it, each writer's in order",
+        sent_before(cut),
+        all.len()
+    );
+}
+
 /// The config's entry is validated with every problem's path.
 #[test]
 fn bad_sparkplug_entries_are_refused_with_every_problem_and_its_path_ids_by_the_specifications_character_rules(
@@ -839,6 +1039,9 @@ fn status_and_metrics_show_each_sparkplug_node_with_its_session_host_sequence_me
         u64_at(&spb(&daemon), "/commands/executed") == 1
     });
 
+    // The host's messages before the status: a counter is counted before its message leaves,
+    // so the status read after counts at least what the host has by then.
+    let msgs = host.node_messages();
     let status = daemon.status();
     let entry = named(&status, "/sinks", "uns").clone();
     assert_eq!(entry["type"], "sparkplug", "{entry:#}");
@@ -856,7 +1059,6 @@ fn status_and_metrics_show_each_sparkplug_node_with_its_session_host_sequence_me
         json!({"id": HOST_ID, "state": "online"}),
         "{s:#}"
     );
-    let msgs = host.node_messages();
     let nbirth = of_type(&msgs, "NBIRTH")[0].clone();
     assert_eq!(u64_at(&s, "/bdSeq"), bd_seq(&nbirth), "{s:#}");
     assert_eq!(u64_at(&s, "/sessions"), 1, "{s:#}");

@@ -30,7 +30,10 @@ use serde_json::Value as Json;
 
 use super::config::{DeadbandRule, PolledDevice};
 use super::proto::{datatype as dt, quality, Metric, Payload, PropertySet, Value};
-use super::values::{fit, learn, polled_samples, record_samples, to_json, Sample, Val};
+use super::values::{
+    fit, learn, polled_samples, polled_samples_of, record_samples, to_json, PolledPayload, Sample,
+    Val,
+};
 use crate::record::Record;
 use crate::sinks::push::preprocess::Deadband;
 
@@ -452,11 +455,19 @@ impl Node {
             self.tally.no_device += 1;
             return Vec::new();
         };
-        let payload = r.payload_value();
-        let samples = if self.devices[i].polled {
-            polled_samples(&r.key, &payload, &mut self.tally.skipped)
+        let (payload, polled);
+        let skipped = &mut self.tally.skipped;
+        // A poller's record is read from its text; one of another shape and any other record
+        // through its JSON tree.
+        let samples = if !self.devices[i].polled {
+            payload = r.payload_value();
+            record_samples(&payload, skipped)
+        } else if let Some(p) = PolledPayload::read(r.payload.get()) {
+            polled = p;
+            polled_samples_of(&r.key, &polled, skipped)
         } else {
-            record_samples(&payload, &mut self.tally.skipped)
+            payload = r.payload_value();
+            polled_samples(&r.key, &payload, skipped)
         };
         let mut rebirth = !self.devices[i].known;
         if rebirth && self.devices[i].polled {

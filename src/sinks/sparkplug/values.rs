@@ -173,8 +173,52 @@ pub fn polled_samples<'a>(key: &str, payload: &'a Json, skipped: &mut u64) -> Ve
         *skipped += 1;
         return Vec::new();
     };
+    let points = points
+        .iter()
+        .map(|(point, entry)| (point.as_str(), Part::Entry(entry)));
+    samples_of(key, points, skipped)
+}
+
+/// The samples of a poller's record read from its text ([`PolledPayload`]): the same as
+/// [`polled_samples`] of its JSON tree.
+pub fn polled_samples_of<'a>(
+    key: &str,
+    payload: &'a PolledPayload<'a>,
+    skipped: &mut u64,
+) -> Vec<Sample<'a>> {
+    let points = payload.points.iter().map(|(point, entry)| {
+        let part = match entry {
+            Entry::Point { value, good, unit } => Part::Point {
+                value,
+                good: *good,
+                unit: unit.as_deref(),
+            },
+            Entry::Other(json) => Part::Entry(json),
+        };
+        (point.as_ref(), part)
+    });
+    samples_of(key, points, skipped)
+}
+
+/// A point of a poller's record on the way to its sample.
+enum Part<'a> {
+    /// An entry, point-shaped or a plain value.
+    Entry(&'a Json),
+    /// A point-shaped entry already taken apart.
+    Point {
+        value: &'a Json,
+        good: bool,
+        unit: Option<&'a str>,
+    },
+}
+
+fn samples_of<'a>(
+    key: &str,
+    points: impl ExactSizeIterator<Item = (&'a str, Part<'a>)>,
+    skipped: &mut u64,
+) -> Vec<Sample<'a>> {
     let mut out = Vec::with_capacity(points.len().min(MAX_SAMPLES));
-    for (point, entry) in points {
+    for (point, part) in points {
         if out.len() >= MAX_SAMPLES {
             *skipped += 1;
             continue;
@@ -184,9 +228,120 @@ pub fn polled_samples<'a>(key: &str, payload: &'a Json, skipped: &mut u64) -> Ve
             *skipped += 1;
             continue;
         }
-        out.push(point_sample(name, Cow::Borrowed(point), entry));
+        let point = Cow::Borrowed(point);
+        out.push(match part {
+            Part::Entry(entry) => point_sample(name, point, entry),
+            Part::Point { value, good, unit } => Sample {
+                name,
+                point,
+                value,
+                good,
+                unit,
+            },
+        });
     }
     out
+}
+
+/// A poller's payload read for its samples without a JSON tree of the whole of it (a drain
+/// reads one per record): each point with its entry in payload order, point names and units
+/// borrowed from the record's text where they hold no escapes. An entry that is not plainly
+/// `{"value", "quality"?, "unit"?}` (other keys aside) is kept as its JSON and read as
+/// [`polled_samples`] reads it.
+pub struct PolledPayload<'a> {
+    points: Vec<(Cow<'a, str>, Entry<'a>)>,
+}
+
+enum Entry<'a> {
+    Point {
+        value: Json,
+        good: bool,
+        unit: Option<Cow<'a, str>>,
+    },
+    Other(Json),
+}
+
+/// The shape of a poller's point; any other keys are passed over.
+#[derive(serde::Deserialize)]
+struct PointShape<'a> {
+    #[serde(default, deserialize_with = "present")]
+    value: Option<Json>,
+    #[serde(default, borrow)]
+    quality: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    unit: Option<Cow<'a, str>>,
+}
+
+/// `Some` for a key that is there, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Json>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+/// A key of the payload, borrowed where it has no escapes.
+#[derive(serde::Deserialize)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'a> PolledPayload<'a> {
+    /// Reads `text`, a record's payload; `None` when it is not an object of distinct keys
+    /// (that payload goes the way of its JSON tree).
+    pub fn read(text: &'a str) -> Option<Self> {
+        struct Points;
+        impl<'de> serde::de::Visitor<'de> for Points {
+            type Value = Vec<(Cow<'de, str>, &'de serde_json::value::RawValue)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(Key(k)) = map.next_key()? {
+                    out.push((k, map.next_value()?));
+                }
+                Ok(out)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let raw = serde::Deserializer::deserialize_map(&mut de, Points).ok()?;
+        de.end().ok()?;
+        if has_repeats(raw.iter().map(|(k, _)| k.as_ref())) {
+            return None;
+        }
+        let points = raw
+            .into_iter()
+            .map(|(k, raw)| {
+                let entry = match serde_json::from_str::<PointShape>(raw.get()) {
+                    Ok(PointShape {
+                        value: Some(value),
+                        quality,
+                        unit,
+                    }) => Entry::Point {
+                        value,
+                        good: quality.is_none_or(|q| q == "good"),
+                        unit,
+                    },
+                    // Not point-shaped, or a key of it repeated or of another type.
+                    _ => Entry::Other(serde_json::from_str(raw.get()).unwrap_or(Json::Null)),
+                };
+                (k, entry)
+            })
+            .collect();
+        Some(PolledPayload { points })
+    }
+}
+
+/// True when a key comes twice.
+fn has_repeats<'a>(keys: impl ExactSizeIterator<Item = &'a str> + Clone) -> bool {
+    if keys.len() <= 32 {
+        return keys
+            .clone()
+            .enumerate()
+            .any(|(i, k)| keys.clone().take(i).any(|before| before == k));
+    }
+    let mut all: Vec<&str> = keys.collect();
+    all.sort_unstable();
+    all.windows(2).any(|w| w[0] == w[1])
 }
 
 /// Null, for a point-shaped object without a value.
@@ -322,6 +477,56 @@ mod tests {
             Some((dt::STRING, Val::Text("[1,2]".into())))
         );
         assert_eq!(learn(&json!(null)), None);
+    }
+
+    #[test]
+    fn a_pollers_payload_read_from_its_text_gives_the_samples_its_json_tree_gives() {
+        let payloads = [
+            r#"{"temp":{"value":21.5,"quality":"good","unit":"\u00b0C"},"p":{"value":null,"quality":"bad","exception":2}}"#,
+            r#"{"a":{"value":1},"b":{"value":2,"quality":7},"c":{"value":3,"unit":5},"d":{"value":4,"unit":null,"quality":null}}"#,
+            r#"{"plain":5,"text":"x","list":[1,{"value":2}],"obj":{"v":1},"nested":{"value":{"deep":[1,2]},"quality":"good"}}"#,
+            r#"{"twice":{"value":1,"value":2},"q":{"value":1,"quality":"good","quality":"bad"}}"#,
+            r#"{"a\"b":{"value":true},"\u00e9":{"value":"\u00e9","quality":"uncertain"}}"#,
+            r#"{"x":{"value":1},"x":{"value":2}}"#,
+            r#"{}"#,
+            r#"[1,2]"#,
+            r#"7"#,
+        ];
+        let long = format!(
+            r#"{{"{}":{{"value":1}},"ok":{{"value":2}}}}"#,
+            "p".repeat(MAX_NAME)
+        );
+        let points = |name: fn(usize) -> String| {
+            let entries: Vec<String> = (0..MAX_SAMPLES + 3)
+                .map(|i| format!(r#""{}":{{"value":{i}}}"#, name(i)))
+                .collect();
+            format!("{{{}}}", entries.join(","))
+        };
+        // More points than a record gives samples: all distinct, and with two repeated.
+        let distinct = points(|i| format!("p{i}"));
+        let many = points(|i| format!("p{}", i % (MAX_SAMPLES + 1)));
+        for text in payloads
+            .iter()
+            .copied()
+            .chain([&long, &many, &distinct].map(String::as_str))
+        {
+            let json: Json = serde_json::from_str(text).unwrap();
+            let (mut a, mut b) = (0, 0);
+            let from_tree = polled_samples("g", &json, &mut a);
+            let read = PolledPayload::read(text);
+            let from_text = match &read {
+                Some(p) => polled_samples_of("g", p, &mut b),
+                None => polled_samples("g", &json, &mut b),
+            };
+            assert_eq!(from_text, from_tree, "{text}");
+            assert_eq!(a, b, "{text}");
+        }
+        // Repeated points and payloads that are not objects go the JSON tree's way.
+        assert!(PolledPayload::read(r#"{"x":{"value":1},"x":{"value":2}}"#).is_none());
+        assert!(PolledPayload::read(&many).is_none());
+        assert!(PolledPayload::read(&distinct).is_some());
+        assert!(PolledPayload::read("7").is_none());
+        assert!(PolledPayload::read(r#"{"x":{"value":1}}"#).is_some());
     }
 
     #[test]
