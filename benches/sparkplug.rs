@@ -169,12 +169,7 @@ fn run() -> BoxResult<()> {
         let start = Instant::now();
         let cpu_start = cpu()?;
         let mut cpu_end = cpu_start;
-        rt.block_on(sub.client.publish(
-            format!("spBv1.0/STATE/{HOST}"),
-            QoS::AtLeastOnce,
-            true,
-            json!({"online": true, "timestamp": unix_ms()}).to_string(),
-        ))?;
+        rt.block_on(sub.host_state(true))?;
         // Only the subscriber is watched meanwhile (the status document costs the daemon CPU):
         // done once what waited arrived and nothing historical came for a second.
         let end = Instant::now() + s.deadline;
@@ -204,12 +199,7 @@ fn run() -> BoxResult<()> {
         }
         drop(daemon);
         // The host away again (its retained STATE), for the next round's daemon to fill up.
-        rt.block_on(sub.client.publish(
-            format!("spBv1.0/STATE/{HOST}"),
-            QoS::AtLeastOnce,
-            true,
-            json!({"online": false, "timestamp": unix_ms()}).to_string(),
-        ))?;
+        rt.block_on(sub.host_state(false))?;
         // The broker sends the killed node's Will; what the bare client sends comes after it.
         let ndeath = format!("spBv1.0/{GROUP}/NDEATH/{NODE}");
         wait(s.deadline, "the NDEATH of the stopped node", || {
@@ -447,6 +437,20 @@ impl Subscriber {
 
     fn count(&self) -> usize {
         self.kept().messages.len()
+    }
+
+    /// Publishes the primary host's retained STATE, online or not, stamped now.
+    async fn host_state(&self, online: bool) -> BoxResult<()> {
+        let state = json!({"online": online, "timestamp": unix_ms()}).to_string();
+        self.client
+            .publish(
+                format!("spBv1.0/STATE/{HOST}"),
+                QoS::AtLeastOnce,
+                true,
+                state,
+            )
+            .await?;
+        Ok(())
     }
 
     fn historical(&self) -> u64 {
