@@ -950,16 +950,18 @@ fn read_chunked(reader: &mut BufReader<TcpStream>) -> Result<Vec<u8>, String> {
     }
 }
 
-/// `push_queue.rows` and `evicted_total` from `GET /api/status`.
-fn queue_rows(addr: &str) -> Option<String> {
+/// The body of `GET path` on the daemon, if it answered 200.
+fn get(addr: &str, path: &str) -> Option<Vec<u8>> {
     let (mut writer, mut reader) = connect(addr).ok()?;
-    let request = format!("GET /api/status HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     writer.write_all(request.as_bytes()).ok()?;
     let response = read_response(&mut reader).ok()?;
-    if response.status != 200 {
-        return None;
-    }
-    let status: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
+    (response.status == 200).then_some(response.body)
+}
+
+/// `push_queue.rows` and `evicted_total` from `GET /api/status`.
+fn queue_rows(addr: &str) -> Option<String> {
+    let status: serde_json::Value = serde_json::from_slice(&get(addr, "/api/status")?).ok()?;
     let queue = status.get("push_queue")?;
     let rows = queue.get("rows")?.as_u64()?;
     let evicted = queue
@@ -975,14 +977,7 @@ fn queue_rows(addr: &str) -> Option<String> {
 
 /// The push queue's `(commits, committed commands)` from `GET /metrics`.
 fn queue_commits(addr: &str) -> Option<(u64, u64)> {
-    let (mut writer, mut reader) = connect(addr).ok()?;
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    writer.write_all(request.as_bytes()).ok()?;
-    let response = read_response(&mut reader).ok()?;
-    if response.status != 200 {
-        return None;
-    }
-    let text = String::from_utf8(response.body).ok()?;
+    let text = String::from_utf8(get(addr, "/metrics")?).ok()?;
     let sample = |name: &str| {
         text.lines()
             .filter(|l| !l.starts_with('#'))
