@@ -422,12 +422,7 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
     // 3. End to end through the daemon, with the memory backlog and with `queue: disk`.
     let mut runs = Vec::new();
     for (table, queue) in [("bench_e2e", false), ("bench_e2e_disk", true)] {
-        let mut section = json!({ "url": pg.url(), "sink_table": table,
-            "sink_batch": { "flush_interval_ms": 200,
-                            "max_backlog_rows": records.len().max(1000), "on_full": "block" } });
-        if queue {
-            section["queue"] = json!("disk");
-        }
+        let section = e2e_section(json!({ "url": pg.url() }), table, queue, records.len());
         let took = end_to_end(Some(("postgres", section)), records, setup)?;
         check_count(
             &pg.sql(&format!("SELECT count(*) FROM {table}")),
@@ -548,12 +543,8 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
     // 3. End to end through the daemon, with the memory backlog and with `queue: disk`.
     let mut runs = Vec::new();
     for (table, queue) in [("bench_e2e", false), ("bench_e2e_disk", true)] {
-        let mut section = json!({ "url": ch.url(), "password": CH_PASSWORD, "sink_table": table,
-            "sink_batch": { "flush_interval_ms": 200,
-                            "max_backlog_rows": records.len().max(1000), "on_full": "block" } });
-        if queue {
-            section["queue"] = json!("disk");
-        }
+        let server = json!({ "url": ch.url(), "password": CH_PASSWORD });
+        let section = e2e_section(server, table, queue, records.len());
         let before = inserts();
         let took = end_to_end(Some(("clickhouse", section)), records, setup)?;
         check_count(
@@ -574,6 +565,18 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
         e2e: runs[0],
         e2e_disk: runs[1],
     })
+}
+
+/// The end-to-end runs' sink section: `server`'s keys, the table, a backlog of `rows` that
+/// blocks instead of dropping, and `queue: disk` when `queue`.
+fn e2e_section(mut server: Value, table: &str, queue: bool, rows: usize) -> Value {
+    server["sink_table"] = json!(table);
+    server["sink_batch"] = json!({ "flush_interval_ms": 200,
+                                   "max_backlog_rows": rows.max(1000), "on_full": "block" });
+    if queue {
+        server["queue"] = json!("disk");
+    }
+    server
 }
 
 fn check_count(got: &str, want: usize, table: &str) -> BoxResult<()> {
