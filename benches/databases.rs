@@ -7,7 +7,7 @@
 //! 1. **Raw bulk load**: Postgres `psql -c "\copy ... FROM file (FORMAT csv)"`; ClickHouse one
 //!    HTTP `INSERT ... FORMAT JSONEachRow` of the same rows as a file. The ceiling.
 //! 2. **Sink**: the library's sink (`PostgresSink` / `ClickHouseSink`) with its defaults
-//!    (`sink_batch_rows` 1000, ClickHouse 10000) and a backlog as large as the run, then the
+//!    (`sink_batch_rows` 1000) and a backlog as large as the run, then the
 //!    same with `queue: disk`; every record admitted and
 //!    delivered from one thread, timed until the database confirmed the last row
 //!    (`inserted_total`). What the sink itself costs: encoding, batching, COPY / HTTP.
@@ -24,7 +24,9 @@
 //! every row arrives.
 //!
 //! Environment: `BENCH_ROWS` (default 100000), `BENCH_CONNS` (default 16) client threads for
-//! the end-to-end run, `OPEX_CONNECTOR_BIN` (the daemon; `scripts/bench.sh databases` passes the
+//! the end-to-end run, `BENCH_ONLY` (a comma list of `postgres`, `clickhouse` and `sink`: only
+//! those databases, and with `sink` only the raw load and the sink alone, no daemon; default
+//! everything), `OPEX_CONNECTOR_BIN` (the daemon; `scripts/bench.sh databases` passes the
 //! release build).
 
 // The tests' harness: the same PostgreSQL and ClickHouse peers the sink tests start.
@@ -74,6 +76,47 @@ struct Setup {
     bench: bool,
     rows: usize,
     conns: usize,
+    /// The parts `BENCH_ONLY` selects.
+    only: Only,
+}
+
+/// What `BENCH_ONLY` selects: the databases, and whether the daemon runs end to end.
+struct Only {
+    postgres: bool,
+    clickhouse: bool,
+    end_to_end: bool,
+}
+
+impl Only {
+    fn from_env() -> BoxResult<Self> {
+        let Ok(v) = std::env::var("BENCH_ONLY") else {
+            return Ok(Self {
+                postgres: true,
+                clickhouse: true,
+                end_to_end: true,
+            });
+        };
+        let words: Vec<&str> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+            .collect();
+        if let Some(w) = words
+            .iter()
+            .find(|w| !matches!(**w, "postgres" | "clickhouse" | "sink"))
+        {
+            return Err(
+                format!("BENCH_ONLY={v:?}: {w:?} is not postgres, clickhouse or sink").into(),
+            );
+        }
+        let has = |w: &str| words.contains(&w);
+        let any_db = has("postgres") || has("clickhouse");
+        Ok(Self {
+            postgres: !any_db || has("postgres"),
+            clickhouse: !any_db || has("clickhouse"),
+            end_to_end: !has("sink"),
+        })
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> BoxResult<usize> {
@@ -93,17 +136,23 @@ fn run() -> BoxResult<()> {
             bench,
             rows: env_usize("BENCH_ROWS", 100_000)?.max(1000),
             conns: env_usize("BENCH_CONNS", 16)?.clamp(1, 256),
+            only: Only::from_env()?,
         }
     } else {
         Setup {
             bench,
             rows: 300,
             conns: 2,
+            only: Only::from_env()?,
         }
     };
     let records = make_records(setup.rows);
     let bytes: usize = records.iter().map(|r| r.payload.get().len()).sum();
-    let push = to_push(&records, &setup)?;
+    let push = if setup.only.end_to_end {
+        Some(to_push(&records, &setup)?)
+    } else {
+        None
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -113,34 +162,40 @@ fn run() -> BoxResult<()> {
         bytes / setup.rows.max(1),
         setup.conns
     );
-    let _ = writeln!(
-        out,
-        "ingest -> push (the same clients into the push queue): {:>10.0} rows/s ({:.3} s)",
-        setup.rows as f64 / push.as_secs_f64().max(1e-9),
-        push.as_secs_f64()
-    );
-    let pg = Postgres::start();
-    let pg_version = pg.sql("SHOW server_version");
-    let pg_rates = postgres(&pg, &records, &setup)?;
-    drop(pg);
-    report(
-        &mut out,
-        &format!("postgres {pg_version}"),
-        "psql \\copy",
-        &pg_rates,
-        push,
-    );
-    let ch = ClickHouse::start();
-    let ch_version = ch.sql("SELECT version()").trim().to_string();
-    let ch_rates = clickhouse(&ch, &records, &setup)?;
-    drop(ch);
-    report(
-        &mut out,
-        &format!("clickhouse {ch_version}"),
-        "HTTP JSONEachRow insert",
-        &ch_rates,
-        push,
-    );
+    if let Some(push) = push {
+        let _ = writeln!(
+            out,
+            "ingest -> push (the same clients into the push queue): {:>10.0} rows/s ({:.3} s)",
+            setup.rows as f64 / push.as_secs_f64().max(1e-9),
+            push.as_secs_f64()
+        );
+    }
+    if setup.only.postgres {
+        let pg = Postgres::start();
+        let pg_version = pg.sql("SHOW server_version");
+        let pg_rates = postgres(&pg, &records, &setup)?;
+        drop(pg);
+        report(
+            &mut out,
+            &format!("postgres {pg_version}"),
+            "psql \\copy",
+            &pg_rates,
+            push,
+        );
+    }
+    if setup.only.clickhouse {
+        let ch = ClickHouse::start();
+        let ch_version = ch.sql("SELECT version()").trim().to_string();
+        let ch_rates = clickhouse(&ch, &records, &setup)?;
+        drop(ch);
+        report(
+            &mut out,
+            &format!("clickhouse {ch_version}"),
+            "HTTP JSONEachRow insert",
+            &ch_rates,
+            push,
+        );
+    }
     print!("{out}");
     Ok(())
 }
@@ -153,21 +208,21 @@ struct Run {
 }
 
 /// Seconds taken by the raw load, the sink (with its memory backlog, and with `queue: disk`),
-/// and the daemon end to end (the same two ways).
+/// and the daemon end to end (the same two ways; `None` when `BENCH_ONLY` left it out).
 struct Rates {
     rows: usize,
     raw: Duration,
     sink: Run,
     disk: Run,
-    e2e: Run,
-    e2e_disk: Run,
+    e2e: Option<Run>,
+    e2e_disk: Option<Run>,
 }
 
-fn report(out: &mut String, db: &str, raw_name: &str, r: &Rates, push: Duration) {
+fn report(out: &mut String, db: &str, raw_name: &str, r: &Rates, push: Option<Duration>) {
     let rate = |d: Duration| r.rows as f64 / d.as_secs_f64().max(1e-9);
     let per_insert = |run: &Run| r.rows as f64 / run.inserts.max(1) as f64;
     let raw = rate(r.raw);
-    let push = rate(push);
+    let push = push.map_or(0.0, rate);
     let _ = writeln!(out, "{db}:");
     let _ = writeln!(
         out,
@@ -176,21 +231,22 @@ fn report(out: &mut String, db: &str, raw_name: &str, r: &Rates, push: Duration)
         r.raw.as_secs_f64()
     );
     for (name, run, base, base_name) in [
-        ("connector sink (library):  ", &r.sink, raw, "raw"),
-        ("sink with queue: disk:     ", &r.disk, raw, "raw"),
+        ("connector sink (library):  ", Some(&r.sink), raw, "raw"),
+        ("sink with queue: disk:     ", Some(&r.disk), raw, "raw"),
         (
             "end to end (ingest API):   ",
-            &r.e2e,
+            r.e2e.as_ref(),
             push,
             "ingest -> push",
         ),
         (
             "end to end, queue: disk:   ",
-            &r.e2e_disk,
+            r.e2e_disk.as_ref(),
             push,
             "ingest -> push",
         ),
     ] {
+        let Some(run) = run else { continue };
         let _ = writeln!(
             out,
             "  {name} {:>10.0} rows/s ({:.3} s)  ratio {:.2} of {base_name}  ({:.0} rows per insert)",
@@ -421,7 +477,12 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
 
     // 3. End to end through the daemon, with the memory backlog and with `queue: disk`.
     let mut runs = Vec::new();
-    for (table, queue) in [("bench_e2e", false), ("bench_e2e_disk", true)] {
+    let parts: &[(&str, bool)] = if setup.only.end_to_end {
+        &[("bench_e2e", false), ("bench_e2e_disk", true)]
+    } else {
+        &[]
+    };
+    for &(table, queue) in parts {
         let section = e2e_section(json!({ "url": pg.url() }), table, queue, records.len());
         let took = end_to_end(Some(("postgres", section)), records, setup)?;
         check_count(
@@ -439,8 +500,8 @@ fn postgres(pg: &Postgres, records: &[Record], setup: &Setup) -> BoxResult<Rates
         raw,
         sink,
         disk,
-        e2e: runs[0],
-        e2e_disk: runs[1],
+        e2e: runs.first().copied(),
+        e2e_disk: runs.get(1).copied(),
     })
 }
 
@@ -542,7 +603,12 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
 
     // 3. End to end through the daemon, with the memory backlog and with `queue: disk`.
     let mut runs = Vec::new();
-    for (table, queue) in [("bench_e2e", false), ("bench_e2e_disk", true)] {
+    let parts: &[(&str, bool)] = if setup.only.end_to_end {
+        &[("bench_e2e", false), ("bench_e2e_disk", true)]
+    } else {
+        &[]
+    };
+    for &(table, queue) in parts {
         let server = json!({ "url": ch.url(), "password": CH_PASSWORD });
         let section = e2e_section(server, table, queue, records.len());
         let before = inserts();
@@ -562,8 +628,8 @@ fn clickhouse(ch: &ClickHouse, records: &[Record], setup: &Setup) -> BoxResult<R
         raw,
         sink,
         disk,
-        e2e: runs[0],
-        e2e_disk: runs[1],
+        e2e: runs.first().copied(),
+        e2e_disk: runs.get(1).copied(),
     })
 }
 
