@@ -7,7 +7,7 @@
 //! 1. **Raw bulk load**: Postgres `psql -c "\copy ... FROM file (FORMAT csv)"`; ClickHouse one
 //!    HTTP `INSERT ... FORMAT JSONEachRow` of the same rows as a file. The ceiling.
 //! 2. **Sink**: the library's sink (`PostgresSink` / `ClickHouseSink`) with its defaults
-//!    (`sink_batch_rows` 1000) and a backlog as large as the run, then the
+//!    (`sink_batch_rows` 1000, `max_insert_rows` 20000) and a backlog as large as the run, then the
 //!    same with `queue: disk`; every record admitted and
 //!    delivered from one thread, timed until the database confirmed the last row
 //!    (`inserted_total`). What the sink itself costs: encoding, batching, COPY / HTTP.
@@ -275,13 +275,14 @@ fn make_records(n: usize) -> Vec<Record> {
         .collect()
 }
 
-/// The kind's own `sink_batch_rows` (its default), a backlog as large as the run, `block`.
+/// The kind's own `sink_batch_rows` and `max_insert_rows` (its defaults), a backlog as large
+/// as the run, `block`.
 fn batch(default: &SinkBatchConfig, rows: usize) -> SinkBatchConfig {
     SinkBatchConfig {
-        batch_rows: default.batch_rows,
         flush_interval: Duration::from_millis(200),
         max_backlog_rows: rows.max(1000),
         on_full: opex_connector::admission::OnFull::Block,
+        ..default.clone()
     }
 }
 

@@ -13,8 +13,12 @@ pub const DEFAULT_BATCH_ROWS: u64 = 1000;
 pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 1000;
 /// Floor of the default backlog bound (`max(sink_batch_rows x 20, 10000)`).
 pub const MIN_DEFAULT_BACKLOG_ROWS: u64 = 10_000;
-/// Most rows in one insert.
+/// Most rows in one insert (`sink_batch_rows` and `max_insert_rows`).
 const MAX_BATCH_ROWS: u64 = 100_000;
+/// Batches a catch-up insert takes by default (`max_insert_rows` defaults to
+/// `sink_batch_rows x 20`, at most [`MAX_BATCH_ROWS`]): the default backlog bound, so a
+/// backlog built up at the default settings goes in one insert.
+const CATCH_UP_BATCHES: u64 = 20;
 /// Largest backlog bound: rows are held in memory, and a box has little of it.
 const MAX_BACKLOG_ROWS: u64 = 10_000_000;
 /// Default seconds one insert may take.
@@ -27,6 +31,14 @@ pub struct RawSinkBatch {
     pub sink_batch_rows: Option<u64>,
     /// Longest a row waits for its batch to fill, in milliseconds. Default 1000.
     pub flush_interval_ms: Option<u64>,
+    /// Most rows in one insert when more rows wait than `sink_batch_rows` (a backlog built up
+    /// while the database was down or slower than the records arriving): one insert then takes
+    /// every waiting row up to this many, so the backlog empties in few large inserts. A batch
+    /// still leaves at `sink_batch_rows` or `flush_interval_ms`; only its size grows with what
+    /// waits. The insert's body is built in memory (about the rows' size again): lower it on a
+    /// box with little memory. Default `min(sink_batch_rows x 20, 100000)`, at least
+    /// `sink_batch_rows`; `sink_batch_rows..=100000`.
+    pub max_insert_rows: Option<u64>,
     /// The backlog's bound in rows: rows waiting plus rows kept for retry while the database
     /// is slow or down. Memory only: lost if the process crashes. Default
     /// `max(sink_batch_rows x 20, 10000)`.
@@ -51,8 +63,10 @@ pub struct RawColumn {
 /// `sink_batch:`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkBatchConfig {
-    /// Rows per insert.
+    /// Rows waiting that make a batch leave (and its size when no more wait).
     pub batch_rows: usize,
+    /// Most rows in one insert when more wait (catch-up); at least `batch_rows`.
+    pub max_insert_rows: usize,
     /// Longest wait of a row for its batch.
     pub flush_interval: Duration,
     /// Bound of the backlog in rows.
@@ -81,6 +95,15 @@ impl SinkBatchConfig {
                 format!("{interval} is outside 1..=3600000"),
             );
         }
+        let insert = raw
+            .max_insert_rows
+            .unwrap_or((batch * CATCH_UP_BATCHES).min(MAX_BATCH_ROWS));
+        if insert < batch || insert > MAX_BATCH_ROWS {
+            p.push(
+                format!("{path}.max_insert_rows"),
+                format!("{insert} is outside sink_batch_rows ({batch})..={MAX_BATCH_ROWS}"),
+            );
+        }
         let max = raw
             .max_backlog_rows
             .unwrap_or((batch * 20).max(MIN_DEFAULT_BACKLOG_ROWS));
@@ -102,6 +125,7 @@ impl SinkBatchConfig {
         };
         Self {
             batch_rows: batch as usize,
+            max_insert_rows: insert.clamp(batch, MAX_BATCH_ROWS) as usize,
             flush_interval: Duration::from_millis(interval.clamp(1, 3_600_000)),
             max_backlog_rows: max.clamp(batch, MAX_BACKLOG_ROWS) as usize,
             on_full,
@@ -236,6 +260,7 @@ mod tests {
         };
         let cfg = SinkBatchConfig::validate(Some(&raw), "x", &mut p);
         assert_eq!(cfg.max_backlog_rows, 10_000);
+        assert_eq!(cfg.max_insert_rows, 2_000);
         assert_eq!(cfg.on_full, OnFull::EvictOldest);
         assert_eq!(cfg.flush_interval, Duration::from_millis(1000));
         assert!(p.is_empty());
@@ -247,6 +272,7 @@ mod tests {
         let raw = RawSinkBatch {
             sink_batch_rows: Some(0),
             flush_interval_ms: Some(0),
+            max_insert_rows: Some(0),
             max_backlog_rows: Some(0),
             on_full: Some("drop".into()),
         };
@@ -256,8 +282,61 @@ mod tests {
             vec![
                 "postgres.sink_batch.sink_batch_rows: 0 is outside 1..=100000",
                 "postgres.sink_batch.flush_interval_ms: 0 is outside 1..=3600000",
+                "postgres.sink_batch.max_insert_rows: 0 is outside sink_batch_rows (1)..=100000",
                 "postgres.sink_batch.max_backlog_rows: 0 is outside sink_batch_rows (1)..=10000000",
                 r#"postgres.sink_batch.on_full: expected evict_oldest or block, got "drop""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_catch_up_insert_defaults_to_twenty_batches_but_at_most_one_hundred_thousand_rows() {
+        let mut p = Problems::default();
+        let d = SinkBatchConfig::validate(None, "clickhouse.sink_batch", &mut p);
+        assert_eq!((d.batch_rows, d.max_insert_rows), (1000, 20_000));
+        let raw = RawSinkBatch {
+            sink_batch_rows: Some(40_000),
+            ..Default::default()
+        };
+        let big = SinkBatchConfig::validate(Some(&raw), "x", &mut p);
+        assert_eq!(big.max_insert_rows, 100_000);
+        let raw = RawSinkBatch {
+            sink_batch_rows: Some(500),
+            max_insert_rows: Some(500),
+            ..Default::default()
+        };
+        let none = SinkBatchConfig::validate(Some(&raw), "x", &mut p);
+        assert_eq!(
+            none.max_insert_rows, 500,
+            "equal to sink_batch_rows: no catch-up"
+        );
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn a_catch_up_insert_below_the_batch_or_over_one_hundred_thousand_rows_is_reported_with_its_path(
+    ) {
+        let mut p = Problems::default();
+        let small = RawSinkBatch {
+            sink_batch_rows: Some(5000),
+            max_insert_rows: Some(4999),
+            ..Default::default()
+        };
+        let cfg = SinkBatchConfig::validate(Some(&small), "clickhouse.sink_batch", &mut p);
+        assert_eq!(
+            cfg.max_insert_rows, 5000,
+            "clamped so the rest can be checked"
+        );
+        let big = RawSinkBatch {
+            max_insert_rows: Some(100_001),
+            ..Default::default()
+        };
+        SinkBatchConfig::validate(Some(&big), "sinks[2].sink_batch", &mut p);
+        assert_eq!(
+            messages(&p),
+            vec![
+                "clickhouse.sink_batch.max_insert_rows: 4999 is outside sink_batch_rows (5000)..=100000",
+                "sinks[2].sink_batch.max_insert_rows: 100001 is outside sink_batch_rows (1000)..=100000",
             ]
         );
     }

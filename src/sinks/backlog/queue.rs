@@ -14,13 +14,26 @@
 //!   the insert in flight are never dropped, because that insert may still succeed. So every
 //!   row counted in `dropped_total` was never inserted, and every row pushed is either inserted,
 //!   parked in the dead-letter queue, counted dropped, or counted lost at stop: the counts are
-//!   exact. When every row is in flight (only when `max_backlog_rows` equals
-//!   `sink_batch_rows`) the arriving row itself is the one dropped.
+//!   exact. When every row is in flight (only when `max_insert_rows` is at least
+//!   `max_backlog_rows` and a full backlog went in one insert) the arriving row itself is the
+//!   one dropped.
 //! - A batch leaves when `sink_batch_rows` rows wait, or when its oldest row has waited
-//!   `flush_interval`. A failed insert puts the batch back at the head, in order, and is retried
+//!   `flush_interval`. It takes every row waiting then, oldest first, up to `max_insert_rows`
+//!   (catch-up): normally about `sink_batch_rows`, but a backlog that built up (an outage, a
+//!   burst faster than the database takes) goes in few large inserts, because each insert
+//!   costs the server a fixed amount (ClickHouse writes a part, Postgres a transaction and a
+//!   round trip). The rows in flight are never more than `max_insert_rows`, nor than the bound.
+//! - A failed insert puts the batch back at the head, in order, and is retried
 //!   with backoff ([`RETRY_INITIAL`] doubling to [`RETRY_MAX`]); while it waits the rows are
-//!   ordinary waiting rows (and may be evicted). A permanent error (bad column, type) moves the
-//!   batch to the pipeline dead-letter queue with the server's message.
+//!   ordinary waiting rows (and may be evicted). The retry takes the rows waiting then, the
+//!   batch's first, but at most half as many as failed (never fewer than `sink_batch_rows`),
+//!   and each success doubles that limit again up to `max_insert_rows`: an insert too large
+//!   for the link or the timeout shrinks until it passes instead of failing forever, and after
+//!   an outage the catch-up is back at full size within a few inserts.
+//! - A permanent error (bad column, type) moves the batch to the pipeline dead-letter queue
+//!   with the server's message. A catch-up insert (more than `sink_batch_rows`) refused so is
+//!   first put back and sent again in batches of `sink_batch_rows`, so a bad row parks no
+//!   more rows with it than it would without catch-up.
 //! - At a clean stop the thread inserts what is left for up to [`STOP_DEADLINE`]; rows it could
 //!   not insert are counted in `lost_at_stop_total` and logged.
 
@@ -457,9 +470,10 @@ impl<T: Send> Backlog<T> {
     }
 
     /// Waits for the next batch: `batch_rows` rows waiting, or the oldest waiting for
-    /// `flush_interval`, or the sink closing (then whatever waits). `None`: closing and empty,
-    /// or the stop deadline passed.
-    fn next_batch(&self) -> Option<Vec<Row<T>>> {
+    /// `flush_interval`, or the sink closing (then whatever waits). The batch is every row
+    /// waiting then, oldest first, up to `most`. `None`: closing and empty, or the stop
+    /// deadline passed.
+    fn next_batch(&self, most: usize) -> Option<Vec<Row<T>>> {
         let mut s = self.lock();
         loop {
             if s.closing {
@@ -489,7 +503,7 @@ impl<T: Send> Backlog<T> {
                 }
             };
         }
-        let n = s.waiting.len().min(self.cfg.batch_rows);
+        let n = s.waiting.len().min(most.max(1));
         s.in_flight = n;
         Some(s.waiting.drain(..n).map(|slot| slot.row).collect())
     }
@@ -533,11 +547,23 @@ impl<T: Send> Backlog<T> {
     /// Runs the insert loop until the sink is closed and emptied (or the stop deadline
     /// passed). Call it on the sink's own thread; `engine` takes the dead letters.
     pub fn run(&self, inserter: &mut dyn Inserter<T>, engine: &Engine) {
+        let (batch_rows, max_insert_rows) = (self.cfg.batch_rows, self.cfg.max_insert_rows);
         let mut delay = RETRY_INITIAL;
-        while let Some(batch) = self.next_batch() {
+        // Most rows of the next insert: halved by a failure, doubled by a success.
+        let mut limit = max_insert_rows;
+        // Rows at the head still to go in batches of `batch_rows`: a refused catch-up insert,
+        // sent again in pieces so that only the piece holding the bad row is parked.
+        let mut split = 0usize;
+        loop {
+            let pieces = split > 0;
+            let Some(batch) = self.next_batch(if pieces { batch_rows } else { limit }) else {
+                break;
+            };
+            split = split.saturating_sub(batch.len());
             let n = batch.len() as u64;
             match inserter.insert(&batch) {
                 Ok(()) => {
+                    limit = limit.saturating_mul(2).min(max_insert_rows);
                     self.finish();
                     for row in batch.iter().filter(|r| r.tracked) {
                         self.book.left_queue(&row.record.source, Left::Delivered);
@@ -547,6 +573,18 @@ impl<T: Send> Backlog<T> {
                     self.set_error(None);
                     delay = RETRY_INITIAL;
                     events::db_sink_inserted(&self.sink, n);
+                }
+                Err(InsertError::Permanent(msg)) if batch.len() > batch_rows => {
+                    // A catch-up insert: which rows are bad is not known, so it goes again in
+                    // batches of `batch_rows`, and only those refused again are parked.
+                    log::warn!(
+                        "database refused a catch-up insert, sending it again in smaller batches: sink={} rows={n} batch_rows={} error=\"{}\"",
+                        self.sink,
+                        batch_rows,
+                        Failure::from_detail(truncate(&msg)).class
+                    );
+                    split = batch.len();
+                    self.put_back(batch);
                 }
                 Err(InsertError::Permanent(msg)) => {
                     let msg = truncate(&msg);
@@ -560,6 +598,10 @@ impl<T: Send> Backlog<T> {
                     self.counters.failures_total.fetch_add(1, Ordering::Relaxed);
                     self.set_error(Some(msg.clone()));
                     events::db_sink_retry(&self.sink, n, &msg, delay);
+                    limit = (batch.len() / 2).max(batch_rows);
+                    if pieces {
+                        split += batch.len();
+                    }
                     self.put_back(batch);
                     if self.lock().closing {
                         // A clean stop with the database unreachable: give up now.

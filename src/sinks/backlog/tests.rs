@@ -1,4 +1,5 @@
-//! The backlog against a scripted database: bounds, drops, retries, dead letters, stop.
+//! The backlog against a scripted database: bounds, drops, retries, dead letters, stop,
+//! catch-up inserts.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -35,9 +36,11 @@ impl Inserter<String> for Script {
     }
 }
 
+/// Batches of `batch` rows (no catch-up: `max_insert_rows` is `batch` too), a bound of `max`.
 fn cfg(batch: usize, max: usize, on_full: OnFull) -> SinkBatchConfig {
     SinkBatchConfig {
         batch_rows: batch,
+        max_insert_rows: batch,
         flush_interval: Duration::from_millis(20),
         max_backlog_rows: max,
         on_full,
@@ -241,4 +244,281 @@ fn a_batch_leaves_when_full_or_when_its_oldest_row_waited_the_interval() {
     t.join().unwrap();
     assert_eq!(b.status().inserted_total, 4);
     assert_eq!(script.inserted.lock().unwrap()[1], ["d"]);
+}
+
+/// A database that holds each insert until the test lets it go: the test then knows which
+/// rows wait while one insert is on its way.
+#[derive(Clone, Default)]
+struct Gated {
+    script: Script,
+    /// Inserts begun.
+    begun: Arc<Mutex<usize>>,
+    /// Inserts the test let go.
+    released: Arc<(Mutex<usize>, std::sync::Condvar)>,
+}
+
+impl Gated {
+    fn release(&self) {
+        let (n, cv) = &*self.released;
+        *n.lock().unwrap() += 1;
+        cv.notify_all();
+    }
+}
+
+impl Inserter<String> for Gated {
+    fn insert(&mut self, rows: &[Row<String>]) -> Result<(), InsertError> {
+        let mine = {
+            let mut begun = self.begun.lock().unwrap();
+            *begun += 1;
+            *begun
+        };
+        let (n, cv) = &*self.released;
+        let released = cv
+            .wait_timeout_while(n.lock().unwrap(), Duration::from_secs(20), |n| *n < mine)
+            .unwrap()
+            .0;
+        drop(released);
+        self.script.insert(rows)
+    }
+}
+
+fn keys(from: usize, to: usize) -> Vec<String> {
+    (from..to).map(|i| format!("k{i}")).collect()
+}
+
+#[test]
+fn more_rows_waiting_than_a_batch_go_in_one_insert_of_up_to_max_insert_rows_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    let mut c = cfg(3, 100, OnFull::EvictOldest);
+    c.max_insert_rows = 10;
+    c.flush_interval = Duration::from_secs(3600);
+    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
+    let db = Gated::default();
+    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
+    // The first batch leaves at three rows and is held on its way while 22 more arrive.
+    for k in keys(0, 3) {
+        push(&b, &k).unwrap();
+    }
+    wait("the first insert", || *db.begun.lock().unwrap() == 1);
+    for k in keys(3, 25) {
+        push(&b, &k).unwrap();
+    }
+    assert_eq!(b.status().in_flight_rows, 3);
+    assert_eq!(b.status().backlog_rows, 25);
+    for _ in 0..4 {
+        db.release();
+    }
+    wait("the full inserts", || b.status().inserted_total == 23);
+    // The two rows left are short of a batch: they wait for their interval (an hour here),
+    // and a clean stop inserts them.
+    b.close();
+    t.join().unwrap();
+    let inserted = db.script.inserted.lock().unwrap().clone();
+    assert_eq!(
+        inserted,
+        vec![keys(0, 3), keys(3, 13), keys(13, 23), keys(23, 25)],
+        "the backlog goes in inserts of up to ten rows, oldest first"
+    );
+    let st = b.status();
+    assert_eq!((st.inserted_total, st.batches_total), (25, 4));
+    let counts = book(&b);
+    assert_eq!(
+        (counts.acked, counts.delivered, counts.pending),
+        (25, 25, 0)
+    );
+}
+
+#[test]
+fn with_catch_up_a_batch_still_leaves_at_sink_batch_rows_or_at_the_flush_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    // Three rows are a batch: with an hour's interval they leave at once, as one batch.
+    let mut c = cfg(3, 100, OnFull::EvictOldest);
+    c.max_insert_rows = 50;
+    c.flush_interval = Duration::from_secs(3600);
+    let full = Arc::new(Backlog::<String>::new("postgres", "t".into(), c.clone()));
+    let script = Script::default();
+    let (b2, mut s2, e2) = (Arc::clone(&full), script.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut s2, &e2));
+    for k in ["a", "b", "c"] {
+        push(&full, k).unwrap();
+    }
+    wait("the full batch", || full.status().batches_total == 1);
+    assert_eq!(script.inserted.lock().unwrap()[0], ["a", "b", "c"]);
+    full.close();
+    t.join().unwrap();
+    // Two rows are short of a batch: they leave together once the first waited its interval.
+    c.flush_interval = Duration::from_millis(200);
+    let short = Arc::new(Backlog::<String>::new("postgres", "t".into(), c));
+    let script = Script::default();
+    let (b2, mut s2, e2) = (Arc::clone(&short), script.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut s2, &e2));
+    let before = Instant::now();
+    push(&short, "d").unwrap();
+    push(&short, "e").unwrap();
+    wait("the short batch", || short.status().batches_total == 1);
+    assert!(
+        before.elapsed() >= Duration::from_millis(200),
+        "not before its interval"
+    );
+    assert_eq!(script.inserted.lock().unwrap()[0], ["d", "e"]);
+    short.close();
+    t.join().unwrap();
+}
+
+#[test]
+fn a_failed_catch_up_insert_goes_back_whole_at_the_head_in_order_and_is_retried_at_half_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    let mut c = cfg(2, 100, OnFull::Block);
+    c.max_insert_rows = 8;
+    c.flush_interval = Duration::from_secs(3600);
+    let b = Arc::new(Backlog::<String>::new("postgres", "t".into(), c));
+    let db = Gated::default();
+    // The second insert, the first catch-up, fails.
+    db.script.answers.lock().unwrap().extend([
+        Ok(()),
+        Err(InsertError::Transient("connection lost".into())),
+    ]);
+    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
+    for k in keys(0, 2) {
+        push(&b, &k).unwrap();
+    }
+    wait("the first insert", || *db.begun.lock().unwrap() == 1);
+    for k in keys(2, 12) {
+        push(&b, &k).unwrap();
+    }
+    db.release();
+    wait("the catch-up insert", || *db.begun.lock().unwrap() == 2);
+    assert_eq!(b.status().in_flight_rows, 8);
+    db.release();
+    wait("the batch back", || {
+        let st = b.status();
+        st.insert_failures_total == 1 && st.in_flight_rows == 0
+    });
+    // Back at the head, whole and in order, before the two rows that waited behind it.
+    assert_eq!(b.waiting(), keys(2, 12));
+    assert_eq!(b.status().backlog_rows, 10);
+    for _ in 0..2 {
+        db.release();
+    }
+    wait("every row", || b.status().inserted_total == 12);
+    // The retry takes half the failed insert's rows; its success doubles the limit again.
+    let inserted = db.script.inserted.lock().unwrap().clone();
+    assert_eq!(inserted, vec![keys(0, 2), keys(2, 6), keys(6, 12)]);
+    assert_eq!(inserted.concat(), keys(0, 12), "each row once, in order");
+    let counts = book(&b);
+    assert_eq!(
+        (counts.acked, counts.delivered, counts.pending),
+        (12, 12, 0)
+    );
+    b.close();
+    t.join().unwrap();
+}
+
+#[test]
+fn evict_oldest_never_drops_a_row_of_a_catch_up_insert_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    let mut c = cfg(2, 6, OnFull::EvictOldest);
+    c.max_insert_rows = 6;
+    c.flush_interval = Duration::from_secs(3600);
+    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
+    let db = Gated::default();
+    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
+    for k in keys(0, 2) {
+        push(&b, &k).unwrap();
+    }
+    wait("the first insert", || *db.begun.lock().unwrap() == 1);
+    for k in keys(2, 8) {
+        push(&b, &k).unwrap();
+    }
+    // Two in flight and four waiting: k2 and k3 were the oldest waiting rows.
+    assert_eq!(b.waiting(), keys(4, 8));
+    db.release();
+    wait("the catch-up insert", || *db.begun.lock().unwrap() == 2);
+    assert_eq!(b.status().in_flight_rows, 4);
+    // Four in flight, so two may wait; the third arriving drops the oldest waiting row.
+    for k in keys(8, 11) {
+        push(&b, &k).unwrap();
+    }
+    assert_eq!(b.waiting(), keys(9, 11));
+    db.release();
+    db.release();
+    wait("the rest", || b.status().inserted_total == 8);
+    let inserted = db.script.inserted.lock().unwrap().clone();
+    assert_eq!(inserted, vec![keys(0, 2), keys(4, 8), keys(9, 11)]);
+    let st = b.status();
+    assert_eq!(st.dropped_total, 3);
+    assert_eq!(st.accepted_total, 11);
+    let counts = book(&b);
+    assert_eq!((counts.acked, counts.delivered, counts.evicted), (11, 8, 3));
+    b.close();
+    t.join().unwrap();
+}
+
+#[test]
+fn a_refused_catch_up_insert_goes_again_in_batches_and_only_the_batch_with_the_bad_row_is_parked() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    let mut c = cfg(2, 100, OnFull::EvictOldest);
+    c.max_insert_rows = 6;
+    c.flush_interval = Duration::from_secs(3600);
+    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
+    let db = Gated::default();
+    let bad = || {
+        Err(InsertError::Permanent(
+            "Code: 27. DB::Exception: Cannot parse".into(),
+        ))
+    };
+    // The catch-up insert is refused, then the piece holding the bad row.
+    db.script
+        .answers
+        .lock()
+        .unwrap()
+        .extend([Ok(()), bad(), Ok(()), bad(), Ok(())]);
+    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
+    for k in keys(0, 2) {
+        push(&b, &k).unwrap();
+    }
+    wait("the first insert", || *db.begun.lock().unwrap() == 1);
+    for k in keys(2, 8) {
+        push(&b, &k).unwrap();
+    }
+    for _ in 0..5 {
+        db.release();
+    }
+    wait("every row settled", || {
+        let st = b.status();
+        st.inserted_total + st.dead_lettered_total == 8
+    });
+    let inserted = db.script.inserted.lock().unwrap().clone();
+    assert_eq!(inserted, vec![keys(0, 2), keys(2, 4), keys(6, 8)]);
+    let parked = eng
+        .dead_letters()
+        .list(&DlqFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut parked: Vec<String> = parked
+        .iter()
+        .map(|d| d.record["key"].as_str().unwrap_or_default().to_string())
+        .collect();
+    parked.sort();
+    assert_eq!(parked, keys(4, 6), "only the batch with the bad row");
+    let st = b.status();
+    assert_eq!((st.dead_lettered_total, st.insert_failures_total), (2, 0));
+    let counts = book(&b);
+    assert_eq!(
+        (counts.delivered, counts.dead_lettered, counts.pending),
+        (6, 2, 0)
+    );
+    b.close();
+    t.join().unwrap();
 }

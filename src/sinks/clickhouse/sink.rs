@@ -141,10 +141,12 @@ impl ClickHouseSink {
     }
 
     /// Batch size, back-off and linger of the deliverer of its `queue: disk`: the backlog's
-    /// (a short batch waits up to `flush_interval` for more rows, as in the backlog).
+    /// (a short batch waits up to `flush_interval` for more rows, and a queue that built up
+    /// goes up to `max_insert_rows` an insert, as in the backlog).
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: self.cfg.batch.batch_rows,
+            max_rows: self.cfg.batch.max_insert_rows,
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,
             linger: self.cfg.batch.flush_interval,

@@ -225,6 +225,7 @@ impl MqttSink {
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: 256,
+            max_rows: 256,
             retry_initial: Duration::from_millis(200),
             retry_max: self.cfg.connection.reconnect_max,
             linger: Duration::ZERO,

@@ -172,6 +172,7 @@ impl NatsSink {
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: BATCH,
+            max_rows: BATCH,
             retry_initial: self.cfg.retry_initial,
             retry_max: self.cfg.retry_max,
             linger: Duration::ZERO,

@@ -187,6 +187,7 @@ impl UplinkConfig {
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: self.batch_rows,
+            max_rows: self.batch_rows,
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
             linger: Duration::ZERO,

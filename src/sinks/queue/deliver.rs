@@ -11,7 +11,12 @@
 //!   queue's `held` alert is raised and the reason shown. A misconfiguration never costs data.
 //! - `Refused` (the destination names the *content*: HTTP 400, 413, 415, 422, a database type
 //!   error): the batch is sent again one row at a time, and a row refused alone moves to the
-//!   queue's dead-letter table, so one bad record cannot hold the queue back. After
+//!   queue's dead-letter table, so one bad record cannot hold the queue back. A catch-up batch
+//!   (more than `batch_rows`, see [`DeliveryConfig::max_rows`]) is first sent again in batches of
+//!   `batch_rows`, so a bad row costs no more single sends than it would without catch-up. After
+//!   a failed attempt the next takes at most half as many rows (never fewer than `batch_rows`)
+//!   and each delivery doubles that limit again up to `max_rows`, so an attempt too large for
+//!   the link or the timeout shrinks until it passes. After
 //!   [`HOLD_AFTER_REFUSALS`] single-row refusals in a row the deliverer stops dead-lettering and
 //!   holds the queue instead: a destination that refuses everything is broken, not the data.
 //!
@@ -231,8 +236,12 @@ pub fn judge_each(results: Vec<Result<Delivered, DeliveryError>>) -> Verdict {
 /// Back-off and batch size of a deliverer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeliveryConfig {
-    /// Most rows per attempt.
+    /// Rows a batch lingers for: with this many waiting it goes at once.
     pub batch_rows: usize,
+    /// Most rows per attempt: when more rows wait than `batch_rows` (a queue that built up
+    /// while the destination was down or slow), one attempt takes them up to this many, so the
+    /// queue empties in few large requests. `batch_rows` for a destination without catch-up.
+    pub max_rows: usize,
     /// First retry delay, doubled after each failure.
     pub retry_initial: Duration,
     /// Longest retry delay.
@@ -427,11 +436,25 @@ impl Deliverer {
         let mut delay = self.cfg.retry_initial;
         // After a content refusal of a batch, rows up to this seq go one at a time.
         let mut singles_through: Option<u64> = None;
+        // After a content refusal of a catch-up batch, rows up to this seq go in batches of
+        // `batch_rows`.
+        let mut pieces_through: Option<u64> = None;
+        // Most rows of the next attempt: halved by a failure, doubled by a delivery.
+        let max_rows = self.cfg.max_rows.max(self.cfg.batch_rows);
+        let mut limit = max_rows;
         // Handed and not settled, oldest first.
         let mut window: VecDeque<InFlight> = VecDeque::with_capacity(IN_FLIGHT);
         while !self.shutdown.is_triggered() {
             if room(&window, singles_through) {
-                match self.next_rows(&window, singles_through, &mut mark) {
+                let most = if singles_through.is_some() {
+                    1
+                } else if pieces_through.is_some() {
+                    self.cfg.batch_rows
+                } else {
+                    limit
+                };
+                let lingers = singles_through.is_none() && pieces_through.is_none();
+                match self.next_rows(&window, most, lingers, &mut mark) {
                     Ok(Some(rows)) => {
                         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
                             continue;
@@ -439,6 +462,13 @@ impl Deliverer {
                         let (first, last) = (first.seq, last.seq);
                         if window.is_empty() && singles_through.is_some_and(|s| first > s) {
                             singles_through = None;
+                            continue;
+                        }
+                        if window.is_empty()
+                            && singles_through.is_none()
+                            && pieces_through.is_some_and(|p| first > p)
+                        {
+                            pieces_through = None;
                             continue;
                         }
                         let handed = self.destination.hand(&rows);
@@ -468,6 +498,7 @@ impl Deliverer {
             }
             let Some(batch) = window.pop_front() else {
                 singles_through = None;
+                pieces_through = None;
                 mark = self.drain.wait_appended(mark, Duration::from_millis(500));
                 continue;
             };
@@ -483,6 +514,13 @@ impl Deliverer {
                 window.clear();
                 self.destination.start_over();
             }
+            limit = match verdict {
+                Verdict::Delivered => limit.saturating_mul(2).min(max_rows),
+                Verdict::Retry { .. } | Verdict::Held { .. } => {
+                    (rows / 2).max(self.cfg.batch_rows).min(max_rows)
+                }
+                Verdict::Refused { .. } => limit,
+            };
             match verdict {
                 Verdict::Delivered => {
                     delay = self.cfg.retry_initial;
@@ -516,6 +554,15 @@ impl Deliverer {
                     }
                     self.wait_after(&error, delay);
                     delay = (delay * 2).min(self.cfg.retry_max);
+                }
+                Verdict::Refused { error } if rows > self.cfg.batch_rows => {
+                    pieces_through = Some(last);
+                    log::warn!(
+                        "destination refused a catch-up batch, sending it again in smaller batches: sink={} rows={rows} batch_rows={} error={}",
+                        self.sink,
+                        self.cfg.batch_rows,
+                        error.class
+                    );
                 }
                 Verdict::Refused { error } if rows > 1 => {
                     singles_through = Some(last);
@@ -556,8 +603,8 @@ impl Deliverer {
         }
     }
 
-    /// The rows of the next batch to hand over: from the head when nothing is in flight (a
-    /// short batch lingering for more, see [`Deliverer::linger`]), else
+    /// The rows of the next batch to hand over, up to `max`: from the head when nothing is in
+    /// flight (a short batch lingering for more when `lingers`, see [`Deliverer::linger`]), else
     /// from the row after the last batch handed. `None` when there is nothing to hand now: no
     /// row, a queue that reads only from its head, or rows below the oldest batch in flight
     /// (dead letters replayed meanwhile, which go next once the batches in flight are
@@ -565,14 +612,10 @@ impl Deliverer {
     fn next_rows(
         &self,
         window: &VecDeque<InFlight>,
-        singles_through: Option<u64>,
+        max: usize,
+        lingers: bool,
         mark: &mut u64,
     ) -> Result<Option<Vec<Row>>, StoreError> {
-        let max = if singles_through.is_some() {
-            1
-        } else {
-            self.cfg.batch_rows
-        };
         let rows = match (window.front(), window.back()) {
             (Some(oldest), Some(newest)) => {
                 if self
@@ -588,20 +631,23 @@ impl Deliverer {
                     None => return Ok(None),
                 }
             }
-            _ if singles_through.is_some() => self.drain.peek(max)?,
+            // Refused rows going again in pieces or one by one: they are there, no linger.
+            _ if !lingers => self.drain.peek(max)?,
             _ => self.linger(self.drain.peek(max)?, max, mark),
         };
         Ok(Some(rows).filter(|r| !r.is_empty()))
     }
 
-    /// A batch short of `max` rows waits up to the linger for the rows still arriving (in
-    /// steps, so a stop is seen), then is peeked again: what waited meanwhile goes with it.
+    /// A batch short of `batch_rows` waits up to the linger for the rows still arriving (in
+    /// steps, so a stop is seen), then is peeked again (up to `max` rows): what waited
+    /// meanwhile goes with it.
     fn linger(&self, mut rows: Vec<Row>, max: usize, mark: &mut u64) -> Vec<Row> {
         if rows.is_empty() || self.cfg.linger.is_zero() {
             return rows;
         }
         let until = Instant::now() + self.cfg.linger;
-        while rows.len() < max && !self.shutdown.is_triggered() {
+        let enough = self.cfg.batch_rows.min(max);
+        while rows.len() < enough && !self.shutdown.is_triggered() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -721,6 +767,7 @@ mod tests {
     fn config() -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: 10,
+            max_rows: 10,
             retry_initial: Duration::from_millis(1),
             retry_max: Duration::from_millis(2),
             linger: Duration::ZERO,
@@ -732,13 +779,22 @@ mod tests {
         verdicts: Vec<Verdict>,
         stop_after: usize,
     ) -> (Arc<FakeQueue>, Vec<Vec<u64>>, Arc<DeliveryStatus>) {
+        run_with(config(), rows, verdicts, stop_after)
+    }
+
+    fn run_with(
+        cfg: DeliveryConfig,
+        rows: u64,
+        verdicts: Vec<Verdict>,
+        stop_after: usize,
+    ) -> (Arc<FakeQueue>, Vec<Vec<u64>>, Arc<DeliveryStatus>) {
         let queue = FakeQueue::with_rows(rows);
         let shutdown = Shutdown::new();
         let attempts = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(DeliveryStatus::default());
         let d = Deliverer::new(
             "test",
-            config(),
+            cfg,
             Arc::clone(&queue) as Arc<dyn Drain>,
             Box::new(Script {
                 verdicts: verdicts.into(),
@@ -758,6 +814,72 @@ mod tests {
         Verdict::Refused {
             error: Failure::new("HTTP 422", "bad field"),
         }
+    }
+
+    #[test]
+    fn rows_waiting_beyond_a_batch_go_in_one_attempt_of_up_to_max_rows_in_order() {
+        let cfg = DeliveryConfig {
+            max_rows: 20,
+            ..config()
+        };
+        let (queue, attempts, _) = run_with(cfg, 45, vec![], 3);
+        assert_eq!(attempts, vec![seqs(0, 19), seqs(20, 39), seqs(40, 44)]);
+        assert!(queue.rows.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_failed_catch_up_batch_is_retried_at_half_its_size_and_grows_back_with_each_delivery() {
+        let cfg = DeliveryConfig {
+            batch_rows: 5,
+            max_rows: 20,
+            ..config()
+        };
+        let timeout = Verdict::Retry {
+            error: Failure::new("timeout", "no answer within 10s"),
+            after: None,
+        };
+        let (queue, attempts, _) = run_with(cfg, 40, vec![timeout], 4);
+        assert_eq!(
+            attempts,
+            vec![seqs(0, 19), seqs(0, 9), seqs(10, 29), seqs(30, 39)]
+        );
+        assert!(queue.rows.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_refused_catch_up_batch_goes_again_in_batches_and_only_the_row_refused_alone_is_dead_lettered(
+    ) {
+        let cfg = DeliveryConfig {
+            batch_rows: 5,
+            max_rows: 20,
+            ..config()
+        };
+        // The catch-up batch is refused, then the piece 5..9, then row 6 alone.
+        let verdicts = vec![
+            refused(),
+            Verdict::Delivered,
+            refused(),
+            Verdict::Delivered,
+            refused(),
+        ];
+        let (queue, attempts, _) = run_with(cfg, 20, verdicts, 10);
+        assert_eq!(
+            attempts,
+            vec![
+                seqs(0, 19),
+                seqs(0, 4),
+                seqs(5, 9),
+                vec![5],
+                vec![6],
+                vec![7],
+                vec![8],
+                vec![9],
+                seqs(10, 14),
+                seqs(15, 19),
+            ]
+        );
+        assert_eq!(*queue.dead.lock().unwrap(), vec![6]);
+        assert!(queue.rows.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -192,6 +192,7 @@ impl SparkplugSink {
     pub fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             batch_rows: BATCH_ROWS,
+            max_rows: BATCH_ROWS,
             retry_initial: Duration::from_millis(200),
             retry_max: self.cfg.connection.reconnect_max,
             linger: Duration::ZERO,
