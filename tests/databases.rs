@@ -258,7 +258,9 @@ fn many_records_go_in_batches_of_many_rows_and_each_arrives_once<D: Db>() -> (D,
     let db = D::start();
     db.create_default("events");
     let mut section = db.section("events");
-    section["sink_batch"] = json!({ "sink_batch_rows": 100, "flush_interval_ms": 3_600_000 });
+    // No catch-up (`max_insert_rows` is the batch): each insert is exactly one batch.
+    section["sink_batch"] = json!({ "sink_batch_rows": 100, "max_insert_rows": 100,
+                                    "flush_interval_ms": 3_600_000 });
     let d = Daemon::start(config(D::SINK, section));
     let mut sent = Vec::new();
     for i in 0..300 {
@@ -312,7 +314,8 @@ fn clickhouse_with_queue_disk_records_arriving_one_by_one_go_many_to_an_insert()
     ch.create_default("events");
     let mut section = ch.section("events");
     section["queue"] = json!("disk");
-    section["sink_batch"] = json!({ "sink_batch_rows": 100, "flush_interval_ms": 3_600_000 });
+    section["sink_batch"] = json!({ "sink_batch_rows": 100, "max_insert_rows": 100,
+                                    "flush_interval_ms": 3_600_000 });
     let d = Daemon::start(config("clickhouse", section));
     let mut sent = Vec::new();
     for i in 0..300 {
@@ -333,7 +336,8 @@ fn clickhouse_a_batch_with_a_field_missing_arrives_with_the_column_default() {
     let ch = ClickHouse::start();
     ch.sql("CREATE TABLE sparse (key String, n UInt32, t Nullable(Float64)) ENGINE = MergeTree ORDER BY key");
     let mut section = ch.section("sparse");
-    section["sink_batch"] = json!({ "sink_batch_rows": 3, "flush_interval_ms": 3_600_000 });
+    section["sink_batch"] = json!({ "sink_batch_rows": 3, "max_insert_rows": 3,
+                                    "flush_interval_ms": 3_600_000 });
     section["columns"] = json!([
         { "column": "key", "field": "/key" },
         { "column": "n", "field": "/payload/n" },
