@@ -14,9 +14,11 @@
 //!   the insert in flight are never dropped, because that insert may still succeed. So every
 //!   row counted in `dropped_total` was never inserted, and every row pushed is either inserted,
 //!   parked in the dead-letter queue, counted dropped, or counted lost at stop: the counts are
-//!   exact. When every row is in flight (only when `max_insert_rows` is at least
-//!   `max_backlog_rows` and a full backlog went in one insert) the arriving row itself is the
-//!   one dropped.
+//!   exact. When every row is in flight the arriving row itself is the one dropped: only when
+//!   `max_insert_rows` is at least `max_backlog_rows` (as at the defaults, 20000 each) and a
+//!   full backlog went in one insert, which takes inserts that kept succeeding while the
+//!   backlog still filled (after a failure the inserts start again at `sink_batch_rows`, see
+//!   below).
 //! - A batch leaves when `sink_batch_rows` rows wait, or when its oldest row has waited
 //!   `flush_interval`. It takes every row waiting then, oldest first, up to `max_insert_rows`
 //!   (catch-up): normally about `sink_batch_rows`, but a backlog that built up (an outage, a
