@@ -257,14 +257,6 @@ struct Gated {
     released: Arc<(Mutex<usize>, std::sync::Condvar)>,
 }
 
-impl Gated {
-    fn release(&self) {
-        let (n, cv) = &*self.released;
-        *n.lock().unwrap() += 1;
-        cv.notify_all();
-    }
-}
-
 impl Inserter<String> for Gated {
     fn insert(&mut self, rows: &[Row<String>]) -> Result<(), InsertError> {
         let mine = {
@@ -282,48 +274,116 @@ impl Inserter<String> for Gated {
     }
 }
 
+/// A backlog with catch-up inserts running into a [`Gated`] database on its own thread, with
+/// a flush interval no test waits for: batches leave only when full, or at the stop.
+struct Catching {
+    _dir: tempfile::TempDir,
+    engine: Arc<Engine>,
+    backlog: Arc<Backlog<String>>,
+    db: Gated,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Catching {
+    /// Batches of `batch` rows, inserts of up to `most`, a bound of `max`; the database gives
+    /// `answers` first, then succeeds.
+    fn start(
+        batch: usize,
+        most: usize,
+        max: usize,
+        on_full: OnFull,
+        answers: Vec<Result<(), InsertError>>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let mut c = cfg(batch, max, on_full);
+        c.max_insert_rows = most;
+        c.flush_interval = Duration::from_secs(3600);
+        let backlog = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
+        let db = Gated::default();
+        db.script.answers.lock().unwrap().extend(answers);
+        let (b, mut d, e) = (Arc::clone(&backlog), db.clone(), Arc::clone(&engine));
+        let thread = Some(std::thread::spawn(move || b.run(&mut d, &e)));
+        Self {
+            _dir: dir,
+            engine,
+            backlog,
+            db,
+            thread,
+        }
+    }
+
+    /// Pushes the keys `first` (a full batch), waits until their insert is on its way, then
+    /// pushes the keys `more` behind it.
+    fn behind_a_held_insert(&self, first: (usize, usize), more: (usize, usize)) {
+        for k in keys(first.0, first.1) {
+            push(&self.backlog, &k).unwrap();
+        }
+        self.wait_begun(1);
+        for k in keys(more.0, more.1) {
+            push(&self.backlog, &k).unwrap();
+        }
+    }
+
+    fn wait_begun(&self, n: usize) {
+        wait("an insert begun", || *self.db.begun.lock().unwrap() == n);
+    }
+
+    /// Lets `n` more inserts go.
+    fn release(&self, n: usize) {
+        let (released, cv) = &*self.db.released;
+        *released.lock().unwrap() += n;
+        cv.notify_all();
+    }
+
+    /// The keys of each successful insert, in order.
+    fn inserted(&self) -> Vec<Vec<String>> {
+        self.db.script.inserted.lock().unwrap().clone()
+    }
+
+    /// Closes the backlog and waits for its thread (which inserts what is left).
+    fn stop(&mut self) {
+        self.backlog.close();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Catching {
+    fn drop(&mut self) {
+        // Unblock a held insert so the thread can end.
+        self.release(1000);
+        self.backlog.close();
+    }
+}
+
 fn keys(from: usize, to: usize) -> Vec<String> {
     (from..to).map(|i| format!("k{i}")).collect()
 }
 
 #[test]
 fn more_rows_waiting_than_a_batch_go_in_one_insert_of_up_to_max_insert_rows_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let eng = engine(dir.path());
-    let mut c = cfg(3, 100, OnFull::EvictOldest);
-    c.max_insert_rows = 10;
-    c.flush_interval = Duration::from_secs(3600);
-    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
-    let db = Gated::default();
-    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
-    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
+    let mut c = Catching::start(3, 10, 100, OnFull::EvictOldest, vec![]);
     // The first batch leaves at three rows and is held on its way while 22 more arrive.
-    for k in keys(0, 3) {
-        push(&b, &k).unwrap();
-    }
-    wait("the first insert", || *db.begun.lock().unwrap() == 1);
-    for k in keys(3, 25) {
-        push(&b, &k).unwrap();
-    }
-    assert_eq!(b.status().in_flight_rows, 3);
-    assert_eq!(b.status().backlog_rows, 25);
-    for _ in 0..4 {
-        db.release();
-    }
-    wait("the full inserts", || b.status().inserted_total == 23);
+    c.behind_a_held_insert((0, 3), (3, 25));
+    let st = c.backlog.status();
+    assert_eq!((st.in_flight_rows, st.backlog_rows), (3, 25));
+    c.release(4);
+    wait("the full inserts", || {
+        c.backlog.status().inserted_total == 23
+    });
     // The two rows left are short of a batch: they wait for their interval (an hour here),
     // and a clean stop inserts them.
-    b.close();
-    t.join().unwrap();
-    let inserted = db.script.inserted.lock().unwrap().clone();
+    c.stop();
     assert_eq!(
-        inserted,
+        c.inserted(),
         vec![keys(0, 3), keys(3, 13), keys(13, 23), keys(23, 25)],
         "the backlog goes in inserts of up to ten rows, oldest first"
     );
-    let st = b.status();
+    let st = c.backlog.status();
     assert_eq!((st.inserted_total, st.batches_total), (25, 4));
-    let counts = book(&b);
+    let counts = book(&c.backlog);
     assert_eq!(
         (counts.acked, counts.delivered, counts.pending),
         (25, 25, 0)
@@ -370,136 +430,78 @@ fn with_catch_up_a_batch_still_leaves_at_sink_batch_rows_or_at_the_flush_interva
 
 #[test]
 fn a_failed_catch_up_insert_goes_back_whole_at_the_head_in_order_and_is_retried_at_half_its_size() {
-    let dir = tempfile::tempdir().unwrap();
-    let eng = engine(dir.path());
-    let mut c = cfg(2, 100, OnFull::Block);
-    c.max_insert_rows = 8;
-    c.flush_interval = Duration::from_secs(3600);
-    let b = Arc::new(Backlog::<String>::new("postgres", "t".into(), c));
-    let db = Gated::default();
     // The second insert, the first catch-up, fails.
-    db.script.answers.lock().unwrap().extend([
-        Ok(()),
-        Err(InsertError::Transient("connection lost".into())),
-    ]);
-    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
-    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
-    for k in keys(0, 2) {
-        push(&b, &k).unwrap();
-    }
-    wait("the first insert", || *db.begun.lock().unwrap() == 1);
-    for k in keys(2, 12) {
-        push(&b, &k).unwrap();
-    }
-    db.release();
-    wait("the catch-up insert", || *db.begun.lock().unwrap() == 2);
-    assert_eq!(b.status().in_flight_rows, 8);
-    db.release();
+    let lost = Err(InsertError::Transient("connection lost".into()));
+    let mut c = Catching::start(2, 8, 100, OnFull::Block, vec![Ok(()), lost]);
+    c.behind_a_held_insert((0, 2), (2, 12));
+    c.release(1);
+    c.wait_begun(2);
+    assert_eq!(c.backlog.status().in_flight_rows, 8);
+    c.release(1);
     wait("the batch back", || {
-        let st = b.status();
+        let st = c.backlog.status();
         st.insert_failures_total == 1 && st.in_flight_rows == 0
     });
     // Back at the head, whole and in order, before the two rows that waited behind it.
-    assert_eq!(b.waiting(), keys(2, 12));
-    assert_eq!(b.status().backlog_rows, 10);
-    for _ in 0..2 {
-        db.release();
-    }
-    wait("every row", || b.status().inserted_total == 12);
+    assert_eq!(c.backlog.waiting(), keys(2, 12));
+    assert_eq!(c.backlog.status().backlog_rows, 10);
+    c.release(2);
+    wait("every row", || c.backlog.status().inserted_total == 12);
     // The retry takes half the failed insert's rows; its success doubles the limit again.
-    let inserted = db.script.inserted.lock().unwrap().clone();
+    let inserted = c.inserted();
     assert_eq!(inserted, vec![keys(0, 2), keys(2, 6), keys(6, 12)]);
     assert_eq!(inserted.concat(), keys(0, 12), "each row once, in order");
-    let counts = book(&b);
+    let counts = book(&c.backlog);
     assert_eq!(
         (counts.acked, counts.delivered, counts.pending),
         (12, 12, 0)
     );
-    b.close();
-    t.join().unwrap();
+    c.stop();
 }
 
 #[test]
 fn evict_oldest_never_drops_a_row_of_a_catch_up_insert_in_flight() {
-    let dir = tempfile::tempdir().unwrap();
-    let eng = engine(dir.path());
-    let mut c = cfg(2, 6, OnFull::EvictOldest);
-    c.max_insert_rows = 6;
-    c.flush_interval = Duration::from_secs(3600);
-    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
-    let db = Gated::default();
-    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
-    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
-    for k in keys(0, 2) {
-        push(&b, &k).unwrap();
-    }
-    wait("the first insert", || *db.begun.lock().unwrap() == 1);
-    for k in keys(2, 8) {
-        push(&b, &k).unwrap();
-    }
+    let mut c = Catching::start(2, 6, 6, OnFull::EvictOldest, vec![]);
+    c.behind_a_held_insert((0, 2), (2, 8));
     // Two in flight and four waiting: k2 and k3 were the oldest waiting rows.
-    assert_eq!(b.waiting(), keys(4, 8));
-    db.release();
-    wait("the catch-up insert", || *db.begun.lock().unwrap() == 2);
-    assert_eq!(b.status().in_flight_rows, 4);
+    assert_eq!(c.backlog.waiting(), keys(4, 8));
+    c.release(1);
+    c.wait_begun(2);
+    assert_eq!(c.backlog.status().in_flight_rows, 4);
     // Four in flight, so two may wait; the third arriving drops the oldest waiting row.
     for k in keys(8, 11) {
-        push(&b, &k).unwrap();
+        push(&c.backlog, &k).unwrap();
     }
-    assert_eq!(b.waiting(), keys(9, 11));
-    db.release();
-    db.release();
-    wait("the rest", || b.status().inserted_total == 8);
-    let inserted = db.script.inserted.lock().unwrap().clone();
-    assert_eq!(inserted, vec![keys(0, 2), keys(4, 8), keys(9, 11)]);
-    let st = b.status();
-    assert_eq!(st.dropped_total, 3);
-    assert_eq!(st.accepted_total, 11);
-    let counts = book(&b);
+    assert_eq!(c.backlog.waiting(), keys(9, 11));
+    c.release(2);
+    wait("the rest", || c.backlog.status().inserted_total == 8);
+    assert_eq!(c.inserted(), vec![keys(0, 2), keys(4, 8), keys(9, 11)]);
+    let st = c.backlog.status();
+    assert_eq!((st.dropped_total, st.accepted_total), (3, 11));
+    let counts = book(&c.backlog);
     assert_eq!((counts.acked, counts.delivered, counts.evicted), (11, 8, 3));
-    b.close();
-    t.join().unwrap();
+    c.stop();
 }
 
 #[test]
 fn a_refused_catch_up_insert_goes_again_in_batches_and_only_the_batch_with_the_bad_row_is_parked() {
-    let dir = tempfile::tempdir().unwrap();
-    let eng = engine(dir.path());
-    let mut c = cfg(2, 100, OnFull::EvictOldest);
-    c.max_insert_rows = 6;
-    c.flush_interval = Duration::from_secs(3600);
-    let b = Arc::new(Backlog::<String>::new("clickhouse", "t".into(), c));
-    let db = Gated::default();
     let bad = || {
         Err(InsertError::Permanent(
             "Code: 27. DB::Exception: Cannot parse".into(),
         ))
     };
     // The catch-up insert is refused, then the piece holding the bad row.
-    db.script
-        .answers
-        .lock()
-        .unwrap()
-        .extend([Ok(()), bad(), Ok(()), bad(), Ok(())]);
-    let (b2, mut d2, e2) = (Arc::clone(&b), db.clone(), Arc::clone(&eng));
-    let t = std::thread::spawn(move || b2.run(&mut d2, &e2));
-    for k in keys(0, 2) {
-        push(&b, &k).unwrap();
-    }
-    wait("the first insert", || *db.begun.lock().unwrap() == 1);
-    for k in keys(2, 8) {
-        push(&b, &k).unwrap();
-    }
-    for _ in 0..5 {
-        db.release();
-    }
+    let answers = vec![Ok(()), bad(), Ok(()), bad(), Ok(())];
+    let mut c = Catching::start(2, 6, 100, OnFull::EvictOldest, answers);
+    c.behind_a_held_insert((0, 2), (2, 8));
+    c.release(5);
     wait("every row settled", || {
-        let st = b.status();
+        let st = c.backlog.status();
         st.inserted_total + st.dead_lettered_total == 8
     });
-    let inserted = db.script.inserted.lock().unwrap().clone();
-    assert_eq!(inserted, vec![keys(0, 2), keys(2, 4), keys(6, 8)]);
-    let parked = eng
+    assert_eq!(c.inserted(), vec![keys(0, 2), keys(2, 4), keys(6, 8)]);
+    let parked = c
+        .engine
         .dead_letters()
         .list(&DlqFilter {
             limit: 10,
@@ -512,13 +514,12 @@ fn a_refused_catch_up_insert_goes_again_in_batches_and_only_the_batch_with_the_b
         .collect();
     parked.sort();
     assert_eq!(parked, keys(4, 6), "only the batch with the bad row");
-    let st = b.status();
+    let st = c.backlog.status();
     assert_eq!((st.dead_lettered_total, st.insert_failures_total), (2, 0));
-    let counts = book(&b);
+    let counts = book(&c.backlog);
     assert_eq!(
         (counts.delivered, counts.dead_lettered, counts.pending),
         (6, 2, 0)
     );
-    b.close();
-    t.join().unwrap();
+    c.stop();
 }
