@@ -2,11 +2,13 @@
 //! free loopback port in a temp dir: rows arrive with the right columns and types; rows are
 //! kept while the server is down and arrive after it is back; a small `block` backlog refuses
 //! sources and drops nothing; an `evict_oldest` backlog counts its drops exactly; a schema
-//! error parks the batch in the dead-letter queue with the server's message.
+//! error parks the batch in the dead-letter queue with the server's message; rows that piled
+//! up behind a slow insert go in one catch-up insert.
 
 mod common;
 
 use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -731,4 +733,61 @@ fn postgres_with_sslmode_require_copies_over_tls_checked_against_the_ca_file() {
     assert_eq!(st["backlog_rows"], 1, "{st:#}");
     assert_eq!(st["dead_lettered_total"], 0, "{st:#}");
     assert_eq!(pg.keys("events").len(), 2);
+}
+
+// ------------------------------------------------------------------ catch-up
+
+#[test]
+fn postgres_rows_piled_up_behind_a_slow_insert_go_in_one_catch_up_insert() {
+    let pg = Postgres::start();
+    pg.create_default("events");
+    let mut section = pg.section("events");
+    section["timeout_secs"] = json!(120);
+    section["sink_batch"] = json!({ "sink_batch_rows": 10, "max_insert_rows": 1000,
+                                    "flush_interval_ms": 3_600_000 });
+    let d = Daemon::start(config("postgres", section));
+    // Another session holds the table until the test ends it: the first insert waits for it.
+    let mut holder = Command::new(pg.psql())
+        .args(["-X", "-q", "-h", "127.0.0.1", "-p", &pg.port().to_string()])
+        .args(["-U", "postgres", "-d", "postgres", "-c"])
+        .arg("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600);")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql starts");
+    wait_until(POLL_DEADLINE, "the table locked", || {
+        pg.sql(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             WHERE c.relname = 'events' AND l.mode = 'AccessExclusiveLock' AND l.granted",
+        ) == "1"
+    });
+    let mut sent = Vec::new();
+    for i in 0..300 {
+        let key = format!("k{i:04}");
+        assert_stored(&d.ingest(&key, &format!(r#"{{"n":{i}}}"#)), "ingest");
+        sent.push(key);
+    }
+    wait_until(
+        POLL_DEADLINE,
+        "one batch in flight, the rest waiting",
+        || {
+            let st = sink_status(&d, "postgres");
+            st["in_flight_rows"] == 10 && st["backlog_rows"] == 300
+        },
+    );
+    pg.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()",
+    );
+    wait_until(POLL_DEADLINE, "300 rows", || pg.keys("events").len() >= 300);
+    assert_eq!(pg.keys("events"), sent, "every record exactly once");
+    let st = sink_status(&d, "postgres");
+    assert_eq!(st["inserted_total"], 300, "{st:#}");
+    assert_eq!(
+        st["batches_total"], 2,
+        "the first batch of 10, then the 290 rows behind it in one insert: {st:#}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
 }
