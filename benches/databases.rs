@@ -7,9 +7,9 @@
 //! 1. **Raw bulk load**: Postgres `psql -c "\copy ... FROM file (FORMAT csv)"`; ClickHouse one
 //!    HTTP `INSERT ... FORMAT JSONEachRow` of the same rows as a file. The ceiling.
 //! 2. **Sink**: the library's sink (`PostgresSink` / `ClickHouseSink`) with its defaults
-//!    (`sink_batch_rows` 1000, `max_insert_rows` 20000) and a backlog as large as the run, then the
-//!    same with `queue: disk`; every record admitted and
-//!    delivered from one thread, timed until the database confirmed the last row
+//!    (`sink_batch_rows` 1000, `max_insert_rows` 20000) and a backlog as large as the run,
+//!    then the same with `queue: disk`; every record admitted and delivered from one thread,
+//!    timed until the database confirmed the last row
 //!    (`inserted_total`). What the sink itself costs: encoding, batching, COPY / HTTP.
 //! 3. **End to end**: the release daemon with an ingest source flowing into the sink (its
 //!    memory backlog, then `queue: disk`); client threads on keep-alive connections post one
