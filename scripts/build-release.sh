@@ -144,6 +144,21 @@ if ((build_std)); then
     std_flags=(-Z "build-std=std,panic_abort" -Z build-std-features=optimize_for_size)
 fi
 
+# Source paths as a panic's location names them, without the directories of the machine that
+# built it: `<cargo home>/registry/src/<index>/tokio-1.48.0/src/...` becomes
+# `tokio-1.48.0/src/...` (this package's own are `src/...` already), and with --build-std the
+# nightly's `.../lib/rustlib/src/rust/library/...` becomes `library/...`. About 45 KB of the
+# aarch64 musl field build (731 paths), and no builder's home directory in the artifact. A path
+# with white space in it is left as it is (the flags are split on white space).
+remaps=()
+for dir in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
+    [ -d "$dir" ] && [[ "$dir" != *[[:space:]]* ]] && remaps+=("--remap-path-prefix=$dir=")
+done
+if ((build_std)); then
+    std_src="$(rustc "+$nightly" --print sysroot)/lib/rustlib/src/rust/"
+    [[ "$std_src" != *[[:space:]]* ]] && remaps+=("--remap-path-prefix=$std_src=")
+fi
+
 # Local builds link unstripped (CARGO_PROFILE_RELEASE_STRIP=false, what cargo-bloat builds
 # too, so --bloat weighs this very build instead of compiling everything again) and strip the
 # copy in dist/ with the target's binutils: strip_tool names it, empty when cross stripped.
@@ -234,6 +249,7 @@ for t in "${targets[@]}"; do
     # With --build-std the sysroot has no musl start files (crt1.o and the like) for rustc
     # to pass: zig links its own musl, start files and libunwind instead.
     if ((build_std)); then rustflags+=" -Clink-self-contained=no"; fi
+    rustflags+="${remaps[*]/#/ }"
     export "CARGO_TARGET_$(printf %s "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=$rustflags"
     build "$t"
     if ((bloat)); then bloat_table "$t"; fi

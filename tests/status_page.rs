@@ -1237,10 +1237,15 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
             "{path}"
         );
         assert_eq!(r.header("cache-control"), Some("no-cache"), "{path}");
+        assert_eq!(r.header("content-encoding"), Some("gzip"), "{path}");
+        assert!(!r.body.is_empty(), "{path}");
         assert!(r.header("etag").is_some(), "{path}");
         assert!(r
             .header("content-security-policy")
             .is_some_and(|c| c.contains("default-src 'none'")));
+        let refused = daemon.request("GET", path, None, &[("Accept-Encoding", "identity")], None);
+        assert_eq!(refused.status, 406, "{path}");
+        assert!(refused.body.contains("gzip"), "{}", refused.body);
     }
     for path in [
         "/index.html",

@@ -119,7 +119,22 @@ fn into_reply(mut resp: ureq::http::Response<ureq::Body>) -> Result<Reply, ureq:
             )
         })
         .collect();
-    let body = resp.body_mut().read_to_string()?;
+    let gzip = resp
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let bytes = resp.body_mut().read_to_vec()?;
+    // The status page's files come gzip-compressed: read as a browser would.
+    let bytes = if gzip {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+            .map_err(ureq::Error::Io)?;
+        text
+    } else {
+        bytes
+    };
+    let body = String::from_utf8(bytes)
+        .map_err(|e| ureq::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     Ok(Reply {
         status,
         headers,
