@@ -17,7 +17,7 @@
 //!   exact. When every row is in flight the arriving row itself is the one dropped: only when
 //!   `max_insert_rows` is at least `max_backlog_rows` (as at the defaults, 20000 each) and a
 //!   full backlog went in one insert, which takes inserts that kept succeeding while the
-//!   backlog still filled (after a failure the inserts start again at `sink_batch_rows`, see
+//!   backlog still filled (after failures the inserts shrink towards `sink_batch_rows`, see
 //!   below).
 //! - A batch leaves when `sink_batch_rows` rows wait, or when its oldest row has waited
 //!   `flush_interval`. It takes every row waiting then, oldest first, up to `max_insert_rows`
