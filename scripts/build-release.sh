@@ -16,14 +16,14 @@
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
 #   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
 #                       the field build about 1.1 MB smaller (1.6 MB with --build-std) and its
-#                       code about 3 times slower (README: Deployment)
+#                       code about 3 times slower (README: Deployment): <artifact>-opt-L
 #   --build-std         compile the standard library too, with the build's profile
 #                       (panic = "abort", the opt-level, no unwind tables, LTO with the
 #                       rest), instead of linking the prebuilt one: cargo's -Z build-std on
 #                       the nightly pinned in this script (NIGHTLY; installed with its
 #                       rust-src when missing). Panic messages stay, backtraces go. For
 #                       aarch64-unknown-linux-musl only, with local toolchains (no cross).
-#                       README: Deployment
+#                       README: Deployment. <artifact>-build-std (after any -opt-L)
 #   --bloat N           also print the N biggest crates of each build (cargo-bloat, installed
 #                       here when missing, pinned), weighed on that build's unstripped link
 #
@@ -71,6 +71,11 @@ while [ $# -gt 0 ]; do
 done
 ((${#targets[@]})) || targets=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
     armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl)
+# A build made another way is named so: it never replaces the default artifact in dist/, and
+# a technician can tell which one a box runs.
+opt_level="${CARGO_PROFILE_RELEASE_OPT_LEVEL:-s}"
+[ "$opt_level" = s ] || suffix+="-opt-$opt_level"
+((!build_std)) || suffix+="-build-std"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -274,8 +279,8 @@ done
     sha256sum "${artifacts[@]}" >>SHA256SUMS
 )
 
-printf '\n%-36s %12s\n' "artifact" "bytes" >&2
+printf '\n%-64s %12s\n' "artifact" "bytes" >&2
 for t in "${targets[@]}"; do
     f="dist/opex-connector-$version-$t$suffix"
-    printf '%-36s %12s\n' "$(basename "$f")" "$(stat -c %s "$f")" >&2
+    printf '%-64s %12s\n' "$(basename "$f")" "$(stat -c %s "$f")" >&2
 done
