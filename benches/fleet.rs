@@ -34,8 +34,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    ingest_url, named, padded_payload, poll_until, Client, Daemon, Js, JsSync, NatsCluster, SOURCE,
-    START_DEADLINE, TOKEN,
+    ingest_flow, ingest_url, named, padded_payload, poll_until, Client, Daemon, Js, JsSync,
+    NatsCluster, SOURCE, START_DEADLINE, TOKEN,
 };
 use serde_json::{json, Value};
 use support::{cpu_secs, daemon_binary, rss_kib};
@@ -285,13 +285,6 @@ fn gateway_config(urls: &[String], fleet: usize, i: usize) -> Value {
             "connections": [{"name": "cluster", "servers": urls}],
             "sink": {"subject": format!("fleet{fleet}.gw{i}")},
         },
-        "flows": [{
-            "id": "uplink",
-            "nodes": [
-                {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-                {"id": "pub", "kind": "sink", "sink": "nats"},
-            ],
-            "wires": [{"from": "in", "to": "pub"}],
-        }],
+        "flows": ingest_flow(&["nats"]),
     })
 }

@@ -13,17 +13,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-fn flow(sinks: &[&str]) -> Value {
-    let mut nodes =
-        vec![json!({"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")})];
-    let mut wires = Vec::new();
-    for s in sinks {
-        nodes.push(json!({"id": format!("to-{s}"), "kind": "sink", "sink": s}));
-        wires.push(json!({"from": "in", "to": format!("to-{s}")}));
-    }
-    json!([{"id": "out", "nodes": nodes, "wires": wires}])
-}
-
 fn mqtt_keys(client: &MqttClient) -> BTreeSet<String> {
     client
         .received()
@@ -61,7 +50,7 @@ fn disk_queues_keep_every_acked_record_through_kill_nine_while_the_database_and_
          "queue": "disk", "max_quota_mb": 64, "on_full": "block"},
     ]);
     config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
-    config["flows"] = flow(&["ch", "mq"]);
+    config["flows"] = ingest_flow(&["ch", "mq"]);
     let mut daemon = Daemon::start(config);
     assert_stored(&daemon.ingest("first", r#"{"v":0}"#), "first");
     wait_until(POLL_DEADLINE, "the first record reaches both", || {
@@ -163,7 +152,7 @@ fn a_full_block_disk_queue_in_front_of_a_stopped_broker_refuses_sources_with_ret
         {"name": "mq", "type": "mqtt", "topic": "dq/{{key}}", "qos": 1,
          "queue": "disk", "max_quota_mb": 1, "on_full": "block"},
     ]);
-    config["flows"] = flow(&["mq"]);
+    config["flows"] = ingest_flow(&["mq"]);
     let daemon = Daemon::start(config);
     broker.stop();
     wait_until(POLL_DEADLINE, "the sink sees the broker down", || {

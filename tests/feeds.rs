@@ -338,15 +338,7 @@ fn a_deadband_suppresses_push_values_only_and_counts_them() {
     config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
     config["connector"]["preprocess"] =
         json!([{ "source": format!("ingest/{SOURCE}"), "deadband": { "absolute": 1.0 } }]);
-    config["flows"] = json!([{
-        "id": "both",
-        "nodes": [
-            { "id": "in", "kind": "source", "source": format!("ingest/{SOURCE}") },
-            { "id": "up", "kind": "sink", "sink": "push" },
-            { "id": "keep", "kind": "sink", "sink": "storage" },
-        ],
-        "wires": [ { "from": "in", "to": "up" }, { "from": "in", "to": "keep" } ],
-    }]);
+    config["flows"] = ingest_flow(&["push", "storage"]);
     let daemon = Daemon::start(config);
     // 20 sent; 20.5 and 21.0 within 1.0 of it; 21.5 sent; 22.0 within; 23.0 sent.
     for (i, t) in [20.0, 20.5, 21.0, 21.5, 22.0, 23.0].iter().enumerate() {

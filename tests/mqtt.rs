@@ -111,14 +111,7 @@ fn an_mqtt_qos1_record_is_acked_to_its_source_only_after_the_broker_acknowledged
                          "reconnect_max_ms": 200}],
         "sink": {"topic": "opex/{{key}}", "qos": 1, "ack_timeout_secs": 5},
     });
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "pub", "kind": "sink", "sink": "mqtt"},
-        ],
-        "wires": [{"from": "in", "to": "pub"}],
-    }]);
+    config["flows"] = ingest_flow(&["mqtt"]);
     let daemon = Daemon::start(config);
     let sink = |d: &Daemon| named(&d.status(), "/sinks", "mqtt").clone();
     wait_until(POLL_DEADLINE, "the sink is connected", || {
@@ -227,14 +220,7 @@ fn a_key_that_would_add_topic_levels_or_wildcards_is_dead_lettered_with_the_reas
                          "reconnect_max_ms": 200}],
         "sink": {"topic": "opex/{{source}}/{{key}}", "qos": 1},
     });
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "pub", "kind": "sink", "sink": "mqtt"},
-        ],
-        "wires": [{"from": "in", "to": "pub"}],
-    }]);
+    config["flows"] = ingest_flow(&["mqtt"]);
     let daemon = Daemon::start(config);
     wait_until(POLL_DEADLINE, "the sink is connected", || {
         named(&daemon.status(), "/sinks", "mqtt")["connected"] == true

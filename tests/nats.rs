@@ -251,14 +251,7 @@ fn the_nats_sink_publishes_refuses_while_the_server_is_down_and_resumes_when_it_
         "sink": {"subject": "opex.{{key}}", "retries": 2, "retry_initial_ms": 50,
                  "retry_max_ms": 100, "timeout_secs": 1},
     });
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "pub", "kind": "sink", "sink": "nats"},
-        ],
-        "wires": [{"from": "in", "to": "pub"}],
-    }]);
+    config["flows"] = ingest_flow(&["nats"]);
     let daemon = Daemon::start(config);
     wait_until(POLL_DEADLINE, "the sink is connected", || {
         sink_status(&daemon, "nats")["connected"] == true
@@ -343,14 +336,7 @@ fn a_key_that_would_add_subject_tokens_or_wildcards_is_dead_lettered_with_the_re
         "connections": [{"name": "js", "servers": [server.url()], "reconnect_max_ms": 200}],
         "sink": {"subject": "opex.{{key}}"},
     });
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "pub", "kind": "sink", "sink": "nats"},
-        ],
-        "wires": [{"from": "in", "to": "pub"}],
-    }]);
+    config["flows"] = ingest_flow(&["nats"]);
     let daemon = Daemon::start(config);
     wait_until(POLL_DEADLINE, "the sink is connected", || {
         sink_status(&daemon, "nats")["connected"] == true

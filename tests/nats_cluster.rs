@@ -38,14 +38,7 @@ fn gateway_config(urls: &[String], gateway: &str) -> Value {
         "sink": {"subject": format!("plant.{gateway}"), "retries": 20, "retry_initial_ms": 100,
                  "retry_max_ms": 500, "timeout_secs": 2},
     });
-    config["flows"] = json!([{
-        "id": "uplink",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "pub", "kind": "sink", "sink": "nats"},
-        ],
-        "wires": [{"from": "in", "to": "pub"}],
-    }]);
+    config["flows"] = ingest_flow(&["nats"]);
     config
 }
 

@@ -47,14 +47,7 @@ fn named_config(receiver: &Receiver, name: &str, queue: &str) -> Value {
         sink["on_full"] = json!("block");
     }
     config["sinks"] = json!([sink]);
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "to", "kind": "sink", "sink": name},
-        ],
-        "wires": [{"from": "in", "to": "to"}],
-    }]);
+    config["flows"] = ingest_flow(&[name]);
     config
 }
 
@@ -508,15 +501,7 @@ fn the_admin_verbs_answer_405_with_allow_400_for_a_bad_id_404_for_an_unknown_one
     let receiver = Receiver::start();
     let mut config = push_config(&receiver, 8);
     // A flow that names `storage`, so that a sink without a queue of its own exists.
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "keep", "kind": "sink", "sink": "storage"},
-            {"id": "up", "kind": "sink", "sink": "push"},
-        ],
-        "wires": [{"from": "in", "to": "keep"}, {"from": "in", "to": "up"}],
-    }]);
+    config["flows"] = ingest_flow(&["storage", "push"]);
     let daemon = Daemon::start(config);
     for (method, p, allow) in [
         ("POST", "/api/push/dead-letters", "GET"),
@@ -600,14 +585,7 @@ fn a_disk_queue_in_front_of_mqtt_has_the_same_dead_letter_verbs_and_its_ledger_b
         {"name": "mq", "type": "mqtt", "topic": "qdl/{{key}}", "qos": 1,
          "queue": "disk", "max_quota_mb": 8, "on_full": "block"},
     ]);
-    config["flows"] = json!([{
-        "id": "out",
-        "nodes": [
-            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "to", "kind": "sink", "sink": "mq"},
-        ],
-        "wires": [{"from": "in", "to": "to"}],
-    }]);
+    config["flows"] = ingest_flow(&["mq"]);
     let daemon = Daemon::start(config);
     post(&daemon, "ok1", &json!({"n": 1}));
     // The key becomes the topic: a wildcard in it is a topic the sink refuses for good.

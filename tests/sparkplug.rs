@@ -613,14 +613,7 @@ fn a_link_cut_mid_drain_sends_again_from_the_oldest_unconfirmed_record_and_nothi
     let mut host = Host::start(&broker);
     let mut cfg = config(&broker, &device, 1000);
     cfg["mqtt"]["connections"][0]["url"] = json!(relay.url());
-    cfg["flows"] = json!([{
-        "id": "uns",
-        "nodes": [
-            {"id": "orders", "kind": "source", "source": format!("ingest/{SOURCE}")},
-            {"id": "out", "kind": "sink", "sink": "uns"},
-        ],
-        "wires": [{"from": "orders", "to": "out"}],
-    }]);
+    cfg["flows"] = ingest_flow(&["uns"]);
     let daemon = Daemon::start(cfg);
     host.wait("the NBIRTH", |m| m.iter().any(|v| v["type"] == "NBIRTH"));
     host.kill9();

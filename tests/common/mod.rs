@@ -97,6 +97,19 @@ pub fn queue_config(quota_mb: i64, on_full: &str) -> Value {
     })
 }
 
+/// `flows:` of one flow, `out`: the `orders` ingest source wired to each of `sinks`
+/// (nodes `in` and `to-<sink>`).
+pub fn ingest_flow(sinks: &[&str]) -> Value {
+    let mut nodes =
+        vec![json!({"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")})];
+    let mut wires = Vec::new();
+    for s in sinks {
+        nodes.push(json!({"id": format!("to-{s}"), "kind": "sink", "sink": s}));
+        wires.push(json!({"from": "in", "to": format!("to-{s}")}));
+    }
+    json!([{"id": "out", "nodes": nodes, "wires": wires}])
+}
+
 /// The demo's plant (config/demo.yaml) served by the built-in simulator on `port`, its
 /// `process` group polled four times a second; the admin token set.
 pub fn plant_config(port: u16) -> Value {
