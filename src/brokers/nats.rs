@@ -137,10 +137,21 @@ pub fn validate_connections(
 /// First wait between connection attempts.
 const RECONNECT_INITIAL: Duration = Duration::from_millis(100);
 
-/// The wait before attempt `n` (1-based): 100 ms doubling to `max`.
+/// The wait after `n` failed connection attempts in a row (1-based): 100 ms doubling to `max`.
 pub fn reconnect_delay(n: usize, max: Duration) -> Duration {
     let shift = n.saturating_sub(1).min(20) as u32;
     RECONNECT_INITIAL.saturating_mul(1 << shift).min(max)
+}
+
+/// The wait async-nats makes before connection attempt `attempts`. It asks before every
+/// attempt, the first included, and counts again from 1 after each lost connection: the first
+/// attempt goes at once (a daemon's connections start without a pause, a dropped one is tried
+/// again at once), each later one waits [`reconnect_delay`] of the failures before it.
+fn delay_before_attempt(attempts: usize, max: Duration) -> Duration {
+    match attempts {
+        0 | 1 => Duration::ZERO,
+        n => reconnect_delay(n - 1, max),
+    }
 }
 
 async fn options(
@@ -174,7 +185,7 @@ async fn options(
     Ok(o.name(name)
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
-        .reconnect_delay_callback(move |attempts| reconnect_delay(attempts, max)))
+        .reconnect_delay_callback(move |attempts| delay_before_attempt(attempts, max)))
 }
 
 /// Connects, retrying with back-off until connected; `None` when shutdown came first or the
@@ -228,5 +239,14 @@ mod tests {
         assert_eq!(reconnect_delay(2, max), Duration::from_millis(200));
         assert_eq!(reconnect_delay(7, max), Duration::from_secs(5));
         assert_eq!(reconnect_delay(10_000, max), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_first_connection_attempt_goes_at_once_and_later_ones_back_off() {
+        let max = Duration::from_secs(5);
+        assert_eq!(delay_before_attempt(1, max), Duration::ZERO);
+        assert_eq!(delay_before_attempt(2, max), Duration::from_millis(100));
+        assert_eq!(delay_before_attempt(3, max), Duration::from_millis(200));
+        assert_eq!(delay_before_attempt(10_000, max), Duration::from_secs(5));
     }
 }
