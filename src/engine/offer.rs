@@ -1,5 +1,6 @@
 //! Admission, node execution and delivery of one record.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -32,6 +33,19 @@ impl Admitted {
     }
 }
 
+/// The work items for `record` on each of `targets`, entered by `entry`: a borrowed record
+/// stays borrowed.
+fn fork<'r>(targets: &[NodeRef], entry: NodeRef, record: &Cow<'r, Record>) -> Vec<Item<'r>> {
+    targets
+        .iter()
+        .map(|t| Item {
+            at: *t,
+            entry,
+            record: record.clone(),
+        })
+        .collect()
+}
+
 /// How a run treats failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -57,11 +71,13 @@ pub struct Engine {
     pub ledger: Book,
 }
 
-/// One record on its way: the node to run next and the entry node it came in by.
-struct Item {
+/// One record on its way: the node to run next and the entry node it came in by. The record is
+/// the offered one, borrowed, until a map changes it: a record wired to several nodes is not
+/// copied for each.
+struct Item<'r> {
     at: NodeRef,
     entry: NodeRef,
-    record: Record,
+    record: Cow<'r, Record>,
 }
 
 /// What happened on the way, folded into a [`Settlement`] at the end.
@@ -253,7 +269,7 @@ impl Engine {
             .map(|r| Item {
                 at: *r,
                 entry: *r,
-                record: original.clone(),
+                record: Cow::Borrowed(&original),
             })
             .collect();
         let mut steps = 0;
@@ -263,16 +279,6 @@ impl Engine {
             mut record,
         }) = work.pop()
         {
-            let fork = |targets: &[NodeRef], record: &Record| {
-                targets
-                    .iter()
-                    .map(|t| Item {
-                        at: *t,
-                        entry,
-                        record: record.clone(),
-                    })
-                    .collect::<Vec<_>>()
-            };
             steps += 1;
             if steps > MAX_STEPS {
                 let reason = format!("more than {MAX_STEPS} node runs for one record");
@@ -305,7 +311,7 @@ impl Engine {
                             self.park(&mut run, &original, entry, at, reason, mode)
                                 .await;
                         } else {
-                            work.extend(fork(errors, &record));
+                            work.extend(fork(errors, entry, &record));
                         }
                         continue;
                     }
@@ -315,7 +321,7 @@ impl Engine {
                     .node_error(self.plan.flow_id(at), self.plan.node_id(at));
                 let errors = self.plan.targets(at, Port::Error);
                 if !errors.is_empty() {
-                    work.extend(fork(errors, &record));
+                    work.extend(fork(errors, entry, &record));
                     continue;
                 }
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -346,13 +352,13 @@ impl Engine {
                         self.park(&mut run, &original, entry, at, reason, mode)
                             .await;
                     } else {
-                        work.extend(fork(errors, entered));
+                        work.extend(fork(errors, entry, entered));
                     }
                 }
                 NodeOutcome::Emit(port) => {
                     let is_subflow = matches!(kind, NodeKind::Subflow { .. });
                     if is_subflow {
-                        work.extend(fork(self.plan.subflow_inputs(at), &record));
+                        work.extend(fork(self.plan.subflow_inputs(at), entry, &record));
                     }
                     let targets = self.plan.targets(at, port);
                     if targets.is_empty() && !is_subflow {
@@ -362,7 +368,7 @@ impl Engine {
                             self.park(&mut run, &original, entry, at, reason, mode)
                                 .await;
                         } else {
-                            work.extend(fork(errors, entered));
+                            work.extend(fork(errors, entry, entered));
                         }
                     } else if let [target] = targets {
                         // One wire: the record moves on, no copy.
@@ -372,7 +378,7 @@ impl Engine {
                             record,
                         });
                     } else {
-                        work.extend(fork(targets, &record));
+                        work.extend(fork(targets, entry, &record));
                     }
                 }
             }

@@ -4,6 +4,7 @@
 //! reason; a failed `map` leaves the record exactly as it came in, so the dead-letter queue
 //! keeps what the node was given. Sink nodes are run by the engine, not here.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use serde_json::value::to_raw_value;
@@ -16,12 +17,15 @@ use crate::record::Record;
 
 /// Runs one node on a record: `map`, `filter`, `switch`, and the pass-through kinds (`source`,
 /// `input`, `subflow`: `Emit(Out(0))`). A `sink` node fails here: the engine runs those.
-pub fn run_node(kind: &NodeKind, record: &mut Record) -> NodeOutcome {
+///
+/// Only a `map` writes the record, and a borrowed one is copied first: the engine hands every
+/// node the record as its source made it until a map changes it, without a copy per wire.
+pub fn run_node(kind: &NodeKind, record: &mut Cow<'_, Record>) -> NodeOutcome {
     match kind {
         NodeKind::Source { .. } | NodeKind::Input | NodeKind::Subflow { .. } => {
             NodeOutcome::Emit(Port::Out(0))
         }
-        NodeKind::Map(spec) => match apply_map(spec, record) {
+        NodeKind::Map(spec) => match apply_map(spec, record.to_mut()) {
             Ok(()) => NodeOutcome::Emit(Port::Out(0)),
             Err(reason) => NodeOutcome::Fail(reason),
         },
@@ -142,8 +146,8 @@ mod tests {
         FieldPath::parse(s).unwrap()
     }
 
-    fn record(payload: Value) -> Record {
-        Record::from_value("webhook/stripe", "k-1", &payload)
+    fn record(payload: Value) -> Cow<'static, Record> {
+        Cow::Owned(Record::from_value("webhook/stripe", "k-1", &payload))
     }
 
     fn map(set: &[(&str, Value)], rename: &[(&str, &str)], remove: &[&str]) -> NodeKind {
@@ -193,7 +197,7 @@ mod tests {
             r.payload_value(),
             json!({"order": 42, "site": "plant-3", "ref": "k-1-42", "copy": 12.5, "amount": 12.5})
         );
-        assert_eq!((r.key.as_str(), r.id), ("42", id));
+        assert_eq!((r.key.as_str(), r.id.as_str()), ("42", id.as_str()));
     }
 
     #[test]

@@ -372,8 +372,8 @@ mod tests {
                             prop_assert!(!plan.kind(*t).is_entry());
                         }
                     }
-                    let mut rec = Record::from_value("webhook/stripe", "k", &json!({"b": [1], "c": "x"}));
-                    let _ = run_node(&n.kind, &mut rec);
+                    let rec = Record::from_value("webhook/stripe", "k", &json!({"b": [1], "c": "x"}));
+                    let _ = run_node(&n.kind, &mut std::borrow::Cow::Owned(rec));
                 }
             }
         }
