@@ -87,18 +87,23 @@ impl Record {
     /// once for every record a queue stores.
     pub fn to_line(&self) -> Vec<u8> {
         let mut line = Vec::with_capacity(self.line_len());
+        self.write_line(&mut line);
+        line
+    }
+
+    /// Appends [`Record::to_line`] to `line` (a queue row writes its header first).
+    pub fn write_line(&self, line: &mut Vec<u8>) {
         line.extend_from_slice(br#"{"id":"#);
-        push_json_str(&mut line, &self.id);
+        push_json_str(line, &self.id);
         line.extend_from_slice(br#","source":"#);
-        push_json_str(&mut line, &self.source);
+        push_json_str(line, &self.source);
         line.extend_from_slice(br#","key":"#);
-        push_json_str(&mut line, &self.key);
+        push_json_str(line, &self.key);
         line.extend_from_slice(br#","ts":"#);
         line.extend_from_slice(self.ts_ms.to_string().as_bytes());
         line.extend_from_slice(br#","payload":"#);
         line.extend_from_slice(self.payload.get().as_bytes());
         line.push(b'}');
-        line
     }
 
     /// The length of [`Record::to_line`], without writing it (admission counts a record's

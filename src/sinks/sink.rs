@@ -324,7 +324,7 @@ impl Sink {
         tracked: bool,
     ) -> Result<Delivered, DeliveryError> {
         if let Some(q) = &self.queue {
-            q.store(record.to_line(), &record.source, tracked, reservation)
+            q.store(record, &record.source, tracked, reservation)
                 .await?;
             return Ok(Delivered::Stored);
         }

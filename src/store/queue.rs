@@ -75,6 +75,7 @@ use super::writer::{read_meta, write_meta, Linger, Meta, WriterThread};
 use super::{lmdb, StoreError};
 use crate::admission::{Gate, OnFull, Reservation};
 use crate::ledger::{Book, Counts};
+use crate::record::Record;
 use crate::telemetry::events;
 
 /// Fixed logical overhead counted for every row, on top of its key and value.
@@ -140,17 +141,34 @@ const MAX_TAG: usize = 1024;
 
 /// A row's value: the header for `tag`, then `line`.
 pub fn encode_row(tag: &Tag, line: &[u8]) -> Vec<u8> {
-    let mut name = tag.source.as_bytes();
-    if name.len() > MAX_TAG {
-        name = &name[..MAX_TAG];
-    }
+    let name = tag_name(&tag.source);
     let mut v = Vec::with_capacity(4 + name.len() + line.len());
-    v.push(HEADER_MARK);
-    v.push(u8::from(tag.tracked));
-    v.extend_from_slice(&(name.len() as u16).to_be_bytes());
-    v.extend_from_slice(name);
+    push_header(&mut v, name, tag.tracked);
     v.extend_from_slice(line);
     v
+}
+
+/// The row [`encode_row`] makes of `record`'s line for `source`, written in one buffer: the
+/// line is not made first and copied.
+pub fn record_row(source: &str, tracked: bool, record: &Record) -> Vec<u8> {
+    let name = tag_name(source);
+    let mut v = Vec::with_capacity(4 + name.len() + record.line_len());
+    push_header(&mut v, name, tracked);
+    record.write_line(&mut v);
+    v
+}
+
+/// The source name a header keeps: at most [`MAX_TAG`] bytes.
+fn tag_name(source: &str) -> &[u8] {
+    let name = source.as_bytes();
+    &name[..name.len().min(MAX_TAG)]
+}
+
+fn push_header(v: &mut Vec<u8>, name: &[u8], tracked: bool) {
+    v.push(HEADER_MARK);
+    v.push(u8::from(tracked));
+    v.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    v.extend_from_slice(name);
 }
 
 /// Splits a row's value into its tag (`None` for rows without a header, or a damaged one)
@@ -616,22 +634,22 @@ impl DurableQueue {
         self.writer.sender().is_ok()
     }
 
-    /// Appends one uplink line; resolves to its sequence number once the transaction holding it
-    /// has committed. `reservation` must come from this queue's [`gate`](Self::gate). `tag`
-    /// names the record's source for the ledger (a tracked row is counted acked and pending in
-    /// the same transaction that stores it).
+    /// Appends one row (its value, from [`record_row`] or [`encode_row`]); resolves to its
+    /// sequence number once the transaction holding it has committed. `reservation` must come
+    /// from this queue's [`gate`](Self::gate). The row's header names the record's source for
+    /// the ledger (a tracked row is counted acked and pending in the same transaction that
+    /// stores it).
     ///
     /// When the writer's channel is full the record is refused at once ([`StoreError::Busy`],
     /// counted in `dropped_total`): nothing was stored, the caller tells its source to retry.
     pub async fn append(
         &self,
-        line: Vec<u8>,
-        tag: &Tag,
+        value: Vec<u8>,
         reservation: Reservation,
     ) -> Result<u64, StoreError> {
         let (reply, rx) = oneshot::channel();
         let command = Command::Append {
-            value: encode_row(tag, &line),
+            value,
             _reservation: reservation,
             reply,
         };

@@ -1,6 +1,7 @@
 //! The push sink: the preprocess stage, then a durable (or volatile) append to its queue; the
 //! uplink drains the queue upstream.
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -114,8 +115,8 @@ impl PushSink {
         reservation: Reservation,
         tracked: bool,
     ) -> Result<Delivered, DeliveryError> {
-        let (line, commit) = match self.preprocess.as_ref().map(|pre| pre.apply(record)) {
-            None => (record.to_line(), None),
+        let (stored, commit) = match self.preprocess.as_ref().map(|pre| pre.apply(record)) {
+            None => (Cow::Borrowed(record), None),
             Some((Output::Suppressed, commit)) => {
                 // Kept out by design: acknowledged, counted; the reservation is freed.
                 if let Some(pre) = &self.preprocess {
@@ -123,12 +124,13 @@ impl PushSink {
                 }
                 return Ok(Delivered::Suppressed);
             }
-            Some((Output::Unchanged, commit)) => (record.to_line(), Some(commit)),
-            Some((Output::Changed(r), commit)) => (r.to_line(), Some(commit)),
+            Some((Output::Unchanged, commit)) => (Cow::Borrowed(record), Some(commit)),
+            Some((Output::Changed(r), commit)) => (Cow::Owned(r), Some(commit)),
         };
         match &self.buffer {
             Buffer::Durable(q) => {
-                q.store(line, &record.source, tracked, reservation).await?;
+                q.store(&stored, &record.source, tracked, reservation)
+                    .await?;
             }
             Buffer::Volatile { buffer, .. } => {
                 // Never refuses (evict_oldest): no reservation to grow.
@@ -136,7 +138,7 @@ impl PushSink {
                     source: record.source.clone(),
                     tracked,
                 };
-                buffer.append(line, &tag);
+                buffer.append(stored.to_line(), &tag);
             }
         }
         if let (Some(pre), Some(c)) = (&self.preprocess, commit) {

@@ -13,9 +13,10 @@ use crate::admission::level::LevelTracker;
 use crate::admission::{Gate, Refused, Reservation};
 use crate::alerts::{ComponentReport, QueueKind, QueueReading, QueueReport};
 use crate::ledger::Counts;
+use crate::record::Record;
 use crate::sinks::report::SinkFigures;
 use crate::sinks::DeliveryError;
-use crate::store::queue::{row_bytes, ReplayError, ReplaySummary, Tag, WRITER_CHANNEL};
+use crate::store::queue::{record_row, row_bytes, ReplayError, ReplaySummary, WRITER_CHANNEL};
 use crate::store::{DeadLetter, DurableQueue, QueueCounters, StoreError};
 
 /// Copies in a queue's dead letters as the ledger counts them: moved there, less those put
@@ -79,25 +80,21 @@ impl DiskQueue {
         row_bytes(line_len)
     }
 
-    /// Stores one record's `line` for the destination; returns once it is committed. The
+    /// Stores `record`'s line for the destination; returns once it is committed. The
     /// reservation is topped up first when the line outgrew what admission reserved (and may
     /// then be refused). `tracked`: this copy carries the record of `source` in the ledger.
     pub async fn store(
         &self,
-        line: Vec<u8>,
+        record: &Record,
         source: &str,
         tracked: bool,
         mut reservation: Reservation,
     ) -> Result<(), DeliveryError> {
         reservation
-            .top_up(self.gate(), row_bytes(line.len()))
+            .top_up(self.gate(), row_bytes(record.line_len()))
             .map_err(DeliveryError::Refused)?;
-        let tag = Tag {
-            source: source.to_string(),
-            tracked,
-        };
         self.queue
-            .append(line, &tag, reservation)
+            .append(record_row(source, tracked, record), reservation)
             .await
             .map_err(DeliveryError::Store)?;
         Ok(())

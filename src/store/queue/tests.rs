@@ -226,7 +226,8 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
                 match q.gate().admit(row_bytes(line.len())) {
                     Ok(reservation) => {
                         assert!(admitted, "the queue admitted what the model refused");
-                        rt.block_on(q.append(line, &tag, reservation)).unwrap();
+                        rt.block_on(q.append(encode_row(&tag, &line), reservation))
+                            .unwrap();
                     }
                     Err(_) => assert!(!admitted, "the queue refused what the model admitted"),
                 }
@@ -351,7 +352,9 @@ fn sixty_four_concurrent_reservations_never_overshoot_the_quota() {
                 for i in 0..20 {
                     let line = format!("{{\"t\":{t},\"i\":{i},\"pad\":\"{}\"}}", "y".repeat(900));
                     if let Ok(r) = q.gate().admit(row_bytes(line.len())) {
-                        q.append(line.into_bytes(), &tag_of(t), r).await.unwrap();
+                        q.append(encode_row(&tag_of(t), line.as_bytes()), r)
+                            .await
+                            .unwrap();
                         stored += 1;
                     }
                 }
@@ -381,8 +384,11 @@ fn dead_letter_table_is_trimmed_oldest_first_at_its_cap() {
         .unwrap();
     for i in 0..8 {
         let r = q.gate().admit(0).unwrap();
-        rt.block_on(q.append(format!("{{\"i\":{i}}}").into_bytes(), &tag_of(i), r))
-            .unwrap();
+        rt.block_on(q.append(
+            encode_row(&tag_of(i), format!("{{\"i\":{i}}}").as_bytes()),
+            r,
+        ))
+        .unwrap();
     }
     for seq in 0..8 {
         assert!(q.dead_letter(seq, "refused").unwrap());
@@ -416,7 +422,7 @@ fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grow
         .unwrap();
     let big = vec![b'x'; 400 << 10];
     let r = q.gate().admit(0).unwrap();
-    let first = rt.block_on(q.append(big.clone(), &tag_of(1), r));
+    let first = rt.block_on(q.append(encode_row(&tag_of(1), &big), r));
     assert_eq!(first, Err(StoreError::MapFull));
     assert_eq!(counters.write_errors_total.load(Ordering::Relaxed), 1);
     assert_eq!(
@@ -428,7 +434,7 @@ fn a_full_map_fails_every_caller_of_that_transaction_is_counted_and_the_map_grow
     let mut tries = 1;
     loop {
         let r = q.gate().admit(0).unwrap();
-        match rt.block_on(q.append(big.clone(), &tag_of(1), r)) {
+        match rt.block_on(q.append(encode_row(&tag_of(1), &big), r)) {
             Ok(_) => break,
             Err(StoreError::MapFull) if tries < 8 => tries += 1,
             Err(e) => panic!("after {tries} tries: {e}"),
@@ -447,7 +453,8 @@ fn fill(q: &DurableQueue, rt: &tokio::runtime::Runtime, n: usize, pad: usize) {
             source: "s/1".into(),
             tracked: true,
         };
-        rt.block_on(q.append(line.into_bytes(), &tag, r)).unwrap();
+        rt.block_on(q.append(encode_row(&tag, line.as_bytes()), r))
+            .unwrap();
     }
 }
 
@@ -530,7 +537,7 @@ fn a_replay_into_a_full_block_queue_is_refused_uncounted_and_changes_nothing() {
         let Ok(r) = q.gate().admit(row_bytes(line.len())) else {
             break;
         };
-        rt.block_on(q.append(line.into_bytes(), &tag_of(1), r))
+        rt.block_on(q.append(encode_row(&tag_of(1), line.as_bytes()), r))
             .unwrap();
         n += 1;
     }
