@@ -106,7 +106,7 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
             return resp;
         }
     };
-    outcome(src.ingest(&state.engine, &percent_decode(key), &body).await)
+    outcome(src.ingest(&state.engine, percent_decode(key), &body).await)
 }
 
 async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
@@ -138,6 +138,9 @@ async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
 
 /// Decodes `%XX` escapes of a path segment; invalid escapes stay as they are.
 pub fn percent_decode(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_string();
+    }
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -153,7 +156,7 @@ pub fn percent_decode(s: &str) -> String {
         out.push(bytes[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 #[cfg(test)]
@@ -167,5 +170,7 @@ mod tests {
         assert_eq!(percent_decode("%4"), "%4");
         assert_eq!(percent_decode("%zz"), "%zz");
         assert_eq!(percent_decode("x%41"), "xA");
+        assert_eq!(percent_decode("plain-key"), "plain-key");
+        assert_eq!(percent_decode("a%ffb"), "a\u{fffd}b");
     }
 }

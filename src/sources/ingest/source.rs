@@ -60,7 +60,7 @@ impl IngestSource {
     }
 
     /// Parses `body`, offers the record keyed `key`, and returns what the caller is told.
-    pub async fn ingest(&self, engine: &Engine, key: &str, body: &[u8]) -> SourceOutcome {
+    pub async fn ingest(&self, engine: &Engine, key: String, body: &[u8]) -> SourceOutcome {
         let record = match Record::from_json(self.source.as_str(), key, body) {
             Ok(r) => r,
             Err(e) => {
