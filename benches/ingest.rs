@@ -29,6 +29,12 @@
 //! mean records per commit of its push queue (from `/metrics`); and the
 //! daemon's RSS at idle and under load.
 //!
+//! Beside them, the floor of the daemon's CPU per record on this box, in the
+//! same run: the raw LMDB writer's CPU per record (this process's, groups of
+//! 64), and, when wrk runs, a bare HTTP server of the same hyper and tokio in
+//! this process (two worker threads; it reads each body and answers 200,
+//! nothing else) under the same wrk load: its CPU per request.
+//!
 //! Under `cargo test --all-targets` (no `--bench` argument) it makes a short
 //! smoke run instead: 0.2 s of raw LMDB, 1 s of 4 connections from each
 //! client (wrk only when installed) against the test-profile daemon, and
@@ -158,6 +164,17 @@ fn run() -> BoxResult<()> {
         plan.load.as_secs_f64()
     );
     let load = daemon_load(&bin, work.path(), &plan)?;
+    let bare = match wrk_binary() {
+        Some(wrk) if load.wrk_skipped.is_none() => {
+            println!(
+                "bare HTTP server (same hyper and tokio, in this process): wrk, {} connections for {:.1} s ...",
+                plan.conns,
+                plan.load.as_secs_f64()
+            );
+            Some(bare_http(&wrk, work.path(), &plan)?)
+        }
+        _ => None,
+    };
 
     let mut rows = vec![
         ("raw LMDB records/s".to_string(), format!("{:.0}", raw.rate)),
@@ -165,7 +182,25 @@ fn run() -> BoxResult<()> {
             "raw LMDB commits/s".to_string(),
             format!("{:.0}", raw.commits_per_sec),
         ),
+        (
+            "raw LMDB CPU us/record".to_string(),
+            raw.cpu_us_per_record
+                .map_or("n/a".into(), |us| format!("{us:.1}")),
+        ),
     ];
+    if let Some(bare) = &bare {
+        rows.extend([
+            (
+                "bare HTTP (wrk): requests/s".to_string(),
+                format!("{:.0}", bare.rate),
+            ),
+            (
+                "bare HTTP: CPU us/request".to_string(),
+                bare.cpu_us_per_request
+                    .map_or("n/a".into(), |us| format!("{us:.1}")),
+            ),
+        ]);
+    }
     for phase in &load.phases {
         let name = phase.client;
         let ratio = phase.ratio(raw.rate);
@@ -248,6 +283,24 @@ fn run() -> BoxResult<()> {
                 if ratio >= 0.5 { "meets" } else { "is BELOW" }
             );
         }
+        let floor = bare
+            .as_ref()
+            .and_then(|b| Some(b.cpu_us_per_request? + raw.cpu_us_per_record?));
+        let daemon = load.phases.iter().find(|p| p.client == "wrk");
+        if let (Some(floor), Some(us)) = (floor, daemon.and_then(Phase::cpu_us_per_record)) {
+            println!(
+                "floor (wrk): bare HTTP + raw LMDB = {floor:.1} us/record; the daemon {us:.1} us: {:.2}x the floor, {:.1} us its own",
+                us / floor,
+                us - floor
+            );
+        }
+    }
+    if let Some(bare) = bare.as_ref().filter(|b| !plan.bench && b.non_200 > 0) {
+        return Err(format!(
+            "smoke run: the bare HTTP server answered {} non-200",
+            bare.non_200
+        )
+        .into());
     }
     for phase in &load.phases {
         if phase.acked == 0 {
@@ -308,6 +361,9 @@ fn bench_base_dir() -> PathBuf {
 struct RawResult {
     rate: f64,
     commits_per_sec: f64,
+    /// This process's CPU time (user and system) per record: the writer's share of the
+    /// daemon's, for groups of 64.
+    cpu_us_per_record: Option<f64>,
     map_full: bool,
 }
 
@@ -340,6 +396,7 @@ fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
     let mut seq: u64 = 0;
     let mut commits: u64 = 0;
     let mut map_full = false;
+    let cpu_before = cpu_secs(std::process::id());
     let start = Instant::now();
     while start.elapsed() < duration {
         let mut wtxn = env.write_txn()?;
@@ -362,10 +419,16 @@ fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu_after = cpu_secs(std::process::id());
     drop(env);
+    let records = commits * RECORDS_PER_TXN;
     Ok(RawResult {
-        rate: (commits * RECORDS_PER_TXN) as f64 / elapsed,
+        rate: records as f64 / elapsed,
         commits_per_sec: commits as f64 / elapsed,
+        cpu_us_per_record: match (cpu_before, cpu_after) {
+            (Some(b), Some(a)) if records > 0 => Some((a - b) * 1e6 / records as f64),
+            _ => None,
+        },
         map_full,
     })
 }
@@ -716,11 +779,40 @@ end
     )
 }
 
-/// `wrk -t1 -c<conns>` with [`wrk_script`] for the load's duration.
+/// `wrk -t1 -c<conns>` with [`wrk_script`] for the load's duration, against the daemon.
 fn wrk_load(wrk: &Path, daemon: &Daemon, work: &Path, plan: &Plan) -> BoxResult<Phase> {
+    let before = Counters::read(daemon);
+    let run = run_wrk(wrk, &daemon.addr, work, plan)?;
+    let after = Counters::read(daemon);
+    Ok(Phase {
+        client: "wrk",
+        acked: run.requests.saturating_sub(run.non_200),
+        elapsed: run.elapsed,
+        p50_ms: run.p50_ms,
+        p99_ms: run.p99_ms,
+        max_ms: run.max_ms,
+        non_200: run.non_200,
+        io_errors: run.io_errors,
+        before,
+        after,
+    })
+}
+
+/// What wrk printed of one run.
+struct WrkRun {
+    requests: u64,
+    non_200: u64,
+    io_errors: u64,
+    elapsed: Duration,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+/// `wrk -t1 -c<conns>` with [`wrk_script`] for the load's duration, against `addr`.
+fn run_wrk(wrk: &Path, addr: &str, work: &Path, plan: &Plan) -> BoxResult<WrkRun> {
     let script = work.join("ingest.lua");
     fs::write(&script, wrk_script())?;
-    let before = Counters::read(daemon);
     let output = Command::new(wrk)
         .arg("-t1")
         .arg(format!("-c{}", plan.conns))
@@ -728,11 +820,10 @@ fn wrk_load(wrk: &Path, daemon: &Daemon, work: &Path, plan: &Plan) -> BoxResult<
         .arg(format!("--timeout={}s", IO_TIMEOUT.as_secs()))
         .arg("-s")
         .arg(&script)
-        .arg(format!("http://{}/", daemon.addr))
+        .arg(format!("http://{addr}/"))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", wrk.display()))?;
-    let after = Counters::read(daemon);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
         .lines()
@@ -750,21 +841,87 @@ fn wrk_load(wrk: &Path, daemon: &Daemon, work: &Path, plan: &Plan) -> BoxResult<
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("wrk result without {name}: {line}").into())
     };
-    let requests = field("requests")?;
-    let non_200 = field("status")?;
-    let io_errors = field("connect")? + field("read")? + field("write")? + field("timeout")?;
     let ms = |us: u64| us as f64 / 1000.0;
-    Ok(Phase {
-        client: "wrk",
-        acked: requests.saturating_sub(non_200),
+    Ok(WrkRun {
+        requests: field("requests")?,
+        non_200: field("status")?,
+        io_errors: field("connect")? + field("read")? + field("write")? + field("timeout")?,
         elapsed: Duration::from_micros(field("duration_us")?),
         p50_ms: ms(field("p50_us")?),
         p99_ms: ms(field("p99_us")?),
         max_ms: ms(field("max_us")?),
-        non_200,
-        io_errors,
-        before,
-        after,
+    })
+}
+
+/// The HTTP stack alone under the same wrk load: what a request costs before the connector
+/// does anything with it.
+struct BareHttp {
+    rate: f64,
+    cpu_us_per_request: Option<f64>,
+    non_200: u64,
+}
+
+/// A bare HTTP/1.1 server in this process, of the same hyper and tokio as the daemon (two
+/// worker threads, `TCP_NODELAY`, a keep-alive connection per client): it reads each body
+/// whole and answers `200` with a JSON body as long as the daemon's answer, and does nothing
+/// else. Loaded by the same wrk script for the same time; its CPU per request (this
+/// process's, which does nothing else meanwhile) is the part of the daemon's that is the
+/// HTTP stack and the kernel's TCP path on this box.
+fn bare_http(wrk: &Path, work: &Path, plan: &Plan) -> BoxResult<BareHttp> {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Incoming;
+
+    async fn answer(
+        req: hyper::Request<Incoming>,
+    ) -> Result<hyper::Response<Full<bytes::Bytes>>, std::convert::Infallible> {
+        let read = req.into_body().collect().await.map(|b| b.to_bytes().len());
+        let (status, text) = match read {
+            Ok(_) => (
+                200,
+                r#"{"ok":true,"result":"stored","id":"0123456789abcdef000000000000"}"#,
+            ),
+            Err(_) => (400, r#"{"ok":false}"#),
+        };
+        let mut resp = hyper::Response::new(Full::new(bytes::Bytes::from_static(text.as_bytes())));
+        *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        Ok(resp)
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?.to_string();
+    rt.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let service = hyper::service::service_fn(answer);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    });
+    let pid = std::process::id();
+    let before = cpu_secs(pid);
+    let run = run_wrk(wrk, &addr, work, plan)?;
+    let after = cpu_secs(pid);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let served = run.requests.saturating_sub(run.non_200);
+    Ok(BareHttp {
+        rate: served as f64 / run.elapsed.as_secs_f64().max(1e-9),
+        cpu_us_per_request: match (before, after) {
+            (Some(b), Some(a)) if served > 0 => Some((a - b) * 1e6 / served as f64),
+            _ => None,
+        },
+        non_200: run.non_200,
     })
 }
 

@@ -6,7 +6,10 @@
 #            daemon's ingest API (64 keep-alive connections, 1 KB bodies),
 #            from a Rust client and from wrk (one epoll thread, Lua POST
 #            script): ratio, daemon CPU us per acked record, records per
-#            commit, ack latency p50/p99, RSS idle/under load
+#            commit, ack latency p50/p99, RSS idle/under load; beside
+#            them the floor of the same run: the raw LMDB writer's CPU per
+#            record and a bare HTTP server's (same hyper and tokio, answers
+#            200 and nothing else) CPU per request under the same wrk load
 #            (benches/ingest.rs); installs wrk when missing
 #   databases rows/s into PostgreSQL and ClickHouse (servers started in temp
 #            dirs) through the connector's sinks and end to end through the
@@ -49,7 +52,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
