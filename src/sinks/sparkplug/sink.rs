@@ -215,12 +215,12 @@ impl SparkplugSink {
         let s = &self.stats;
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let born = s.born.load(Ordering::Relaxed);
-        let waiting = if born {
-            l(&s.waiting_at_birth).saturating_sub(l(&s.historical_since_birth))
-        } else {
-            // Nothing goes out: every row waits for the next session, where it is historical.
-            queue.map_or(0, |q| q.status(0).rows)
-        };
+        let waiting = historical_waiting(
+            born,
+            l(&s.waiting_at_birth),
+            l(&s.historical_since_birth),
+            queue.map(|q| q.status(0).rows),
+        );
         let host = self.cfg.primary_host_id.as_ref().map(|id| {
             json!({
                 "id": id,
@@ -404,5 +404,35 @@ impl Destination for Forwarder {
 
     fn start_over(&mut self) {
         self.round += 1;
+    }
+}
+
+/// The rows still to go out as historical: those the queue held at the birth less those sent
+/// since, never more than the queue holds now. A batch the last session published and the
+/// broker confirmed late is deleted after the birth counted it, and never goes out again.
+/// Before the birth nothing goes out: every queued row waits for the next session, where it
+/// is historical.
+fn historical_waiting(born: bool, at_birth: u64, sent_since: u64, queued: Option<u64>) -> u64 {
+    if !born {
+        return queued.unwrap_or(0);
+    }
+    let left = at_birth.saturating_sub(sent_since);
+    queued.map_or(left, |rows| left.min(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::historical_waiting;
+
+    #[test]
+    fn historical_waiting_counts_down_from_the_birth_and_never_exceeds_the_queue() {
+        assert_eq!(historical_waiting(false, 0, 0, Some(40)), 40);
+        assert_eq!(historical_waiting(false, 9, 9, None), 0);
+        assert_eq!(historical_waiting(true, 100, 30, Some(70)), 70);
+        // Rows of the last session deleted after the birth counted them: they are not waiting.
+        assert_eq!(historical_waiting(true, 100, 60, Some(0)), 0);
+        assert_eq!(historical_waiting(true, 100, 60, Some(25)), 25);
+        assert_eq!(historical_waiting(true, 10, 30, Some(5)), 0);
+        assert_eq!(historical_waiting(true, 100, 30, None), 70);
     }
 }
