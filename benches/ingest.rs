@@ -163,17 +163,18 @@ fn run() -> BoxResult<()> {
         plan.conns,
         plan.load.as_secs_f64()
     );
-    let load = daemon_load(&bin, work.path(), &plan)?;
-    let bare = match wrk_binary() {
-        Some(wrk) if load.wrk_skipped.is_none() => {
+    let wrk = wrk_binary();
+    let load = daemon_load(&bin, work.path(), &plan, wrk.as_deref())?;
+    let bare = match &wrk {
+        Some(wrk) => {
             println!(
                 "bare HTTP server (same hyper and tokio, in this process): wrk, {} connections for {:.1} s ...",
                 plan.conns,
                 plan.load.as_secs_f64()
             );
-            Some(bare_http(&wrk, work.path(), &plan)?)
+            Some(bare_http(wrk, work.path(), &plan)?)
         }
-        _ => None,
+        None => None,
     };
 
     let mut rows = vec![
@@ -184,8 +185,7 @@ fn run() -> BoxResult<()> {
         ),
         (
             "raw LMDB CPU us/record".to_string(),
-            raw.cpu_us_per_record
-                .map_or("n/a".into(), |us| format!("{us:.1}")),
+            tenths(raw.cpu_us_per_record),
         ),
     ];
     if let Some(bare) = &bare {
@@ -196,8 +196,7 @@ fn run() -> BoxResult<()> {
             ),
             (
                 "bare HTTP: CPU us/request".to_string(),
-                bare.cpu_us_per_request
-                    .map_or("n/a".into(), |us| format!("{us:.1}")),
+                tenths(bare.cpu_us_per_request),
             ),
         ]);
     }
@@ -219,15 +218,11 @@ fn run() -> BoxResult<()> {
             ),
             (
                 format!("{name}: daemon CPU us/record (<= 8)"),
-                phase
-                    .cpu_us_per_record()
-                    .map_or("n/a".into(), |us| format!("{us:.1}")),
+                tenths(phase.cpu_us_per_record()),
             ),
             (
                 format!("{name}: records per commit"),
-                phase
-                    .records_per_commit()
-                    .map_or("n/a".into(), |n| format!("{n:.1}")),
+                tenths(phase.records_per_commit()),
             ),
             (
                 format!("{name}: ack latency p50 (ms)"),
@@ -271,8 +266,8 @@ fn run() -> BoxResult<()> {
     if raw.map_full {
         println!("note: the raw run hit MDB_MAP_FULL and stopped early; its rate is over the time it ran");
     }
-    if let Some(why) = &load.wrk_skipped {
-        println!("note: the wrk client did not run: {why}");
+    if wrk.is_none() {
+        println!("note: the wrk client did not run: `wrk` not found (set BENCH_WRK, or `apt-get install wrk`)");
     }
     if plan.bench {
         for phase in &load.phases {
@@ -425,10 +420,7 @@ fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
     Ok(RawResult {
         rate: records as f64 / elapsed,
         commits_per_sec: commits as f64 / elapsed,
-        cpu_us_per_record: match (cpu_before, cpu_after) {
-            (Some(b), Some(a)) if records > 0 => Some((a - b) * 1e6 / records as f64),
-            _ => None,
-        },
+        cpu_us_per_record: us_each(cpu_before, cpu_after, records),
         map_full,
     })
 }
@@ -464,8 +456,7 @@ impl Phase {
 
     /// The daemon's CPU time (user + system) over the load, per acked record.
     fn cpu_us_per_record(&self) -> Option<f64> {
-        let secs = self.after.cpu_secs? - self.before.cpu_secs?;
-        (self.acked > 0).then(|| secs * 1e6 / self.acked as f64)
+        us_each(self.before.cpu_secs, self.after.cpu_secs, self.acked)
     }
 
     /// Records per push-queue commit over the load.
@@ -496,8 +487,6 @@ impl Counters {
 
 struct LoadResult {
     phases: Vec<Phase>,
-    /// Why the wrk client did not run, when it did not.
-    wrk_skipped: Option<String>,
     rss_idle: Rss,
     rss_load: Rss,
     queue_rows: String,
@@ -646,7 +635,7 @@ impl Rss {
     }
 }
 
-fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
+fn daemon_load(bin: &Path, work: &Path, plan: &Plan, wrk: Option<&Path>) -> BoxResult<LoadResult> {
     let mut daemon = Daemon::start(bin, work, plan.conns)?;
     println!(
         "daemon listening on {} (log: {})",
@@ -676,20 +665,16 @@ fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
     };
 
     let mut phases = vec![rust_load(&daemon, plan)?];
-    let wrk_skipped = match wrk_binary() {
-        Some(wrk) => {
-            thread::sleep(plan.settle);
-            println!(
-                "wrk: {} (1 thread, {} connections for {:.1} s) ...",
-                wrk.display(),
-                plan.conns,
-                plan.load.as_secs_f64()
-            );
-            phases.push(wrk_load(&wrk, &daemon, work, plan)?);
-            None
-        }
-        None => Some("`wrk` not found (set BENCH_WRK, or `apt-get install wrk`)".to_string()),
-    };
+    if let Some(wrk) = wrk {
+        thread::sleep(plan.settle);
+        println!(
+            "wrk: {} (1 thread, {} connections for {:.1} s) ...",
+            wrk.display(),
+            plan.conns,
+            plan.load.as_secs_f64()
+        );
+        phases.push(wrk_load(wrk, &daemon, work, plan)?);
+    }
     stop_sampling.store(true, Ordering::Relaxed);
     let rss_load = sampler.join().unwrap_or(rss_idle);
     let rss_load = rss_load.max(daemon.rss().unwrap_or_default());
@@ -698,7 +683,6 @@ fn daemon_load(bin: &Path, work: &Path, plan: &Plan) -> BoxResult<LoadResult> {
     let exit = daemon.stop();
     Ok(LoadResult {
         phases,
-        wrk_skipped,
         rss_idle,
         rss_load,
         queue_rows,
@@ -874,16 +858,15 @@ fn bare_http(wrk: &Path, work: &Path, plan: &Plan) -> BoxResult<BareHttp> {
     async fn answer(
         req: hyper::Request<Incoming>,
     ) -> Result<hyper::Response<Full<bytes::Bytes>>, std::convert::Infallible> {
-        let read = req.into_body().collect().await.map(|b| b.to_bytes().len());
-        let (status, text) = match read {
+        let (status, text) = match req.into_body().collect().await {
             Ok(_) => (
-                200,
+                hyper::StatusCode::OK,
                 r#"{"ok":true,"result":"stored","id":"0123456789abcdef000000000000"}"#,
             ),
-            Err(_) => (400, r#"{"ok":false}"#),
+            Err(_) => (hyper::StatusCode::BAD_REQUEST, r#"{"ok":false}"#),
         };
         let mut resp = hyper::Response::new(Full::new(bytes::Bytes::from_static(text.as_bytes())));
-        *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+        *resp.status_mut() = status;
         resp.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("application/json"),
@@ -917,12 +900,20 @@ fn bare_http(wrk: &Path, work: &Path, plan: &Plan) -> BoxResult<BareHttp> {
     let served = run.requests.saturating_sub(run.non_200);
     Ok(BareHttp {
         rate: served as f64 / run.elapsed.as_secs_f64().max(1e-9),
-        cpu_us_per_request: match (before, after) {
-            (Some(b), Some(a)) if served > 0 => Some((a - b) * 1e6 / served as f64),
-            _ => None,
-        },
+        cpu_us_per_request: us_each(before, after, served),
         non_200: run.non_200,
     })
+}
+
+/// CPU microseconds for each of `n`, from two readings of CPU seconds.
+fn us_each(before: Option<f64>, after: Option<f64>, n: u64) -> Option<f64> {
+    let secs = after? - before?;
+    (n > 0).then(|| secs * 1e6 / n as f64)
+}
+
+/// A figure with one decimal, `n/a` when it could not be measured.
+fn tenths(value: Option<f64>) -> String {
+    value.map_or("n/a".into(), |v| format!("{v:.1}"))
 }
 
 fn percentile_ms(sorted_us: &[u32], q: f64) -> f64 {
