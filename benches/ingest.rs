@@ -26,8 +26,10 @@
 //! Printed for each client: acked records/s, the ratio acked/raw (target at
 //! least 0.5), p50/p99 ack latency, the daemon's CPU time per acked record
 //! (user and system, from `/proc/<pid>/stat`, target at most 8 us) and the
-//! mean records per commit of its push queue (from `/metrics`); and the
-//! daemon's RSS at idle and under load.
+//! mean records per commit of its push queue (from `/metrics`), with its
+//! writer's time per commit: the cycle (one commit every so many us), the
+//! sync in it and the time a group was held open for callers still arriving;
+//! and the daemon's RSS at idle and under load.
 //!
 //! Beside them, the floor of the daemon's CPU per record on this box, in the
 //! same run: the raw LMDB writer's CPU per record (this process's, groups of
@@ -203,6 +205,7 @@ fn run() -> BoxResult<()> {
     for phase in &load.phases {
         let name = phase.client;
         let ratio = phase.ratio(raw.rate);
+        let cycle = phase.commit_cycle_us();
         rows.extend([
             (
                 format!("{name}: acked records (200)"),
@@ -223,6 +226,18 @@ fn run() -> BoxResult<()> {
             (
                 format!("{name}: records per commit"),
                 tenths(phase.records_per_commit()),
+            ),
+            (
+                format!("{name}: us per commit: cycle"),
+                tenths(cycle.map(|c| c.0)),
+            ),
+            (
+                format!("{name}: us per commit: sync"),
+                tenths(cycle.map(|c| c.1)),
+            ),
+            (
+                format!("{name}: us per commit: held open"),
+                tenths(cycle.map(|c| c.2)),
             ),
             (
                 format!("{name}: ack latency p50 (ms)"),
@@ -282,6 +297,13 @@ fn run() -> BoxResult<()> {
             .as_ref()
             .and_then(|b| Some(b.cpu_us_per_request? + raw.cpu_us_per_record?));
         let daemon = load.phases.iter().find(|p| p.client == "wrk");
+        if let Some((cycle, sync, held)) = daemon.and_then(Phase::commit_cycle_us) {
+            println!(
+                "commit cycle (wrk): a commit every {cycle:.0} us: sync {sync:.0}, held open for callers {held:.0}, the rest {:.0} (answers out, the first next record in, the writer's own work); the disk syncs {:.0}% of the time",
+                cycle - sync - held,
+                100.0 * sync / cycle
+            );
+        }
         if let (Some(floor), Some(us)) = (floor, daemon.and_then(Phase::cpu_us_per_record)) {
             println!(
                 "floor (wrk): bare HTTP + raw LMDB = {floor:.1} us/record; the daemon {us:.1} us: {:.2}x the floor, {:.1} us its own",
@@ -462,18 +484,45 @@ impl Phase {
     /// Records per push-queue commit over the load.
     fn records_per_commit(&self) -> Option<f64> {
         let (before, after) = (self.before.queue?, self.after.queue?);
-        let commits = after.0.checked_sub(before.0)?;
-        let commands = after.1.checked_sub(before.1)?;
+        let commits = after.commits.checked_sub(before.commits)?;
+        let commands = after.commands.checked_sub(before.commands)?;
         (commits > 0).then(|| commands as f64 / commits as f64)
+    }
+
+    /// The push queue's writer over the load, per commit: `(cycle, sync, held)` in
+    /// microseconds: one commit every `cycle`, of which `sync` syncing and `held` holding
+    /// the group open for callers.
+    fn commit_cycle_us(&self) -> Option<(f64, f64, f64)> {
+        let (before, after) = (self.before.queue?, self.after.queue?);
+        let commits = after.commits.checked_sub(before.commits)?;
+        if commits == 0 {
+            return None;
+        }
+        let each = |secs: f64| secs * 1e6 / commits as f64;
+        Some((
+            each(self.elapsed.as_secs_f64()),
+            each(after.sync_secs - before.sync_secs),
+            each(after.held_secs - before.held_secs),
+        ))
     }
 }
 
-/// The daemon's CPU time so far (seconds) and its push queue's
-/// `(commits, committed commands)` so far.
+/// The daemon's CPU time so far (seconds) and its push queue's writer counters so far.
 #[derive(Clone, Copy, Default)]
 struct Counters {
     cpu_secs: Option<f64>,
-    queue: Option<(u64, u64)>,
+    queue: Option<QueueCounts>,
+}
+
+/// The push queue writer's counters from `GET /metrics`.
+#[derive(Clone, Copy, Default)]
+struct QueueCounts {
+    commits: u64,
+    commands: u64,
+    /// Time its commits spent syncing.
+    sync_secs: f64,
+    /// Time it held groups open for callers.
+    held_secs: f64,
 }
 
 impl Counters {
@@ -1123,8 +1172,8 @@ fn queue_rows(addr: &str) -> Option<String> {
     })
 }
 
-/// The push queue's `(commits, committed commands)` from `GET /metrics`.
-fn queue_commits(addr: &str) -> Option<(u64, u64)> {
+/// The push queue writer's counters from `GET /metrics`.
+fn queue_commits(addr: &str) -> Option<QueueCounts> {
     let text = String::from_utf8(get(addr, "/metrics")?).ok()?;
     let sample = |name: &str| {
         text.lines()
@@ -1135,10 +1184,11 @@ fn queue_commits(addr: &str) -> Option<(u64, u64)> {
             })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|v| v as u64)
     };
-    Some((
-        sample("opex_connector_push_queue_commits_total")?,
-        sample("opex_connector_push_queue_committed_commands_total")?,
-    ))
+    Some(QueueCounts {
+        commits: sample("opex_connector_push_queue_commits_total")? as u64,
+        commands: sample("opex_connector_push_queue_committed_commands_total")? as u64,
+        sync_secs: sample("opex_connector_push_queue_sync_seconds_total")?,
+        held_secs: sample("opex_connector_push_queue_held_seconds_total")?,
+    })
 }

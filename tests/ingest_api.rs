@@ -176,6 +176,11 @@ fn block_queue_refuses_at_quota_with_exact_503_and_stores_nothing_more() {
         Some(used as f64),
         "{metrics}"
     );
+    // The stored records were synced: the commits took some time, and say how much.
+    let synced = metric(&metrics, "opex_connector_push_queue_sync_seconds_total");
+    assert!(synced.is_some_and(|s| s > 0.0), "{metrics}");
+    let held = metric(&metrics, "opex_connector_push_queue_held_seconds_total");
+    assert!(held.is_some_and(|s| s >= 0.0), "{metrics}");
 }
 
 #[test]

@@ -278,6 +278,8 @@ fn sink_lines(metrics: &str) -> Vec<String> {
                 "_batches_total",
                 "_commits_total",
                 "_committed_commands_total",
+                "_sync_seconds_total",
+                "_held_seconds_total",
             ]
             .iter()
             .any(|t| l.contains(t))

@@ -108,6 +108,11 @@ impl Samples {
         self.push(family, MetricKind::Counter, help, value as f64);
     }
 
+    /// A counter of seconds, kept in nanoseconds.
+    pub fn seconds(&mut self, family: &'static str, help: &'static str, nanos: u64) {
+        self.push(family, MetricKind::Counter, help, nanos as f64 / 1e9);
+    }
+
     /// A gauge sample.
     pub fn gauge(&mut self, family: &'static str, help: &'static str, value: f64) {
         self.push(family, MetricKind::Gauge, help, value);

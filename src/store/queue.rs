@@ -121,6 +121,11 @@ pub struct QueueCounters {
     pub commits_total: AtomicU64,
     /// Commands applied by those transactions; over `commits_total`, the mean group size.
     pub committed_commands_total: AtomicU64,
+    /// Time those commits spent syncing to disk, in nanoseconds; over `commits_total`, the
+    /// disk's mean sync (a worn SD card shows here first).
+    pub sync_nanos_total: AtomicU64,
+    /// Time the writer held groups open for callers still arriving, in nanoseconds.
+    pub held_nanos_total: AtomicU64,
     /// Commands waiting in the writer's channel now (of [`WRITER_CHANNEL`]).
     pub writer_queued: AtomicU64,
 }
@@ -1030,6 +1035,10 @@ impl Writer {
     fn run(mut self, rx: Receiver<Command>) {
         let mut linger = Linger::new();
         while let Some(group) = linger.next_group(&rx, MAX_GROUP) {
+            self.shared
+                .counters
+                .held_nanos_total
+                .fetch_add(nanos(linger.held()), Ordering::Relaxed);
             let c = &self.shared.counters.writer_queued;
             let n = group.len() as u64;
             // Saturating, so a count can never wrap; sends are counted before they happen.
@@ -1097,6 +1106,8 @@ impl Writer {
                 c.commits_total.fetch_add(1, Ordering::Relaxed);
                 c.committed_commands_total
                     .fetch_add(group_len, Ordering::Relaxed);
+                c.sync_nanos_total
+                    .fetch_add(nanos(synced_in), Ordering::Relaxed);
                 c.sent_total.store(self.state.sent_total, Ordering::Relaxed);
                 c.dead_lettered_total
                     .store(self.state.dead_lettered_total, Ordering::Relaxed);
@@ -1471,6 +1482,11 @@ impl Writer {
 
 /// The ledger fields a durable queue keeps on disk.
 const LEDGER_FIELDS: [&str; 5] = ["acked", "pending", "delivered", "evicted", "dead_lettered"];
+
+/// `d` in whole nanoseconds, saturating (a u64 holds 584 years of them).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 fn ledger_field<'a>(c: &'a mut Counts, field: &str) -> Option<&'a mut u64> {
     Some(match field {

@@ -127,6 +127,8 @@ pub struct Linger<C> {
     last_group: usize,
     /// Commands that arrived while the last group committed, taken before its answers.
     carry: Vec<C>,
+    /// How long the last group was held open for callers still arriving.
+    held: Duration,
     /// [`MAX_LINGER`]; longer in tests, so that a slow test machine cannot end a wait early.
     max_wait: Duration,
 }
@@ -144,6 +146,7 @@ impl<C> Linger<C> {
             sync: Duration::ZERO,
             last_group: 0,
             carry: Vec::new(),
+            held: Duration::ZERO,
             max_wait: MAX_LINGER,
         }
     }
@@ -181,6 +184,12 @@ impl<C> Linger<C> {
         drain(rx, &mut self.carry, max);
     }
 
+    /// How long the last group [`Linger::next_group`] gave was held open for callers still
+    /// arriving (zero when it went at once).
+    pub fn held(&self) -> Duration {
+        self.held
+    }
+
     /// Notes a failed transaction: the next group waits for nobody.
     pub fn failed(&mut self) {
         self.last_group = 0;
@@ -191,6 +200,7 @@ impl<C> Linger<C> {
     /// to `max` in all. `None` once the channel is closed and empty.
     pub fn next_group(&mut self, rx: &Receiver<C>, max: usize) -> Option<Vec<C>> {
         let target = self.target(max);
+        self.held = Duration::ZERO;
         let mut group = std::mem::take(&mut self.carry);
         group.reserve(target.max(64).min(max).saturating_sub(group.len()));
         let mut open = drain(rx, &mut group, max);
@@ -217,6 +227,7 @@ impl<C> Linger<C> {
                 break;
             }
         }
+        self.held = began.elapsed();
         Some(group)
     }
 }
@@ -281,6 +292,24 @@ mod tests {
         assert_eq!(linger.next_group(&rx, 64), Some(vec![1, 2, 3, 4, 5, 6]));
         drop(late.join().unwrap());
         assert_eq!(linger.next_group(&rx, 64), None);
+    }
+
+    #[test]
+    fn a_group_is_held_open_at_most_one_sync_and_says_how_long() {
+        let (tx, rx) = mpsc::sync_channel(16);
+        let mut linger = Linger::with_max_wait(HOUR);
+        let sync = Duration::from_millis(5);
+        linger.committed(&rx, 2, sync, 16);
+        tx.send(1).unwrap();
+        // The other caller of the last group never comes: the group goes after one sync.
+        assert_eq!(linger.next_group(&rx, 16), Some(vec![1]));
+        assert!(linger.held() >= sync, "held {:?}", linger.held());
+        assert!(linger.held() < HOUR);
+        // A group that has its callers at once is not held.
+        linger.committed(&rx, 1, sync, 16);
+        tx.send(2).unwrap();
+        assert_eq!(linger.next_group(&rx, 16), Some(vec![2]));
+        assert_eq!(linger.held(), Duration::ZERO);
     }
 
     #[test]

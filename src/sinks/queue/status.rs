@@ -166,6 +166,10 @@ pub struct Families {
     pub commits: &'static str,
     /// Commands applied by the commits.
     pub commands: &'static str,
+    /// Time the commits spent syncing.
+    pub sync: &'static str,
+    /// Time groups were held open for callers.
+    pub held: &'static str,
     /// Failed delivery attempts.
     pub failures: &'static str,
 }
@@ -187,6 +191,8 @@ pub const PUSH_FAMILIES: Families = Families {
     dead_deleted: "opex_connector_push_dead_letters_deleted_total",
     commits: "opex_connector_push_queue_commits_total",
     commands: "opex_connector_push_queue_committed_commands_total",
+    sync: "opex_connector_push_queue_sync_seconds_total",
+    held: "opex_connector_push_queue_held_seconds_total",
     failures: "opex_connector_uplink_failures_total",
 };
 
@@ -207,6 +213,8 @@ pub const DISK_FAMILIES: Families = Families {
     dead_deleted: "opex_connector_disk_queue_dead_letters_deleted_total",
     commits: "opex_connector_disk_queue_commits_total",
     commands: "opex_connector_disk_queue_committed_commands_total",
+    sync: "opex_connector_disk_queue_sync_seconds_total",
+    held: "opex_connector_disk_queue_held_seconds_total",
     failures: "opex_connector_disk_queue_delivery_failures_total",
 };
 
@@ -285,6 +293,16 @@ pub fn write_samples(
         f.commands,
         "Commands applied by those transactions (group commit: their ratio is the mean group).",
         l(&c.committed_commands_total),
+    );
+    s.seconds(
+        f.sync,
+        "Time a queue's commits spent syncing to disk (over the commits: the disk's mean sync).",
+        l(&c.sync_nanos_total),
+    );
+    s.seconds(
+        f.held,
+        "Time a queue's writer held groups open for callers still arriving (group commit).",
+        l(&c.held_nanos_total),
     );
     if let Some(d) = delivery {
         s.counter(

@@ -840,6 +840,10 @@ fn callers_arriving_while_a_group_commits_share_the_next_commit_and_none_is_answ
     let c = &q.shared.counters;
     assert_eq!(c.commits_total.load(Ordering::Relaxed), 2);
     assert_eq!(c.committed_commands_total.load(Ordering::Relaxed), 64);
+    assert!(c.sync_nanos_total.load(Ordering::Relaxed) > 0);
+    // The second group of 63 was held open one sync for the caller of the first, who never
+    // came back.
+    assert!(c.held_nanos_total.load(Ordering::Relaxed) > 0);
     assert_eq!(q.peek(usize::MAX).unwrap().len(), 64);
 }
 
