@@ -529,7 +529,7 @@ impl Counters {
     fn read(daemon: &Daemon) -> Counters {
         Counters {
             cpu_secs: cpu_secs(daemon.child.id()),
-            queue: queue_commits(&daemon.addr),
+            queue: queue_counts(&daemon.addr),
         }
     }
 }
@@ -1173,7 +1173,7 @@ fn queue_rows(addr: &str) -> Option<String> {
 }
 
 /// The push queue writer's counters from `GET /metrics`.
-fn queue_commits(addr: &str) -> Option<QueueCounts> {
+fn queue_counts(addr: &str) -> Option<QueueCounts> {
     let text = String::from_utf8(get(addr, "/metrics")?).ok()?;
     let sample = |name: &str| {
         text.lines()
