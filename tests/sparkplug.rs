@@ -309,8 +309,17 @@ fn a_host_application_decodes_every_birth_follows_ddata_by_alias_sees_bdseq_grow
 ) {
     let broker = Mosquitto::start();
     let device = ModbusTcp::start();
-    let mut host = Host::start(&broker);
     let mut daemon = Daemon::start(config(&broker, &device, 100));
+    // The births wait for the primary host, started once the device was polled: a DBIRTH
+    // sent before the first poll declares its metrics null (not polled yet), as it should,
+    // and this test reads the values in the DBIRTH.
+    wait_until(POLL_DEADLINE, "the device's first poll", || {
+        daemon.status()["devices"][0]["polls_total"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let mut host = Host::start(&broker);
 
     host.wait("NBIRTH and the device's DBIRTH", |m| {
         m.iter()

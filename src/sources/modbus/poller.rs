@@ -416,9 +416,10 @@ impl Line {
                 Ok(payload) => {
                     member.breaker.ok();
                     member.status.set_state(ConnState::Connected);
-                    member.status.polls_total.fetch_add(1, Ordering::Relaxed);
                     let value = Value::Object(payload);
+                    // The values first: whoever sees the poll counted finds them.
                     member.status.set_values(g, value.clone());
+                    member.status.polls_total.fetch_add(1, Ordering::Relaxed);
                     let mut record =
                         Record::from_value(member.cfg.source(), &member.cfg.groups[g].name, &value);
                     record.ts_ms = started_ms;
