@@ -205,7 +205,7 @@ fn run() -> BoxResult<()> {
     for phase in &load.phases {
         let name = phase.client;
         let ratio = phase.ratio(raw.rate);
-        let cycle = phase.commit_cycle_us();
+        let cycle = phase.commit_cycle();
         rows.extend([
             (
                 format!("{name}: acked records (200)"),
@@ -229,15 +229,15 @@ fn run() -> BoxResult<()> {
             ),
             (
                 format!("{name}: us per commit: cycle"),
-                tenths(cycle.map(|c| c.0)),
+                tenths(cycle.map(|c| c.cycle_us)),
             ),
             (
                 format!("{name}: us per commit: sync"),
-                tenths(cycle.map(|c| c.1)),
+                tenths(cycle.map(|c| c.sync_us)),
             ),
             (
                 format!("{name}: us per commit: held open"),
-                tenths(cycle.map(|c| c.2)),
+                tenths(cycle.map(|c| c.held_us)),
             ),
             (
                 format!("{name}: ack latency p50 (ms)"),
@@ -297,11 +297,14 @@ fn run() -> BoxResult<()> {
             .as_ref()
             .and_then(|b| Some(b.cpu_us_per_request? + raw.cpu_us_per_record?));
         let daemon = load.phases.iter().find(|p| p.client == "wrk");
-        if let Some((cycle, sync, held)) = daemon.and_then(Phase::commit_cycle_us) {
+        if let Some(c) = daemon.and_then(Phase::commit_cycle) {
             println!(
-                "commit cycle (wrk): a commit every {cycle:.0} us: sync {sync:.0}, held open for callers {held:.0}, the rest {:.0} (answers out, the first next record in, the writer's own work); the disk syncs {:.0}% of the time",
-                cycle - sync - held,
-                100.0 * sync / cycle
+                "commit cycle (wrk): a commit every {:.0} us: sync {:.0}, held open for callers {:.0}, the rest {:.0} (answers out, the first next record in, the writer's own work); the disk syncs {:.0}% of the time",
+                c.cycle_us,
+                c.sync_us,
+                c.held_us,
+                c.cycle_us - c.sync_us - c.held_us,
+                100.0 * c.sync_us / c.cycle_us
             );
         }
         if let (Some(floor), Some(us)) = (floor, daemon.and_then(Phase::cpu_us_per_record)) {
@@ -481,29 +484,30 @@ impl Phase {
         us_each(self.before.cpu_secs, self.after.cpu_secs, self.acked)
     }
 
-    /// Records per push-queue commit over the load.
-    fn records_per_commit(&self) -> Option<f64> {
+    /// The push queue's counters before and after the load, and its commits between them
+    /// (`None` when there were none).
+    fn commits(&self) -> Option<(QueueCounts, QueueCounts, u64)> {
         let (before, after) = (self.before.queue?, self.after.queue?);
         let commits = after.commits.checked_sub(before.commits)?;
-        let commands = after.commands.checked_sub(before.commands)?;
-        (commits > 0).then(|| commands as f64 / commits as f64)
+        (commits > 0).then_some((before, after, commits))
     }
 
-    /// The push queue's writer over the load, per commit: `(cycle, sync, held)` in
-    /// microseconds: one commit every `cycle`, of which `sync` syncing and `held` holding
-    /// the group open for callers.
-    fn commit_cycle_us(&self) -> Option<(f64, f64, f64)> {
-        let (before, after) = (self.before.queue?, self.after.queue?);
-        let commits = after.commits.checked_sub(before.commits)?;
-        if commits == 0 {
-            return None;
-        }
+    /// Records per push-queue commit over the load.
+    fn records_per_commit(&self) -> Option<f64> {
+        let (before, after, commits) = self.commits()?;
+        let commands = after.commands.checked_sub(before.commands)?;
+        Some(commands as f64 / commits as f64)
+    }
+
+    /// The push queue's writer over the load, per commit.
+    fn commit_cycle(&self) -> Option<CommitCycle> {
+        let (before, after, commits) = self.commits()?;
         let each = |secs: f64| secs * 1e6 / commits as f64;
-        Some((
-            each(self.elapsed.as_secs_f64()),
-            each(after.sync_secs - before.sync_secs),
-            each(after.held_secs - before.held_secs),
-        ))
+        Some(CommitCycle {
+            cycle_us: each(self.elapsed.as_secs_f64()),
+            sync_us: each(after.sync_secs - before.sync_secs),
+            held_us: each(after.held_secs - before.held_secs),
+        })
     }
 }
 
@@ -512,6 +516,15 @@ impl Phase {
 struct Counters {
     cpu_secs: Option<f64>,
     queue: Option<QueueCounts>,
+}
+
+/// One commit every `cycle_us`, of which `sync_us` syncing and `held_us` holding the group
+/// open for callers.
+#[derive(Clone, Copy)]
+struct CommitCycle {
+    cycle_us: f64,
+    sync_us: f64,
+    held_us: f64,
 }
 
 /// The push queue writer's counters from `GET /metrics`.
