@@ -154,10 +154,11 @@ pub fn encode_row(tag: &Tag, line: &[u8]) -> Vec<u8> {
 }
 
 /// The row [`encode_row`] makes of `record`'s line for `source`, written in one buffer: the
-/// line is not made first and copied.
-pub fn record_row(source: &str, tracked: bool, record: &Record) -> Vec<u8> {
+/// line is not made first and copied. `line_len`: [`Record::line_len`], which the caller has
+/// counted already for admission.
+pub fn record_row(source: &str, tracked: bool, record: &Record, line_len: usize) -> Vec<u8> {
     let name = tag_name(source);
-    let mut v = Vec::with_capacity(4 + name.len() + record.line_len());
+    let mut v = Vec::with_capacity(4 + name.len() + line_len);
     push_header(&mut v, name, tracked);
     record.write_line(&mut v);
     v

@@ -90,11 +90,12 @@ impl DiskQueue {
         tracked: bool,
         mut reservation: Reservation,
     ) -> Result<(), DeliveryError> {
+        let line_len = record.line_len();
         reservation
-            .top_up(self.gate(), row_bytes(record.line_len()))
+            .top_up(self.gate(), row_bytes(line_len))
             .map_err(DeliveryError::Refused)?;
         self.queue
-            .append(record_row(source, tracked, record), reservation)
+            .append(record_row(source, tracked, record, line_len), reservation)
             .await
             .map_err(DeliveryError::Store)?;
         Ok(())

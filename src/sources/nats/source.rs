@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use super::config::{NatsMode, NatsSourceConfig, DEVICE_BUFFER};
 use crate::brokers::nats::{connect, reconnect_delay};
 use crate::engine::{Engine, Mode};
-use crate::record::{Record, Settlement};
+use crate::record::{json_payload, new_id, value_payload, Record, Settlement};
 use crate::shutdown::Shutdown;
 use crate::sources::buffers::{DeviceBuffers, Pushed};
 
@@ -370,23 +370,24 @@ impl NatsSource {
     /// once its settlement is stored, the nak (with the backoff) when it was refused or failed.
     async fn settle(&self, engine: &Engine, subject: String, delivery: Delivery) -> Answer {
         let payload = &delivery.msg.message.payload;
-        let mut record = match Record::from_json(self.source.clone(), subject, payload) {
-            Ok(r) => r,
+        let (payload, subject) = match json_payload(payload) {
+            Ok(p) => (p, subject),
             Err(_) => {
                 self.stats.not_json.fetch_add(1, Ordering::Relaxed);
                 let text = String::from_utf8_lossy(payload).into_owned();
-                Record::from_value(
-                    self.source.clone(),
+                (
+                    value_payload(&Value::String(text)),
                     delivery.msg.message.subject.to_string(),
-                    &Value::String(text),
                 )
             }
         };
         // A stable id per stream message (the consumer's stream is this source's): a
         // redelivered duplicate carries the same id, so a receiver can drop it.
-        if let Some(sequence) = delivery.sequence {
-            record.id = format!("nats-{}-{sequence}", self.cfg.stream);
-        }
+        let id = match delivery.sequence {
+            Some(sequence) => format!("nats-{}-{sequence}", self.cfg.stream),
+            None => new_id(),
+        };
+        let record = Record::with_id(id, self.source.clone(), subject, payload);
         let settlement = match engine.admit(&record) {
             Err(refused) => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);

@@ -860,7 +860,7 @@ fn a_record_row_is_the_row_of_its_line_and_reads_back_as_the_record() {
             source: source.to_string(),
             tracked,
         };
-        let row = record_row(source, tracked, &record);
+        let row = record_row(source, tracked, &record, record.line_len());
         assert_eq!(row, encode_row(&tag, &record.to_line()));
         let name = &source[..source.len().min(MAX_TAG)];
         assert_eq!(row.len(), 4 + name.len() + record.line_len());
