@@ -263,8 +263,9 @@ pub fn new_id() -> String {
         u64::from_le_bytes(bytes)
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // 16 hex digits of the prefix, then the counter's low 48 bits in 12 (a formatter costs
-    // more than the rest of the id: this runs once per record).
+    // 16 hex digits of the prefix, then the counter's low 48 bits in 12 (2^48 records: 89
+    // years at 100 000 a second). Written by hand: a formatter costs more than the rest of
+    // the id, and this runs once per record.
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut id = [0u8; 28];
     for (i, b) in id[..16].iter_mut().enumerate() {
