@@ -846,26 +846,3 @@ fn callers_arriving_while_a_group_commits_share_the_next_commit_and_none_is_answ
     assert!(c.held_nanos_total.load(Ordering::Relaxed) > 0);
     assert_eq!(q.peek(usize::MAX).unwrap().len(), 64);
 }
-
-#[test]
-fn a_record_row_is_the_row_of_its_line_and_reads_back_as_the_record() {
-    let long = "s".repeat(MAX_TAG + 10);
-    for (source, tracked) in [
-        ("ingest/orders", true),
-        ("nats/o\"dd", false),
-        (&long[..], true),
-    ] {
-        let record = Record::from_json(source, "k\n1", br#"{"a":[1,"\n"]}"#).unwrap();
-        let tag = Tag {
-            source: source.to_string(),
-            tracked,
-        };
-        let row = record_row(source, tracked, &record, record.line_len());
-        assert_eq!(row, encode_row(&tag, &record.to_line()));
-        let name = &source[..source.len().min(MAX_TAG)];
-        assert_eq!(row.len(), 4 + name.len() + record.line_len());
-        let (header, line) = decode_row(&row);
-        assert_eq!(header, Some((name, tracked)));
-        assert_eq!(Record::from_line(line).unwrap(), record);
-    }
-}
