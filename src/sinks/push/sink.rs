@@ -23,7 +23,7 @@ use crate::sinks::queue::{
 };
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
-use crate::store::queue::{row_bytes, ReplayError, ReplaySummary, Tag};
+use crate::store::queue::{record_row, row_bytes, ReplayError, ReplaySummary};
 use crate::store::{DeadLetter, QueueCounters, StoreError};
 
 enum Buffer {
@@ -134,11 +134,12 @@ impl PushSink {
             }
             Buffer::Volatile { buffer, .. } => {
                 // Never refuses (evict_oldest): no reservation to grow.
-                let tag = Tag {
-                    source: record.source.clone(),
+                buffer.append(record_row(
+                    &record.source,
                     tracked,
-                };
-                buffer.append(stored.to_line(), &tag);
+                    &stored,
+                    stored.line_len(),
+                ));
             }
         }
         if let (Some(pre), Some(c)) = (&self.preprocess, commit) {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::admission::{Gate, OnFull};
 use crate::ledger::{Book, Cause, Left};
 use crate::store::queue::{
-    dead_letter_json, decode_row, encode_row, revive, row_bytes, ReplayError, ReplaySummary, Tag,
+    dead_letter_json, decode_row, encode_row, revive, row_bytes, ReplayError, ReplaySummary,
 };
 use crate::store::{DeadLetter, QueueCounters, Row, StoreError};
 use crate::telemetry::events;
@@ -94,10 +94,10 @@ impl VolatileBuffer {
         self.appended_total.load(Ordering::Relaxed)
     }
 
-    /// Appends a line, evicting the oldest rows to stay within the quota.
-    pub fn append(&self, line: Vec<u8>, tag: &Tag) -> u64 {
-        let size = row_bytes(line.len());
-        let line = encode_row(tag, &line);
+    /// Appends a row (from [`record_row`](crate::store::queue::record_row) or [`encode_row`]),
+    /// evicting the oldest rows to stay within the quota.
+    pub fn append(&self, line: Vec<u8>) -> u64 {
+        let (size, _) = size_and_source(&line);
         let mut inner = self.lock();
         let (mut rows, mut bytes) = (0, 0);
         while inner.used + size > VOLATILE_QUOTA {
@@ -115,12 +115,12 @@ impl VolatileBuffer {
         let seq = inner.next_seq;
         inner.next_seq += 1;
         inner.used += size;
+        if let (_, Some(source)) = size_and_source(&line) {
+            self.book.queued(source);
+        }
         inner.rows.push_back(Row { seq, line });
         inner.appended += 1;
         self.appended_total.fetch_add(1, Ordering::Relaxed);
-        if tag.tracked {
-            self.book.queued(&tag.source);
-        }
         self.gate.publish(inner.used, inner.rows.len() as u64);
         drop(inner);
         self.appended.notify_all();
@@ -358,6 +358,7 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
 mod tests {
     use super::*;
     use crate::sinks::queue::Drain;
+    use crate::store::queue::Tag;
 
     #[test]
     fn volatile_buffer_evicts_oldest_at_sixteen_mib_and_counts_it() {
@@ -369,7 +370,7 @@ mod tests {
             tracked: true,
         };
         for _ in 0..20 {
-            buf.append(line.clone(), &tag);
+            buf.append(encode_row(&tag, &line));
         }
         let (used, rows, _) = buf.gate().usage();
         assert!(used <= VOLATILE_QUOTA);
@@ -392,7 +393,7 @@ mod tests {
             tracked: true,
         };
         for i in 0..5 {
-            buf.append(format!("{{\"i\":{i}}}").into_bytes(), &tag);
+            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()));
         }
         let usage = buf.gate().usage();
         // Ids 0, 1, 2 are seqs 2, 0, 3.
