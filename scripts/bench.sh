@@ -10,7 +10,8 @@
 #            them the floor of the same run: the raw LMDB writer's CPU per
 #            record and a bare HTTP server's (same hyper and tokio, answers
 #            200 and nothing else) CPU per request under the same wrk load
-#            (benches/ingest.rs); installs wrk when missing
+#            (benches/ingest.rs), each with the share of the host's CPU time
+#            stolen by the hypervisor meanwhile; installs wrk when missing
 #   databases rows/s into PostgreSQL and ClickHouse (servers started in temp
 #            dirs) through the connector's sinks and end to end through the
 #            daemon, against a raw bulk load of the same rows (psql \copy,
@@ -52,7 +53,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,49p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since

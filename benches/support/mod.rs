@@ -1,5 +1,6 @@
 //! What every benchmark needs around the daemon: its binary, a child process killed on drop,
-//! a wait for a port, and a process's memory and CPU time from `/proc`. Included by each bench with `mod support;`.
+//! a wait for a port, a process's memory and CPU time and the machine's stolen CPU time from
+//! `/proc`. Included by each bench with `mod support;`.
 
 #![allow(dead_code)]
 
@@ -83,6 +84,42 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
     let utime: f64 = fields.next()?.parse().ok()?;
     let stime: f64 = fields.next()?.parse().ok()?;
     Some((utime + stime) / clock_ticks())
+}
+
+/// The machine's CPU time so far, from the `cpu` line of `/proc/stat`, in clock ticks: all of
+/// it, and the part the hypervisor ran other guests on this guest's CPUs (`steal`). On a shared
+/// virtual machine a run whose steal is high measured the neighbours as much as the code.
+#[derive(Debug, Clone, Copy)]
+pub struct HostCpu {
+    total: u64,
+    steal: u64,
+}
+
+impl HostCpu {
+    /// Now; `None` where `/proc/stat` cannot be read (not Linux).
+    pub fn read() -> Option<HostCpu> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        // user nice system idle iowait irq softirq steal (guest time is inside user and nice).
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        (ticks.len() == 8).then(|| HostCpu {
+            total: ticks.iter().sum(),
+            steal: ticks[7],
+        })
+    }
+
+    /// The share of the CPU time from `self` to `later` that was stolen, in percent.
+    pub fn steal_percent(before: Option<HostCpu>, later: Option<HostCpu>) -> Option<f64> {
+        let (before, later) = (before?, later?);
+        let total = later.total.checked_sub(before.total)?;
+        let steal = later.steal.checked_sub(before.steal)?;
+        (total > 0).then(|| steal as f64 * 100.0 / total as f64)
+    }
 }
 
 /// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when that fails).
