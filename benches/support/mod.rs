@@ -113,7 +113,8 @@ impl HostCpu {
         })
     }
 
-    /// The share of the CPU time from `self` to `later` that was stolen, in percent.
+    /// The share of the CPU time between the readings `before` and `later` that was stolen, in
+    /// percent; `None` when either is missing.
     pub fn steal_percent(before: Option<HostCpu>, later: Option<HostCpu>) -> Option<f64> {
         let (before, later) = (before?, later?);
         let total = later.total.checked_sub(before.total)?;
