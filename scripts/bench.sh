@@ -35,6 +35,16 @@
 #            in all and per gateway, RSS and CPU per record of the gateways,
 #            the stream's stored count against the acked total
 #            (benches/fleet.rs)
+#   instructions  user-space instructions per acked ingest request, counted
+#            by valgrind's callgrind (a count, not a time: the same to within
+#            about 1 % from run to run on a busy or shared box): the daemon
+#            (a build with its symbols) under a fixed number of 1 KB requests
+#            from 16 keep-alive connections, in all and for its main parts
+#            (the ingest handler, parsing the body, the engine's offer, the
+#            queue writer's commits, hyper reading a request head); the
+#            number to compare before and after a cut of the CPU per record
+#            (the kernel's part, the loopback path and the syncs, is not
+#            counted); installs valgrind when missing
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
@@ -45,7 +55,8 @@
 # units every 20 ms, 20000 records queued, the median of 3 rounds),
 # BENCH_FLEET (fleet sizes, default 1,4,16; BENCH_CONNS is then per gateway,
 # default 16), BENCH_FLEET_SYNC (always, default or both; default both),
-# BENCH_WRK (ingest: the wrk binary, default wrk on PATH).
+# BENCH_WRK (ingest: the wrk binary, default wrk on PATH), BENCH_REQUESTS
+# (instructions: requests counted, default 3200, after 320 not counted).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -53,7 +64,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,49p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,60p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
@@ -131,6 +142,128 @@ bench_fleet() {
     cargo bench --bench fleet
 }
 
+# The ingest client of `instructions`: CLIENTS threads, each on one keep-alive
+# connection, posting REQUESTS/CLIENTS 1 KB records to 127.0.0.1:PORT; fails
+# unless every answer is a 200.
+ingest_client() {
+    python3 - "$@" <<'PY'
+import http.client
+import sys
+import threading
+
+port, clients, requests = (int(a) for a in sys.argv[1:4])
+head = '{"client":0,"n":0,"temp_c":21.5,"pad":"'
+body = (head + "x" * (1024 - len(head) - 2) + '"}').encode()
+headers = {"Authorization": "Bearer bench-token-0123", "Content-Type": "application/json"}
+failed = []
+
+
+def client(i):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    for _ in range(requests // clients):
+        conn.request("POST", f"/api/ingest/bench/c{i}", body=body, headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status != 200:
+            failed.append(answer.status)
+
+
+threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+if failed:
+    sys.exit(f"{len(failed)} answers were not 200: {sorted(set(failed))}")
+PY
+}
+
+bench_instructions() {
+    if ! command -v valgrind >/dev/null 2>&1; then
+        echo "==> apt-get install valgrind (callgrind counts the instructions)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind
+    fi
+    local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+    case "$target_dir" in
+        /*) ;;
+        *) target_dir="$repo/$target_dir" ;;
+    esac
+    # The bench profile is the release profile with its symbols kept, so the
+    # counts can be given by function.
+    echo "==> cargo build --profile bench --bin opex-connector (the release build, with symbols)"
+    cargo build --profile bench --bin opex-connector
+    local bin="$target_dir/release/opex-connector"
+    local requests="${BENCH_REQUESTS:-3200}" clients=16
+    local work port pid
+    mkdir -p "${BENCH_DIR:-$target_dir/tmp}"
+    work="$(mktemp -d "${BENCH_DIR:-$target_dir/tmp}/opex-bench-instructions-XXXXXX")"
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    cat >"$work/bench.yaml" <<YAML
+connector:
+  name: bench
+  data_dir: "$work/data"
+  http:
+    listen: 127.0.0.1:$port
+    max_body_kb: 64
+  push_queue:
+    enabled: true
+    max_quota_mb: 1024
+    on_full: evict_oldest
+ingest:
+  sources:
+    - name: bench
+      token: bench-token-0123
+YAML
+    echo "==> valgrind --tool=callgrind $bin run (port $port, files in $work)"
+    RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
+        "$bin" run --config "$work/bench.yaml" >"$work/daemon.out" 2>"$work/daemon.log" &
+    pid=$!
+    # shellcheck disable=SC2064 # the pid and folder are fixed now
+    trap "kill $pid 2>/dev/null || true" EXIT
+    local waited=0
+    until python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; do
+        kill -0 "$pid" 2>/dev/null || { cat "$work/daemon.log" >&2; echo "the daemon stopped" >&2; exit 1; }
+        ((waited++ < 600)) || { echo "the daemon did not listen within 60 s" >&2; exit 1; }
+        sleep 0.1
+    done
+    echo "==> $((requests / 10)) requests not counted (warm-up), then $requests counted, $clients connections"
+    ingest_client "$port" "$clients" "$((requests / 10))"
+    callgrind_control --zero "$pid" >/dev/null 2>&1
+    ingest_client "$port" "$clients" "$requests"
+    callgrind_control --dump "$pid" >/dev/null 2>&1
+    kill -TERM "$pid"
+    wait "$pid" || true
+    trap - EXIT
+    local dump
+    dump="$(find "$work" -name 'callgrind.out.*' | sort | head -n1)"
+    [ -n "$dump" ] || { echo "callgrind wrote no dump in $work" >&2; exit 1; }
+    # Inclusive counts: a part's figure holds everything it calls.
+    callgrind_annotate --inclusive=yes "$dump" >"$work/annotate.txt"
+    echo
+    printf '| %-44s | %14s |\n' "user-space instructions per acked request" "instructions"
+    printf '|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..16})"
+    awk -v n="$requests" '
+        function row(name, pattern) {
+            for (i = 1; i <= count; i++) if (fn[i] ~ pattern) { printf "| %-44s | %14.0f |\n", name, ir[i] / n; return }
+            printf "| %-44s | %14s |\n", name, "n/a"
+        }
+        { v = $1; gsub(",", "", v) }
+        /PROGRAM TOTALS/ { total = v }
+        / \(.*%\)  / && v ~ /^[0-9]+$/ { count++; ir[count] = v; fn[count] = $0 }
+        END {
+            printf "| %-44s | %14.0f |\n", "all of the daemon", total / n
+            row("the ingest handler (routes::handle)", "http::routes::handle::")
+            row("  parsing the body (Record::from_json)", "record::Record::from_json")
+            row("  the engine offer (Engine::offer)", "engine::offer::Engine::offer::")
+            row("  reading the body (read_body)", "http::respond::read_body")
+            row("the queue writer (Writer::commit_group)", "queue::commit::Writer::commit_group")
+            row("hyper reading a request head", "h1::conn::Conn<I,B,T>::poll_read_head")
+        }' "$work/annotate.txt"
+    echo
+    echo "(inclusive counts; the kernel is not counted; the whole listing: $work/annotate.txt)"
+}
+
 case "${1:-}" in
     ingest) bench_ingest ;;
     databases) bench_databases ;;
@@ -139,13 +272,14 @@ case "${1:-}" in
     commands) bench_commands ;;
     sparkplug) bench_sparkplug ;;
     fleet) bench_fleet ;;
+    instructions) bench_instructions ;;
     -h | --help | help) usage ;;
     "")
         usage >&2
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug, fleet)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug, fleet, instructions)" >&2
         exit 2
         ;;
 esac
