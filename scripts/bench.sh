@@ -67,14 +67,20 @@ usage() {
     sed -n '2,60p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
+# Cargo's target folder as an absolute path (CARGO_TARGET_DIR is relative to
+# the repository when it is not absolute).
+cargo_target_dir() {
+    case "${CARGO_TARGET_DIR:-$repo/target}" in
+        /*) echo "${CARGO_TARGET_DIR:-$repo/target}" ;;
+        *) echo "$repo/$CARGO_TARGET_DIR" ;;
+    esac
+}
+
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
 # `cargo bench` rebuilds into the same folder with the bench profile.
 release_daemon() {
-    local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
-    case "$target_dir" in
-        /*) ;;
-        *) target_dir="$repo/$target_dir" ;;
-    esac
+    local target_dir
+    target_dir="$(cargo_target_dir)"
     echo "==> cargo build --release"
     cargo build --release
     # `cargo bench` rebuilds the binary with the bench profile into the same
@@ -184,11 +190,8 @@ bench_instructions() {
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind
     fi
-    local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
-    case "$target_dir" in
-        /*) ;;
-        *) target_dir="$repo/$target_dir" ;;
-    esac
+    local target_dir
+    target_dir="$(cargo_target_dir)"
     # The bench profile is the release profile with its symbols kept, so the
     # counts can be given by function.
     echo "==> cargo build --profile bench --bin opex-connector (the release build, with symbols)"
