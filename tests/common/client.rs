@@ -52,6 +52,10 @@ impl Client {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(60)))
+            // A server closes a keep-alive connection idle for its header read timeout (1 s at
+            // the least). A request sent on one as it closes fails with "Peer disconnected";
+            // the pool keeps a connection only for half that time so none is reused so late.
+            .max_idle_age(Duration::from_millis(500))
             .build();
         Client {
             agent: config.into(),
