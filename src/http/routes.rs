@@ -106,7 +106,7 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
             return resp;
         }
     };
-    outcome(src.ingest(&state.engine, percent_decode(key), &body).await)
+    outcome(src.ingest(&state.engine, percent_decode(key), body).await)
 }
 
 async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {

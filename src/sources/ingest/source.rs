@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
 use serde::Serialize;
 
 use super::config::IngestSourceConfig;
@@ -60,8 +61,14 @@ impl IngestSource {
     }
 
     /// Parses `body`, offers the record keyed `key`, and returns what the caller is told.
-    pub async fn ingest(&self, engine: &Engine, key: String, body: &[u8]) -> SourceOutcome {
-        let record = match Record::from_json(self.source.as_str(), key, body) {
+    ///
+    /// The body is dropped once the record holds its copy, before the offer waits for the
+    /// commit: it is a slice of the connection's read buffer (8 KB at the least), which it
+    /// would otherwise keep in memory for every request waiting on a commit.
+    pub async fn ingest(&self, engine: &Engine, key: String, body: Bytes) -> SourceOutcome {
+        let parsed = Record::from_json(self.source.as_str(), key, &body);
+        drop(body);
+        let record = match parsed {
             Ok(r) => r,
             Err(e) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
