@@ -44,7 +44,7 @@ use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, RwTxn, WithoutTls};
 use tokio::sync::oneshot;
 
-use super::writer::{next_group, read_meta, write_meta, Meta, WriterThread};
+use super::writer::{commit_meta, next_group, read_meta, write_meta, Meta, WriterThread};
 use super::{lmdb, StoreError};
 use crate::admission::{Gate, OnFull, Reservation};
 use crate::record::Record;
@@ -277,7 +277,7 @@ impl EventStore {
             }
             events::event_store_index_rebuilt(index_rows, actual_rows);
         }
-        write_meta(&meta, &mut wtxn, &META_KEYS, state.fields())?;
+        write_meta(&meta, &mut wtxn, &META_KEYS, state.fields(), None)?;
         wtxn.commit()?;
 
         for (counter, value) in [
@@ -524,11 +524,17 @@ impl OldRow {
 struct Writer {
     shared: Arc<Shared>,
     state: State,
+    /// `state` as the last commit wrote it: a commit writes only the meta keys that moved.
+    saved: State,
 }
 
 impl Writer {
     fn new(shared: Arc<Shared>, state: State) -> Self {
-        Self { shared, state }
+        Self {
+            shared,
+            state,
+            saved: state,
+        }
     }
 
     fn run(mut self, rx: Receiver<Command>) {
@@ -539,21 +545,14 @@ impl Writer {
     }
 
     /// Refusals and channel drops are counted outside the writer and reach the disk with the
-    /// next commit; at a clean stop, commit them on their own so a restart keeps them.
+    /// next commit; at a clean stop, commit them (and a failed last commit's write error) on
+    /// their own so a restart keeps them.
     fn flush_counters(&mut self) {
-        let blocked = self.shared.gate.blocked_total();
-        let dropped = self.shared.counters.dropped_total.load(Ordering::Relaxed);
-        if blocked == self.state.blocked_total && dropped == self.state.dropped_total {
-            return;
-        }
-        self.state.blocked_total = blocked;
-        self.state.dropped_total = dropped;
-        let mut state = self.state;
-        let result = self.shared.env.write_txn().and_then(|mut txn| {
-            write_meta(&self.shared.meta, &mut txn, &META_KEYS, state.fields())?;
-            txn.commit()
-        });
-        if let Err(e) = result {
+        self.state.blocked_total = self.shared.gate.blocked_total();
+        self.state.dropped_total = self.shared.counters.dropped_total.load(Ordering::Relaxed);
+        let (env, meta) = (&self.shared.env, &self.shared.meta);
+        let saved = &mut self.saved;
+        if let Err(e) = commit_meta(env, meta, &META_KEYS, self.state, saved, State::fields) {
             log::error!("event history counters not saved at stop: error=\"{e}\"");
         }
     }
@@ -580,6 +579,7 @@ impl Writer {
         };
         match result {
             Ok(outcomes) => {
+                self.saved = self.state;
                 let s = &self.shared;
                 s.gate.publish(self.state.used, self.state.rows);
                 s.counters
@@ -656,8 +656,14 @@ impl Writer {
         }
         self.state.blocked_total = shared.gate.blocked_total();
         self.state.dropped_total = shared.counters.dropped_total.load(Ordering::Relaxed);
-        let mut state = self.state;
-        if let Err(e) = write_meta(&shared.meta, &mut txn, &META_KEYS, state.fields()) {
+        let (mut state, mut saved) = (self.state, self.saved);
+        if let Err(e) = write_meta(
+            &shared.meta,
+            &mut txn,
+            &META_KEYS,
+            state.fields(),
+            Some(saved.fields()),
+        ) {
             txn.abort();
             return Err(e.into());
         }

@@ -252,7 +252,7 @@ impl DurableQueue {
             state.appended_total =
                 state.rows + state.sent_total + state.evicted_total + state.dead_lettered_total;
         }
-        write_meta(&meta, &mut wtxn, &META_KEYS, state.fields())?;
+        write_meta(&meta, &mut wtxn, &META_KEYS, state.fields(), None)?;
         let sources = read_ledger(&ledger, &wtxn)?;
         wtxn.commit()?;
         let book = Book::default();

@@ -17,7 +17,7 @@ use super::{Shared, StoreError};
 use crate::admission::{OnFull, Reservation};
 use crate::ledger::Counts;
 use crate::store::lmdb;
-use crate::store::writer::{write_meta, Linger, Meta};
+use crate::store::writer::{commit_meta, write_meta, Linger, Meta};
 use crate::telemetry::events;
 
 /// Most commands applied in one transaction.
@@ -132,6 +132,8 @@ enum Pending {
 pub(super) struct Writer {
     shared: Arc<Shared>,
     state: State,
+    /// `state` as the last commit wrote it: a commit writes only the meta keys that moved.
+    saved: State,
     /// The committed ledger counts by source.
     sources: BTreeMap<String, Counts>,
     /// The counts the open transaction changed (its new values); merged into `sources` after
@@ -150,6 +152,7 @@ impl Writer {
         Self {
             shared,
             state,
+            saved: state,
             sources,
             touched: BTreeMap::new(),
             adds_rows: false,
@@ -195,22 +198,15 @@ impl Writer {
     }
 
     /// Refusals and channel drops are counted outside the writer and reach the disk with the
-    /// next commit; at a clean stop, commit them on their own so a restart keeps them. (After
-    /// a crash, the ones since the last commit are missing from the restored counters.)
+    /// next commit; at a clean stop, commit them (and a failed last commit's write error) on
+    /// their own so a restart keeps them. (After a crash, the ones since the last commit are
+    /// missing from the restored counters.)
     fn flush_counters(&mut self) {
-        let blocked = self.shared.gate.blocked_total();
-        let dropped = self.shared.counters.dropped_total.load(Ordering::Relaxed);
-        if blocked == self.state.blocked_total && dropped == self.state.dropped_total {
-            return;
-        }
-        self.state.blocked_total = blocked;
-        self.state.dropped_total = dropped;
-        let mut state = self.state;
-        let result = self.shared.env.write_txn().and_then(|mut txn| {
-            write_meta(&self.shared.meta, &mut txn, &META_KEYS, state.fields())?;
-            txn.commit()
-        });
-        if let Err(e) = result {
+        self.state.blocked_total = self.shared.gate.blocked_total();
+        self.state.dropped_total = self.shared.counters.dropped_total.load(Ordering::Relaxed);
+        let (env, meta) = (&self.shared.env, &self.shared.meta);
+        let saved = &mut self.saved;
+        if let Err(e) = commit_meta(env, meta, &META_KEYS, self.state, saved, State::fields) {
             log::error!(
                 "queue counters not saved at stop: sink={} error=\"{e}\"",
                 self.shared.sink
@@ -238,6 +234,7 @@ impl Writer {
         };
         match result {
             Ok((pending, synced_in)) => {
+                self.saved = self.state;
                 linger.committed(rx, group_len as usize, synced_in, MAX_GROUP);
                 let touched = std::mem::take(&mut self.touched);
                 self.shared.book.store(touched.clone());
@@ -382,8 +379,14 @@ impl Writer {
         }
         self.state.blocked_total = self.shared.gate.blocked_total();
         self.state.dropped_total = self.shared.counters.dropped_total.load(Ordering::Relaxed);
-        let mut state = self.state;
-        if let Err(e) = write_meta(&self.shared.meta, &mut txn, &META_KEYS, state.fields()) {
+        let (mut state, mut saved) = (self.state, self.saved);
+        if let Err(e) = write_meta(
+            &self.shared.meta,
+            &mut txn,
+            &META_KEYS,
+            state.fields(),
+            Some(saved.fields()),
+        ) {
             txn.abort();
             return Err((e.into(), pending));
         }
