@@ -260,7 +260,6 @@ pub fn now_ms() -> u64 {
 /// A new unique id: 64 random bits drawn once per process, then a counter. Unique across
 /// restarts (a new random prefix each start) without a system call per record.
 pub fn new_id() -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     // The prefix's 16 hex digits, written once.
     static PREFIX: OnceLock<String> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -274,9 +273,9 @@ pub fn new_id() -> String {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
         };
-        (0..16)
-            .map(|i| char::from(HEX[(bits >> (60 - 4 * i) & 0xf) as usize]))
-            .collect()
+        let mut prefix = String::with_capacity(16);
+        push_hex(&mut prefix, bits, 16);
+        prefix
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     // Then the counter's low 48 bits in 12 digits (2^48 records: 89 years at 100 000 a
@@ -284,10 +283,16 @@ pub fn new_id() -> String {
     // once per record.
     let mut id = String::with_capacity(28);
     id.push_str(prefix);
-    for i in 0..12 {
-        id.push(char::from(HEX[(n >> (44 - 4 * i) & 0xf) as usize]));
-    }
+    push_hex(&mut id, n, 12);
     id
+}
+
+/// Appends the low `digits` hex digits of `n` (lowercase, the highest first).
+fn push_hex(out: &mut String, n: u64, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..digits).rev() {
+        out.push(char::from(HEX[(n >> (4 * i) & 0xf) as usize]));
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +357,15 @@ mod tests {
             r.id, r.ts_ms
         );
         assert_eq!(String::from_utf8(r.to_line()).unwrap(), expected);
+    }
+
+    #[test]
+    fn hex_digits_are_the_low_ones_highest_first_with_leading_zeros() {
+        let mut s = String::new();
+        push_hex(&mut s, 0x0123_4567_89ab_cdef, 16);
+        // The top four digits (`dead`) are cut; the zeros under them are kept.
+        push_hex(&mut s, 0xdead_0000_0000_0abc, 12);
+        assert_eq!(s, "0123456789abcdef000000000abc");
     }
 
     #[test]
