@@ -167,7 +167,7 @@ impl Engine {
             Err(settlement) => settlement,
             Ok(None) => self.unrouted(&record.source),
             Ok(Some(admitted)) => {
-                let entries = self.plan.entries(&record.source).to_vec();
+                let entries = self.plan.entries(&record.source);
                 self.run(record, entries, admitted, Mode::Normal).await
             }
         };
@@ -183,7 +183,7 @@ impl Engine {
             Mode::Replay => None,
             Mode::Normal | Mode::Accepted => self.hub.watch(&record),
         };
-        let entries = self.plan.entries(&record.source).to_vec();
+        let entries = self.plan.entries(&record.source);
         let settlement = if entries.is_empty() {
             self.unrouted(&record.source)
         } else {
@@ -207,7 +207,7 @@ impl Engine {
         match self.admit(&record) {
             Err(settlement) => settlement,
             Ok(admitted) => {
-                self.run(record, entries, admitted.unwrap_or_default(), Mode::Replay)
+                self.run(record, &entries, admitted.unwrap_or_default(), Mode::Replay)
                     .await
             }
         }
@@ -256,7 +256,7 @@ impl Engine {
     async fn run(
         &self,
         original: Record,
-        entries: Vec<NodeRef>,
+        entries: &[NodeRef],
         mut admitted: Admitted,
         mode: Mode,
     ) -> Settlement {

@@ -15,13 +15,16 @@ use super::{admin, auth, commands, ledger, live, page, status, trends, AppState}
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
 pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp, Infallible> {
+    // A copy of the path, not of the Uri: a cloned Uri would hold hyper's read buffer until
+    // the answer leaves.
     let path = req.uri().path().to_string();
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let mut parts = [""; MAX_SEGMENTS];
+    let segments = split_path(&path, &mut parts);
     let method = req.method().clone();
     let get = matches!(method, Method::GET | Method::HEAD);
     // The routes that take the request answer themselves; the others only look at it, and
     // their answer goes out after its body (if any) is read and dropped.
-    let resp = match segments.as_slice() {
+    let resp = match segments {
         ["api", "ingest", source, id] if !source.is_empty() && !id.is_empty() => {
             if method != Method::POST {
                 not_allowed("POST")
@@ -74,10 +77,28 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         | ["api", "sinks", _, "dead-letters", ..]
         | ["api", "sinks", _, "errors"]
         | ["api", "dead-letters", ..]
-        | ["api", "events"] => return Ok(admin::handle(&state, &segments, req).await),
+        | ["api", "events"] => return Ok(admin::handle(&state, segments, req).await),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
     Ok(answer_unread(&state, req, resp).await)
+}
+
+/// More path segments than the longest endpoint has (`/api/sinks/{name}/dead-letters/{id}/replay`
+/// has six).
+const MAX_SEGMENTS: usize = 8;
+
+/// Splits `path` into its segments in `parts`, without a heap allocation per request. A path
+/// of more than [`MAX_SEGMENTS`] segments names no endpoint: it splits into none, a 404.
+fn split_path<'a, 'p>(path: &'p str, parts: &'a mut [&'p str; MAX_SEGMENTS]) -> &'a [&'p str] {
+    let mut n = 0;
+    for segment in path.trim_start_matches('/').split('/') {
+        let Some(slot) = parts.get_mut(n) else {
+            return &[];
+        };
+        *slot = segment;
+        n += 1;
+    }
+    parts.get(..n).unwrap_or_default()
 }
 
 async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming>) -> Resp {
@@ -161,7 +182,27 @@ pub fn percent_decode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::{percent_decode, split_path, MAX_SEGMENTS};
+
+    #[test]
+    fn a_path_splits_into_its_segments_and_a_longer_one_than_any_endpoint_into_none() {
+        let split = |path: &str| {
+            let mut parts = [""; MAX_SEGMENTS];
+            split_path(path, &mut parts)
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(split("/"), [""]);
+        assert_eq!(split("/api/status"), ["api", "status"]);
+        assert_eq!(split("/api/ingest/line/"), ["api", "ingest", "line", ""]);
+        assert_eq!(
+            split("/api/sinks/db/dead-letters/7/replay"),
+            ["api", "sinks", "db", "dead-letters", "7", "replay"]
+        );
+        assert_eq!(split("/a/b/c/d/e/f/g/h").len(), MAX_SEGMENTS);
+        assert!(split("/a/b/c/d/e/f/g/h/i").is_empty());
+    }
 
     #[test]
     fn percent_decoding_never_panics_on_truncated_escapes() {
