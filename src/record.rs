@@ -134,9 +134,38 @@ fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
+/// True when JSON escapes some byte of `s`: [`needs_escape`] over its bytes, eight at a time,
+/// the last eight of a longer string read once more where they overlap the words before.
+/// Three strings of every stored line are tested twice (its length at admission, then the line),
+/// so a word-wide test is worth its lines.
+fn has_escape(s: &[u8]) -> bool {
+    let Some(&last) = s.last_chunk::<8>() else {
+        return s.iter().copied().any(needs_escape);
+    };
+    let chunks = s.chunks_exact(8);
+    let tail = !chunks.remainder().is_empty() && word_has_escape(last);
+    tail || chunks
+        .into_iter()
+        .any(|c| <[u8; 8]>::try_from(c).is_ok_and(word_has_escape))
+}
+
+/// [`has_escape`] of one word.
+fn word_has_escape(bytes: [u8; 8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Non-zero exactly when some byte of `v` is below `n` (at most 0x80): a borrow only starts
+    // at such a byte.
+    let below = |v: u64, n: u8| v.wrapping_sub(ONES * u64::from(n)) & !v & HIGHS;
+    let x = u64::from_ne_bytes(bytes);
+    below(x, 0x20)
+        | below(x ^ (ONES * u64::from(b'"')), 1)
+        | below(x ^ (ONES * u64::from(b'\\')), 1)
+        != 0
+}
+
 /// Bytes of `s` as a JSON string, quotes included.
 fn json_str_len(s: &str) -> usize {
-    if !s.bytes().any(needs_escape) {
+    if !has_escape(s.as_bytes()) {
         return 2 + s.len();
     }
     2 + s.bytes().map(|b| escape_len(b).unwrap_or(1)).sum::<usize>()
@@ -144,7 +173,7 @@ fn json_str_len(s: &str) -> usize {
 
 /// Appends `s` as a JSON string.
 fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    if !s.bytes().any(needs_escape) {
+    if !has_escape(s.as_bytes()) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -366,6 +395,35 @@ mod tests {
         // The top four digits (`dead`) are cut; the zeros under them are kept.
         push_hex(&mut s, 0xdead_0000_0000_0abc, 12);
         assert_eq!(s, "0123456789abcdef000000000abc");
+    }
+
+    #[test]
+    fn the_word_wide_escape_test_agrees_with_the_bytewise_one_for_every_byte_at_every_place() {
+        for len in 0..=20 {
+            let mut s = vec![b'a'; len];
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    s[at] = b;
+                    assert_eq!(
+                        has_escape(&s),
+                        s.iter().copied().any(needs_escape),
+                        "byte {b:#04x} at {at} of {len}"
+                    );
+                }
+                s[at] = b'a';
+            }
+            assert!(!has_escape(&s));
+        }
+        // Multibyte characters have their high bits set: never an escape, wherever they fall.
+        assert!(!has_escape("zählerstand-µ-温度-€".as_bytes()));
+        assert!(has_escape("zählerstand-µ-温度-€\"n".as_bytes()));
+        // Neighbours of the tested values in every byte of a word.
+        for b in [
+            0x1fu8, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa0, 0xdc,
+        ] {
+            let word = [b; 8];
+            assert_eq!(has_escape(&word), needs_escape(b), "byte {b:#04x}");
+        }
     }
 
     #[test]
