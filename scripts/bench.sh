@@ -201,13 +201,12 @@ bench_instructions() {
     local work port pid
     mkdir -p "${BENCH_DIR:-$target_dir/tmp}"
     work="$(mktemp -d "${BENCH_DIR:-$target_dir/tmp}/opex-bench-instructions-XXXXXX")"
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
     cat >"$work/bench.yaml" <<YAML
 connector:
   name: bench
   data_dir: "$work/data"
   http:
-    listen: 127.0.0.1:$port
+    listen: 127.0.0.1:0
     max_body_kb: 64
   push_queue:
     enabled: true
@@ -218,18 +217,21 @@ ingest:
     - name: bench
       token: bench-token-0123
 YAML
-    echo "==> valgrind --tool=callgrind $bin run (port $port, files in $work)"
+    echo "==> valgrind --tool=callgrind $bin run (files in $work)"
     RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
         "$bin" run --config "$work/bench.yaml" >"$work/daemon.out" 2>"$work/daemon.log" &
     pid=$!
     # shellcheck disable=SC2064 # the pid and folder are fixed now
     trap "kill $pid 2>/dev/null || true" EXIT
+    # The daemon binds a port the kernel picks and prints it: no other process can take it
+    # between a probe and the bind.
     local waited=0
-    until python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; do
+    until port="$(sed -n 's#^opex-connector listening on http://127\.0\.0\.1:\([0-9]*\)/$#\1#p' "$work/daemon.out")" && [ -n "$port" ]; do
         kill -0 "$pid" 2>/dev/null || { cat "$work/daemon.log" >&2; echo "the daemon stopped" >&2; exit 1; }
-        ((waited++ < 600)) || { echo "the daemon did not listen within 60 s" >&2; exit 1; }
+        ((waited++ < 600)) || { echo "the daemon printed no listening line within 60 s" >&2; exit 1; }
         sleep 0.1
     done
+    echo "==> the daemon listens on port $port"
     echo "==> $((requests / 10)) requests not counted (warm-up), then $requests counted, $clients connections"
     ingest_client "$port" "$clients" "$((requests / 10))"
     callgrind_control --zero "$pid" >/dev/null 2>&1
