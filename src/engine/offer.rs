@@ -132,12 +132,25 @@ impl Engine {
     /// Asks every sink reachable from the record's source to admit it, before any node runs.
     /// `Ok(None)`: no flow takes this source. `Err`: the settlement to give the source now.
     pub fn admit(&self, record: &Record) -> Result<Option<Admitted>, Settlement> {
+        self.admit_from(record, self.plan.entries(&record.source))
+    }
+
+    /// [`Engine::admit`] for a record whose source's `entries` the caller has looked up (the
+    /// plan is asked once a record).
+    fn admit_from(
+        &self,
+        record: &Record,
+        entries: &[NodeRef],
+    ) -> Result<Option<Admitted>, Settlement> {
         self.ledger.received(&record.source);
-        if self.plan.entries(&record.source).is_empty() {
+        if entries.is_empty() {
             return Ok(None);
         }
-        let mut admitted = Admitted::default();
-        for name in self.plan.reachable_sinks(&record.source) {
+        let reachable = self.plan.reachable_sinks(&record.source);
+        let mut admitted = Admitted {
+            reservations: Vec::with_capacity(reachable.len()),
+        };
+        for name in reachable {
             let Some(index) = self.sinks.position(name) else {
                 continue;
             };
@@ -163,13 +176,11 @@ impl Engine {
     /// stored it, or with the reason it must be retried.
     pub async fn offer(&self, record: Record) -> Settlement {
         let watched = self.hub.watch(&record);
-        let settlement = match self.admit(&record) {
+        let entries = self.plan.entries(&record.source);
+        let settlement = match self.admit_from(&record, entries) {
             Err(settlement) => settlement,
             Ok(None) => self.unrouted(&record.source),
-            Ok(Some(admitted)) => {
-                let entries = self.plan.entries(&record.source);
-                self.run(record, entries, admitted, Mode::Normal).await
-            }
+            Ok(Some(admitted)) => self.run(record, entries, admitted, Mode::Normal).await,
         };
         if let Some(w) = watched {
             self.hub.publish_value(w, &settlement);
