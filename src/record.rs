@@ -136,8 +136,9 @@ fn needs_escape(b: u8) -> bool {
 
 /// True when JSON escapes some byte of `s`: [`needs_escape`] over its bytes, eight at a time,
 /// the last eight of a longer string read once more where they overlap the words before.
-/// Three strings of every stored line are tested twice (its length at admission, then the line),
-/// so a word-wide test is worth its lines.
+/// Three strings of every line a queue stores are tested three times (its length at admission,
+/// its length again when the queue stores it, then the line), so a word-wide test is worth its
+/// lines.
 fn has_escape(s: &[u8]) -> bool {
     let Some(&last) = s.last_chunk::<8>() else {
         return s.iter().copied().any(needs_escape);
