@@ -25,7 +25,8 @@
 //!
 //! Printed for each client: acked records/s, the ratio acked/raw (target at
 //! least 0.5), p50/p99 ack latency, the daemon's CPU time per acked record
-//! (user and system, from `/proc/<pid>/stat`, target at most 8 us) and the
+//! (user and system, from `/proc/<pid>/stat`, target at most 8 us; and the
+//! kernel's part of it, the system time) and the
 //! mean records per commit of its push queue (from `/metrics`), with its
 //! writer's time per commit: the cycle (one commit every so many us), the
 //! sync in it and the time a group was held open for callers still arriving;
@@ -36,6 +37,15 @@
 //! 64), and, when wrk runs, a bare HTTP server of the same hyper and tokio in
 //! this process (two worker threads; it reads each body and answers 200,
 //! nothing else) under the same wrk load: its CPU per request.
+//!
+//! And the ceiling of the ratio on this box, in the same run: the same bare
+//! server committing each body to an LMDB database of its own (the raw run's
+//! flags) and answering after the commit, with nothing else between the HTTP
+//! stack and the disk. Twice under the same wrk load: its groups formed as the
+//! daemon's queue writer forms them (`store::writer::Linger`), then without
+//! holding a group open (each commit takes what waits). For each: acked/s, the
+//! ratio to raw LMDB, CPU per record, records per commit and the time per
+//! commit; then the daemon's rate as a share of the better of the two.
 //!
 //! Beside each of these measurements, the share of the machine's CPU time that
 //! the hypervisor gave to other guests meanwhile (`steal` in `/proc/stat`). On
@@ -68,14 +78,15 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, U64};
-use heed::{CommitOrAbort, Database, EnvOpenOptions, PutFlags};
-use support::{cpu_secs, daemon_binary, proc_status_kib, HostCpu};
+use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, PutFlags};
+use opex_connector::store::writer::{next_group, Linger, MAX_LINGER};
+use support::{cpu_secs, daemon_binary, proc_status_kib, system_cpu_secs, HostCpu};
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -88,6 +99,8 @@ const RECORD_BYTES: usize = 1024;
 /// disk does not hit `MDB_MAP_FULL` within a run (if it does, the run stops
 /// early and says so).
 const RAW_MAP_BYTES: usize = 8 << 30;
+/// The raw runs' database: sequence number → record.
+type RawDb = Database<'static, U64<BigEndian>, Bytes>;
 /// Ingest source name and token written into the daemon's config.
 const SOURCE: &str = "bench";
 const TOKEN: &str = "bench-token-0123";
@@ -173,17 +186,21 @@ fn run() -> BoxResult<()> {
     );
     let wrk = wrk_binary();
     let load = daemon_load(&bin, work.path(), &plan, wrk.as_deref())?;
-    let bare = match &wrk {
-        Some(wrk) => {
-            println!(
-                "bare HTTP server (same hyper and tokio, in this process): wrk, {} connections for {:.1} s ...",
-                plan.conns,
-                plan.load.as_secs_f64()
-            );
-            Some(bare_http(wrk, work.path(), &plan)?)
-        }
-        None => None,
-    };
+    let mut bares = Vec::new();
+    for kind in [Bare::Answer, Bare::Linger, Bare::NoHold, Bare::OneThread] {
+        let Some(wrk) = &wrk else { break };
+        println!(
+            "{} server (same hyper and tokio, in this process): wrk, {} connections for {:.1} s ...",
+            kind.label(),
+            plan.conns,
+            plan.load.as_secs_f64()
+        );
+        bares.push((kind, bare_http(wrk, work.path(), &plan, kind)?));
+    }
+    let bare = bares
+        .iter()
+        .find(|(kind, _)| *kind == Bare::Answer)
+        .map(|(_, b)| b);
 
     let mut rows = vec![
         ("raw LMDB records/s".to_string(), format!("{:.0}", raw.rate)),
@@ -200,21 +217,51 @@ fn run() -> BoxResult<()> {
             tenths(raw.steal_percent),
         ),
     ];
-    if let Some(bare) = &bare {
+    for (kind, bare) in &bares {
+        let name = kind.label();
         rows.extend([
             (
-                "bare HTTP (wrk): requests/s".to_string(),
+                format!("{name} (wrk): answered/s"),
                 format!("{:.0}", bare.rate),
             ),
             (
-                "bare HTTP: CPU us/request".to_string(),
+                format!("{name}: CPU us/request"),
                 tenths(bare.cpu_us_per_request),
             ),
             (
-                "bare HTTP: host CPU stolen (%)".to_string(),
-                tenths(bare.steal_percent),
+                format!("{name}: of it the kernel's"),
+                tenths(bare.system_us_per_request),
             ),
         ]);
+        if let Some(commits) = &bare.commits {
+            let cycle = commits.cycle();
+            rows.extend([
+                (
+                    format!("{name}: ratio acked/raw"),
+                    format!("{:.2}", bare.rate / raw.rate.max(1e-9)),
+                ),
+                (
+                    format!("{name}: records per commit"),
+                    tenths(bare.records_per_commit()),
+                ),
+                (
+                    format!("{name}: us per commit: cycle"),
+                    tenths(cycle.map(|c| c.cycle_us)),
+                ),
+                (
+                    format!("{name}: us per commit: sync"),
+                    tenths(cycle.map(|c| c.sync_us)),
+                ),
+                (
+                    format!("{name}: us per commit: held"),
+                    tenths(cycle.map(|c| c.held_us)),
+                ),
+            ]);
+        }
+        rows.push((
+            format!("{name}: host CPU stolen (%)"),
+            tenths(bare.steal_percent),
+        ));
     }
     for phase in &load.phases {
         let name = phase.client;
@@ -236,6 +283,10 @@ fn run() -> BoxResult<()> {
             (
                 format!("{name}: daemon CPU us/record (<= 8)"),
                 tenths(phase.cpu_us_per_record()),
+            ),
+            (
+                format!("{name}: of it the kernel's (us)"),
+                tenths(phase.system_us_per_record()),
             ),
             (
                 format!("{name}: records per commit"),
@@ -311,10 +362,21 @@ fn run() -> BoxResult<()> {
                 if ratio >= 0.5 { "meets" } else { "is BELOW" }
             );
         }
-        let floor = bare
-            .as_ref()
-            .and_then(|b| Some(b.cpu_us_per_request? + raw.cpu_us_per_record?));
+        let floor = bare.and_then(|b| Some(b.cpu_us_per_request? + raw.cpu_us_per_record?));
         let daemon = load.phases.iter().find(|p| p.client == "wrk");
+        let best = bares
+            .iter()
+            .filter(|(_, b)| b.commits.is_some())
+            .max_by(|a, b| a.1.rate.total_cmp(&b.1.rate));
+        if let (Some((kind, best)), Some(daemon)) = (best, daemon) {
+            let ceiling = best.rate / raw.rate.max(1e-9);
+            println!(
+                "ceiling (wrk): the same hyper and LMDB with nothing between them ({}) reach a ratio of {ceiling:.2}; the daemon's {:.2} is {:.2} of it",
+                kind.label(),
+                daemon.ratio(raw.rate),
+                daemon.rate() / best.rate.max(1e-9)
+            );
+        }
         if let Some(c) = daemon.and_then(Phase::commit_cycle) {
             println!(
                 "commit cycle (wrk): a commit every {:.0} us: sync {:.0}, held open for callers {:.0}, the rest {:.0} (answers out, the first next record in, the writer's own work); the disk syncs {:.0}% of the time",
@@ -333,9 +395,10 @@ fn run() -> BoxResult<()> {
             );
         }
     }
-    if let Some(bare) = bare.as_ref().filter(|b| !plan.bench && b.non_200 > 0) {
+    if let Some((kind, bare)) = bares.iter().find(|(_, b)| !plan.bench && b.non_200 > 0) {
         return Err(format!(
-            "smoke run: the bare HTTP server answered {} non-200",
+            "smoke run: the {} server answered {} non-200",
+            kind.label(),
             bare.non_200
         )
         .into());
@@ -407,9 +470,9 @@ struct RawResult {
     map_full: bool,
 }
 
-/// Appends groups of 64 records of 1 KB, one synced commit per group, for
-/// `duration`.
-fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
+/// A fresh LMDB environment in `dir` (created here) with one database of big-endian `u64`
+/// keys, default flags: every commit syncs.
+fn raw_env(dir: &Path) -> BoxResult<(Env, RawDb)> {
     fs::create_dir_all(dir)?;
     // SAFETY: `open` is unsafe because LMDB memory-maps the files and
     // modifying them behind its back is undefined behaviour. Here `dir` is a
@@ -424,14 +487,20 @@ fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
             .open(dir)?
     };
     let wtxn = env.write_txn()?;
-    let db: Database<'static, U64<BigEndian>, Bytes> = env
+    let db: RawDb = env
         .create_databases_and_commit(wtxn, |opener, wtxn| {
             let db = opener.create_database::<U64<BigEndian>, Bytes>(wtxn, Some("queue"))?;
             heed::Result::Ok(CommitOrAbort::<_, ()>::Commit(db))
         })?
         .commit()
         .ok_or("creating the database was aborted")?;
+    Ok((env, db))
+}
 
+/// Appends groups of 64 records of 1 KB, one synced commit per group, for
+/// `duration`.
+fn raw_lmdb(dir: &Path, duration: Duration) -> BoxResult<RawResult> {
+    let (env, db) = raw_env(dir)?;
     let mut value = vec![b'x'; RECORD_BYTES];
     let mut seq: u64 = 0;
     let mut commits: u64 = 0;
@@ -507,6 +576,11 @@ impl Phase {
         us_each(self.before.cpu_secs, self.after.cpu_secs, self.acked)
     }
 
+    /// The kernel's part of [`Phase::cpu_us_per_record`].
+    fn system_us_per_record(&self) -> Option<f64> {
+        us_each(self.before.system_secs, self.after.system_secs, self.acked)
+    }
+
     /// The push queue's counters before and after the load, and its commits between them
     /// (`None` when there were none).
     fn commits(&self) -> Option<(QueueCounts, QueueCounts, u64)> {
@@ -538,6 +612,8 @@ impl Phase {
 #[derive(Clone, Copy, Default)]
 struct Counters {
     cpu_secs: Option<f64>,
+    /// The kernel's part of `cpu_secs`.
+    system_secs: Option<f64>,
     queue: Option<QueueCounts>,
     host: Option<HostCpu>,
 }
@@ -566,6 +642,7 @@ impl Counters {
     fn read(daemon: &Daemon) -> Counters {
         Counters {
             cpu_secs: cpu_secs(daemon.child.id()),
+            system_secs: system_cpu_secs(daemon.child.id()),
             queue: queue_counts(&daemon.addr),
             host: HostCpu::read(),
         }
@@ -924,34 +1001,244 @@ fn run_wrk(wrk: &Path, addr: &str, work: &Path, plan: &Plan) -> BoxResult<WrkRun
     })
 }
 
-/// The HTTP stack alone under the same wrk load: what a request costs before the connector
-/// does anything with it.
+/// What the bare server in this process does with a request's body before it answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Bare {
+    /// Answers at once: the HTTP stack alone, what a request costs before the connector does
+    /// anything with it.
+    Answer,
+    /// Appends the body to an LMDB database of its own (the raw run's: default flags, every
+    /// commit synced) and answers after the commit, its groups formed as the daemon's queue
+    /// writer forms them (`store::writer::Linger`, held open for the callers coming back).
+    Linger,
+    /// The same, each group being what waits when the writer is free, held open for nobody.
+    NoHold,
+    /// The same groups as [`Bare::Linger`], but the server is one thread: the runtime's only
+    /// thread reads the requests, commits each group itself (blocked for the sync, when every
+    /// caller waits anyway) and answers; no body or answer crosses a thread.
+    OneThread,
+}
+
+impl Bare {
+    fn label(self) -> &'static str {
+        match self {
+            Bare::Answer => "bare HTTP",
+            Bare::Linger => "bare+LMDB linger",
+            Bare::NoHold => "bare+LMDB no hold",
+            Bare::OneThread => "bare+LMDB 1 thread",
+        }
+    }
+}
+
+/// What the bare server got under the wrk load.
 struct BareHttp {
     rate: f64,
     cpu_us_per_request: Option<f64>,
+    /// The kernel's part of `cpu_us_per_request`.
+    system_us_per_request: Option<f64>,
     steal_percent: Option<f64>,
     non_200: u64,
+    /// The writer's totals, when it committed the bodies.
+    commits: Option<CommitTotals>,
 }
 
-/// A bare HTTP/1.1 server in this process, of the same hyper and tokio as the daemon (two
-/// worker threads, `TCP_NODELAY`, a keep-alive connection per client): it reads each body
-/// whole and answers `200` with a JSON body as long as the daemon's answer, and does nothing
-/// else. Loaded by the same wrk script for the same time; its CPU per request (this
-/// process's, which does nothing else meanwhile) is the part of the daemon's that is the
-/// HTTP stack and the kernel's TCP path on this box.
-fn bare_http(wrk: &Path, work: &Path, plan: &Plan) -> BoxResult<BareHttp> {
+impl BareHttp {
+    fn records_per_commit(&self) -> Option<f64> {
+        let c = self.commits.as_ref().filter(|c| c.commits > 0)?;
+        Some(c.records as f64 / c.commits as f64)
+    }
+}
+
+/// A running bare server.
+enum BareServer {
+    /// A runtime of two worker threads, and the writer thread when it commits.
+    Threads {
+        addr: String,
+        rt: tokio::runtime::Runtime,
+        writer: Option<thread::JoinHandle<CommitTotals>>,
+    },
+    /// [`Bare::OneThread`]: the thread running the runtime, told to stop by `stop`.
+    OneThread {
+        addr: String,
+        stop: tokio::sync::oneshot::Sender<()>,
+        thread: thread::JoinHandle<()>,
+        totals: Arc<Mutex<CommitTotals>>,
+    },
+}
+
+/// The bare writer's commits over its run.
+#[derive(Clone, Copy, Default)]
+struct CommitTotals {
+    commits: u64,
+    records: u64,
+    elapsed: Duration,
+    sync: Duration,
+    held: Duration,
+}
+
+impl CommitTotals {
+    fn cycle(&self) -> Option<CommitCycle> {
+        (self.commits > 0).then(|| {
+            let us = |d: Duration| d.as_secs_f64() * 1e6 / self.commits as f64;
+            CommitCycle {
+                cycle_us: us(self.elapsed),
+                sync_us: us(self.sync),
+                held_us: us(self.held),
+            }
+        })
+    }
+}
+
+/// A body to commit, and where to say whether it is on disk.
+type Append = (bytes::Bytes, tokio::sync::oneshot::Sender<bool>);
+
+/// Most bodies in one of the bare writer's commits (the daemon's queue writer takes as many).
+const BARE_MAX_GROUP: usize = 4096;
+
+/// The bare server's LMDB writer: commits groups of bodies (formed as `kind` says) until every
+/// sender is gone, answering each body's caller after its commit.
+fn bare_writer(env: &Env, db: RawDb, rx: &mpsc::Receiver<Append>, kind: Bare) -> CommitTotals {
+    let mut linger = Linger::new();
+    let mut seq: u64 = 0;
+    let mut totals = CommitTotals::default();
+    let mut first: Option<Instant> = None;
+    loop {
+        let group = match kind {
+            Bare::Linger => linger.next_group(rx, BARE_MAX_GROUP),
+            _ => next_group(rx, BARE_MAX_GROUP),
+        };
+        let Some(group) = group else { break };
+        first.get_or_insert_with(Instant::now);
+        totals.held += linger.held();
+        let stored = match commit_bodies(env, db, &mut seq, &group) {
+            Ok(took) => {
+                if kind == Bare::Linger {
+                    linger.committed(rx, group.len(), took, BARE_MAX_GROUP);
+                }
+                totals.commits += 1;
+                totals.records += group.len() as u64;
+                totals.sync += took;
+                true
+            }
+            Err(error) => {
+                eprintln!("bare writer: commit failed: {error}");
+                linger.failed();
+                false
+            }
+        };
+        for (_, reply) in group {
+            let _ = reply.send(stored);
+        }
+        totals.elapsed = first.map_or(Duration::ZERO, |t| t.elapsed());
+    }
+    totals
+}
+
+/// Appends `group`'s bodies after `seq` in one write transaction and commits it; the time the
+/// commit (its writes and syncs) took.
+fn commit_bodies(env: &Env, db: RawDb, seq: &mut u64, group: &[Append]) -> heed::Result<Duration> {
+    let mut wtxn = env.write_txn()?;
+    for (body, _) in group {
+        *seq += 1;
+        db.put_with_flags(&mut wtxn, PutFlags::APPEND, seq, body)?;
+    }
+    let syncing = Instant::now();
+    wtxn.commit()?;
+    Ok(syncing.elapsed())
+}
+
+/// [`Bare::OneThread`]'s writer, a task on the server's only thread: each group waits (yielding
+/// to the connections' tasks) for as many bodies as the last group had, at most the mean sync,
+/// then is committed right here, blocking the thread, and answered.
+async fn inline_writer(
+    env: Env,
+    db: RawDb,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Append>,
+    totals: Arc<Mutex<CommitTotals>>,
+) {
+    let (mut seq, mut target, mut sync) = (0u64, 0usize, Duration::ZERO);
+    let mut first: Option<Instant> = None;
+    while let Some(body) = rx.recv().await {
+        first.get_or_insert_with(Instant::now);
+        let mut group = vec![body];
+        let began = Instant::now();
+        loop {
+            while let Ok(body) = rx.try_recv() {
+                group.push(body);
+            }
+            if group.len() >= target || began.elapsed() >= sync.min(MAX_LINGER) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let held = began.elapsed();
+        let stored = match commit_bodies(&env, db, &mut seq, &group) {
+            Ok(took) => {
+                sync = if sync.is_zero() {
+                    took
+                } else {
+                    (sync * 3 + took) / 4
+                };
+                target = group.len();
+                let mut t = totals.lock().unwrap_or_else(|e| e.into_inner());
+                t.commits += 1;
+                t.records += group.len() as u64;
+                t.sync += took;
+                t.held += held;
+                t.elapsed = first.map_or(Duration::ZERO, |t| t.elapsed());
+                true
+            }
+            Err(error) => {
+                eprintln!("bare writer: commit failed: {error}");
+                target = 0;
+                false
+            }
+        };
+        for (_, reply) in group {
+            let _ = reply.send(stored);
+        }
+    }
+}
+
+/// Where the bare server's handlers hand a body to commit: a writer thread's channel, or the
+/// channel of a writer task on the same thread.
+#[derive(Clone)]
+enum Hand {
+    Thread(mpsc::SyncSender<Append>),
+    Task(tokio::sync::mpsc::UnboundedSender<Append>),
+}
+
+impl Hand {
+    fn send(&self, body: Append) -> bool {
+        match self {
+            Hand::Thread(tx) => tx.try_send(body).is_ok(),
+            Hand::Task(tx) => tx.send(body).is_ok(),
+        }
+    }
+}
+
+/// The bare server: answers each connection of `listener`, handing bodies to `hand`.
+async fn bare_serve(listener: tokio::net::TcpListener, hand: Option<Hand>) {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Incoming;
 
+    const STORED: &str = r#"{"ok":true,"result":"stored","id":"0123456789abcdef000000000000"}"#;
+
     async fn answer(
         req: hyper::Request<Incoming>,
+        hand: Option<Hand>,
     ) -> Result<hyper::Response<Full<bytes::Bytes>>, std::convert::Infallible> {
-        let (status, text) = match req.into_body().collect().await {
-            Ok(_) => (
-                hyper::StatusCode::OK,
-                r#"{"ok":true,"result":"stored","id":"0123456789abcdef000000000000"}"#,
-            ),
-            Err(_) => (hyper::StatusCode::BAD_REQUEST, r#"{"ok":false}"#),
+        let (status, text) = match (req.into_body().collect().await, hand) {
+            (Err(_), _) => (hyper::StatusCode::BAD_REQUEST, r#"{"ok":false}"#),
+            (Ok(_), None) => (hyper::StatusCode::OK, STORED),
+            (Ok(body), Some(hand)) => {
+                let (reply, stored) = tokio::sync::oneshot::channel();
+                if hand.send((body.to_bytes(), reply)) && stored.await == Ok(true) {
+                    (hyper::StatusCode::OK, STORED)
+                } else {
+                    (hyper::StatusCode::SERVICE_UNAVAILABLE, r#"{"ok":false}"#)
+                }
+            }
         };
         let mut resp = hyper::Response::new(Full::new(bytes::Bytes::from_static(text.as_bytes())));
         *resp.status_mut() = status;
@@ -962,37 +1249,120 @@ fn bare_http(wrk: &Path, work: &Path, plan: &Plan) -> BoxResult<BareHttp> {
         Ok(resp)
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
-    let addr = listener.local_addr()?.to_string();
-    rt.spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let service = hyper::service::service_fn(answer);
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(io, service)
-                    .await;
-            });
+    while let Ok((stream, _)) = listener.accept().await {
+        let _ = stream.set_nodelay(true);
+        let hand = hand.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(|req| answer(req, hand.clone()));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+/// A bare HTTP/1.1 server in this process, of the same hyper and tokio as the daemon (two
+/// worker threads, `TCP_NODELAY`, a keep-alive connection per client): it reads each body
+/// whole, does what `kind` says with it (nothing, or commit it to LMDB), and answers `200`
+/// with a JSON body as long as the daemon's answer. Loaded by the same wrk script for the
+/// same time. Its CPU per request (this process's, which does nothing else meanwhile) with
+/// [`Bare::Answer`] is the part of the daemon's that is the HTTP stack and the kernel's TCP
+/// path on this box; its rate with a commit is what the same stack and the same disk give
+/// with nothing between them: the ceiling of the daemon's ratio on this box.
+fn bare_http(wrk: &Path, work: &Path, plan: &Plan, kind: Bare) -> BoxResult<BareHttp> {
+    let db_dir = work.join(format!("bare-{}", kind.label().replace([' ', '+'], "-")));
+    let server = match kind {
+        Bare::Answer | Bare::Linger | Bare::NoHold => {
+            let (hand, writer) = if kind == Bare::Answer {
+                (None, None)
+            } else {
+                let (env, db) = raw_env(&db_dir)?;
+                let (tx, rx) = mpsc::sync_channel::<Append>(BARE_MAX_GROUP);
+                let thread = thread::Builder::new()
+                    .name("bare-writer".into())
+                    .spawn(move || bare_writer(&env, db, &rx, kind))?;
+                (Some(Hand::Thread(tx)), Some(thread))
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+            let addr = listener.local_addr()?.to_string();
+            rt.spawn(bare_serve(listener, hand));
+            BareServer::Threads { addr, rt, writer }
         }
-    });
+        Bare::OneThread => {
+            let (env, db) = raw_env(&db_dir)?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+            let addr = listener.local_addr()?.to_string();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let totals = Arc::new(Mutex::new(CommitTotals::default()));
+            let kept = Arc::clone(&totals);
+            let thread = thread::Builder::new()
+                .name("bare-server".into())
+                .spawn(move || {
+                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                    rt.block_on(async move {
+                        tokio::spawn(inline_writer(env, db, rx, kept));
+                        tokio::select! {
+                            () = bare_serve(listener, Some(Hand::Task(tx))) => {}
+                            _ = stopped => {}
+                        }
+                    });
+                    // The connections' tasks and the writer go with the runtime.
+                    drop(rt);
+                })?;
+            BareServer::OneThread {
+                addr,
+                stop,
+                thread,
+                totals,
+            }
+        }
+    };
+    let addr = match &server {
+        BareServer::Threads { addr, .. } | BareServer::OneThread { addr, .. } => addr.clone(),
+    };
     let pid = std::process::id();
-    let before = cpu_secs(pid);
+    let before = (cpu_secs(pid), system_cpu_secs(pid));
     let host_before = HostCpu::read();
     let run = run_wrk(wrk, &addr, work, plan)?;
-    let after = cpu_secs(pid);
+    let after = (cpu_secs(pid), system_cpu_secs(pid));
     let steal_percent = HostCpu::steal_percent(host_before, HostCpu::read());
-    rt.shutdown_timeout(Duration::from_secs(1));
+    let commits = match server {
+        BareServer::Threads { rt, writer, .. } => {
+            // The runtime's tasks hold the last senders: once they are gone, the writer ends.
+            rt.shutdown_timeout(Duration::from_secs(1));
+            match writer {
+                Some(thread) => Some(thread.join().map_err(|_| "the bare writer panicked")?),
+                None => None,
+            }
+        }
+        BareServer::OneThread {
+            stop,
+            thread,
+            totals,
+            ..
+        } => {
+            let _ = stop.send(());
+            thread.join().map_err(|_| "the bare server panicked")?;
+            let totals = totals.lock().unwrap_or_else(|e| e.into_inner());
+            Some(*totals)
+        }
+    };
     let served = run.requests.saturating_sub(run.non_200);
     Ok(BareHttp {
         rate: served as f64 / run.elapsed.as_secs_f64().max(1e-9),
-        cpu_us_per_request: us_each(before, after, served),
+        cpu_us_per_request: us_each(before.0, after.0, served),
+        system_us_per_request: us_each(before.1, after.1, served),
         steal_percent,
         non_200: run.non_200,
+        commits,
     })
 }
 

@@ -77,13 +77,25 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
 
 /// User and system CPU seconds of a process so far, from `/proc/PID/stat`.
 pub fn cpu_secs(pid: u32) -> Option<f64> {
+    let (user, system) = user_system_secs(pid)?;
+    Some(user + system)
+}
+
+/// The system part of [`cpu_secs`]: the kernel's work for the process (its system calls,
+/// the TCP path of its sockets, its wake-ups).
+pub fn system_cpu_secs(pid: u32) -> Option<f64> {
+    Some(user_system_secs(pid)?.1)
+}
+
+/// User and system CPU seconds of a process so far, apart.
+fn user_system_secs(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name (which may hold spaces) start at the state, field 3;
     // utime and stime are fields 14 and 15.
     let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
     let utime: f64 = fields.next()?.parse().ok()?;
     let stime: f64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) / clock_ticks())
+    Some((utime / clock_ticks(), stime / clock_ticks()))
 }
 
 /// The machine's CPU time so far, from the `cpu` line of `/proc/stat`, in clock ticks: all of
