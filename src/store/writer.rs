@@ -92,8 +92,9 @@ fn drain<C>(rx: &Receiver<C>, group: &mut Vec<C>, max: usize) -> bool {
     true
 }
 
-/// Longest a group waits for more callers, whatever the syncs cost: a disk whose commit takes
-/// longer than this (a worn SD card) still answers within one sync of this bound.
+/// Longest a group is held open for more callers, whatever the syncs cost and however many
+/// keep coming: a disk whose commit takes longer than this (a worn SD card) still answers
+/// within one sync of this bound.
 pub const MAX_LINGER: Duration = Duration::from_millis(20);
 /// Shortest step between two looks at the channel while a group waits (the kernel's timer
 /// slack makes shorter sleeps last about this long anyway). The longest is an eighth of
@@ -110,10 +111,17 @@ const MIN_STEP: Duration = Duration::from_micros(20);
 /// expects two kinds of callers in the next group: those that arrived while the last group
 /// committed (gathered right after the commit, before anyone is answered, so none of them is
 /// an answered caller), and the callers of the last group, each likely to send its next record
-/// once answered. It waits for them, but never longer than one sync (the mean of the last
-/// commits, at most [`MAX_LINGER`]): a group's first caller waits at most one sync more than
-/// it would have, and a single caller sending one record after the other (the last group was
-/// one command, its own) never waits at all.
+/// once answered. It waits for them while they keep coming: the group goes once all are in, or
+/// once none has arrived for one sync (the mean of the last commits), or after
+/// [`MAX_LINGER`] in all. A sync is the price of one more commit, so a caller still due within
+/// one sync is worth waiting for, however long the callers take to come back in all (with
+/// many callers sharing two cores, their round trip can be longer than a sync). A group whose
+/// callers stop coming waits one sync more than it would have, and a single caller sending
+/// one record after the other (the last group was one command, its own) never waits at all.
+/// A steady stream of commands less than a sync apart, which do not wait for each other's
+/// answers, makes each target larger than the last (the last group, expected back, and those
+/// that came meanwhile): its groups are held open up to [`MAX_LINGER`], fewer syncs for at
+/// most that much more time to each answer.
 ///
 /// While it waits the writer sleeps in short steps and takes what arrived, instead of blocking
 /// on the channel: a blocked receiver makes every sender wake it, one thread switch per
@@ -166,7 +174,8 @@ impl<C> Linger<C> {
         self.carry.len().saturating_add(self.last_group).min(max)
     }
 
-    /// The longest the next group waits for them: the mean sync, at most [`MAX_LINGER`].
+    /// The longest the next group waits for the next of them: the mean sync, at most
+    /// [`MAX_LINGER`].
     pub fn wait(&self) -> Duration {
         self.sync.min(self.max_wait)
     }
@@ -217,14 +226,21 @@ impl<C> Linger<C> {
         }
         let step = (wait / 8).clamp(MIN_STEP, MAX_LINGER / 8);
         let began = Instant::now();
+        let mut last_arrival = began;
         while group.len() < target {
-            let left = wait.saturating_sub(began.elapsed());
+            let quiet = wait.saturating_sub(last_arrival.elapsed());
+            let longest = self.max_wait.saturating_sub(began.elapsed());
+            let left = quiet.min(longest);
             if left.is_zero() {
                 break;
             }
             std::thread::sleep(step.min(left));
+            let had = group.len();
             if !drain(rx, &mut group, max) {
                 break;
+            }
+            if group.len() > had {
+                last_arrival = Instant::now();
             }
         }
         self.held = began.elapsed();
@@ -298,6 +314,9 @@ pub fn commit_meta<S: Copy + PartialEq, const N: usize>(
 mod tests {
     use super::*;
 
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
     const HOUR: Duration = Duration::from_secs(3600);
 
     #[test]
@@ -331,7 +350,7 @@ mod tests {
     }
 
     #[test]
-    fn a_group_is_held_open_at_most_one_sync_and_says_how_long() {
+    fn a_group_whose_callers_stop_coming_goes_one_sync_later_and_says_how_long() {
         let (tx, rx) = mpsc::sync_channel(16);
         let mut linger = Linger::with_max_wait(HOUR);
         let sync = Duration::from_millis(5);
@@ -346,6 +365,56 @@ mod tests {
         tx.send(2).unwrap();
         assert_eq!(linger.next_group(&rx, 16), Some(vec![2]));
         assert_eq!(linger.held(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_group_stays_open_past_one_sync_while_its_callers_keep_coming() {
+        let (tx, rx) = mpsc::sync_channel(64);
+        let mut linger = Linger::with_max_wait(HOUR);
+        let sync = Duration::from_millis(400);
+        linger.committed(&rx, 6, sync, 64);
+        tx.send(0).unwrap();
+        // Five more callers, one every 100 ms: 500 ms in all, longer than the sync, but each
+        // comes well within one sync of the one before.
+        let late = std::thread::spawn(move || {
+            for n in 1..=5 {
+                std::thread::sleep(Duration::from_millis(100));
+                tx.send(n).unwrap();
+            }
+            tx
+        });
+        assert_eq!(linger.next_group(&rx, 64), Some((0..=5).collect()));
+        assert!(linger.held() > sync, "held {:?}", linger.held());
+        drop(late.join().unwrap());
+    }
+
+    #[test]
+    fn a_group_is_held_open_at_most_its_maximum_while_callers_keep_coming() {
+        let (tx, rx) = mpsc::sync_channel(64);
+        let most = Duration::from_millis(300);
+        let mut linger = Linger::with_max_wait(most);
+        linger.committed(&rx, 60, HOUR, 64);
+        tx.send(0).unwrap();
+        // A caller every 20 ms, each within the sync of the one before, more than the group
+        // expects to take within its maximum: it goes after the maximum with those that came.
+        let stop = Arc::new(AtomicBool::new(false));
+        let keep = Arc::clone(&stop);
+        let late = std::thread::spawn(move || {
+            let mut n = 1;
+            while !keep.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+                if tx.try_send(n).is_err() {
+                    break;
+                }
+                n += 1;
+            }
+        });
+        let group = linger.next_group(&rx, 64).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert!(group.len() < 60, "{} callers", group.len());
+        assert!(linger.held() >= most, "held {:?}", linger.held());
+        assert!(linger.held() < HOUR);
+        late.join().unwrap();
     }
 
     #[test]
