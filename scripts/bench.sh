@@ -9,9 +9,13 @@
 #            commit, ack latency p50/p99, RSS idle/under load; beside
 #            them the floor of the same run: the raw LMDB writer's CPU per
 #            record and a bare HTTP server's (same hyper and tokio, answers
-#            200 and nothing else) CPU per request under the same wrk load
-#            (benches/ingest.rs), each with the share of the host's CPU time
-#            stolen by the hypervisor meanwhile; installs wrk when missing
+#            200 and nothing else) CPU per request under the same wrk load,
+#            and the ceiling: the same bare server committing each body to
+#            LMDB before it answers (three ways of forming the groups), its
+#            ratio and CPU per record (benches/ingest.rs); every CPU figure
+#            with its kernel part, each measurement with the share of the
+#            host's CPU time stolen by the hypervisor meanwhile; installs
+#            wrk when missing
 #   databases rows/s into PostgreSQL and ClickHouse (servers started in temp
 #            dirs) through the connector's sinks and end to end through the
 #            daemon, against a raw bulk load of the same rows (psql \copy,
