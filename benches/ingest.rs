@@ -41,11 +41,12 @@
 //! And the ceiling of the ratio on this box, in the same run: the same bare
 //! server committing each body to an LMDB database of its own (the raw run's
 //! flags) and answering after the commit, with nothing else between the HTTP
-//! stack and the disk. Twice under the same wrk load: its groups formed as the
-//! daemon's queue writer forms them (`store::writer::Linger`), then without
-//! holding a group open (each commit takes what waits). For each: acked/s, the
-//! ratio to raw LMDB, CPU per record, records per commit and the time per
-//! commit; then the daemon's rate as a share of the better of the two.
+//! stack and the disk. Three times under the same wrk load: its groups formed
+//! as the daemon's queue writer forms them (`store::writer::Linger`); without
+//! holding a group open (each commit takes what waits); and on one thread that
+//! reads, commits and answers itself. For each: acked/s, the ratio to raw
+//! LMDB, CPU per record, records per commit and the time per commit; then the
+//! daemon's rate as a share of the best of the three.
 //!
 //! Beside each of these measurements, the share of the machine's CPU time that
 //! the hypervisor gave to other guests meanwhile (`steal` in `/proc/stat`). On
@@ -1013,9 +1014,11 @@ enum Bare {
     Linger,
     /// The same, each group being what waits when the writer is free, held open for nobody.
     NoHold,
-    /// The same groups as [`Bare::Linger`], but the server is one thread: the runtime's only
-    /// thread reads the requests, commits each group itself (blocked for the sync, when every
-    /// caller waits anyway) and answers; no body or answer crosses a thread.
+    /// The server is one thread: the runtime's only thread reads the requests, commits each
+    /// group itself (blocked for the sync, when every caller waits anyway) and answers; no
+    /// body or answer crosses a thread. Its groups wait for the last group's callers, at most
+    /// one sync in all, yielding to the connections meanwhile: a thread that slept, as
+    /// `Linger` does, could not read them.
     OneThread,
 }
 
@@ -1148,8 +1151,8 @@ fn commit_bodies(env: &Env, db: RawDb, seq: &mut u64, group: &[Append]) -> heed:
 }
 
 /// [`Bare::OneThread`]'s writer, a task on the server's only thread: each group waits (yielding
-/// to the connections' tasks) for as many bodies as the last group had, at most the mean sync,
-/// then is committed right here, blocking the thread, and answered.
+/// to the connections' tasks) for as many bodies as the last group had, at most the mean sync
+/// in all, then is committed right here, blocking the thread, and answered.
 async fn inline_writer(
     env: Env,
     db: RawDb,
