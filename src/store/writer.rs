@@ -391,9 +391,11 @@ mod tests {
     #[test]
     fn a_group_is_held_open_at_most_its_maximum_while_callers_keep_coming() {
         let (tx, rx) = mpsc::sync_channel(64);
-        let most = Duration::from_millis(300);
+        let most = Duration::from_millis(600);
         let mut linger = Linger::with_max_wait(most);
-        linger.committed(&rx, 60, HOUR, 64);
+        // A sync shorter than the maximum: the group outlives it while callers keep coming.
+        let sync = Duration::from_millis(200);
+        linger.committed(&rx, 60, sync, 64);
         tx.send(0).unwrap();
         // A caller every 20 ms, each within the sync of the one before, more than the group
         // expects to take within its maximum: it goes after the maximum with those that came.
