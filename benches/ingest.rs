@@ -1080,6 +1080,16 @@ struct CommitTotals {
 }
 
 impl CommitTotals {
+    /// Counts a commit of `records` whose sync took `sync`, after its group was held open for
+    /// `held`; the writer's first group began at `first`.
+    fn committed(&mut self, records: usize, sync: Duration, held: Duration, first: Instant) {
+        self.commits += 1;
+        self.records += records as u64;
+        self.sync += sync;
+        self.held += held;
+        self.elapsed = first.elapsed();
+    }
+
     fn cycle(&self) -> Option<CommitCycle> {
         (self.commits > 0).then(|| {
             let us = |d: Duration| d.as_secs_f64() * 1e6 / self.commits as f64;
@@ -1111,16 +1121,13 @@ fn bare_writer(env: &Env, db: RawDb, rx: &mpsc::Receiver<Append>, kind: Bare) ->
             _ => next_group(rx, BARE_MAX_GROUP),
         };
         let Some(group) = group else { break };
-        first.get_or_insert_with(Instant::now);
-        totals.held += linger.held();
+        let first = *first.get_or_insert_with(Instant::now);
         let stored = match commit_bodies(env, db, &mut seq, &group) {
             Ok(took) => {
+                totals.committed(group.len(), took, linger.held(), first);
                 if kind == Bare::Linger {
                     linger.committed(rx, group.len(), took, BARE_MAX_GROUP);
                 }
-                totals.commits += 1;
-                totals.records += group.len() as u64;
-                totals.sync += took;
                 true
             }
             Err(error) => {
@@ -1132,7 +1139,6 @@ fn bare_writer(env: &Env, db: RawDb, rx: &mpsc::Receiver<Append>, kind: Bare) ->
         for (_, reply) in group {
             let _ = reply.send(stored);
         }
-        totals.elapsed = first.map_or(Duration::ZERO, |t| t.elapsed());
     }
     totals
 }
@@ -1162,7 +1168,7 @@ async fn inline_writer(
     let (mut seq, mut target, mut sync) = (0u64, 0usize, Duration::ZERO);
     let mut first: Option<Instant> = None;
     while let Some(body) = rx.recv().await {
-        first.get_or_insert_with(Instant::now);
+        let first = *first.get_or_insert_with(Instant::now);
         let mut group = vec![body];
         let began = Instant::now();
         loop {
@@ -1183,12 +1189,12 @@ async fn inline_writer(
                     (sync * 3 + took) / 4
                 };
                 target = group.len();
-                let mut t = totals.lock().unwrap_or_else(|e| e.into_inner());
-                t.commits += 1;
-                t.records += group.len() as u64;
-                t.sync += took;
-                t.held += held;
-                t.elapsed = first.map_or(Duration::ZERO, |t| t.elapsed());
+                totals.lock().unwrap_or_else(|e| e.into_inner()).committed(
+                    group.len(),
+                    took,
+                    held,
+                    first,
+                );
                 true
             }
             Err(error) => {
