@@ -100,3 +100,6 @@ pub struct AppState {
     /// The last hour of every point, queue and rate (`GET /api/trends`).
     pub trends: Arc<crate::trends::Trends>,
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,12 +13,14 @@
 //! - `meta`: `next_id`, `inbox_next`, `parked_total`, `trimmed_total`, written in the same
 //!   transaction as the rows they describe.
 //!
-//! Writes are direct write transactions (each commit syncs), serialized by the index lock and
+//! Writes are direct write transactions (each commit syncs), serialized by the writer lock and
 //! called from blocking threads: a dead letter is rare, so a writer thread would buy nothing.
 //!
 //! In memory, the ids of the open and of the resolved entries are kept as ordered sets (and per
 //! flow), loaded at open from `heads`. They change only after the transaction that changed the
-//! disk has committed, under the same lock, so they always describe the last commit. They make
+//! disk has committed, so they always describe the last commit. The index has a lock of its
+//! own, never held across a commit: `/api/status`, the live view and the alert checks read the
+//! counts on the runtime's worker threads, and must not wait for an fsync. They make
 //! the trim at the cap cheap: at [`DeadLetterQueue::open`]'s `max_rows` the oldest (lowest id)
 //! resolved entries go first, then the oldest open ones, each trim counted and logged.
 
@@ -243,8 +245,13 @@ pub struct DeadLetterQueue {
     heads: Database<'static, Id, Bytes>,
     inbox: Database<'static, Id, Bytes>,
     meta: Database<'static, Str, Id>,
-    /// Serializes the writes and guards the index, so that it changes with the commit.
+    /// Serializes the writes: held across a write transaction and its commit (an fsync).
+    writer: Mutex<()>,
+    /// The index; held only to read or change it, never across a commit (see the module doc).
     index: Mutex<Index>,
+    /// A test's hold on the commits.
+    #[cfg(test)]
+    pub(crate) commit_hold: CommitHold,
     /// Readers and writers hold it for reading while a transaction is open; a map resize holds
     /// it for writing, because LMDB may only resize while no transaction is open.
     resize_lock: RwLock<()>,
@@ -352,7 +359,10 @@ impl DeadLetterQueue {
             heads,
             inbox,
             meta,
+            writer: Mutex::new(()),
             index: Mutex::new(index),
+            #[cfg(test)]
+            commit_hold: CommitHold::default(),
             resize_lock: RwLock::new(()),
             map_size: Mutex::new(map_size),
             max_map,
@@ -360,21 +370,32 @@ impl DeadLetterQueue {
         })
     }
 
+    fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Runs `f` in a write transaction and commits it, growing the map and trying again when
-    /// it is full. Returns the index lock still held, so the caller updates the index to match
-    /// the commit before anyone else sees either.
+    /// it is full. `f` reads the index under its lock; the commit runs without it, so readers
+    /// see the last commit meanwhile. Returns the index lock, taken again before the writer
+    /// lock is let go, so the caller updates the index to match the commit before the next
+    /// write reads it.
     fn write<T>(
         &self,
         mut f: impl FnMut(&mut RwTxn<'_>, &Index) -> Result<T, StoreError>,
     ) -> Result<(MutexGuard<'_, Index>, T), StoreError> {
-        let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut growths = 0;
         loop {
             let result = {
                 let _guard = self.resize_lock.read().unwrap_or_else(|e| e.into_inner());
                 let mut txn = self.env.write_txn()?;
-                match f(&mut txn, &index) {
-                    Ok(value) => txn.commit().map(|()| value).map_err(StoreError::from),
+                let staged = f(&mut txn, &self.index());
+                match staged {
+                    Ok(value) => {
+                        #[cfg(test)]
+                        self.commit_hold.pass();
+                        txn.commit().map(|()| value).map_err(StoreError::from)
+                    }
                     Err(e) => {
                         txn.abort();
                         Err(e)
@@ -386,7 +407,7 @@ impl DeadLetterQueue {
                     growths += 1;
                 }
                 Err(e) => return Err(e),
-                Ok(value) => return Ok((index, value)),
+                Ok(value) => return Ok((self.index(), value)),
             }
         }
     }
@@ -535,7 +556,7 @@ impl DeadLetterQueue {
             Bound::Unbounded,
         );
         let ids: Vec<u64> = {
-            let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+            let index = self.index();
             let state_set = |s: DlqState| match s {
                 DlqState::Open => &index.open,
                 DlqState::Resolved => &index.resolved,
@@ -647,7 +668,7 @@ impl DeadLetterQueue {
 
     /// Sizes and counters now.
     pub fn counts(&self) -> DlqCounts {
-        let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let index = self.index();
         DlqCounts {
             open: index.open.len() as u64,
             resolved: index.resolved.len() as u64,
@@ -699,6 +720,47 @@ impl DeadLetterQueue {
         let event = self.env.clone().prepare_for_closing();
         drop(self);
         event.wait();
+    }
+}
+
+/// A test's hold on the commits: while it is armed, every commit waits before it syncs.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct CommitHold {
+    /// Whether armed, and how many commits wait.
+    state: Mutex<(bool, usize)>,
+    changed: std::sync::Condvar,
+}
+
+#[cfg(test)]
+impl CommitHold {
+    /// Holds every commit from now on until [`Self::release`].
+    pub(crate) fn arm(&self) {
+        self.state.lock().unwrap().0 = true;
+    }
+
+    /// Lets the held commits go on.
+    pub(crate) fn release(&self) {
+        self.state.lock().unwrap().0 = false;
+        self.changed.notify_all();
+    }
+
+    /// Waits until a commit is held (at most `limit`); false when none came.
+    pub(crate) fn wait_held(&self, limit: std::time::Duration) -> bool {
+        let state = self.state.lock().unwrap();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, limit, |s| s.1 == 0)
+            .unwrap();
+        state.1 > 0
+    }
+
+    fn pass(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.1 += 1;
+        self.changed.notify_all();
+        state = self.changed.wait_while(state, |s| s.0).unwrap();
+        state.1 -= 1;
     }
 }
 
