@@ -318,7 +318,7 @@ impl Session {
         let mut failures = 0u32;
         let shutdown = self.p.shutdown.clone();
         while !shutdown.is_triggered() {
-            let end = match self.connect() {
+            let end = match self.connect().await {
                 Ok(mut conn) => {
                     let end = self.connection(&mut conn, &mut failures).await;
                     let connected = self.p.stats.connected.load(Ordering::Relaxed);
@@ -359,9 +359,14 @@ impl Session {
         self.end_session();
     }
 
-    /// Stores the next `bdSeq` and makes the client whose Will is its NDEATH.
-    fn connect(&mut self) -> Result<Conn, String> {
-        let bd_seq = self.p.bdseq.next().map_err(|e| e.to_string())?;
+    /// Stores the next `bdSeq` and makes the client whose Will is its NDEATH. The store syncs
+    /// the file, so it runs on a blocking thread, not on the runtime's workers.
+    async fn connect(&mut self) -> Result<Conn, String> {
+        let bdseq = self.p.bdseq.clone();
+        let bd_seq = tokio::task::spawn_blocking(move || bdseq.next())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
         self.bd_seq = bd_seq;
         self.p.stats.bd_seq.store(bd_seq, Ordering::Relaxed);
         let mut opts = options(&self.cfg.connection, &format!("sparkplug-{}", self.p.name))?;
