@@ -23,6 +23,7 @@ use super::storage::StorageSink;
 use crate::admission::{Refused, Reservation};
 use crate::commands::Commands;
 use crate::engine::Engine;
+use crate::ledger::Book;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sources::{modbus, opcua};
@@ -569,6 +570,20 @@ impl Sink {
             Kind::Storage(_)
             | Kind::ClickHouse(_)
             | Kind::Postgres(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
+        }
+    }
+
+    /// The part of the loss ledger of a database sink's memory backlog: the one sink part that
+    /// books rows parked in the pipeline dead-letter queue (`None` for every other sink).
+    pub fn backlog_ledger(&self) -> Option<&Book> {
+        match &self.kind {
+            Kind::ClickHouse(c) => c.backlog().map(|b| b.ledger()),
+            Kind::Postgres(p) => p.backlog().map(|b| b.ledger()),
+            Kind::Push(_)
+            | Kind::Storage(_)
             | Kind::Nats(_)
             | Kind::Mqtt(_)
             | Kind::Sparkplug(_) => None,

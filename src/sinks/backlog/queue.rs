@@ -650,6 +650,7 @@ impl<T: Send> Backlog<T> {
                     if tracked {
                         self.book.left_queue(&source, Left::DeadLettered);
                     }
+                    crate::ledger::book_trimmed_dead_letters(engine);
                     self.counters
                         .dead_lettered_total
                         .fetch_add(1, Ordering::Relaxed);
