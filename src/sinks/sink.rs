@@ -618,6 +618,7 @@ fn queued_report(name: &str, q: &DiskQueue, r: &mut Report) {
     );
     r.entry.insert("blocked".into(), st.blocked_total.into());
     r.entry.insert("queue_rows".into(), st.rows.into());
+    r.entry.insert("held".into(), q.delivery().held().into());
     r.entry.insert("durable".into(), true.into());
     r.entry.insert(
         "dead_letter_rows".into(),

@@ -199,7 +199,7 @@ pub fn db_sink_retry(sink: &str, rows: u64, error: &str, delay: std::time::Durat
     );
 }
 
-/// A database sink's server refused a batch for good (bad column, type); it goes to the
+/// A database sink's server refused a batch for good (a value, a constraint); it goes to the
 /// pipeline dead-letter queue.
 pub fn db_sink_rejected(sink: &str, rows: u64, error: &str) {
     log::error!(

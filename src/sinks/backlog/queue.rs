@@ -32,10 +32,20 @@
 //!   and each success doubles that limit again up to `max_insert_rows`: an insert too large
 //!   for the link or the timeout shrinks until it passes instead of failing forever, and after
 //!   an outage the catch-up is back at full size within a few inserts.
-//! - A permanent error (bad column, type) moves the batch to the pipeline dead-letter queue
-//!   with the server's message. A catch-up insert (more than `sink_batch_rows`) refused so is
-//!   first put back and sent again in batches of `sink_batch_rows`, so a bad row parks no
-//!   more rows with it than it would without catch-up.
+//! - An error that names the destination's configuration ([`InsertError::Destination`]: no
+//!   such table, column, schema or database, a missing privilege, bad credentials) holds the
+//!   sink, as the uplink holds its queue on HTTP 401: the batch goes back at the head and is
+//!   retried with the back-off, `held` shows in the sink's entry of `/api/status`, and the
+//!   component `<sink>.held` is alerted while it lasts. Nothing is dead-lettered: a table
+//!   renamed during a migration costs no data, only delay (and the bound, see above).
+//! - An error about the rows ([`InsertError::Permanent`]: a value that does not fit its column,
+//!   a constraint) sends the batch again one row at a time, and a row refused alone moves to
+//!   the pipeline dead-letter queue with the server's message, so one bad record parks only
+//!   itself. A catch-up insert (more than `sink_batch_rows`) refused so is first sent again in
+//!   batches of `sink_batch_rows`, so a bad row costs no more single inserts than it would
+//!   without catch-up. After [`HOLD_AFTER_REFUSALS`] rows refused alone in a row, the sink
+//!   holds instead (as the disk queue's deliverer does): a database that refuses every row is
+//!   misconfigured, not the data.
 //! - At a clean stop the thread inserts what is left for up to [`STOP_DEADLINE`]; rows it could
 //!   not insert are counted in `lost_at_stop_total` and logged.
 
@@ -49,13 +59,14 @@ use serde::Serialize;
 use super::config::SinkBatchConfig;
 use crate::admission::level::{Level, LevelTracker};
 use crate::admission::{Gate, OnFull, Refused, Reservation, RETRY_AFTER};
+use crate::alerts::ComponentReport;
 use crate::alerts::QueueReport;
 use crate::alerts::{QueueKind, QueueReading};
 use crate::engine::Engine;
 use crate::flow::{NodeKind, NodeRef};
 use crate::ledger::{Book, Cause, Left};
 use crate::record::Record;
-use crate::sinks::queue::Failure;
+use crate::sinks::queue::{DeliveryStatus, Failure, HOLD_AFTER_REFUSALS};
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::store::dead_letters::NewDeadLetter;
 use crate::telemetry::events;
@@ -85,8 +96,14 @@ pub struct Row<T> {
 pub enum InsertError {
     /// Connection refused or lost, timeout, server busy or starting: retried, rows kept.
     Transient(String),
-    /// The server refused the rows themselves (unknown column or table, wrong type): retrying
-    /// would fail the same way, so the batch goes to the dead-letter queue with this message.
+    /// The destination's configuration is wrong, not the rows: no such table, column, schema
+    /// or database, a missing privilege, bad credentials. Every row would fail the same way
+    /// until an operator fixes it, so the sink holds: rows kept, retried with back-off,
+    /// alerted; never dead-lettered.
+    Destination(String),
+    /// The server refused the rows themselves (a value that does not fit its column, a
+    /// constraint): retrying would fail the same way, so the rows go to the dead-letter queue
+    /// with this message, one at a time (see the module doc).
     Permanent(String),
 }
 
@@ -94,6 +111,11 @@ impl InsertError {
     /// True when retrying may succeed.
     pub fn is_retriable(&self) -> bool {
         matches!(self, Self::Transient(_))
+    }
+
+    /// True when the error names the destination's configuration: the sink holds.
+    pub fn is_destination(&self) -> bool {
+        matches!(self, Self::Destination(_))
     }
 }
 
@@ -170,6 +192,13 @@ pub struct BacklogStatus {
     pub lost_at_stop_total: u64,
     /// False after a failed insert, until one succeeds.
     pub healthy: bool,
+    /// Holding: the database refuses the table (or refused every one of the last
+    /// [`HOLD_AFTER_REFUSALS`] rows); rows are kept and retried, none is dead-lettered.
+    pub held: bool,
+    /// Times the sink was put on hold.
+    pub holds_total: u64,
+    /// Rows refused alone since the last insert that succeeded.
+    pub refusals_in_a_row: u64,
     /// The class of the last insert error (`HTTP 500`, an SQLSTATE), cleared by a success;
     /// the full message, which may hold rows, is on the admin endpoint.
     pub last_error: Option<String>,
@@ -206,6 +235,11 @@ pub struct Backlog<T> {
     counters: BacklogCounters,
     level: Arc<LevelTracker>,
     last_error: Mutex<Option<String>>,
+    /// The hold, as the disk queue's deliverer keeps it (only its hold part is used here:
+    /// `held`, `holds_total`, time on hold).
+    hold: DeliveryStatus,
+    /// Rows refused alone since the last insert that succeeded.
+    refusals_in_a_row: AtomicU64,
     /// Its part of the loss ledger: the tracked rows of each source, pending until inserted,
     /// parked or lost.
     book: Book,
@@ -230,6 +264,8 @@ impl<T: Send> Backlog<T> {
             counters: BacklogCounters::default(),
             level: Arc::default(),
             last_error: Mutex::new(None),
+            hold: DeliveryStatus::default(),
+            refusals_in_a_row: AtomicU64::new(0),
             book: Book::default(),
         }
     }
@@ -379,6 +415,9 @@ impl<T: Send> Backlog<T> {
             dead_lettered_total: c.dead_lettered_total.load(Ordering::Relaxed),
             lost_at_stop_total: c.lost_at_stop_total.load(Ordering::Relaxed),
             healthy: last_error.is_none(),
+            held: self.hold.held(),
+            holds_total: self.hold.holds_total(),
+            refusals_in_a_row: self.refusals_in_a_row.load(Ordering::Relaxed),
             last_error: last_error.map(|e| Failure::from_detail(e).class),
             level: self.level.peek(fill_pct, blocked_total + dropped_total),
         }
@@ -407,6 +446,7 @@ impl<T: Send> Backlog<T> {
         );
         r.entry.insert("blocked".into(), st.blocked_total.into());
         r.entry.insert("queue_rows".into(), st.backlog_rows.into());
+        r.entry.insert("held".into(), st.held.into());
         r.entry.insert("durable".into(), false.into());
         r.entry.insert("backlog".into(), st.backlog.into());
         r.entry.insert("note".into(), st.note.into());
@@ -423,6 +463,11 @@ impl<T: Send> Backlog<T> {
                 evicted_total: 0,
                 dropped_total: st.dropped_total,
             },
+        }];
+        r.components = vec![ComponentReport {
+            name: format!("{}.held", self.sink),
+            message: "the database refuses the table or every row: rows kept and retried, none dead-lettered; check the table, its columns, the database and the sink's credentials",
+            counters: vec![("held_ms_total", self.hold.held_ms_total())],
         }];
         r.ledger_part = Some((self.sink.clone(), self.book.snapshot()));
         r.ledger = SinkFigures {
@@ -554,16 +599,27 @@ impl<T: Send> Backlog<T> {
         // Most rows of the next insert: halved by a failure, doubled by a success.
         let mut limit = max_insert_rows;
         // Rows at the head still to go in batches of `batch_rows`: a refused catch-up insert,
-        // sent again in pieces so that only the piece holding the bad row is parked.
+        // sent again in pieces so that only the piece holding the bad row goes row by row.
         let mut split = 0usize;
+        // Rows at the head still to go one at a time: a refused batch, sent again row by row
+        // so that only the rows refused alone are parked.
+        let mut singles = 0usize;
         loop {
-            let pieces = split > 0;
-            let Some(batch) = self.next_batch(if pieces { batch_rows } else { limit }) else {
+            let (single, piece) = (singles > 0, split > 0);
+            let most = if single {
+                1
+            } else if piece {
+                batch_rows
+            } else {
+                limit
+            };
+            let Some(batch) = self.next_batch(most) else {
                 break;
             };
+            singles = singles.saturating_sub(batch.len());
             split = split.saturating_sub(batch.len());
             let n = batch.len() as u64;
-            match inserter.insert(&batch) {
+            let error = match inserter.insert(&batch) {
                 Ok(()) => {
                     limit = limit.saturating_mul(2).min(max_insert_rows);
                     self.finish();
@@ -573,12 +629,15 @@ impl<T: Send> Backlog<T> {
                     self.counters.inserted_total.fetch_add(n, Ordering::Relaxed);
                     self.counters.batches_total.fetch_add(1, Ordering::Relaxed);
                     self.set_error(None);
+                    self.refusals_in_a_row.store(0, Ordering::Relaxed);
+                    self.hold.release();
                     delay = RETRY_INITIAL;
                     events::db_sink_inserted(&self.sink, n);
+                    continue;
                 }
                 Err(InsertError::Permanent(msg)) if batch.len() > batch_rows => {
                     // A catch-up insert: which rows are bad is not known, so it goes again in
-                    // batches of `batch_rows`, and only those refused again are parked.
+                    // batches of `batch_rows`, and only those refused again go row by row.
                     log::warn!(
                         "database refused a catch-up insert, sending it again in smaller batches: sink={} rows={n} batch_rows={} error=\"{}\"",
                         self.sink,
@@ -587,35 +646,65 @@ impl<T: Send> Backlog<T> {
                     );
                     split = batch.len();
                     self.put_back(batch);
+                    continue;
+                }
+                Err(InsertError::Permanent(msg)) if batch.len() > 1 => {
+                    log::warn!(
+                        "database refused a batch, sending it again one row at a time: sink={} rows={n} error=\"{}\"",
+                        self.sink,
+                        Failure::from_detail(truncate(&msg)).class
+                    );
+                    singles = batch.len();
+                    self.put_back(batch);
+                    continue;
                 }
                 Err(InsertError::Permanent(msg)) => {
-                    let msg = truncate(&msg);
-                    self.set_error(Some(msg.clone()));
-                    events::db_sink_rejected(&self.sink, n, &msg);
-                    self.park(engine, batch, &msg);
-                    self.finish();
-                }
-                Err(InsertError::Transient(msg)) => {
-                    let msg = truncate(&msg);
-                    self.counters.failures_total.fetch_add(1, Ordering::Relaxed);
-                    self.set_error(Some(msg.clone()));
-                    events::db_sink_retry(&self.sink, n, &msg, delay);
-                    limit = (batch.len() / 2).max(batch_rows);
-                    if pieces {
-                        split += batch.len();
-                    }
-                    self.put_back(batch);
-                    if self.lock().closing {
-                        // A clean stop with the database unreachable: give up now.
-                        break;
-                    }
-                    if self.backoff(delay) {
-                        // Closing: one more try of what is left, then give up.
+                    let in_a_row = self.refusals_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+                    if in_a_row < HOLD_AFTER_REFUSALS {
+                        let msg = truncate(&msg);
+                        self.set_error(Some(msg.clone()));
+                        events::db_sink_rejected(&self.sink, n, &msg);
+                        self.park(engine, batch, &msg);
+                        self.finish();
                         continue;
                     }
-                    delay = (delay * 2).min(RETRY_MAX);
+                    // Every one of the last rows refused: the table, not the data.
+                    (
+                        msg,
+                        "the database refused every one of the last rows: rows kept, not dead-lettered",
+                    )
                 }
+                Err(InsertError::Destination(msg)) => (
+                    msg,
+                    "the database refuses the destination (table, column, database, privilege or credentials): rows kept, not dead-lettered",
+                ),
+                Err(InsertError::Transient(msg)) => (msg, ""),
+            };
+            // Retried after the back-off, rows kept at the head in order.
+            let (msg, held) = error;
+            let msg = truncate(&msg);
+            self.counters.failures_total.fetch_add(1, Ordering::Relaxed);
+            self.set_error(Some(msg.clone()));
+            events::db_sink_retry(&self.sink, n, &msg, delay);
+            if !held.is_empty() && self.hold.hold() {
+                events::delivery_held(&self.sink, &Failure::from_detail(msg.clone()).class, held);
             }
+            limit = (batch.len() / 2).max(batch_rows);
+            if single {
+                singles += batch.len();
+            } else if piece {
+                split += batch.len();
+            }
+            self.put_back(batch);
+            if self.lock().closing {
+                // A clean stop with the database unreachable: give up now.
+                break;
+            }
+            if self.backoff(delay) {
+                // Closing: one more try of what is left, then give up.
+                continue;
+            }
+            delay = (delay * 2).min(RETRY_MAX);
         }
         let mut s = self.lock();
         let lost = s.waiting.len() as u64;
