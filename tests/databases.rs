@@ -797,6 +797,42 @@ fn postgres_an_unknown_column_holds_the_sink_instead_of_parking_the_batch() {
     an_unknown_column_holds_the_sink_and_parks_nothing::<Postgres>();
 }
 
+/// A row the database refused, parked in the pipeline dead-letter queue, then trimmed there at
+/// the cap while still open: a loss, moved from `dead_lettered` to `trimmed` in the sink's own
+/// part of the ledger, which keeps balancing.
+#[test]
+fn postgres_a_refused_row_trimmed_open_from_the_dead_letters_is_booked_as_trimmed() {
+    let pg = Postgres::start();
+    pg.sql("CREATE TABLE strict (key text, v int4 NOT NULL)");
+    let mut section = pg.section("strict");
+    section["sink_batch"] = json!({ "sink_batch_rows": 1, "flush_interval_ms": 50 });
+    section["columns"] = json!([
+        { "column": "key", "field": "/key" },
+        { "column": "v", "field": "/payload/v" },
+    ]);
+    let mut c = config("postgres", section);
+    c["dead_letters"] = json!({ "max_rows": 1 });
+    let d = Daemon::start(c);
+    for key in ["m1", "m2"] {
+        assert_stored(&d.ingest(key, r#"{"w":1}"#), "row without v");
+        wait_until(POLL_DEADLINE, "the row parked", || {
+            dead_letters(&d, "")["counts"]["parked_total"] == if key == "m1" { 1 } else { 2 }
+        });
+    }
+    let counts = dead_letters(&d, "")["counts"].clone();
+    assert_eq!(counts["trimmed_open_total"], 1, "{counts}");
+    let source = format!("ingest/{SOURCE}");
+    let l = assert_balanced(&ledger(&d, false), "a parked row trimmed");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 1, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/losses/trimmed"), 1, "{l:#}");
+    let part = &l["parts"]["postgres"][&source];
+    assert_eq!(
+        part["losses"]["trimmed"], 1,
+        "booked in the sink's part: {l:#}"
+    );
+    assert_eq!(part["imbalance"], 0, "{l:#}");
+}
+
 // ------------------------------------------------------------------ TLS
 
 #[test]
