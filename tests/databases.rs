@@ -1,9 +1,10 @@
 //! The `clickhouse` and `postgres` sinks against real servers, each started by the test on a
 //! free loopback port in a temp dir: rows arrive with the right columns and types; rows are
 //! kept while the server is down and arrive after it is back; a small `block` backlog refuses
-//! sources and drops nothing; an `evict_oldest` backlog counts its drops exactly; a schema
-//! error parks the batch in the dead-letter queue with the server's message; rows that piled
-//! up behind a slow insert go in one catch-up insert.
+//! sources and drops nothing; an `evict_oldest` backlog counts its drops exactly; a row the
+//! server refuses goes to the dead-letter queue alone with the server's message; a missing
+//! table or column holds the sink, keeps every row and parks none; rows that piled up behind
+//! a slow insert go in one catch-up insert.
 
 mod common;
 
@@ -579,9 +580,9 @@ fn postgres_evict_oldest_counts_every_dropped_row() {
     evict_oldest_counts_its_drops_exactly::<Postgres>();
 }
 
-// ------------------------------------------------------------------ schema errors
+// ------------------------------------------------------------------ refused rows
 
-fn a_schema_error_parks_the_batch_with_the_servers_message<D: Db>(
+fn a_refused_value_parks_each_row_with_the_servers_message<D: Db>(
     columns: Value,
     body: &str,
     message: &str,
@@ -631,17 +632,8 @@ fn a_schema_error_parks_the_batch_with_the_servers_message<D: Db>(
 }
 
 #[test]
-fn clickhouse_unknown_column_parks_the_batch_in_the_dead_letter_queue() {
-    a_schema_error_parks_the_batch_with_the_servers_message::<ClickHouse>(
-        json!([{ "column": "key", "field": "/key" }, { "column": "nope", "field": "/payload/v" }]),
-        r#"{"v":1}"#,
-        "No such column nope",
-    );
-}
-
-#[test]
 fn clickhouse_wrong_type_parks_the_batch_in_the_dead_letter_queue() {
-    a_schema_error_parks_the_batch_with_the_servers_message::<ClickHouse>(
+    a_refused_value_parks_each_row_with_the_servers_message::<ClickHouse>(
         json!([{ "column": "key", "field": "/key" }, { "column": "ts", "field": "/payload/v" }]),
         r#"{"v":"not a number"}"#,
         "Cannot parse input",
@@ -649,16 +641,7 @@ fn clickhouse_wrong_type_parks_the_batch_in_the_dead_letter_queue() {
 }
 
 #[test]
-fn postgres_unknown_column_parks_the_batch_in_the_dead_letter_queue() {
-    a_schema_error_parks_the_batch_with_the_servers_message::<Postgres>(
-        json!([{ "column": "key", "field": "/key" }, { "column": "nope", "field": "/payload/v" }]),
-        r#"{"v":1}"#,
-        r#"ERROR 42703: column "nope" does not exist"#,
-    );
-}
-
-#[test]
-fn postgres_not_null_violation_parks_the_batch_with_the_servers_message() {
+fn postgres_not_null_violation_parks_only_the_row_refused_alone_with_the_servers_message() {
     let pg = Postgres::start();
     pg.sql("CREATE TABLE strict (key text, v int4 NOT NULL)");
     let mut section = pg.section("strict");
@@ -668,29 +651,186 @@ fn postgres_not_null_violation_parks_the_batch_with_the_servers_message() {
         { "column": "v", "field": "/payload/v" },
     ]);
     let d = Daemon::start(config("postgres", section));
+    // The batch is refused, then sent again row by row: only the row without `v` is parked.
     assert_stored(&d.ingest("ok", r#"{"v":1}"#), "good row");
     assert_stored(&d.ingest("missing", r#"{"w":1}"#), "row without v");
-    wait_until(POLL_DEADLINE, "2 dead letters", || {
-        dead_letters(&d, "state=open")["counts"]["open"] == 2
+    wait_until(POLL_DEADLINE, "1 dead letter", || {
+        dead_letters(&d, "state=open")["counts"]["open"] == 1
     });
-    let reason = dead_letter_rows(&d, "state=open")[0]["reason"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let row = dead_letter_rows(&d, "state=open")[0].clone();
+    assert_eq!(row["record"]["key"], "missing", "{row:#}");
+    let reason = row["reason"].as_str().unwrap_or("").to_string();
     assert!(reason.contains("ERROR 23502"), "{reason}");
     assert!(reason.contains("violates not-null constraint"), "{reason}");
     // A value that cannot be written into its column's type is refused before sending.
     assert_stored(&d.ingest("text", r#"{"v":"abc"}"#), "row with a text v");
     assert_stored(&d.ingest("fine", r#"{"v":2}"#), "good row");
-    wait_until(POLL_DEADLINE, "4 dead letters", || {
-        dead_letters(&d, "state=open")["counts"]["open"] == 4
+    wait_until(POLL_DEADLINE, "2 dead letters", || {
+        dead_letters(&d, "state=open")["counts"]["open"] == 2
     });
     let rows = dead_letter_rows(&d, "state=open");
-    let last = rows[3]["reason"].as_str().unwrap_or("");
+    assert_eq!(rows[1]["record"]["key"], "text", "{:#}", rows[1]);
+    let last = rows[1]["reason"].as_str().unwrap_or("");
     assert!(
         last.contains(r#"column "v" (int4) cannot take "abc""#),
         "{last}"
     );
+    wait_until(POLL_DEADLINE, "the good rows", || {
+        pg.keys("strict").len() == 2
+    });
+    assert_eq!(pg.keys("strict"), ["fine", "ok"]);
+    assert_eq!(sink_status(&d, "postgres")["held"], false);
+}
+
+// ------------------------------------------------------------------ the destination's configuration
+
+/// 50 records into a sink whose table does not exist; the table is created 5 s later. A
+/// missing table is the destination's configuration, not the records': the sink holds (shown
+/// in its `sinks[]` entry and alerted as `<sink>.held`), keeps every row and retries, and
+/// all 50 arrive once the table exists; none is a dead letter.
+fn a_missing_table_holds_the_sink_until_it_is_created<D: Db>(queue: &str) {
+    let db = D::start();
+    let mut section = db.section("late");
+    section["queue"] = json!(queue);
+    section["sink_batch"] = json!({ "sink_batch_rows": 10, "flush_interval_ms": 50 });
+    let mut c = config(D::SINK, section);
+    c["telemetry"] = json!({ "alerts": { "check_interval_secs": 1 } });
+    let d = Daemon::start(c);
+    let started = Instant::now();
+    let mut sent = Vec::new();
+    for i in 0..50 {
+        let key = format!("k{i:03}");
+        assert_stored(&d.ingest(&key, &format!(r#"{{"n":{i}}}"#)), "ingest");
+        sent.push(key);
+    }
+    // Until the table is created: the sink shows it holds, and the hold is alerted.
+    let create_at = started + Duration::from_secs(5);
+    let held = format!("{}.held", D::SINK);
+    let (mut shown, mut alerted) = (false, false);
+    poll_until(create_at.saturating_duration_since(Instant::now()), || {
+        let st = d.status();
+        shown |= named(&st, "/sinks", D::SINK)["held"] == true;
+        alerted |= st["alerts"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["component"] == held.as_str()));
+        shown && alerted
+    });
+    std::thread::sleep(create_at.saturating_duration_since(Instant::now()));
+    let parked = dead_letters(&d, "")["counts"].clone();
+    db.create_default("late");
+    let arrived = poll_until(Duration::from_secs(20), || db.keys("late").len() >= 50);
+    assert!(
+        arrived,
+        "all 50 rows after the table was created: {} arrived; dead letters {parked}; {:#}",
+        db.keys("late").len(),
+        named(&d.status(), "/sinks", D::SINK)
+    );
+    assert_eq!(db.keys("late"), sent, "every record exactly once");
+    assert!(
+        shown,
+        "the sink's entry showed held: true while the table was missing"
+    );
+    assert!(alerted, "the hold was alerted as {held}");
+    let counts = dead_letters(&d, "")["counts"].clone();
+    assert_eq!(counts["parked_total"], 0, "no dead letter: {counts}");
+    let entry = named(&d.status(), "/sinks", D::SINK).clone();
+    assert_eq!(
+        entry["held"], false,
+        "released once the rows went in: {entry:#}"
+    );
+    let source = format!("ingest/{SOURCE}");
+    let l = assert_balanced(&ledger(&d, true), "after the table was created");
+    assert_eq!(source_figure(&l, &source, "/acked"), 50, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 0, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
+    assert!(
+        d.stderr().contains("queue held, rows kept"),
+        "the hold is logged"
+    );
+}
+
+#[test]
+fn clickhouse_a_missing_table_holds_the_sink_and_every_row_arrives_once_it_is_created() {
+    a_missing_table_holds_the_sink_until_it_is_created::<ClickHouse>("memory");
+}
+
+#[test]
+fn postgres_a_missing_table_holds_the_sink_and_every_row_arrives_once_it_is_created() {
+    a_missing_table_holds_the_sink_until_it_is_created::<Postgres>("memory");
+}
+
+#[test]
+fn postgres_with_queue_disk_a_missing_table_holds_the_queue_and_dead_letters_nothing() {
+    a_missing_table_holds_the_sink_until_it_is_created::<Postgres>("disk");
+}
+
+/// A column the table does not have is the destination's configuration too: held, not parked.
+fn an_unknown_column_holds_the_sink_and_parks_nothing<D: Db>() {
+    let db = D::start();
+    db.create_default("events");
+    let mut section = db.section("events");
+    section["sink_batch"] = json!({ "sink_batch_rows": 3, "flush_interval_ms": 50 });
+    section["columns"] =
+        json!([{ "column": "key", "field": "/key" }, { "column": "nope", "field": "/payload/v" }]);
+    let d = Daemon::start(config(D::SINK, section));
+    for i in 0..3 {
+        assert_stored(&d.ingest(&format!("k{i}"), r#"{"v":1}"#), "ingest");
+    }
+    wait_until(POLL_DEADLINE, "the sink holds or parks the rows", || {
+        named(&d.status(), "/sinks", D::SINK)["held"] == true
+            || dead_letters(&d, "")["counts"]["parked_total"] != 0
+    });
+    let st = sink_status(&d, D::SINK);
+    assert_eq!(st["held"], true, "{st:#}");
+    assert_eq!(st["backlog_rows"], 3, "every row kept: {st:#}");
+    assert_eq!(st["dead_lettered_total"], 0, "{st:#}");
+    assert_eq!(dead_letters(&d, "")["counts"]["parked_total"], 0);
+}
+
+#[test]
+fn clickhouse_an_unknown_column_holds_the_sink_instead_of_parking_the_batch() {
+    an_unknown_column_holds_the_sink_and_parks_nothing::<ClickHouse>();
+}
+
+#[test]
+fn postgres_an_unknown_column_holds_the_sink_instead_of_parking_the_batch() {
+    an_unknown_column_holds_the_sink_and_parks_nothing::<Postgres>();
+}
+
+/// A row the database refused, parked in the pipeline dead-letter queue, then trimmed there at
+/// the cap while still open: a loss, moved from `dead_lettered` to `trimmed` in the sink's own
+/// part of the ledger, which keeps balancing.
+#[test]
+fn postgres_a_refused_row_trimmed_open_from_the_dead_letters_is_booked_as_trimmed() {
+    let pg = Postgres::start();
+    pg.sql("CREATE TABLE strict (key text, v int4 NOT NULL)");
+    let mut section = pg.section("strict");
+    section["sink_batch"] = json!({ "sink_batch_rows": 1, "flush_interval_ms": 50 });
+    section["columns"] = json!([
+        { "column": "key", "field": "/key" },
+        { "column": "v", "field": "/payload/v" },
+    ]);
+    let mut c = config("postgres", section);
+    c["dead_letters"] = json!({ "max_rows": 1 });
+    let d = Daemon::start(c);
+    for key in ["m1", "m2"] {
+        assert_stored(&d.ingest(key, r#"{"w":1}"#), "row without v");
+        wait_until(POLL_DEADLINE, "the row parked", || {
+            dead_letters(&d, "")["counts"]["parked_total"] == if key == "m1" { 1 } else { 2 }
+        });
+    }
+    let counts = dead_letters(&d, "")["counts"].clone();
+    assert_eq!(counts["trimmed_open_total"], 1, "{counts}");
+    let source = format!("ingest/{SOURCE}");
+    let l = assert_balanced(&ledger(&d, false), "a parked row trimmed");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 1, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/losses/trimmed"), 1, "{l:#}");
+    let part = &l["parts"]["postgres"][&source];
+    assert_eq!(
+        part["losses"]["trimmed"], 1,
+        "booked in the sink's part: {l:#}"
+    );
+    assert_eq!(part["imbalance"], 0, "{l:#}");
 }
 
 // ------------------------------------------------------------------ TLS

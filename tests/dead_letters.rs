@@ -1,6 +1,7 @@
 //! The pipeline dead-letter queue: a failing node parks the record; it is listed, corrected,
-//! replayed into its sink or resolved without replay; the cap trims resolved rows first; the
-//! admin endpoints need the admin token. Drives the real binary.
+//! replayed into its sink or resolved without replay; the cap trims resolved rows first, and
+//! an open row trimmed is a loss booked in the ledger, counted and alerted; the admin endpoints
+//! need the admin token. Drives the real binary.
 
 mod common;
 
@@ -77,8 +78,12 @@ fn park_at(daemon: &Daemon, source: &str, token: &str, key: &str) -> (String, u6
 
 fn assert_counts(daemon: &Daemon, open: u64, resolved: u64, parked: u64, trimmed: u64) {
     let counts = dead_letters(daemon, "")["counts"].clone();
+    let mut four = counts.clone();
+    if let Some(m) = four.as_object_mut() {
+        m.remove("trimmed_open_total");
+    }
     assert_eq!(
-        counts,
+        four,
         json!({ "open": open, "resolved": resolved, "parked_total": parked, "trimmed_total": trimmed }),
         "counts of GET /api/dead-letters"
     );
@@ -399,6 +404,56 @@ fn trimming_at_max_rows_drops_the_oldest_resolved_rows_first_then_the_oldest_ope
     assert_eq!(dead_letter_ids(&daemon, ""), vec![d, e, f]);
     assert_eq!(dead_letter(&daemon, d)["state"], json!("resolved"));
     assert_counts(&daemon, 2, 1, 6, 3);
+}
+
+#[test]
+fn an_open_dead_letter_trimmed_at_the_cap_is_a_loss_booked_in_the_ledger_counted_and_alerted() {
+    let receiver = Receiver::start();
+    let mut config = dlq_config(&receiver, Some(2));
+    config["telemetry"] = json!({ "alerts": { "check_interval_secs": 1 } });
+    let daemon = Daemon::start(config);
+    park(&daemon, "a");
+    park(&daemon, "b");
+    // At the cap, nothing resolved: the open `a` goes, and its record with it.
+    let c = park(&daemon, "c").1;
+    let source = format!("ingest/{SOURCE}");
+    let counts = dead_letters(&daemon, "")["counts"].clone();
+    assert_eq!(counts["trimmed_open_total"], 1, "{counts}");
+    assert_eq!(daemon.status()["dead_letters"], counts);
+    let l = assert_balanced(&ledger(&daemon, false), "an open dead letter trimmed");
+    assert_eq!(source_figure(&l, &source, "/acked"), 3, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 2, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/losses/trimmed"), 1, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 1, "{l:#}");
+    let metrics = daemon.metrics();
+    assert_eq!(
+        metric(&metrics, "opex_connector_dead_letters_trimmed_open_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(
+        daemon
+            .stderr()
+            .contains("open dead letter trimmed at the cap, record lost"),
+        "the loss is logged"
+    );
+    wait_until(POLL_DEADLINE, "the trim alerted", || {
+        daemon.status()["alerts"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|x| x["component"] == "dead_letters.trimmed_open")
+        })
+    });
+
+    // A resolved entry trimmed is no loss: nothing more is booked.
+    let reply = daemon.delete(&format!("/api/dead-letters/{c}"), Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    park(&daemon, "d");
+    let counts = dead_letters(&daemon, "")["counts"].clone();
+    assert_eq!(counts["trimmed_total"], 2, "{counts}");
+    assert_eq!(counts["trimmed_open_total"], 1, "{counts}");
+    let l = assert_balanced(&ledger(&daemon, false), "a resolved dead letter trimmed");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 3, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/losses/trimmed"), 1, "{l:#}");
 }
 
 #[test]

@@ -10,8 +10,9 @@
 //! channel (messages; `<name>.failed`).
 //!
 //! The engine's own: the pipeline's `dead_letters` (rows, `dead_letters.max_rows`), and the
-//! components `engine.backpressure_lost` (poll samples dropped after the hold) and
-//! `engine.node_errors` (flow node failures).
+//! components `dead_letters.trimmed_open` (open entries deleted at the cap: records lost),
+//! `engine.backpressure_lost` (poll samples dropped after the hold) and `engine.node_errors`
+//! (flow node failures).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -46,6 +47,17 @@ pub fn watch(hub: &mut Hub, engine: &Arc<Engine>) {
             dropped_total: 0,
         }
     }));
+    let e = Arc::clone(engine);
+    hub.add_component(Component::new(
+        "dead_letters.trimmed_open",
+        "open dead letters deleted at dead_letters.max_rows before anyone replayed them: records lost; replay or resolve the queue, or raise the cap",
+        move || {
+            vec![(
+                "trimmed_open_total",
+                e.dead_letters().counts().trimmed_open_total,
+            )]
+        },
+    ));
     let e = Arc::clone(engine);
     hub.add_component(Component::new(
         "engine.backpressure_lost",

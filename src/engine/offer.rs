@@ -499,6 +499,7 @@ impl Engine {
         let parked = tokio::task::spawn_blocking(move || dlq.park(new)).await;
         match parked {
             Ok(Ok(id)) => {
+                crate::ledger::book_trimmed_dead_letters(self);
                 self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 log::error!(
                     "record parked in the dead-letter queue: flow={flow} node={node} dead_letter_id={id} reason=\"{reason}\""

@@ -168,6 +168,12 @@ pub fn metrics(state: &AppState) -> String {
         "Open entries of the pipeline dead-letter queue.",
         dlq.open as f64,
     );
+    p.single(
+        "opex_connector_dead_letters_trimmed_open_total",
+        Kind::Counter,
+        "Open entries of the pipeline dead-letter queue deleted at its cap: records lost.",
+        dlq.trimmed_open_total as f64,
+    );
     for (metric, help, v) in [
         (
             "opex_connector_engine_unrouted_total",

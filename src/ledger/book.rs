@@ -35,6 +35,9 @@ pub enum Cause {
     Failed,
     /// Handed to a destination that confirms nothing (MQTT QoS 0): it may have arrived.
     Unconfirmed,
+    /// An open entry of the pipeline dead-letter queue deleted at its cap
+    /// (`dead_letters.max_rows`) before anyone replayed or resolved it.
+    Trimmed,
 }
 
 /// The counts of one source in one part of the ledger.
@@ -67,6 +70,8 @@ pub struct Counts {
     pub failed: u64,
     /// Published with nothing to confirm it (MQTT QoS 0): may have been lost.
     pub unconfirmed: u64,
+    /// Lost: an open dead letter trimmed at the dead-letter queue's cap.
+    pub trimmed: u64,
 }
 
 impl Counts {
@@ -79,6 +84,7 @@ impl Counts {
             + self.unrouted
             + self.failed
             + self.unconfirmed
+            + self.trimmed
     }
 
     /// `acked - (delivered + pending + dead_lettered + losses)`: zero when the part balances.
@@ -97,6 +103,7 @@ impl Counts {
             Cause::Unrouted => &mut self.unrouted,
             Cause::Failed => &mut self.failed,
             Cause::Unconfirmed => &mut self.unconfirmed,
+            Cause::Trimmed => &mut self.trimmed,
         }
     }
 
@@ -115,6 +122,7 @@ impl Counts {
         self.unrouted += o.unrouted;
         self.failed += o.failed;
         self.unconfirmed += o.unconfirmed;
+        self.trimmed += o.trimmed;
     }
 }
 
@@ -197,6 +205,21 @@ impl Book {
         });
     }
 
+    /// A dead letter of `source` counted here was trimmed at its queue's cap while open: it
+    /// moves from `dead_lettered` to the loss [`Cause::Trimmed`]. False (nothing changed) when
+    /// this part holds no dead letter of `source`: another part, or a former run, parked it.
+    pub fn dead_letter_trimmed(&self, source: &str) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get_mut(source) {
+            Some(c) if c.dead_lettered > 0 => {
+                c.dead_lettered -= 1;
+                c.trimmed += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A copy of every source's counts.
     pub fn snapshot(&self) -> BTreeMap<String, Counts> {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -243,6 +266,26 @@ mod tests {
         }
         let a = b.snapshot()["ingest/a"];
         assert_eq!((a.acked, a.delivered, a.pending, a.evicted), (3, 1, 1, 1));
+    }
+
+    #[test]
+    fn a_trimmed_dead_letter_moves_to_its_loss_only_in_the_part_that_holds_it() {
+        let b = Book::default();
+        b.dead_lettered("webhook/b");
+        assert!(
+            !b.dead_letter_trimmed("ingest/a"),
+            "no dead letter of ingest/a here"
+        );
+        assert!(b.dead_letter_trimmed("webhook/b"));
+        assert!(!b.dead_letter_trimmed("webhook/b"), "only one was parked");
+        let snap = b.snapshot();
+        assert!(
+            !snap.contains_key("ingest/a"),
+            "no row made for a source not held"
+        );
+        let c = snap["webhook/b"];
+        assert_eq!((c.acked, c.dead_lettered, c.trimmed), (1, 0, 1));
+        assert_eq!(c.imbalance(), 0, "{c:?}");
     }
 
     #[test]

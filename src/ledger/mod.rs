@@ -12,6 +12,9 @@
 //! | a volatile push buffer (`push_volatile` for the sink `push`) | memory | the same, lost with the rows on restart |
 //! | each database memory backlog (the sink's name) | memory | records acked into the backlog: pending until inserted, parked, evicted or given up at a stop |
 //!
+//! An open entry of the pipeline dead-letter queue trimmed at its cap moves from
+//! `dead_lettered` to the loss `trimmed` in the part that parked it (`trimmed.rs`).
+//!
 //! Each part comes from its sink's report ([`crate::sinks::Report`]), so the ledger names no
 //! kind. One copy per record is tracked: when a record fans out to several sinks, the first
 //! queue it reaches carries it in the per-source figures, and the other copies show only in
@@ -21,6 +24,8 @@
 
 mod book;
 mod report;
+mod trimmed;
 
 pub use book::{Book, Cause, Counts, Left, MAX_SOURCES, OTHER_SOURCES};
 pub use report::{check, report, Check};
+pub use trimmed::book_trimmed_dead_letters;

@@ -48,6 +48,7 @@ fn counts_json(c: &Counts) -> Value {
             "unrouted": c.unrouted,
             "failed": c.failed,
             "unconfirmed": c.unconfirmed,
+            "trimmed": c.trimmed,
         },
         "lost": c.losses(),
         "imbalance": c.imbalance(),

@@ -23,6 +23,7 @@ use super::storage::StorageSink;
 use crate::admission::{Refused, Reservation};
 use crate::commands::Commands;
 use crate::engine::Engine;
+use crate::ledger::Book;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sources::{modbus, opcua};
@@ -575,6 +576,20 @@ impl Sink {
         }
     }
 
+    /// The part of the loss ledger of a database sink's memory backlog: the one sink part that
+    /// books rows parked in the pipeline dead-letter queue (`None` for every other sink).
+    pub fn backlog_ledger(&self) -> Option<&Book> {
+        match &self.kind {
+            Kind::ClickHouse(c) => c.backlog().map(|b| b.ledger()),
+            Kind::Postgres(p) => p.backlog().map(|b| b.ledger()),
+            Kind::Push(_)
+            | Kind::Storage(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
+        }
+    }
+
     /// The event history, for a storage sink.
     pub fn storage(&self) -> Option<&Arc<StorageSink>> {
         match &self.kind {
@@ -603,6 +618,7 @@ fn queued_report(name: &str, q: &DiskQueue, r: &mut Report) {
     );
     r.entry.insert("blocked".into(), st.blocked_total.into());
     r.entry.insert("queue_rows".into(), st.rows.into());
+    r.entry.insert("held".into(), q.delivery().held().into());
     r.entry.insert("durable".into(), true.into());
     r.entry.insert(
         "dead_letter_rows".into(),

@@ -10,8 +10,8 @@
 //! - `inbox`: key = big-endian `u64`, value = the raw request of an `on_receipt` webhook,
 //!   written (and synced) before its `200` and removed once its flow has run; what is left at
 //!   start was accepted but not handled, and is replayed.
-//! - `meta`: `next_id`, `inbox_next`, `parked_total`, `trimmed_total`, written in the same
-//!   transaction as the rows they describe.
+//! - `meta`: `next_id`, `inbox_next`, `parked_total`, `trimmed_total`, `trimmed_open_total`,
+//!   written in the same transaction as the rows they describe.
 //!
 //! Writes are direct write transactions (each commit syncs), serialized by the writer lock and
 //! called from blocking threads: a dead letter is rare, so a writer thread would buy nothing.
@@ -22,9 +22,11 @@
 //! own, never held across a commit: `/api/status`, the live view and the alert checks read the
 //! counts on the runtime's worker threads, and must not wait for an fsync. They make
 //! the trim at the cap cheap: at [`DeadLetterQueue::open`]'s `max_rows` the oldest (lowest id)
-//! resolved entries go first, then the oldest open ones, each trim counted and logged.
+//! resolved entries go first, then the oldest open ones, each trim counted and logged. An open
+//! entry trimmed is a record lost: counted apart (`trimmed_open_total`, alerted), logged as an
+//! error, and its source kept for the loss ledger ([`DeadLetterQueue::take_trimmed_open`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, RwLock};
@@ -145,6 +147,9 @@ pub struct DlqCounts {
     pub parked_total: u64,
     /// Entries deleted at the cap.
     pub trimmed_total: u64,
+    /// Of those, entries still open when deleted: records lost (alerted, and booked in the
+    /// ledger as `trimmed`).
+    pub trimmed_open_total: u64,
 }
 
 /// An entry as stored in `entries`.
@@ -177,17 +182,25 @@ struct Meta {
     inbox_next: u64,
     parked_total: u64,
     trimmed_total: u64,
+    trimmed_open_total: u64,
 }
 
-const META_KEYS: [&str; 4] = ["next_id", "inbox_next", "parked_total", "trimmed_total"];
+const META_KEYS: [&str; 5] = [
+    "next_id",
+    "inbox_next",
+    "parked_total",
+    "trimmed_total",
+    "trimmed_open_total",
+];
 
 impl Meta {
-    fn values(&self) -> [u64; 4] {
+    fn values(&self) -> [u64; 5] {
         [
             self.next_id,
             self.inbox_next,
             self.parked_total,
             self.trimmed_total,
+            self.trimmed_open_total,
         ]
     }
 }
@@ -199,6 +212,9 @@ struct Index {
     resolved: BTreeSet<u64>,
     by_flow: HashMap<String, BTreeSet<u64>>,
     meta: Meta,
+    /// Open entries trimmed and not yet taken by the ledger, by their record's source (at most
+    /// [`crate::ledger::MAX_SOURCES`] sources; beyond, under [`crate::ledger::OTHER_SOURCES`]).
+    trimmed_open: BTreeMap<String, u64>,
 }
 
 impl Index {
@@ -236,6 +252,20 @@ impl Index {
 struct Trimmed {
     id: u64,
     head: Head,
+    /// The source of its record, when it was open (a loss to book).
+    source: Option<String>,
+}
+
+/// The source of a stored entry's record, read to book a trimmed open entry.
+fn source_of(value: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Source {
+        source: String,
+    }
+    serde_json::from_slice::<Stored>(value)
+        .ok()
+        .and_then(|s| serde_json::from_str::<Source>(s.record.get()).ok())
+        .map_or_else(String::new, |r| r.source)
 }
 
 /// The pipeline dead-letter queue and the webhook inbox. Share it behind an `Arc`.
@@ -338,11 +368,11 @@ impl DeadLetterQueue {
                 Err(_) => index.insert(id, DlqState::Open, ""),
             }
         }
-        let mut stored = [0u64; 4];
+        let mut stored = [0u64; 5];
         for (key, value) in META_KEYS.iter().zip(stored.iter_mut()) {
             *value = meta.get(&wtxn, key)?.unwrap_or(0);
         }
-        let [next_id, inbox_next, parked_total, trimmed_total] = stored;
+        let [next_id, inbox_next, parked_total, trimmed_total, trimmed_open_total] = stored;
         // The ids must stay above every key in use, whatever `meta` says.
         let after = |last: Option<(u64, &[u8])>| last.map_or(0, |(k, _)| k + 1);
         index.meta = Meta {
@@ -350,6 +380,7 @@ impl DeadLetterQueue {
             inbox_next: inbox_next.max(after(inbox.last(&wtxn)?)),
             parked_total,
             trimmed_total,
+            trimmed_open_total,
         };
         put_meta(&meta, &mut wtxn, &index.meta)?;
         wtxn.commit()?;
@@ -482,14 +513,28 @@ impl DeadLetterQueue {
                         flow: String::new(),
                         node: String::new(),
                     });
+                let source = match head.state {
+                    DlqState::Open => Some(
+                        self.entries
+                            .get(txn, &victim)?
+                            .map_or_else(String::new, source_of),
+                    ),
+                    DlqState::Resolved => None,
+                };
                 self.entries.delete(txn, &victim)?;
                 self.heads.delete(txn, &victim)?;
-                trimmed.push(Trimmed { id: victim, head });
+                trimmed.push(Trimmed {
+                    id: victim,
+                    head,
+                    source,
+                });
             }
+            let open = trimmed.iter().filter(|t| t.source.is_some()).count() as u64;
             let meta = Meta {
                 next_id: id + 1,
                 parked_total: index.meta.parked_total + 1,
                 trimmed_total: index.meta.trimmed_total + trimmed.len() as u64,
+                trimmed_open_total: index.meta.trimmed_open_total + open,
                 ..index.meta
             };
             put_meta(&self.meta, txn, &meta)?;
@@ -499,16 +544,37 @@ impl DeadLetterQueue {
         index.meta = meta;
         index.insert(id, DlqState::Open, &head.flow);
         let mut trimmed_total = meta.trimmed_total - trimmed.len() as u64;
-        for t in &trimmed {
+        let mut open_total = meta.trimmed_open_total;
+        open_total -= trimmed.iter().filter(|t| t.source.is_some()).count() as u64;
+        for t in trimmed {
             index.remove(t.id, t.head.state, &t.head.flow);
             trimmed_total += 1;
-            events::dead_letter_trimmed(
-                t.id,
-                t.head.state.as_str(),
-                &t.head.flow,
-                &t.head.node,
-                trimmed_total,
-            );
+            match t.source {
+                None => events::dead_letter_trimmed(
+                    t.id,
+                    t.head.state.as_str(),
+                    &t.head.flow,
+                    &t.head.node,
+                    trimmed_total,
+                ),
+                Some(source) => {
+                    open_total += 1;
+                    events::dead_letter_trimmed_open(
+                        t.id,
+                        &source,
+                        &t.head.flow,
+                        &t.head.node,
+                        open_total,
+                    );
+                    let full = index.trimmed_open.len() >= crate::ledger::MAX_SOURCES;
+                    let key = if full && !index.trimmed_open.contains_key(&source) {
+                        crate::ledger::OTHER_SOURCES.to_string()
+                    } else {
+                        source
+                    };
+                    *index.trimmed_open.entry(key).or_default() += 1;
+                }
+            }
         }
         Ok(id)
     }
@@ -661,6 +727,13 @@ impl DeadLetterQueue {
         }
     }
 
+    /// The open entries trimmed since the last call, by their record's source: the losses the
+    /// ledger has not booked yet ([`crate::ledger::book_trimmed_dead_letters`]).
+    pub fn take_trimmed_open(&self) -> BTreeMap<String, u64> {
+        let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut index.trimmed_open)
+    }
+
     /// Most entries kept (`dead_letters.max_rows`).
     pub fn max_rows(&self) -> u64 {
         self.max_rows
@@ -674,6 +747,7 @@ impl DeadLetterQueue {
             resolved: index.resolved.len() as u64,
             parked_total: index.meta.parked_total,
             trimmed_total: index.meta.trimmed_total,
+            trimmed_open_total: index.meta.trimmed_open_total,
         }
     }
 

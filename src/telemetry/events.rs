@@ -95,11 +95,26 @@ pub fn delivery_held(sink: &str, class: &str, why: &str) {
     log::error!("alert: queue held, rows kept: sink={sink} error=\"{class}\" reason=\"{why}\"");
 }
 
-/// The pipeline dead-letter queue was at its cap: entry `id` was deleted (resolved entries go
-/// first, then the oldest open ones). `trimmed_total` counts this one.
+/// The pipeline dead-letter queue was at its cap: resolved entry `id` was deleted (resolved
+/// entries go first; an open one is [`dead_letter_trimmed_open`]). `trimmed_total` counts this
+/// one.
 pub fn dead_letter_trimmed(id: u64, state: &str, flow: &str, node: &str, trimmed_total: u64) {
     log::warn!(
         "dead letter trimmed at the cap: id={id} state={state} flow={flow} node={node} trimmed_total={trimmed_total}"
+    );
+}
+
+/// The pipeline dead-letter queue was at its cap and entry `id` was deleted while still open:
+/// its record (of `source`) is lost. `trimmed_open_total` counts this one.
+pub fn dead_letter_trimmed_open(
+    id: u64,
+    source: &str,
+    flow: &str,
+    node: &str,
+    trimmed_open_total: u64,
+) {
+    log::error!(
+        "open dead letter trimmed at the cap, record lost: id={id} source={source} flow={flow} node={node} trimmed_open_total={trimmed_open_total}"
     );
 }
 
@@ -184,7 +199,7 @@ pub fn db_sink_retry(sink: &str, rows: u64, error: &str, delay: std::time::Durat
     );
 }
 
-/// A database sink's server refused a batch for good (bad column, type); it goes to the
+/// A database sink's server refused a batch for good (a value, a constraint); it goes to the
 /// pipeline dead-letter queue.
 pub fn db_sink_rejected(sink: &str, rows: u64, error: &str) {
     log::error!(

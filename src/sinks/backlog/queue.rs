@@ -32,12 +32,29 @@
 //!   and each success doubles that limit again up to `max_insert_rows`: an insert too large
 //!   for the link or the timeout shrinks until it passes instead of failing forever, and after
 //!   an outage the catch-up is back at full size within a few inserts.
-//! - A permanent error (bad column, type) moves the batch to the pipeline dead-letter queue
-//!   with the server's message. A catch-up insert (more than `sink_batch_rows`) refused so is
-//!   first put back and sent again in batches of `sink_batch_rows`, so a bad row parks no
-//!   more rows with it than it would without catch-up.
+//! - An error that names the destination's configuration ([`InsertError::Destination`]: no
+//!   such table, column, schema or database, a missing privilege, bad credentials) holds the
+//!   sink, as the uplink holds its queue on HTTP 401: the batch goes back at the head and is
+//!   retried with the back-off, `held` shows in the sink's entry of `/api/status`, and the
+//!   component `<sink>.held` is alerted while it lasts. Nothing is dead-lettered: a table
+//!   renamed during a migration costs no data, only delay (and the bound, see above).
+//! - An error about the rows ([`InsertError::Permanent`]: a value that does not fit its column,
+//!   a constraint) sends the batch again one row at a time, and a row refused alone moves to
+//!   the pipeline dead-letter queue with the server's message, so one bad record parks only
+//!   itself. A catch-up insert (more than `sink_batch_rows`) refused so is first sent again in
+//!   batches of `sink_batch_rows`, so a bad row costs no more single inserts than it would
+//!   without catch-up. After [`HOLD_AFTER_REFUSALS`] rows refused alone in a row, the sink
+//!   holds instead (as the disk queue's deliverer does): a database that refuses every row is
+//!   misconfigured, not the data.
 //! - At a clean stop the thread inserts what is left for up to [`STOP_DEADLINE`]; rows it could
 //!   not insert are counted in `lost_at_stop_total` and logged.
+//!
+//! The insert loop, which keeps the invariants of failures, holds and dead letters, is
+//! `queue/insert.rs`.
+//!
+//! [`HOLD_AFTER_REFUSALS`]: crate::sinks::queue::HOLD_AFTER_REFUSALS
+
+mod insert;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,15 +66,13 @@ use serde::Serialize;
 use super::config::SinkBatchConfig;
 use crate::admission::level::{Level, LevelTracker};
 use crate::admission::{Gate, OnFull, Refused, Reservation, RETRY_AFTER};
+use crate::alerts::ComponentReport;
 use crate::alerts::QueueReport;
 use crate::alerts::{QueueKind, QueueReading};
-use crate::engine::Engine;
-use crate::flow::{NodeKind, NodeRef};
 use crate::ledger::{Book, Cause, Left};
 use crate::record::Record;
-use crate::sinks::queue::Failure;
+use crate::sinks::queue::{DeliveryStatus, Failure};
 use crate::sinks::report::{Report, Samples, SinkFigures};
-use crate::store::dead_letters::NewDeadLetter;
 use crate::telemetry::events;
 
 /// First retry delay after a failed insert.
@@ -85,8 +100,14 @@ pub struct Row<T> {
 pub enum InsertError {
     /// Connection refused or lost, timeout, server busy or starting: retried, rows kept.
     Transient(String),
-    /// The server refused the rows themselves (unknown column or table, wrong type): retrying
-    /// would fail the same way, so the batch goes to the dead-letter queue with this message.
+    /// The destination's configuration is wrong, not the rows: no such table, column, schema
+    /// or database, a missing privilege, bad credentials. Every row would fail the same way
+    /// until an operator fixes it, so the sink holds: rows kept, retried with back-off,
+    /// alerted; never dead-lettered.
+    Destination(String),
+    /// The server refused the rows themselves (a value that does not fit its column, a
+    /// constraint): retrying would fail the same way, so the rows go to the dead-letter queue
+    /// with this message, one at a time (see the module doc).
     Permanent(String),
 }
 
@@ -94,6 +115,11 @@ impl InsertError {
     /// True when retrying may succeed.
     pub fn is_retriable(&self) -> bool {
         matches!(self, Self::Transient(_))
+    }
+
+    /// True when the error names the destination's configuration: the sink holds.
+    pub fn is_destination(&self) -> bool {
+        matches!(self, Self::Destination(_))
     }
 }
 
@@ -170,6 +196,13 @@ pub struct BacklogStatus {
     pub lost_at_stop_total: u64,
     /// False after a failed insert, until one succeeds.
     pub healthy: bool,
+    /// Holding: the database refuses the table (or refused every one of the last
+    /// [`crate::sinks::queue::HOLD_AFTER_REFUSALS`] rows); rows are kept and retried, none is dead-lettered.
+    pub held: bool,
+    /// Times the sink was put on hold.
+    pub holds_total: u64,
+    /// Rows refused alone since the last insert that succeeded.
+    pub refusals_in_a_row: u64,
     /// The class of the last insert error (`HTTP 500`, an SQLSTATE), cleared by a success;
     /// the full message, which may hold rows, is on the admin endpoint.
     pub last_error: Option<String>,
@@ -206,6 +239,11 @@ pub struct Backlog<T> {
     counters: BacklogCounters,
     level: Arc<LevelTracker>,
     last_error: Mutex<Option<String>>,
+    /// The hold, as the disk queue's deliverer keeps it (only its hold part is used here:
+    /// `held`, `holds_total`, time on hold).
+    hold: DeliveryStatus,
+    /// Rows refused alone since the last insert that succeeded.
+    refusals_in_a_row: AtomicU64,
     /// Its part of the loss ledger: the tracked rows of each source, pending until inserted,
     /// parked or lost.
     book: Book,
@@ -230,6 +268,8 @@ impl<T: Send> Backlog<T> {
             counters: BacklogCounters::default(),
             level: Arc::default(),
             last_error: Mutex::new(None),
+            hold: DeliveryStatus::default(),
+            refusals_in_a_row: AtomicU64::new(0),
             book: Book::default(),
         }
     }
@@ -379,6 +419,9 @@ impl<T: Send> Backlog<T> {
             dead_lettered_total: c.dead_lettered_total.load(Ordering::Relaxed),
             lost_at_stop_total: c.lost_at_stop_total.load(Ordering::Relaxed),
             healthy: last_error.is_none(),
+            held: self.hold.held(),
+            holds_total: self.hold.holds_total(),
+            refusals_in_a_row: self.refusals_in_a_row.load(Ordering::Relaxed),
             last_error: last_error.map(|e| Failure::from_detail(e).class),
             level: self.level.peek(fill_pct, blocked_total + dropped_total),
         }
@@ -407,6 +450,7 @@ impl<T: Send> Backlog<T> {
         );
         r.entry.insert("blocked".into(), st.blocked_total.into());
         r.entry.insert("queue_rows".into(), st.backlog_rows.into());
+        r.entry.insert("held".into(), st.held.into());
         r.entry.insert("durable".into(), false.into());
         r.entry.insert("backlog".into(), st.backlog.into());
         r.entry.insert("note".into(), st.note.into());
@@ -423,6 +467,11 @@ impl<T: Send> Backlog<T> {
                 evicted_total: 0,
                 dropped_total: st.dropped_total,
             },
+        }];
+        r.components = vec![ComponentReport {
+            name: format!("{}.held", self.sink),
+            message: "the database refuses the table or every row: rows kept and retried, none dead-lettered; check the table, its columns, the database and the sink's credentials",
+            counters: vec![("held_ms_total", self.hold.held_ms_total())],
         }];
         r.ledger_part = Some((self.sink.clone(), self.book.snapshot()));
         r.ledger = SinkFigures {
@@ -470,242 +519,4 @@ impl<T: Send> Backlog<T> {
         r.metrics = s.finish();
         r
     }
-
-    /// Waits for the next batch: `batch_rows` rows waiting, or the oldest waiting for
-    /// `flush_interval`, or the sink closing (then whatever waits). The batch is every row
-    /// waiting then, oldest first, up to `most`. `None`: closing and empty, or the stop
-    /// deadline passed.
-    fn next_batch(&self, most: usize) -> Option<Vec<Row<T>>> {
-        let mut s = self.lock();
-        loop {
-            if s.closing {
-                if s.waiting.is_empty() || s.stop_by.is_some_and(|t| Instant::now() >= t) {
-                    return None;
-                }
-                break;
-            }
-            let due = match s.waiting.front() {
-                None => None,
-                Some(_) if s.waiting.len() >= self.cfg.batch_rows => break,
-                Some(front) => {
-                    if Instant::now() >= front.due {
-                        break;
-                    }
-                    Some(front.due)
-                }
-            };
-            s = match due {
-                None => self.wake.wait(s).unwrap_or_else(|e| e.into_inner()),
-                Some(due) => {
-                    let left = due.saturating_duration_since(Instant::now());
-                    self.wake
-                        .wait_timeout(s, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
-        }
-        let n = s.waiting.len().min(most.max(1));
-        s.in_flight = n;
-        Some(s.waiting.drain(..n).map(|slot| slot.row).collect())
-    }
-
-    /// Puts a failed batch back at the head, in order: it is due again as soon as the backoff
-    /// ends.
-    fn put_back(&self, batch: Vec<Row<T>>) {
-        let mut s = self.lock();
-        let due = Instant::now();
-        for row in batch.into_iter().rev() {
-            s.waiting.push_front(Slot { row, due });
-        }
-        s.in_flight = 0;
-    }
-
-    /// The batch in flight is gone (inserted or parked).
-    fn finish(&self) {
-        let mut s = self.lock();
-        s.in_flight = 0;
-        let total = s.waiting.len() as u64;
-        self.gate.publish(total, total);
-    }
-
-    /// Waits `delay` unless the sink closes first; returns true when closing.
-    fn backoff(&self, delay: Duration) -> bool {
-        let s = self.lock();
-        if s.closing {
-            return true;
-        }
-        let (s, _) = self
-            .wake
-            .wait_timeout_while(s, delay, |s| !s.closing)
-            .unwrap_or_else(|e| e.into_inner());
-        s.closing
-    }
-
-    fn set_error(&self, e: Option<String>) {
-        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = e;
-    }
-
-    /// Runs the insert loop until the sink is closed and emptied (or the stop deadline
-    /// passed). Call it on the sink's own thread; `engine` takes the dead letters.
-    pub fn run(&self, inserter: &mut dyn Inserter<T>, engine: &Engine) {
-        let (batch_rows, max_insert_rows) = (self.cfg.batch_rows, self.cfg.max_insert_rows);
-        let mut delay = RETRY_INITIAL;
-        // Most rows of the next insert: halved by a failure, doubled by a success.
-        let mut limit = max_insert_rows;
-        // Rows at the head still to go in batches of `batch_rows`: a refused catch-up insert,
-        // sent again in pieces so that only the piece holding the bad row is parked.
-        let mut split = 0usize;
-        loop {
-            let pieces = split > 0;
-            let Some(batch) = self.next_batch(if pieces { batch_rows } else { limit }) else {
-                break;
-            };
-            split = split.saturating_sub(batch.len());
-            let n = batch.len() as u64;
-            match inserter.insert(&batch) {
-                Ok(()) => {
-                    limit = limit.saturating_mul(2).min(max_insert_rows);
-                    self.finish();
-                    for row in batch.iter().filter(|r| r.tracked) {
-                        self.book.left_queue(&row.record.source, Left::Delivered);
-                    }
-                    self.counters.inserted_total.fetch_add(n, Ordering::Relaxed);
-                    self.counters.batches_total.fetch_add(1, Ordering::Relaxed);
-                    self.set_error(None);
-                    delay = RETRY_INITIAL;
-                    events::db_sink_inserted(&self.sink, n);
-                }
-                Err(InsertError::Permanent(msg)) if batch.len() > batch_rows => {
-                    // A catch-up insert: which rows are bad is not known, so it goes again in
-                    // batches of `batch_rows`, and only those refused again are parked.
-                    log::warn!(
-                        "database refused a catch-up insert, sending it again in smaller batches: sink={} rows={n} batch_rows={} error=\"{}\"",
-                        self.sink,
-                        batch_rows,
-                        Failure::from_detail(truncate(&msg)).class
-                    );
-                    split = batch.len();
-                    self.put_back(batch);
-                }
-                Err(InsertError::Permanent(msg)) => {
-                    let msg = truncate(&msg);
-                    self.set_error(Some(msg.clone()));
-                    events::db_sink_rejected(&self.sink, n, &msg);
-                    self.park(engine, batch, &msg);
-                    self.finish();
-                }
-                Err(InsertError::Transient(msg)) => {
-                    let msg = truncate(&msg);
-                    self.counters.failures_total.fetch_add(1, Ordering::Relaxed);
-                    self.set_error(Some(msg.clone()));
-                    events::db_sink_retry(&self.sink, n, &msg, delay);
-                    limit = (batch.len() / 2).max(batch_rows);
-                    if pieces {
-                        split += batch.len();
-                    }
-                    self.put_back(batch);
-                    if self.lock().closing {
-                        // A clean stop with the database unreachable: give up now.
-                        break;
-                    }
-                    if self.backoff(delay) {
-                        // Closing: one more try of what is left, then give up.
-                        continue;
-                    }
-                    delay = (delay * 2).min(RETRY_MAX);
-                }
-            }
-        }
-        let mut s = self.lock();
-        let lost = s.waiting.len() as u64;
-        for slot in s.waiting.iter().filter(|slot| slot.row.tracked) {
-            self.book
-                .left_queue(&slot.row.record.source, Left::Lost(Cause::Dropped));
-        }
-        s.waiting.clear();
-        s.in_flight = 0;
-        drop(s);
-        self.gate.publish(0, 0);
-        if lost > 0 {
-            events::db_sink_lost_at_stop(&self.sink, &self.counters.lost_at_stop_total, lost);
-        }
-    }
-
-    /// Parks every row of a refused batch in the pipeline dead-letter queue. Blocking.
-    fn park(&self, engine: &Engine, batch: Vec<Row<T>>, msg: &str) {
-        let reason = format!("{} refused the batch: {msg}", self.sink);
-        for row in batch {
-            let (flow, node) = origin(engine, &row.record.source, &self.sink);
-            let (source, tracked) = (row.record.source.clone(), row.tracked);
-            let entry = NewDeadLetter {
-                record: row.record,
-                flow: flow.clone(),
-                node: node.clone(),
-                reason: reason.clone(),
-                accepted: false,
-            };
-            match engine.dead_letters().park(entry) {
-                Ok(id) => {
-                    if tracked {
-                        self.book.left_queue(&source, Left::DeadLettered);
-                    }
-                    self.counters
-                        .dead_lettered_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    engine.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                    log::error!(
-                        "record parked in the dead-letter queue: flow={flow} node={node} dead_letter_id={id} reason=\"{reason}\""
-                    );
-                }
-                Err(e) => {
-                    if tracked {
-                        self.book.left_queue(&source, Left::Lost(Cause::Dropped));
-                    }
-                    // Nowhere left to keep it: count it as lost at the bound, loudly.
-                    log::error!(
-                        "dead-letter queue write failed, record lost: sink={} flow={flow} error=\"{e}\"",
-                        self.sink
-                    );
-                    self.counters.dropped_total.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-}
-
-/// The flow and node a record reached this sink by: the first flow taking `source` that has
-/// a sink node for `sink` (a replay runs that flow again from its source node).
-fn origin(engine: &Engine, source: &str, sink: &str) -> (String, String) {
-    let plan = engine.plan();
-    let entries = plan.entries(source);
-    for entry in entries {
-        // Node indexes are dense: the first index without an id ends the flow.
-        for node in 0.. {
-            let r = NodeRef {
-                flow: entry.flow,
-                node,
-            };
-            if plan.node_id(r).is_empty() {
-                break;
-            }
-            if matches!(plan.kind(r), NodeKind::Sink { sink: s } if s == sink) {
-                return (plan.flow_id(r).to_string(), plan.node_id(r).to_string());
-            }
-        }
-    }
-    let flow = entries.first().map_or("", |r| plan.flow_id(*r));
-    (flow.to_string(), sink.to_string())
-}
-
-fn truncate(s: &str) -> String {
-    let s = s.trim();
-    if s.len() <= MAX_REASON {
-        return s.to_string();
-    }
-    let mut end = MAX_REASON;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }

@@ -1,8 +1,10 @@
 //! A database table as the destination of a `queue: disk`: the deliverer's rows are decoded
 //! back into records, encoded for the table, and inserted with the kind's own [`Inserter`].
-//! A transient error keeps the rows; a permanent one (a column, a type) refuses the content,
-//! so the deliverer sends the batch row by row and the row refused alone goes to the queue's
-//! dead letters.
+//! A transient error keeps the rows; an error that names the destination's configuration (no
+//! table, column or database, a privilege, credentials) holds the queue, rows kept and none
+//! dead-lettered; an error about the rows (a type, a constraint) refuses the content, so the
+//! deliverer sends the batch row by row and the row refused alone goes to the queue's dead
+//! letters (after [`crate::sinks::queue::HOLD_AFTER_REFUSALS`] in a row it holds instead).
 
 use super::queue::{InsertError, Inserter, Row};
 use crate::record::Record;
@@ -43,6 +45,9 @@ impl<T: Send, I: Inserter<T>> Destination for TableDestination<T, I> {
             Err(InsertError::Transient(m)) => Verdict::Retry {
                 error: Failure::from_detail(m),
                 after: None,
+            },
+            Err(InsertError::Destination(m)) => Verdict::Held {
+                error: Failure::from_detail(m),
             },
             Err(InsertError::Permanent(m)) => Verdict::Refused {
                 error: Failure::from_detail(m),

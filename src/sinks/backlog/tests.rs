@@ -1,5 +1,5 @@
-//! The backlog against a scripted database: bounds, drops, retries, dead letters, stop,
-//! catch-up inserts.
+//! The backlog against a scripted database: bounds, drops, retries, dead letters row by row,
+//! holds, stop, catch-up inserts.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -12,6 +12,7 @@ use crate::admission::OnFull;
 use crate::engine::Engine;
 use crate::flow::Plan;
 use crate::record::Record;
+use crate::sinks::queue::HOLD_AFTER_REFUSALS;
 use crate::sinks::Sinks;
 use crate::store::dead_letters::{DeadLetterQueue, DlqFilter};
 
@@ -140,7 +141,7 @@ fn block_refuses_at_the_bound_through_the_gate_until_rows_leave() {
 }
 
 #[test]
-fn a_permanent_error_parks_the_batch_in_the_dead_letter_queue_and_the_next_batch_goes_on() {
+fn a_refused_batch_goes_again_row_by_row_and_only_the_row_refused_alone_is_parked() {
     let dir = tempfile::tempdir().unwrap();
     let eng = engine(dir.path());
     let b = Arc::new(Backlog::<String>::new(
@@ -149,20 +150,23 @@ fn a_permanent_error_parks_the_batch_in_the_dead_letter_queue_and_the_next_batch
         cfg(2, 10, OnFull::EvictOldest),
     ));
     let script = Script::default();
-    script
-        .answers
-        .lock()
-        .unwrap()
-        .push_back(Err(InsertError::Permanent(
-            "Code: 16. DB::Exception: No such column nope".into(),
-        )));
+    let bad = || {
+        Err(InsertError::Permanent(
+            "Code: 27. DB::Exception: Cannot parse input".into(),
+        ))
+    };
+    // The batch [a, b] is refused, then `a` alone; `b` alone goes in.
+    script.answers.lock().unwrap().extend([bad(), bad()]);
     push(&b, "a").unwrap();
     push(&b, "b").unwrap();
     let (b2, mut s2, e2) = (Arc::clone(&b), script.clone(), Arc::clone(&eng));
     let t = std::thread::spawn(move || b2.run(&mut s2, &e2));
-    wait("two dead letters", || b.status().dead_lettered_total == 2);
+    wait("one dead letter and one row", || {
+        let st = b.status();
+        st.dead_lettered_total == 1 && st.inserted_total == 1
+    });
     push(&b, "c").unwrap();
-    wait("the next row", || b.status().inserted_total == 1);
+    wait("the next row", || b.status().inserted_total == 2);
     let parked = eng
         .dead_letters()
         .list(&DlqFilter {
@@ -170,17 +174,116 @@ fn a_permanent_error_parks_the_batch_in_the_dead_letter_queue_and_the_next_batch
             ..Default::default()
         })
         .unwrap();
-    assert_eq!(parked.len(), 2);
+    assert_eq!(parked.len(), 1);
     assert_eq!(parked[0].flow, crate::flow::DIRECT_FLOW);
     assert_eq!(parked[0].node, "clickhouse");
     assert_eq!(
         parked[0].reason,
-        "clickhouse refused the batch: Code: 16. DB::Exception: No such column nope"
+        "clickhouse refused the batch: Code: 27. DB::Exception: Cannot parse input"
     );
     assert_eq!(parked[0].record["key"], "a");
-    assert_eq!(b.status().insert_failures_total, 0, "not retried");
+    assert_eq!(script.inserted.lock().unwrap().concat(), ["b", "c"]);
+    let st = b.status();
+    assert_eq!(st.insert_failures_total, 0, "not retried");
+    assert!(!st.held);
     let c = book(&b);
-    assert_eq!((c.dead_lettered, c.delivered, c.pending), (2, 1, 0));
+    assert_eq!((c.dead_lettered, c.delivered, c.pending), (1, 2, 0));
+    b.close();
+    t.join().unwrap();
+}
+
+#[test]
+fn a_missing_table_holds_the_backlog_keeps_every_row_and_parks_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    let b = Arc::new(Backlog::<String>::new(
+        "postgres",
+        "t".into(),
+        cfg(2, 10, OnFull::EvictOldest),
+    ));
+    let script = Script::default();
+    let missing = || {
+        Err(InsertError::Destination(
+            "ERROR 42P01: relation \"t\" does not exist".into(),
+        ))
+    };
+    script
+        .answers
+        .lock()
+        .unwrap()
+        .extend([missing(), missing()]);
+    push(&b, "a").unwrap();
+    push(&b, "b").unwrap();
+    let (b2, mut s2, e2) = (Arc::clone(&b), script.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut s2, &e2));
+    wait("the hold", || b.status().held);
+    let st = b.status();
+    assert_eq!((st.backlog_rows, st.dead_lettered_total), (2, 0), "{st:?}");
+    assert_eq!(st.last_error.as_deref(), Some("ERROR 42P01"));
+    let held = b.report().components;
+    assert_eq!(held[0].name, "postgres.held");
+    wait("both rows", || b.status().inserted_total == 2);
+    let st = b.status();
+    assert!(!st.held, "released by the insert that went in");
+    assert_eq!((st.holds_total, st.insert_failures_total), (1, 2));
+    assert_eq!(st.dead_lettered_total, 0);
+    assert_eq!(script.inserted.lock().unwrap().concat(), ["a", "b"]);
+    let c = book(&b);
+    assert_eq!((c.delivered, c.dead_lettered, c.pending), (2, 0, 0));
+    b.close();
+    t.join().unwrap();
+}
+
+#[test]
+fn twenty_rows_refused_alone_in_a_row_hold_the_backlog_instead_of_parking_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine(dir.path());
+    // Batches of one row: each refusal is a row refused alone.
+    let b = Arc::new(Backlog::<String>::new(
+        "clickhouse",
+        "t".into(),
+        cfg(1, 100, OnFull::EvictOldest),
+    ));
+    let script = Script::default();
+    let n = HOLD_AFTER_REFUSALS as usize;
+    // Every row is refused, the 20th once more while held, then the table takes rows again.
+    for _ in 0..n + 1 {
+        script
+            .answers
+            .lock()
+            .unwrap()
+            .push_back(Err(InsertError::Permanent(
+                "Code: 53. DB::Exception: Type mismatch".into(),
+            )));
+    }
+    for i in 0..n + 5 {
+        push(&b, &format!("k{i:02}")).unwrap();
+    }
+    let (b2, mut s2, e2) = (Arc::clone(&b), script.clone(), Arc::clone(&eng));
+    let t = std::thread::spawn(move || b2.run(&mut s2, &e2));
+    wait("the hold", || b.status().held);
+    let st = b.status();
+    assert_eq!(st.dead_lettered_total, (n - 1) as u64, "{st:?}");
+    assert_eq!(
+        st.backlog_rows, 6,
+        "the 20th row and those after it kept: {st:?}"
+    );
+    wait("the rows after the hold", || b.status().inserted_total == 6);
+    let st = b.status();
+    assert!(!st.held);
+    assert_eq!(
+        st.dead_lettered_total,
+        (n - 1) as u64,
+        "nothing parked while held"
+    );
+    assert_eq!(st.refusals_in_a_row, 0);
+    let first_kept = format!("k{:02}", n - 1);
+    assert_eq!(script.inserted.lock().unwrap()[0], [first_kept]);
+    let c = book(&b);
+    assert_eq!(
+        (c.dead_lettered, c.delivered, c.pending),
+        ((n - 1) as u64, 6, 0)
+    );
     b.close();
     t.join().unwrap();
 }
@@ -484,22 +587,26 @@ fn evict_oldest_never_drops_a_row_of_a_catch_up_insert_in_flight() {
 }
 
 #[test]
-fn a_refused_catch_up_insert_goes_again_in_batches_and_only_the_batch_with_the_bad_row_is_parked() {
+fn a_refused_catch_up_insert_goes_again_in_batches_and_only_the_bad_row_is_parked() {
     let bad = || {
         Err(InsertError::Permanent(
             "Code: 27. DB::Exception: Cannot parse".into(),
         ))
     };
-    // The catch-up insert is refused, then the piece holding the bad row.
-    let answers = vec![Ok(()), bad(), Ok(()), bad(), Ok(())];
+    // The catch-up insert is refused, then the piece holding the bad row, then that row
+    // alone; the row beside it goes in alone.
+    let answers = vec![Ok(()), bad(), Ok(()), bad(), bad(), Ok(()), Ok(())];
     let mut c = Catching::start(2, 6, 100, OnFull::EvictOldest, answers);
     c.behind_a_held_insert((0, 2), (2, 8));
-    c.release(5);
+    c.release(7);
     wait("every row settled", || {
         let st = c.backlog.status();
         st.inserted_total + st.dead_lettered_total == 8
     });
-    assert_eq!(c.inserted(), vec![keys(0, 2), keys(2, 4), keys(6, 8)]);
+    assert_eq!(
+        c.inserted(),
+        vec![keys(0, 2), keys(2, 4), keys(5, 6), keys(6, 8)]
+    );
     let parked = c
         .engine
         .dead_letters()
@@ -513,13 +620,13 @@ fn a_refused_catch_up_insert_goes_again_in_batches_and_only_the_batch_with_the_b
         .map(|d| d.record["key"].as_str().unwrap_or_default().to_string())
         .collect();
     parked.sort();
-    assert_eq!(parked, keys(4, 6), "only the batch with the bad row");
+    assert_eq!(parked, keys(4, 5), "only the bad row");
     let st = c.backlog.status();
-    assert_eq!((st.dead_lettered_total, st.insert_failures_total), (2, 0));
+    assert_eq!((st.dead_lettered_total, st.insert_failures_total), (1, 0));
     let counts = book(&c.backlog);
     assert_eq!(
         (counts.delivered, counts.dead_lettered, counts.pending),
-        (6, 2, 0)
+        (7, 1, 0)
     );
     c.stop();
 }

@@ -5,10 +5,14 @@
 //!
 //! Errors: ClickHouse answers a failed query with a non-200 status and a body starting with
 //! `Code: N. DB::Exception: ...` (18.16 and current; current ones also send the code in
-//! `X-ClickHouse-Exception-Code`). Codes that say the rows themselves are wrong (unknown
-//! column or table, a value that does not parse as the column's type) are permanent: the batch
-//! goes to the dead-letter queue with that message. Everything else (connection refused,
-//! timeout, authentication, too many parts, memory limit, server starting) is retried.
+//! `X-ClickHouse-Exception-Code`). The code sorts a failure (`classify`):
+//! - the destination's configuration (`DESTINATION_CODES`: unknown table, database or
+//!   column, access denied, authentication): the sink holds, keeps the rows and retries them,
+//!   and nothing is dead-lettered; HTTP 401 and 403 without a code are the same.
+//! - the rows (`ROW_CODES`: a value that does not parse as its column's type): refused, the
+//!   row goes to the dead-letter queue with the message.
+//! - everything else (connection refused, timeout, too many parts, memory limit, server
+//!   starting): retried.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -35,26 +39,36 @@ const MAX_DESCRIBE_BODY: u64 = 256 * 1024;
 /// Longest a `DESCRIBE TABLE` may take; without an answer the batch goes as `JSONEachRow`.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// ClickHouse error codes that mean the rows or the table's shape are wrong, so that the
-/// same insert can never succeed: moved to the dead-letter queue instead of retried.
-const PERMANENT_CODES: &[u32] = &[
-    6,   // CANNOT_PARSE_TEXT
+/// ClickHouse error codes that name the destination's configuration, which an operator fixes:
+/// the sink holds instead of dead-lettering rows that are not at fault.
+const DESTINATION_CODES: &[u32] = &[
     8,   // THERE_IS_NO_COLUMN
     16,  // NO_SUCH_COLUMN_IN_TABLE
+    47,  // UNKNOWN_IDENTIFIER
+    60,  // UNKNOWN_TABLE
+    62,  // SYNTAX_ERROR (the statement is ours; the rows travel as data)
+    81,  // UNKNOWN_DATABASE
+    192, // UNKNOWN_USER (older servers)
+    193, // WRONG_PASSWORD (older servers)
+    194, // REQUIRED_PASSWORD (older servers)
+    497, // ACCESS_DENIED
+    516, // AUTHENTICATION_FAILED
+];
+
+/// ClickHouse error codes that mean the rows themselves are wrong, so that the same insert can
+/// never succeed: refused, and a row refused alone goes to the dead-letter queue.
+const ROW_CODES: &[u32] = &[
+    6,   // CANNOT_PARSE_TEXT
     25,  // CANNOT_PARSE_ESCAPE_SEQUENCE
     26,  // CANNOT_PARSE_QUOTED_STRING
     27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
     32,  // ATTEMPT_TO_READ_AFTER_EOF
     38,  // CANNOT_PARSE_DATE
     41,  // CANNOT_PARSE_DATETIME
-    47,  // UNKNOWN_IDENTIFIER
     53,  // TYPE_MISMATCH
-    60,  // UNKNOWN_TABLE
-    62,  // SYNTAX_ERROR
     69,  // ARGUMENT_OUT_OF_BOUND
     70,  // CANNOT_CONVERT_TYPE
     72,  // CANNOT_PARSE_NUMBER
-    81,  // UNKNOWN_DATABASE
     117, // INCORRECT_DATA
     131, // TOO_LARGE_STRING_SIZE
     349, // CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
@@ -356,7 +370,7 @@ impl Inserter<()> for HttpInserter {
     }
 }
 
-/// Sorts a failed insert into retried or refused for good.
+/// Sorts a failed insert into retried, held or refused for good.
 fn classify(status: u16, header_code: Option<u32>, body: &str) -> InsertError {
     let code = header_code.or_else(|| body_code(body));
     let msg = if body.is_empty() {
@@ -365,7 +379,9 @@ fn classify(status: u16, header_code: Option<u32>, body: &str) -> InsertError {
         format!("HTTP {status}: {body}")
     };
     match code {
-        Some(c) if PERMANENT_CODES.contains(&c) => InsertError::Permanent(msg),
+        Some(c) if DESTINATION_CODES.contains(&c) => InsertError::Destination(msg),
+        Some(c) if ROW_CODES.contains(&c) => InsertError::Permanent(msg),
+        None if matches!(status, 401 | 403) => InsertError::Destination(msg),
         _ => InsertError::Transient(msg),
     }
 }
@@ -446,19 +462,27 @@ mod tests {
     }
 
     #[test]
-    fn schema_errors_are_permanent_and_the_rest_is_retried() {
+    fn a_missing_table_column_or_database_or_a_refused_login_holds_and_bad_rows_are_refused() {
         let bad = "Code: 16. DB::Exception: No such column nope in table default.events.";
         assert!(
-            matches!(classify(500, None, bad), InsertError::Permanent(m) if m.contains("No such column"))
+            matches!(classify(500, None, bad), InsertError::Destination(m) if m.contains("No such column"))
         );
+        for code in [60, 81, 47, 497, 516] {
+            assert!(classify(404, Some(code), "x").is_destination(), "{code}");
+        }
+        assert!(
+            classify(516, None, "Code: 516. DB::Exception: Authentication failed").is_destination()
+        );
+        assert!(classify(401, None, "").is_destination());
         assert!(matches!(
             classify(400, Some(117), "x"),
             InsertError::Permanent(_)
         ));
+        assert!(matches!(
+            classify(400, None, "Code: 27. DB::Exception: Cannot parse input"),
+            InsertError::Permanent(_)
+        ));
         assert!(classify(500, None, "Code: 241. DB::Exception: Memory limit").is_retriable());
-        assert!(
-            classify(516, None, "Code: 516. DB::Exception: Authentication failed").is_retriable()
-        );
         assert!(classify(503, None, "").is_retriable());
     }
 

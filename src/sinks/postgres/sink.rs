@@ -5,12 +5,17 @@
 //! database never occupies the daemon's runtime.
 //!
 //! The column types are read once per connection (`SELECT <columns> FROM <table> LIMIT 0`),
-//! which also finds a missing table or column before any row is sent. Errors with an SQLSTATE
-//! of class 22 (data exception), 23 (integrity constraint) or 42 (syntax error or undefined
-//! object; not 42501, a missing privilege, which an operator fixes), and values that do not fit
-//! their column's type, are permanent: the batch goes to the dead-letter queue with the
-//! message. Everything else (connection refused or lost, timeout, shutdown, authentication) is
-//! retried on a new connection.
+//! which also finds a missing table or column before any row is sent. The SQLSTATE sorts a
+//! failure (`classify`):
+//! - the destination's configuration, which an operator fixes (class 42, syntax error or
+//!   access rule violation: 42P01 undefined table, 42703 undefined column, 42501 missing
+//!   privilege; 3F000 no such schema; 3D000 no such database; class 28, credentials): the
+//!   records travel as `COPY` data and never enter the statement, so none of these is about a
+//!   record. The sink holds, keeps the rows and retries them; nothing is dead-lettered.
+//! - the rows (class 22 data exception, 23 integrity constraint), and values that do not fit
+//!   their column's type: refused, the row goes to the dead-letter queue with the message.
+//! - everything else (connection refused or lost, timeout, shutdown, server starting):
+//!   retried on a new connection.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -339,7 +344,34 @@ impl Link {
     }
 }
 
-/// Sorts a failed statement into retried or refused for good, with the server's message.
+/// What an SQLSTATE says about a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SqlState {
+    /// The destination's configuration: table, column, schema, database, privilege,
+    /// credentials.
+    Destination,
+    /// The rows: a value or a constraint.
+    Rows,
+    /// Anything else: retried.
+    Other,
+}
+
+impl SqlState {
+    fn of(code: &str) -> Self {
+        match code.get(..2) {
+            Some("42" | "3F" | "3D" | "28") => Self::Destination,
+            Some("22" | "23") => Self::Rows,
+            _ => Self::Other,
+        }
+    }
+
+    /// True for an error an operator fixes in the database or the sink's config.
+    fn is_destination(self) -> bool {
+        self == Self::Destination
+    }
+}
+
+/// Sorts a failed statement into retried, held or refused for good, with the server's message.
 fn classify(e: &tokio_postgres::Error) -> InsertError {
     let Some(db) = e.as_db_error() else {
         return InsertError::Transient(full_error(e));
@@ -352,8 +384,10 @@ fn classify(e: &tokio_postgres::Error) -> InsertError {
     if let Some(w) = db.where_() {
         msg.push_str(&format!(" (where: {w})"));
     }
-    let permanent = matches!(code.get(..2), Some("22" | "23" | "42")) && code != "42501";
-    if permanent {
+    let state = SqlState::of(code);
+    if state.is_destination() {
+        InsertError::Destination(msg)
+    } else if state == SqlState::Rows {
         InsertError::Permanent(msg)
     } else {
         InsertError::Transient(msg)
@@ -400,4 +434,24 @@ fn tls(cfg: &PostgresConfig) -> Result<MakeRustlsConnect, String> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_table_column_schema_database_privilege_or_login_names_the_destination() {
+        for code in [
+            "42P01", "42703", "42501", "42601", "3F000", "3D000", "28P01", "28000",
+        ] {
+            assert_eq!(SqlState::of(code), SqlState::Destination, "{code}");
+        }
+        for code in ["22P02", "22003", "23502", "23505"] {
+            assert_eq!(SqlState::of(code), SqlState::Rows, "{code}");
+        }
+        for code in ["57P01", "08006", "53300", "40001", ""] {
+            assert_eq!(SqlState::of(code), SqlState::Other, "{code}");
+        }
+    }
 }

@@ -287,6 +287,11 @@ impl DeliveryStatus {
         self.held.load(Ordering::Relaxed)
     }
 
+    /// Times the queue was put on hold.
+    pub fn holds_total(&self) -> u64 {
+        self.holds_total.load(Ordering::Relaxed)
+    }
+
     /// Failed attempts.
     pub fn failures_total(&self) -> u64 {
         self.failures_total.load(Ordering::Relaxed)
@@ -347,7 +352,7 @@ impl DeliveryStatus {
     }
 
     /// Puts the queue on hold; true when it was not on hold before.
-    fn hold(&self) -> bool {
+    pub fn hold(&self) -> bool {
         let mut since = self.held_since.lock().unwrap_or_else(|e| e.into_inner());
         if since.is_some() {
             return false;
@@ -358,7 +363,8 @@ impl DeliveryStatus {
         true
     }
 
-    fn release(&self) {
+    /// Ends a hold (a delivery does it too).
+    pub fn release(&self) {
         let mut since = self.held_since.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = since.take() {
             self.held_ms

@@ -171,7 +171,8 @@ fn resolve_records_the_resolution_once_and_moves_the_counts() {
             open: 1,
             resolved: 1,
             parked_total: 2,
-            trimmed_total: 0
+            trimmed_total: 0,
+            trimmed_open_total: 0,
         }
     );
 }
@@ -196,8 +197,17 @@ fn at_the_cap_resolved_entries_are_trimmed_first_then_the_oldest_open() {
         ids(&q.list(&filter(None, None, None)).unwrap()),
         [0, 2, 4, 5]
     );
-    // No resolved entry left: the oldest open one goes.
+    assert!(
+        q.take_trimmed_open().is_empty(),
+        "resolved entries are no loss"
+    );
+    // No resolved entry left: the oldest open one goes, a loss kept for the ledger.
     q.park(letter(6, "f")).unwrap();
+    assert_eq!(
+        q.take_trimmed_open(),
+        BTreeMap::from([("webhook/stripe".to_string(), 1)])
+    );
+    assert!(q.take_trimmed_open().is_empty(), "taken once");
     assert_eq!(
         ids(&q.list(&filter(None, None, None)).unwrap()),
         [2, 4, 5, 6]
@@ -209,7 +219,8 @@ fn at_the_cap_resolved_entries_are_trimmed_first_then_the_oldest_open() {
             open: 4,
             resolved: 0,
             parked_total: 7,
-            trimmed_total: 3
+            trimmed_total: 3,
+            trimmed_open_total: 1,
         }
     );
     assert!(q
@@ -238,7 +249,8 @@ fn entries_states_and_counts_survive_a_reopen_and_ids_are_never_reused() {
             open: 2,
             resolved: 1,
             parked_total: 5,
-            trimmed_total: 2
+            trimmed_total: 2,
+            trimmed_open_total: 2,
         }
     );
     assert_eq!(ids(&q.list(&filter(None, None, None)).unwrap()), listed);
@@ -258,6 +270,7 @@ fn entries_states_and_counts_survive_a_reopen_and_ids_are_never_reused() {
     q.park(letter(10, "a")).unwrap();
     assert_eq!(ids(&q.list(&filter(None, None, None)).unwrap()), [6]);
     assert_eq!(q.counts().trimmed_total, 6);
+    assert_eq!(q.counts().trimmed_open_total, 5, "2, 4 and 5 were open");
 }
 
 #[test]
