@@ -684,3 +684,44 @@ fn a_command_runs_while_the_line_sleeps_without_waiting_for_the_next_poll() {
     let d = device(&daemon, "press-1");
     assert_eq!(u64_at(&d, "/polls_total"), 1, "{d:#}");
 }
+
+#[test]
+fn min_and_max_are_checked_on_the_value_the_device_holds_after_rounding_to_the_scale() {
+    let peer = ModbusTcp::start();
+    let daemon = Daemon::start(tcp_config(
+        peer.port(),
+        1000,
+        json!([
+            {"name": "tens", "register": 36, "type": "u16", "scale": 10, "writable": true,
+             "min": 12, "max": 255},
+        ]),
+    ));
+    wait_connected(&daemon, "press-1");
+    // 255 is raw 25.5, rounded to 26: the device would hold 260, above max.
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 255}}));
+    assert_result(&a, "tens", "out_of_range");
+    assert!(reason(&a, "tens").contains("would hold 260"), "{a:#}");
+    // 14 is raw 1.4, rounded to 1: the device would hold 10, below min.
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 14}}));
+    assert_result(&a, "tens", "out_of_range");
+    assert!(reason(&a, "tens").contains("would hold 10"), "{a:#}");
+    assert_eq!(peer.read_holding(36, 1), vec![0], "nothing sent");
+    // 15 is raw 1.5, rounded to 2 (half away from zero): 20 is within.
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 15}}));
+    assert_result(&a, "tens", "written");
+    assert_eq!(peer.read_holding(36, 1), vec![2]);
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 254}}));
+    assert_result(&a, "tens", "written");
+    assert_eq!(peer.read_holding(36, 1), vec![25]);
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 255}}));
+    assert_result(&a, "tens", "out_of_range");
+    assert_eq!(
+        peer.read_holding(36, 1),
+        vec![25],
+        "the register is unchanged"
+    );
+    let d = device(&daemon, "press-1");
+    assert_eq!(u64_at(&d, "/writes_total"), 2, "{d:#}");
+    assert_eq!(u64_at(&d, "/commands/refused"), 3, "{d:#}");
+    assert_command_records(&daemon, "press-1", 5);
+}
