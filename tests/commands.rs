@@ -3,8 +3,10 @@
 //! (a real mosquitto; the test's client is rumqttc's MQTT 5 one), each down to a pymodbus
 //! device whose registers the test reads back itself with tokio-modbus. Every command leaves
 //! exactly one `command/<device>` record (read back from a storage sink), and a command sent
-//! again with the same id is answered with the first outcome and not written again; one over
-//! `max_per_second` is refused `rate_limited`, sends nothing and is on record too.
+//! again with the same id and values is answered with the first outcome and not written
+//! again; the same id with other values is refused (`409` over HTTP), and ids are kept per
+//! path; one over `max_per_second` is refused `rate_limited`, sends nothing and is on record
+//! too.
 
 mod common;
 
@@ -766,6 +768,126 @@ fn mqtt_results_go_to_the_response_topic_with_its_correlation_data_or_else_to_th
     assert_eq!(path["malformed"], 1, "{path:#}");
     assert_eq!(path["answered"], 4, "{path:#}");
     assert_one_record_per_command(&d);
+}
+
+#[test]
+fn a_reused_id_with_other_values_is_refused_409_writes_nothing_and_no_path_can_claim_another_paths_ids(
+) {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let port = device.port();
+    let mut c = device_config(port);
+    c["mqtt"] = json!({"connections": [{"name": "plant", "url": broker.url(),
+                                        "client_id": "it-cmd", "reconnect_max_ms": 200}]});
+    c["commands"]["mqtt"] = json!({"connection": "plant"});
+    let d = Daemon::start(c);
+    wait_connected(&d);
+    wait_until(POLL_DEADLINE, "the MQTT path subscribed", || {
+        d.status()["commands"]["mqtt"]["connected"] == true
+    });
+    set_device(port, SETPOINT, 0, PUMP, false);
+    let me = Mqtt5::connect(broker.port(), &["replies/#"]);
+    let http = |body: Value| write(&d, "press-1", Some(COMMANDS_TOKEN), &body);
+
+    let r = http(json!({"id": "r-1", "points": {"setpoint": 50}}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["ok"], true, "{}", r.body);
+    assert_eq!(read_device(port, SETPOINT, PUMP).0, 500);
+
+    // The same id with another value: refused, nothing sent, the device keeps 50.
+    let r = http(json!({"id": "r-1", "points": {"setpoint": 60}}));
+    assert_eq!(r.status, 409, "{}", r.body);
+    let refused = r.json();
+    assert_eq!(refused["ok"], false, "{refused:#}");
+    assert_eq!(refused["result"], "refused", "{refused:#}");
+    assert_eq!(
+        refused["reason"], "id reused with other content",
+        "{refused:#}"
+    );
+    assert_eq!(
+        refused["points"]["setpoint"]["result"], "refused",
+        "{refused:#}"
+    );
+    assert_eq!(read_device(port, SETPOINT, PUMP).0, 500, "not written");
+    // The same id with the same content is still a repeat: the first outcome.
+    let r = http(json!({"id": "r-1", "points": {"setpoint": 50}}));
+    assert_eq!(
+        (r.status, r.json()["ok"].clone()),
+        (200, json!(true)),
+        "{}",
+        r.body
+    );
+
+    // An MQTT publisher's id is its own: it neither gets HTTP's outcome nor blocks HTTP.
+    me.command(
+        "opex/cmd/press-1",
+        &json!({"id": "r-1", "points": {"setpoint": 70}}),
+        Some(("replies/1", b"")),
+    );
+    let (answer, _) = me.result("replies/1", "r-1");
+    assert_eq!(
+        answer["points"]["setpoint"]["result"], "written",
+        "{answer:#}"
+    );
+    assert_eq!(
+        read_device(port, SETPOINT, PUMP).0,
+        700,
+        "the MQTT command ran"
+    );
+    me.command(
+        "opex/cmd/press-1",
+        &json!({"id": "r-2", "points": {"setpoint": 10}}),
+        Some(("replies/2", b"")),
+    );
+    me.result("replies/2", "r-2");
+    let r = http(json!({"id": "r-2", "points": {"setpoint": 20}}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["ok"], true, "{}", r.body);
+    assert_eq!(
+        read_device(port, SETPOINT, PUMP).0,
+        200,
+        "the HTTP command ran"
+    );
+    // Within MQTT, a reused id with other content is refused the same way.
+    me.command(
+        "opex/cmd/press-1",
+        &json!({"id": "r-2", "points": {"setpoint": 30}}),
+        Some(("replies/3", b"")),
+    );
+    let (answer, _) = me.result("replies/3", "r-2");
+    assert_eq!(answer["ok"], false, "{answer:#}");
+    assert_eq!(
+        answer["reason"], "id reused with other content",
+        "{answer:#}"
+    );
+    assert_eq!(read_device(port, SETPOINT, PUMP).0, 200, "not written");
+
+    // Each refusal is on record with the value it asked for.
+    wait_until(POLL_DEADLINE, "the records of r-1 and r-2", || {
+        records_of(&d, "r-1").len() >= 3 && records_of(&d, "r-2").len() >= 3
+    });
+    for (id, value, path) in [("r-1", 60, "http"), ("r-2", 30, "mqtt")] {
+        let rows = records_of(&d, id);
+        let row = rows
+            .iter()
+            .find(|r| r["payload"]["points"]["setpoint"]["value"] == value)
+            .unwrap_or_else(|| panic!("no record of {id} = {value}: {rows:#?}"));
+        let p = &row["payload"];
+        assert_eq!(p["origin"]["path"], path, "{p:#}");
+        assert_eq!(p["points"]["setpoint"]["result"], "refused", "{p:#}");
+        assert_eq!(
+            p["points"]["setpoint"]["reason"], "id reused with other content",
+            "{p:#}"
+        );
+    }
+    let c = commands_of(&d);
+    assert_eq!(c["id_reused"], 2, "{c:#}");
+    assert_eq!(c["duplicates"], 1, "{c:#}");
+    assert_eq!(c["written"], 4, "{c:#}");
+    assert_eq!(
+        metric(&d.metrics(), "opex_connector_commands_id_reused_total"),
+        Some(2.0)
+    );
 }
 
 // ---------------------------------------------------------------- the demo

@@ -12,8 +12,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    free_port, ledger, source_figure, u64_at, wait_until, Daemon, ModbusRtu, ModbusTcp, Receiver,
-    ADMIN_TOKEN,
+    free_port, ledger, source_figure, u64_at, unix_ms, wait_until, Daemon, ModbusRtu, ModbusTcp,
+    Receiver, ADMIN_TOKEN,
 };
 use serde_json::{json, Value};
 
@@ -683,4 +683,106 @@ fn a_command_runs_while_the_line_sleeps_without_waiting_for_the_next_poll() {
     assert_eq!(peer.read_holding(34, 1), vec![11]);
     let d = device(&daemon, "press-1");
     assert_eq!(u64_at(&d, "/polls_total"), 1, "{d:#}");
+}
+
+/// The device's control register: how long it waits before answering each write (ms).
+const ANSWER_DELAY: u16 = 68;
+
+#[test]
+fn a_command_whose_deadline_passes_between_its_points_sends_none_after_it_and_the_rest_are_expired()
+{
+    let peer = ModbusTcp::start();
+    let points: Vec<Value> = (0..10u16)
+        .map(|k| json!({"name": format!("p{k}"), "register": 44 + k, "writable": true}))
+        .collect();
+    let daemon = Daemon::start(tcp_config(peer.port(), 2000, Value::Array(points)));
+    wait_connected(&daemon, "press-1");
+    // Every write is answered 300 ms after the device stored it: ten take 3 s.
+    peer.write_holding(ANSWER_DELAY, 300);
+    let values: serde_json::Map<String, Value> = (0..10u16)
+        .map(|k| (format!("p{k}"), json!(k + 1)))
+        .collect();
+    let sent_at = unix_ms();
+    let a = write(
+        &daemon,
+        "press-1",
+        json!({"id": "cmd-late", "points": values, "expires_ms": 1000}),
+    );
+    let results: Vec<&str> = (0..10)
+        .map(|k| {
+            a["points"][format!("p{k}")]["result"]
+                .as_str()
+                .unwrap_or("")
+        })
+        .collect();
+    let written = results.iter().take_while(|r| **r == "written").count();
+    assert!((1..10).contains(&written), "{a:#}");
+    assert!(
+        results[written..].iter().all(|r| *r == "expired"),
+        "the points not sent by the deadline are expired: {a:#}"
+    );
+    // The device holds the points sent, and nothing of the others.
+    let held = peer.read_holding(44, 10);
+    let want: Vec<u16> = (0..10u16)
+        .map(|k| if usize::from(k) < written { k + 1 } else { 0 })
+        .collect();
+    assert_eq!(held, want, "{a:#}");
+    // No write of the command took effect after its deadline (counted from before the
+    // request left the test, plus the loopback's few ms).
+    let late: Vec<(u16, u64)> = peer
+        .writes_at()
+        .into_iter()
+        .filter(|&(addr, at)| (44..54).contains(&addr) && at > sent_at + 1000 + 100)
+        .collect();
+    assert!(late.is_empty(), "writes after the deadline: {late:?}");
+    let d = device(&daemon, "press-1");
+    assert_eq!(u64_at(&d, "/commands/written"), written as u64, "{d:#}");
+    assert_eq!(
+        u64_at(&d, "/commands/expired"),
+        10 - written as u64,
+        "{d:#}"
+    );
+    assert_eq!(u64_at(&d, "/writes_total"), written as u64, "{d:#}");
+    assert_command_records(&daemon, "press-1", 1);
+}
+
+#[test]
+fn min_and_max_are_checked_on_the_value_the_device_holds_after_rounding_to_the_scale() {
+    let peer = ModbusTcp::start();
+    let daemon = Daemon::start(tcp_config(
+        peer.port(),
+        1000,
+        json!([
+            {"name": "tens", "register": 36, "type": "u16", "scale": 10, "writable": true,
+             "min": 12, "max": 255},
+        ]),
+    ));
+    wait_connected(&daemon, "press-1");
+    // 255 is raw 25.5, rounded to 26: the device would hold 260, above max.
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 255}}));
+    assert_result(&a, "tens", "out_of_range");
+    assert!(reason(&a, "tens").contains("would hold 260"), "{a:#}");
+    // 14 is raw 1.4, rounded to 1: the device would hold 10, below min.
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 14}}));
+    assert_result(&a, "tens", "out_of_range");
+    assert!(reason(&a, "tens").contains("would hold 10"), "{a:#}");
+    assert_eq!(peer.read_holding(36, 1), vec![0], "nothing sent");
+    // 15 is raw 1.5, rounded to 2 (half away from zero): 20 is within.
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 15}}));
+    assert_result(&a, "tens", "written");
+    assert_eq!(peer.read_holding(36, 1), vec![2]);
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 254}}));
+    assert_result(&a, "tens", "written");
+    assert_eq!(peer.read_holding(36, 1), vec![25]);
+    let a = write(&daemon, "press-1", json!({"points": {"tens": 255}}));
+    assert_result(&a, "tens", "out_of_range");
+    assert_eq!(
+        peer.read_holding(36, 1),
+        vec![25],
+        "the register is unchanged"
+    );
+    let d = device(&daemon, "press-1");
+    assert_eq!(u64_at(&d, "/writes_total"), 2, "{d:#}");
+    assert_eq!(u64_at(&d, "/commands/refused"), 3, "{d:#}");
+    assert_command_records(&daemon, "press-1", 5);
 }

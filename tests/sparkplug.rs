@@ -859,6 +859,78 @@ fn a_dcmd_writes_a_writable_register_one_to_a_read_only_point_changes_nothing_an
     assert!(host.messages().iter().all(|v| v["type"] != "error"));
 }
 
+/// The DCMDs node `uns` has dealt with so far: executed, ignored, or set aside as retained.
+fn dcmds_handled(daemon: &Daemon) -> u64 {
+    let c = &spb(daemon)["commands"];
+    ["executed", "ignored", "retained"]
+        .iter()
+        .map(|k| c[k].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn a_retained_dcmd_is_written_once_and_never_again_at_a_restart_of_the_connector_or_of_the_broker()
+{
+    let mut broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let mut host = Host::start(&broker);
+    let mut cfg = config(&broker, &device, 100);
+    cfg["commands"] = json!({});
+    cfg["devices"][0]["points"][3]["writable"] = json!(true);
+    let mut daemon = Daemon::start(cfg);
+    host.wait("the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    // Sent live (the broker forwards it to the node unflagged): one write.
+    host.send(&format!(
+        "dcmd-retained {NODE} {DEVICE} fast/level UINT16 42"
+    ));
+    wait_until(POLL_DEADLINE, "the register holds the DCMD's value", || {
+        device.read_holding(LEVEL_REGISTER, 1) == [42]
+    });
+    wait_until(POLL_DEADLINE, "the DCMD executed", || {
+        dcmds_handled(&daemon) >= 1
+    });
+    // The operator moves the level on by hand; a DCMD run again would put 42 back.
+    write_register(&device, LEVEL_REGISTER, 7);
+    let writes = || device.read_holding(DEVICE_WRITES, 1)[0];
+    let after = writes();
+
+    // The broker hands the retained DCMD to every new subscription of the node.
+    for restart in ["the connector", "the connector again", "the broker"] {
+        let handled = if restart == "the broker" {
+            let before = dcmds_handled(&daemon);
+            broker.stop();
+            broker.restart();
+            before
+        } else {
+            daemon.stop();
+            daemon.restart();
+            0
+        };
+        wait_until(
+            POLL_DEADLINE,
+            &format!("the retained DCMD handed to the node after a restart of {restart}"),
+            || dcmds_handled(&daemon) > handled,
+        );
+        let c = spb(&daemon)["commands"].clone();
+        assert_eq!(
+            (writes(), device.read_holding(LEVEL_REGISTER, 1)[0]),
+            (after, 7),
+            "nothing written after a restart of {restart}: {c:#}"
+        );
+        assert_eq!(u64_at(&c, "/executed"), 0, "{c:#}");
+        assert!(u64_at(&c, "/retained") >= 1, "{c:#}");
+    }
+    assert!(
+        uns_sample(
+            &daemon.metrics(),
+            "opex_connector_sparkplug_commands_retained_total"
+        ) >= 1.0
+    );
+}
+
 #[test]
 fn records_of_ingest_and_webhooks_routed_to_the_node_become_devices_named_after_their_source_and_a_new_metric_makes_a_rebirth(
 ) {
@@ -1073,7 +1145,8 @@ fn status_and_metrics_show_each_sparkplug_node_with_its_session_host_sequence_me
     assert!(u64_at(&s, "/data_messages") >= live && live >= 1, "{s:#}");
     assert_eq!(
         s["commands"],
-        json!({"received": 1, "executed": 1, "ignored": 0, "dropped": 0, "rebirths": 0}),
+        json!({"received": 1, "executed": 1, "ignored": 0, "dropped": 0, "retained": 0,
+               "rebirths": 0}),
         "{s:#}"
     );
     assert_eq!(u64_at(&s, "/historical/waiting"), 0, "{s:#}");

@@ -41,6 +41,17 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// `http`, `nats`, `mqtt` or `sparkplug`: the path, which is also the scope of the ids a
+    /// device remembers (the paths do not share a trust level: see `service`).
+    pub fn path(&self) -> &'static str {
+        match self {
+            Self::Http { .. } => "http",
+            Self::Nats { .. } => "nats",
+            Self::Mqtt { .. } => "mqtt",
+            Self::Sparkplug { .. } => "sparkplug",
+        }
+    }
+
     /// The origin as the command's record shows it.
     pub fn to_json(&self) -> Value {
         match self {

@@ -9,6 +9,8 @@
 //!   it between poll cycles.
 //! - [`service`]: the devices that take commands and [`Commands::execute`], the one way in
 //!   for HTTP, NATS and MQTT; each command becomes a `command/<device>` record.
+//! - [`recent`]: each device's recent command ids per path, which answer a repeated command
+//!   with its first outcome and refuse an id reused with other content.
 //! - [`config`]: `commands:` (token, default expiry, rate limit, NATS and MQTT paths).
 //! - [`paths`]: the NATS (request-reply) and MQTT (command topic, MQTT 5) paths in; the HTTP
 //!   one is a route of the HTTP server.
@@ -17,6 +19,7 @@ pub mod command;
 pub mod config;
 pub mod inbox;
 pub mod paths;
+pub mod recent;
 pub mod service;
 
 pub use command::{parse_request, Command, DeviceError, Origin, PointResult, Request};

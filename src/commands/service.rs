@@ -8,41 +8,29 @@
 //! becomes one record of source `command/<device>` (origin, values, results, latency),
 //! offered through the pollers' hold-then-drop so a full sink never delays the answer.
 //!
-//! **A repeated id is answered, not run again.** Each device remembers the ids of its recent
-//! commands (the last [`RECENT_IDS`], for at most [`RECENT_FOR`], and at most
-//! [`RECENT_POINTS`] point results in all): a command whose `id` is among them (an MQTT
-//! redelivery, an HTTP or NATS retry) gets the first command's outcome (waiting for it while
-//! the first still runs), writes nothing, leaves no second record and is counted in
-//! `duplicates`, not in `received`. This holds whatever the first outcome was: to try again
-//! a command that was not written, send it with a new id. Ids made up for commands that gave
-//! none are never repeated, so they are not remembered.
+//! **A repeated command is answered, not run again; a reused id is refused** (with other
+//! content): see [`super::recent`], which remembers each device's recent ids per path.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use tokio::sync::watch;
 
 use super::command::{all, Command, Origin, PointResult, Request};
 use super::config::CommandsConfig;
 use super::inbox::{channel, CommandReceiver, CommandSender, Pending};
+use super::recent::{content, Recent, Seen, Shared, ID_REUSED};
 use crate::engine::Engine;
 use crate::record::Record;
 use crate::sources::hold::{offer_with_hold, DEFAULT_HOLD};
+use crate::telemetry::events;
 use crate::telemetry::prometheus::Page;
 
 /// How long past its deadline a command's answer may still take (the device's own timeout
 /// bounds a write; this guards against a task that never answers).
 const ANSWER_GRACE: Duration = Duration::from_secs(30);
-/// Most command ids a device remembers, to answer a repeated one with its first outcome.
-pub const RECENT_IDS: usize = 1000;
-/// Longest a command id is remembered.
-pub const RECENT_FOR: Duration = Duration::from_secs(600);
-/// Most point results a device remembers in all (the outcomes of its remembered ids); the
-/// oldest ids are forgotten first. Bounds the memory of large commands.
-pub const RECENT_POINTS: usize = 10_000;
 
 /// One writable point, as the status page shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +68,9 @@ pub struct CommandStats {
     pub unknown: AtomicU64,
     /// Commands whose id was one of a recent command's: answered with its outcome, not run.
     pub duplicates: AtomicU64,
+    /// Commands refused because their id was a recent command's with other content (their
+    /// points count in `refused` too).
+    pub id_reused: AtomicU64,
 }
 
 impl CommandStats {
@@ -108,6 +99,7 @@ impl CommandStats {
             "failed": l(&self.failed),
             "unknown": l(&self.unknown),
             "duplicates": l(&self.duplicates),
+            "id_reused": l(&self.id_reused),
         })
     }
 }
@@ -124,64 +116,8 @@ struct Device {
     points: Vec<WritablePoint>,
     stats: CommandStats,
     window: Mutex<Window>,
-    recent: Mutex<Recent>,
-}
-
-/// The outcome of a remembered command: `None` while it runs.
-type Shared = watch::Receiver<Option<Outcome>>;
-
-/// A device's recent command ids and their outcomes (see the module doc).
-#[derive(Default)]
-struct Recent {
-    /// Oldest first: the id and when it was taken.
-    order: VecDeque<(String, Instant)>,
-    /// Each remembered id's outcome, and its number of points.
-    outcomes: HashMap<String, (Shared, usize)>,
-    /// Points of every remembered outcome.
-    points: usize,
-}
-
-/// What [`Recent::claim`] found.
-enum Seen {
-    /// A new id: send its outcome here once known.
-    New(watch::Sender<Option<Outcome>>),
-    /// A repeated id: its first outcome comes here.
-    Repeat(Shared),
-}
-
-impl Recent {
-    /// Remembers `id` (a command of `points` points) taken at `now`, unless it is remembered
-    /// already.
-    fn claim(&mut self, id: &str, points: usize, now: Instant) -> Seen {
-        while self
-            .order
-            .front()
-            .is_some_and(|(_, at)| now.duration_since(*at) > RECENT_FOR)
-        {
-            self.forget_oldest();
-        }
-        if let Some((first, _)) = self.outcomes.get(id) {
-            return Seen::Repeat(first.clone());
-        }
-        let (tx, rx) = watch::channel(None);
-        self.order.push_back((id.to_string(), now));
-        self.outcomes.insert(id.to_string(), (rx, points));
-        self.points += points;
-        // The newest is always kept, however large.
-        while self.order.len() > 1 && (self.order.len() > RECENT_IDS || self.points > RECENT_POINTS)
-        {
-            self.forget_oldest();
-        }
-        Seen::New(tx)
-    }
-
-    fn forget_oldest(&mut self) {
-        if let Some((id, _)) = self.order.pop_front() {
-            if let Some((_, n)) = self.outcomes.remove(&id) {
-                self.points -= n;
-            }
-        }
-    }
+    /// Per path ([`Origin::path`]), its recent ids.
+    recent: Mutex<HashMap<&'static str, Recent>>,
 }
 
 /// What a command came to.
@@ -195,6 +131,9 @@ pub struct Outcome {
     pub points: Vec<(String, PointResult)>,
     /// From receipt to answer.
     pub latency: Duration,
+    /// Why the command was refused whole before any point was looked at ([`ID_REUSED`]);
+    /// `None` when its points were.
+    pub refused: Option<&'static str>,
 }
 
 impl Outcome {
@@ -210,13 +149,18 @@ impl Outcome {
             .iter()
             .map(|(n, r)| (n.clone(), r.to_json()))
             .collect();
-        json!({
+        let mut answer = json!({
             "ok": self.ok(),
             "id": self.id,
             "device": self.device,
             "points": points,
             "latency_ms": self.latency.as_secs_f64() * 1000.0,
-        })
+        });
+        if let Some(why) = self.refused {
+            answer["result"] = json!("refused");
+            answer["reason"] = json!(why);
+        }
+        answer
     }
 }
 
@@ -282,7 +226,7 @@ impl Commands {
                     started: Instant::now(),
                     count: 0,
                 }),
-                recent: Mutex::new(Recent::default()),
+                recent: Mutex::new(HashMap::new()),
             },
         );
     }
@@ -321,8 +265,9 @@ impl Commands {
 
     /// Runs `request` on `device` and returns what each point came to; `engine` takes the
     /// command's record. Errs only when no device of that name takes commands. A request
-    /// whose id a recent command of the device had gets that command's outcome and runs
-    /// nothing (module doc). A caller that may be cancelled runs this in a task of its own, so
+    /// whose id and content a recent command of the device on the same path had gets that
+    /// command's outcome and runs nothing; one with that id and other content is refused
+    /// (module doc). A caller that may be cancelled runs this in a task of its own, so
     /// a command handed to the device is always counted and recorded.
     pub async fn execute(
         &self,
@@ -336,18 +281,26 @@ impl Commands {
             .get(device)
             .ok_or_else(|| CommandError::UnknownDevice(device.to_string()))?;
         let received = Instant::now();
+        let mut reused = false;
         let first = match &request.id {
             None => None,
             Some(id) => {
-                let seen = d.recent.lock().unwrap_or_else(|e| e.into_inner()).claim(
-                    id,
-                    request.points.len(),
-                    received,
-                );
+                let seen = d
+                    .recent
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(origin.path())
+                    .or_default()
+                    .claim(id, content(&request.points), request.points.len(), received);
                 match seen {
                     Seen::New(tx) => Some(tx),
                     Seen::Repeat(first) => {
                         return Ok(repeated(d, device, id, &request.points, first).await)
+                    }
+                    Seen::Reused => {
+                        events::command_id_reused(device, id, origin.path(), &d.stats.id_reused);
+                        reused = true;
+                        None
                     }
                 }
             }
@@ -369,7 +322,9 @@ impl Commands {
             deadline: received + request.expires.unwrap_or(self.cfg.expires),
             origin,
         };
-        let results = if !self.allowed(d, received) {
+        let results = if reused {
+            all(&command.points, &PointResult::Refused(ID_REUSED.into()))
+        } else if !self.allowed(d, received) {
             all(&command.points, &PointResult::RateLimited)
         } else {
             let (pending, answer) = Pending::new(command.clone());
@@ -403,6 +358,7 @@ impl Commands {
             device: device.to_string(),
             points: results,
             latency: received.elapsed(),
+            refused: reused.then_some(ID_REUSED),
         };
         log_outcome(&command, &outcome);
         if let Some(first) = first {
@@ -434,7 +390,8 @@ impl Commands {
                 ("opex_connector_command_points_unavailable_total", "Command points the device could not take (down, backoff, busy).", |s| l(&s.unavailable)),
                 ("opex_connector_command_points_failed_total", "Command points the device refused (exception, bad status).", |s| l(&s.failed)),
                 ("opex_connector_command_points_unknown_total", "Command points whose outcome is not known (sent, no answer): never retried.", |s| l(&s.unknown)),
-                ("opex_connector_commands_duplicate_total", "Commands whose id a recent command had: answered with its outcome, not run again.", |s| l(&s.duplicates)),
+                ("opex_connector_commands_duplicate_total", "Commands whose id and content a recent command of the same path had: answered with its outcome, not run again.", |s| l(&s.duplicates)),
+                ("opex_connector_commands_id_reused_total", "Commands refused because a recent command of the same path had their id with other content; nothing was sent.", |s| l(&s.id_reused)),
             ],
         );
     }
@@ -463,6 +420,7 @@ async fn repeated(
             &PointResult::Unknown("the first command with this id did not finish".into()),
         ),
         latency: Duration::ZERO,
+        refused: None,
     })
 }
 
@@ -482,7 +440,7 @@ fn command_record(command: &Command, outcome: &Outcome) -> Record {
             (name.clone(), v)
         })
         .collect();
-    let payload = json!({
+    let mut payload = json!({
         "id": command.id,
         "device": command.device,
         "origin": command.origin.to_json(),
@@ -491,6 +449,10 @@ fn command_record(command: &Command, outcome: &Outcome) -> Record {
         "ok": outcome.ok(),
         "latency_ms": outcome.latency.as_secs_f64() * 1000.0,
     });
+    if let Some(why) = outcome.refused {
+        payload["result"] = json!("refused");
+        payload["reason"] = json!(why);
+    }
     Record::from_value(format!("command/{}", command.device), &command.id, &payload)
 }
 
@@ -544,28 +506,54 @@ mod tests {
         }
     }
 
-    #[test]
-    fn recent_ids_are_forgotten_by_count_by_age_and_by_points() {
-        let now = Instant::now();
-        let mut r = Recent::default();
-        for i in 0..RECENT_IDS + 5 {
-            assert!(matches!(r.claim(&format!("c{i}"), 1, now), Seen::New(_)));
-        }
-        assert_eq!(r.order.len(), RECENT_IDS);
-        assert!(matches!(r.claim("c4", 1, now), Seen::New(_)), "forgotten");
-        assert!(matches!(r.claim("c6", 1, now), Seen::Repeat(_)));
-        // Past RECENT_FOR every old id is forgotten.
-        let later = now + RECENT_FOR + Duration::from_secs(1);
-        assert!(matches!(r.claim("c6", 1, later), Seen::New(_)));
-        assert_eq!(r.order.len(), 1);
-        // A command as large as the whole budget pushes the others out, and is kept itself.
-        assert!(matches!(
-            r.claim("big", RECENT_POINTS + 1, later),
-            Seen::New(_)
-        ));
-        assert_eq!(r.order.len(), 1);
-        assert_eq!(r.points, RECENT_POINTS + 1);
-        assert!(matches!(r.claim("big", 1, later), Seen::Repeat(_)));
+    #[tokio::test]
+    async fn a_reused_id_with_other_content_is_refused_and_ids_are_kept_per_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let mut commands = Commands::new(CommandsConfig::default());
+        let mut inbox = commands.register("oven", Vec::new());
+        let commands = Arc::new(commands);
+        let taken = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&taken);
+        let device = tokio::spawn(async move {
+            while let Some(p) = inbox.recv().await {
+                seen.fetch_add(1, Ordering::Relaxed);
+                p.answer_all(PointResult::Written);
+            }
+        });
+        let http = || Origin::Http {
+            token: "commands".into(),
+        };
+        let mqtt = || Origin::Mqtt {
+            topic: "opex/cmd/oven".into(),
+            client_id: "c".into(),
+        };
+        let run = |value: f64, origin: Origin| {
+            let (c, e) = (Arc::clone(&commands), Arc::clone(&engine));
+            let mut r = request(Some("cmd-9"));
+            r.points[0].1 = json!(value);
+            async move { c.execute(&e, "oven", r, origin).await.unwrap() }
+        };
+        assert!(run(50.0, http()).await.ok());
+        let other = run(60.0, http()).await;
+        assert_eq!(other.refused, Some(ID_REUSED));
+        assert_eq!(
+            other.points,
+            vec![("setpoint".into(), PointResult::Refused(ID_REUSED.into()))]
+        );
+        assert_eq!(other.to_json()["result"], "refused");
+        assert_eq!(other.to_json()["reason"], ID_REUSED);
+        assert!(run(50.0, http()).await.ok(), "the same content is a repeat");
+        // Another path's ids are its own.
+        assert!(run(60.0, mqtt()).await.ok());
+        assert_eq!(run(70.0, mqtt()).await.refused, Some(ID_REUSED));
+        assert_eq!(taken.load(Ordering::Relaxed), 2);
+        let stats = commands.stats("oven").unwrap();
+        assert_eq!(l(&stats.received), 4);
+        assert_eq!(l(&stats.refused), 2);
+        assert_eq!(l(&stats.id_reused), 2);
+        assert_eq!(l(&stats.duplicates), 1);
+        device.abort();
     }
 
     #[tokio::test]

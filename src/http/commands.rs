@@ -11,6 +11,7 @@
 //! | `413` / `408` | the body is larger than `connector.http.max_body_kb`, or too slow |
 //! | `400` | the body is malformed; the reason says what is wrong |
 //! | `404` | no device of that name takes commands |
+//! | `409` | the id is a recent HTTP command's with other points or values: nothing is sent; the body is the outcome with `"result":"refused","reason":"id reused with other content"` and every point `refused`, and the command is on record (`commands::service`) |
 //! | `200` | the command ran: `Outcome::to_json`, a result per point |
 //!
 //! The answer is `200` whether or not every point was written: the command was taken and
@@ -81,6 +82,9 @@ pub async fn write(state: &AppState, device: &str, req: Request<Incoming>) -> Re
     let run =
         tokio::spawn(async move { commands.execute(&engine, &device, request, origin).await });
     match run.await {
+        Ok(Ok(outcome)) if outcome.refused.is_some() => {
+            json_response(StatusCode::CONFLICT, &outcome.to_json())
+        }
         Ok(Ok(outcome)) => json_response(StatusCode::OK, &outcome.to_json()),
         Ok(Err(e)) => error(StatusCode::NOT_FOUND, &e.to_string()),
         Err(e) => {

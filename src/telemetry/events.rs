@@ -167,6 +167,24 @@ pub fn event_store_index_rebuilt(index_rows: u64, rows: u64) {
     log::warn!("event history index rebuilt at open: index_rows={index_rows} rows={rows}");
 }
 
+/// A command reused a recent command's id (on the same path) with other content: refused,
+/// nothing sent.
+pub fn command_id_reused(device: &str, id: &str, path: &str, id_reused_total: &AtomicU64) {
+    let total = id_reused_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::warn!(
+        "command refused, its id was a recent command's with other content, nothing written: device={device} id={id} path={path} id_reused_total={total}"
+    );
+}
+
+/// A Sparkplug sink's node got an NCMD or DCMD flagged retained: the broker kept it and hands
+/// it to every new subscription, so it is never a command; nothing is run.
+pub fn sparkplug_command_retained(sink: &str, topic: &str, retained_total: &AtomicU64) {
+    let total = retained_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::warn!(
+        "sparkplug retained command ignored, nothing written: sink={sink} topic={topic} retained_total={total}"
+    );
+}
+
 /// A retention sweep of the storage sink failed; the next one tries again.
 pub fn storage_sweep_failed(error: &StoreError) {
     log::error!("storage retention sweep failed: error=\"{error}\"");

@@ -18,6 +18,10 @@ Prints one JSON object per line on stdout:
 Reads commands on stdin, one per line:
   rebirth NODE                                   NCMD Node Control/Rebirth = true
   dcmd NODE DEVICE METRIC DATATYPE VALUE_JSON    DCMD of one metric by name
+  dcmd-retained NODE DEVICE METRIC DATATYPE VALUE_JSON
+                                                 the same, published retained at QoS 1 (the
+                                                 broker keeps it and hands it to every new
+                                                 subscriber, as a misconfigured host would)
 """
 
 import json
@@ -118,7 +122,7 @@ def main():
             topic = psp.Topic(group_id=group, message_type=psp.MessageType.NCMD, edge_node_id=words[1])
             metric = psp.Metric(timestamp=now, name="Node Control/Rebirth", datatype=psp.DataType.BOOLEAN, value=True)
             payload = psp.NCmd(timestamp=now, metrics=(metric,))
-        elif words[0] == "dcmd":
+        elif words[0] in ("dcmd", "dcmd-retained"):
             _, node, device, name, datatype, value = words
             topic = psp.Topic(group_id=group, message_type=psp.MessageType.DCMD, edge_node_id=node, device_id=device)
             metric = psp.Metric(timestamp=now, name=name, datatype=psp.DataType[datatype], value=json.loads(value))
@@ -126,8 +130,10 @@ def main():
         else:
             emit({"type": "error", "error": f"unknown command {line.strip()!r}"})
             continue
+        retained = words[0] == "dcmd-retained"
+        qos = psp.QoS.AT_LEAST_ONCE if retained else psp.QoS.AT_MOST_ONCE
         client.publish(
-            psp.Message(topic=topic, payload=payload, qos=psp.QoS.AT_MOST_ONCE, retain=False),
+            psp.Message(topic=topic, payload=payload, qos=qos, retain=retained),
             include_dtypes=True,
         )
         emit({"type": "sent", "command": words[0]})

@@ -7,7 +7,9 @@
 //! 1. The next `bdSeq` is stored ([`super::bdseq`]); a new client connects (clean session)
 //!    with the NDEATH of that `bdSeq` as its Will (QoS 1, not retained).
 //! 2. On CONNACK it subscribes to NCMD, DCMD (QoS 1) and, with a primary host, to its STATE
-//!    (both the 3.0 topic and the 2.2 one). Without a primary host it publishes its births at
+//!    (both the 3.0 topic and the 2.2 one). An NCMD or DCMD that comes flagged retained is
+//!    never a command (the broker hands it to every new subscription, so it would run again
+//!    at each reconnect): counted in `commands.retained`, logged, nothing run. Without a primary host it publishes its births at
 //!    once; with one, once the host's STATE says online (a STATE older than the last one
 //!    seen is ignored).
 //! 3. Then it takes batches from the queue's deliverer: each record makes its messages
@@ -49,6 +51,7 @@ use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
 use crate::sinks::queue::{DiskQueue, Failure, Verdict, IN_FLIGHT};
 use crate::sources::{modbus, opcua};
+use crate::telemetry::events;
 
 /// How often the pollers' states are looked at (DDEATH / DBIRTH).
 const WATCH_EVERY: Duration = Duration::from_millis(250);
@@ -483,7 +486,7 @@ impl Session {
                 Ok(())
             }
             Event::Incoming(Incoming::Publish(p)) => {
-                self.incoming(conn, &p.topic, &p.payload).await
+                self.incoming(conn, &p.topic, &p.payload, p.retain).await
             }
             Event::Incoming(Incoming::UnsubAck(_)) => {
                 // The broker answers in order: this is the fence of the oldest batch.
@@ -496,7 +499,15 @@ impl Session {
         }
     }
 
-    async fn incoming(&mut self, conn: &mut Conn, topic: &str, payload: &[u8]) -> Result<(), End> {
+    /// A message on a subscribed topic: a STATE of the primary host (retained, as the
+    /// specification wants), or an NCMD or DCMD, which is never run when it comes `retained`.
+    async fn incoming(
+        &mut self,
+        conn: &mut Conn,
+        topic: &str,
+        payload: &[u8],
+        retained: bool,
+    ) -> Result<(), End> {
         if let Some(host) = &self.cfg.primary_host_id {
             if topic == format!("spBv1.0/STATE/{host}") || topic == format!("STATE/{host}") {
                 let Some((online, ts)) = parse_state(payload) else {
@@ -532,6 +543,16 @@ impl Session {
             .stats
             .commands_received
             .fetch_add(1, Ordering::Relaxed);
+        if retained {
+            // The broker hands a retained command to every new subscription: run, it would
+            // write again at each reconnect and rebirth.
+            events::sparkplug_command_retained(
+                &self.p.name,
+                topic,
+                &self.p.stats.commands_retained,
+            );
+            return Ok(());
+        }
         match self.p.node.inbound(topic, payload) {
             Inbound::Rebirth => {
                 self.p.stats.rebirths.fetch_add(1, Ordering::Relaxed);

@@ -82,6 +82,8 @@ pub struct SparkplugStats {
     pub commands_ignored: AtomicU64,
     /// DCMDs refused because too many were executing.
     pub commands_dropped: AtomicU64,
+    /// NCMDs and DCMDs that came flagged retained: never run.
+    pub commands_retained: AtomicU64,
     /// Rebirth requests.
     pub rebirths: AtomicU64,
     /// Incoming messages dropped while the node waited for room to publish.
@@ -251,6 +253,7 @@ impl SparkplugSink {
                 "executed": l(&s.commands_executed),
                 "ignored": l(&s.commands_ignored),
                 "dropped": l(&s.commands_dropped),
+                "retained": l(&s.commands_retained),
                 "rebirths": l(&s.rebirths),
             },
             "historical": {
@@ -323,6 +326,11 @@ impl SparkplugSink {
             "opex_connector_sparkplug_commands_total",
             "NCMD and DCMD messages a Sparkplug sink received.",
             l(&s.commands_received),
+        );
+        m.counter(
+            "opex_connector_sparkplug_commands_retained_total",
+            "NCMD and DCMD messages a Sparkplug sink received flagged retained: never run.",
+            l(&s.commands_retained),
         );
         m.counter(
             "opex_connector_sparkplug_sessions_total",

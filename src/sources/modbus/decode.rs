@@ -123,11 +123,18 @@ fn scaled(point: &PointConfig, raw: Raw) -> Value {
             Raw::F(f) => Number::from_f64(f).map_or(Value::Null, Value::Number),
         };
     }
-    let (x, whole) = match raw {
-        Raw::U(u) => (u as f64, true),
-        Raw::I(i) => (i as f64, true),
-        Raw::F(f) => (f, false),
+    let v = match raw {
+        Raw::U(u) => engineering(point, u as f64, true),
+        Raw::I(i) => engineering(point, i as f64, true),
+        Raw::F(f) => engineering(point, f, false),
     };
+    Number::from_f64(v).map_or(Value::Null, Value::Number)
+}
+
+/// The value in engineering units of raw number `x` (a `whole` one from an integer register)
+/// at a point with `scale` or `offset`: what a poll reads, and what a command's rounded raw
+/// number will read as ([`super::encode`] checks `min` / `max` on it).
+pub fn engineering(point: &PointConfig, x: f64, whole: bool) -> f64 {
     let (scale, offset) = (point.scale.unwrap_or(1.0), point.offset.unwrap_or(0.0));
     let mut v = x * scale + offset;
     // A whole number times `scale` plus `offset` has no more decimals than they have: round
@@ -141,7 +148,7 @@ fn scaled(point: &PointConfig, raw: Raw) -> Value {
             v = rounded;
         }
     }
-    Number::from_f64(v).map_or(Value::Null, Value::Number)
+    v
 }
 
 /// The decimals of `x` as written in a config (`0.1` has 1, `0.25` has 2, `5` has 0), at

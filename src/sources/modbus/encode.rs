@@ -3,7 +3,9 @@
 //! A command's value is in engineering units, as the point reads. It is checked against the
 //! point's `min` / `max` first, then turned into the raw number (`raw = (value - offset) /
 //! scale`, rounded to a whole number for an integer type), range-checked against the type,
-//! and laid out in the point's byte and word order. Anything that does not fit is an error
+//! checked against `min` / `max` again as the device will hold it once rounded (with
+//! `scale: 10` and `max: 255`, 255 is raw 26 and reads 260: refused), and laid out in the
+//! point's byte and word order. Anything that does not fit is an error
 //! whose text says why; the executor answers it `out_of_range` before anything is sent.
 //!
 //! Without `scale` and `offset` an integer point takes whole numbers only (`3.7` for a `u16`
@@ -14,6 +16,7 @@
 use serde_json::{Number, Value};
 
 use super::config::{DataType, Order, PointConfig};
+use super::decode::engineering;
 
 /// What a point's value becomes on the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +130,20 @@ fn number(point: &PointConfig, t: DataType, value: &Value) -> Result<Vec<u8>, St
         } else {
             format!("{n} does not fit {} ({lo}..={hi})", t.name())
         });
+    }
+    if scaled {
+        // The bounds hold for what the device will hold, which rounding may have moved.
+        let held = engineering(point, i as f64, true);
+        if let Some(min) = point.min.filter(|&m| held < m) {
+            return Err(format!(
+                "{n} is below min {min} once rounded to the point's scale: the device would hold {held} (raw {i})"
+            ));
+        }
+        if let Some(max) = point.max.filter(|&m| held > m) {
+            return Err(format!(
+                "{n} is above max {max} once rounded to the point's scale: the device would hold {held} (raw {i})"
+            ));
+        }
     }
     let width = usize::from(t.width()) * 2;
     Ok(i.to_be_bytes()[16 - width..].to_vec())
@@ -309,6 +326,33 @@ mod tests {
             f.offset = Some(1.0);
             assert_eq!(roundtrip(&f, &json!(44.0)), json!(44.0));
         }
+    }
+
+    #[test]
+    fn min_and_max_hold_for_the_value_the_rounded_raw_number_reads_as() {
+        let mut p = pt(DataType::U16, Order::Big, Order::Big);
+        p.scale = Some(10.0);
+        p.min = Some(12.0);
+        p.max = Some(255.0);
+        let e = encode(&p, &json!(255)).unwrap_err();
+        assert_eq!(
+            e,
+            "255 is above max 255 once rounded to the point's scale: the device would hold 260 (raw 26)"
+        );
+        let e = encode(&p, &json!(14)).unwrap_err();
+        assert!(e.starts_with("14 is below min 12 once rounded"), "{e}");
+        assert_eq!(encode(&p, &json!(254)), Ok(Encoded::Words(vec![25])));
+        assert_eq!(encode(&p, &json!(15)), Ok(Encoded::Words(vec![2])));
+        // A bound on the scale's grid is reached exactly, without binary noise.
+        let mut tenths = pt(DataType::U16, Order::Big, Order::Big);
+        tenths.scale = Some(0.1);
+        tenths.max = Some(0.3);
+        assert_eq!(encode(&tenths, &json!(0.3)), Ok(Encoded::Words(vec![3])));
+        assert_eq!(encode(&tenths, &json!(0.29)), Ok(Encoded::Words(vec![3])));
+        // The value asked for is held to the bounds too, even where it would round back in.
+        assert!(encode(&tenths, &json!(0.31))
+            .unwrap_err()
+            .starts_with("0.31 is above max 0.3"));
     }
 
     #[test]

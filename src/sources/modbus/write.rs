@@ -13,12 +13,18 @@
 //!   after it are not sent (`unknown`, "not sent after an unknown write"). An exception is
 //!   that point's result (`exception` with its code) and the next points are still sent: the
 //!   device answered, so the link is in a known state.
+//! - **Never late.** The command's deadline is checked before every write request, after the
+//!   line's quiet time: once it has passed, the points not yet sent are `expired` and nothing
+//!   more is sent; the ones sent keep their results. (The line task checks it once before it
+//!   takes the command; a command of many points on a slow line would otherwise write its
+//!   last points seconds late.)
 //! - **`verify`** reads each request's registers or coils back right after it was answered
 //!   and reports `written` only when they are the ones written; a read back that differs (or
-//!   fails) is `unknown`, with what was read.
+//!   fails) is `unknown`, with what was read. A read back goes out even past the deadline:
+//!   it changes nothing, and it is what gives the write already sent its result.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_modbus::client::{Client, Context};
 use tokio_modbus::prelude::{Request, Response};
@@ -194,13 +200,38 @@ pub struct Link<'a> {
 }
 
 impl Link<'_> {
+    /// Waits the line's quiet time, then sends `request` and waits for its answer.
     async fn call(&mut self, request: Request<'_>) -> Result<Result<Response, u8>, LinkError> {
-        if !self.inter_frame_delay.is_zero() {
-            tokio::time::sleep(self.inter_frame_delay).await;
+        quiet(self.inter_frame_delay).await;
+        self.send(request).await
+    }
+
+    /// As [`Link::call`], but sends nothing (`None`) when `deadline` passed by the end of the
+    /// quiet time: a write never leaves after its command's expiry.
+    async fn call_by(
+        &mut self,
+        request: Request<'_>,
+        deadline: Instant,
+    ) -> Option<Result<Result<Response, u8>, LinkError>> {
+        quiet(self.inter_frame_delay).await;
+        if Instant::now() >= deadline {
+            return None;
         }
+        Some(self.send(request).await)
+    }
+
+    async fn send(&mut self, request: Request<'_>) -> Result<Result<Response, u8>, LinkError> {
         timed(self.timeout, self.ctx.call(request))
             .await
             .map(|r| r.map_err(u8::from))
+    }
+}
+
+/// The line's quiet time before a frame. (A function of the delay, not a method: a future
+/// that borrows the link would not be `Send`, its connection not being `Sync`.)
+async fn quiet(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -216,8 +247,9 @@ fn unknown(e: &LinkError, timeout: Duration) -> PointResult {
     })
 }
 
-/// Sends `requests` (from [`plan`] for `command`) in order and returns every point's result
-/// in the command's order, with the link error that ended the run early, if one did (the
+/// Sends `requests` (from [`plan`] for `command`) in order, none once the command's deadline
+/// passed (their points are `expired`), and returns every point's result in the command's
+/// order, with the link error that ended the run early, if one did (the
 /// caller then drops the connection). Counts each write sent in `status.writes_total`, each
 /// read back in `status.requests_total`.
 pub async fn run(
@@ -239,8 +271,18 @@ pub async fn run(
             set(&mut results, &PointResult::Unknown(NOT_SENT.into()));
             continue;
         }
+        // Checked before every frame, the quiet time before it included.
+        let answer = if command.expired(Instant::now()) {
+            None
+        } else {
+            link.call_by(req.request(), command.deadline).await
+        };
+        let Some(answer) = answer else {
+            set(&mut results, &PointResult::Expired);
+            continue;
+        };
         status.writes_total.fetch_add(1, Ordering::Relaxed);
-        match link.call(req.request()).await {
+        match answer {
             Err(e) => {
                 set(&mut results, &unknown(&e, link.timeout));
                 broken = Some(e);
@@ -344,7 +386,6 @@ mod tests {
     use crate::commands::Origin;
     use crate::config::from_yaml;
     use serde_json::{json, Value};
-    use std::time::Instant;
 
     fn device() -> ModbusDeviceConfig {
         let cfg = from_yaml(

@@ -97,6 +97,29 @@ impl ModbusTcp {
         bits
     }
 
+    /// Writes holding register `addr` (FC 6) on a connection of the test's own: how a test
+    /// sets the device's control registers (see the script).
+    pub fn write_holding(&self, addr: u16, value: u16) {
+        self.read(|mut ctx| async move {
+            use tokio_modbus::client::Writer;
+            ctx.write_single_register(addr, value).await
+        })
+    }
+
+    /// When each write of unit 1 was stored (Unix ms), by its first address, oldest first,
+    /// from the device's log.
+    pub fn writes_at(&self) -> Vec<(u16, u64)> {
+        self.log()
+            .lines()
+            .filter_map(|l| {
+                let l = l.strip_prefix("write address=")?;
+                let (addr, rest) = l.split_once(' ')?;
+                let at = rest.rsplit_once("at_ms=")?.1;
+                Some((addr.parse().ok()?, at.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
     fn read<T, F>(&self, f: impl FnOnce(tokio_modbus::client::Context) -> F) -> T
     where
         F: std::future::Future<Output = tokio_modbus::Result<T>>,

@@ -17,6 +17,8 @@ it sees and has a few registers that misbehave on purpose:
   60        a write here is stored, then answered only after SLOW_SECONDS
   62        a read that covers it is answered only after SLOW_SECONDS
   64..66    each register keeps at most 100 of what is written to it
+  68        how long (ms) the device waits before answering each write request, after
+            storing its values (0 at start; a write to 68 itself sets it and is not delayed)
   70        write requests seen (FC 5, 6, 15, 16), every address
   71        write requests seen that covered 60
   72        reads started that covered 62
@@ -28,13 +30,16 @@ Unit 2 (TCP only) has a sparse map: holding registers 0-9, 100-103, 1000 and 500
 exist, every other address draws exception 2; its other tables are empty.
 
 Every request is logged as `request unit=U function=F` (stdout, the device's log), so a
-test can check which function codes a client sent.
+test can check which function codes a client sent; every write of unit 1 also as
+`write address=A count=N at_ms=T` (Unix ms when its values were stored), so a test can
+check when a write took effect.
 """
 
 import asyncio
 import logging
 import struct
 import sys
+import time
 
 from pymodbus.datastore import (
     ModbusSequentialDataBlock,
@@ -79,6 +84,7 @@ SLOW_SECONDS = 1.5
 SLOW_WRITE = 60
 SLOW_READ = 62
 CLAMPED = range(64, 67)
+ANSWER_DELAY = 68
 WRITES, SLOW_WRITES, SLOW_READS = 70, 71, 72
 PER_FUNCTION = {5: 73, 6: 74, 15: 75, 16: 76}
 WRITE_LOG = 80
@@ -99,6 +105,7 @@ class Device(ModbusSlaveContext):
             ]
         self.setValues(fc_as_hex, address, values)
         if fc_as_hex in PER_FUNCTION:
+            print(f"write address={address} count={len(values)} at_ms={int(time.time() * 1000)}", flush=True)
             hr = self.store["h"]
             self.bump(WRITES)
             self.bump(PER_FUNCTION[fc_as_hex])
@@ -107,6 +114,9 @@ class Device(ModbusSlaveContext):
             if fc_as_hex in (6, 16) and covers(SLOW_WRITE):
                 self.bump(SLOW_WRITES)
                 await asyncio.sleep(SLOW_SECONDS)
+            delay_ms = hr.getValues(ANSWER_DELAY, 1)[0]
+            if delay_ms and not covers(ANSWER_DELAY):
+                await asyncio.sleep(delay_ms / 1000)
 
     async def async_getValues(self, fc_as_hex, address, count=1):
         if fc_as_hex == 3 and address <= SLOW_READ < address + count:
