@@ -251,3 +251,120 @@ fn a_key_that_would_add_topic_levels_or_wildcards_is_dead_lettered_with_the_reas
         "{l:#}"
     );
 }
+
+/// The payload of a record whose PUBLISH is just over the client's 1 MiB packet cap: the
+/// record's line adds its id, source, key and time to the payload, the packet its topic.
+fn just_over_the_packet_cap(key: &str) -> String {
+    padded_payload(key, MIB as usize - 32)
+}
+
+/// The keys of the records `client` received (the sink publishes each record's line).
+fn received_keys(client: &MqttClient) -> HashSet<String> {
+    client
+        .received()
+        .iter()
+        .filter_map(|(_, p)| serde_json::from_slice::<Value>(p).ok())
+        .filter_map(|v| v["key"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A QoS 1 publish over the client's packet cap used to be stored by rumqttc, fail to encode,
+/// drop the connection and be sent first again after every reconnect (the session is kept):
+/// the sink never came back and its `queue: disk` only grew.
+#[test]
+fn a_record_over_the_mqtt_packet_cap_is_dead_lettered_and_the_twenty_behind_it_arrive() {
+    let broker = Mosquitto::start();
+    let subscriber = MqttClient::connect(broker.port(), "it-big-sub", Some("big/#"));
+    let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["mqtt"] = json!({"connections": [
+        {"name": "b", "url": broker.url(), "client_id": "it-big", "reconnect_max_ms": 200},
+    ]});
+    config["sinks"] = json!([
+        {"name": "mq", "type": "mqtt", "topic": "big/{{key}}", "qos": 1,
+         "queue": "disk", "max_quota_mb": 64, "on_full": "block"},
+    ]);
+    config["flows"] = ingest_flow(&["mq"]);
+    let daemon = Daemon::start(config);
+    let sink = |d: &Daemon| named(&d.status(), "/sinks", "mq").clone();
+    wait_until(POLL_DEADLINE, "the sink is connected", || {
+        sink(&daemon)["connected"] == true
+    });
+    let big = assert_stored(
+        &daemon.ingest("big", &just_over_the_packet_cap("big")),
+        "the big record is queued",
+    );
+    let small: HashSet<String> = (0..20).map(|i| format!("s{i}")).collect();
+    for key in &small {
+        assert_stored(&daemon.ingest(key, r#"{"v":1}"#), key);
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the 20 small records behind the big one arrive",
+        || received_keys(&subscriber).is_superset(&small),
+    );
+    wait_until(POLL_DEADLINE, "the big record is a dead letter", || {
+        u64_at(&sink(&daemon), "/dead_letter_rows") == 1
+    });
+    let reply = daemon.get("/api/sinks/mq/dead-letters?limit=10", Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let letters = reply.json();
+    let letter = &letters["rows"][0];
+    assert_eq!(letter["record"]["id"], json!(big), "{letters:#}");
+    let reason = letter["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("too large") && reason.contains("1048576"),
+        "{reason}"
+    );
+    assert!(!received_keys(&subscriber).contains("big"));
+    let s = sink(&daemon);
+    assert_eq!(s["connected"], true, "{s}");
+    assert_eq!(u64_at(&s, "/too_large"), 1, "{s}");
+    assert_eq!(u64_at(&s, "/queue_rows"), 0, "{s}");
+    let l = assert_balanced(&ledger(&daemon, true), "after the big record");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 1, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
+}
+
+/// Without `queue: disk` the same publish took the sink's connection down for good: every
+/// record after it was refused at admission (the broker "not connected").
+#[test]
+fn a_record_over_the_mqtt_packet_cap_goes_to_the_dead_letters_and_the_memory_queued_sink_stays_connected(
+) {
+    let broker = Mosquitto::start();
+    let subscriber = MqttClient::connect(broker.port(), "it-big-mem-sub", Some("bigm/#"));
+    let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["mqtt"] = json!({
+        "connections": [{"name": "plant", "url": broker.url(), "client_id": "it-big-mem",
+                         "reconnect_max_ms": 200}],
+        "sink": {"topic": "bigm/{{key}}", "qos": 1, "ack_timeout_secs": 5},
+    });
+    config["flows"] = ingest_flow(&["mqtt"]);
+    let daemon = Daemon::start(config);
+    let sink = |d: &Daemon| named(&d.status(), "/sinks", "mqtt").clone();
+    wait_until(POLL_DEADLINE, "the sink is connected", || {
+        sink(&daemon)["connected"] == true
+    });
+    let reply = daemon.ingest("big", &just_over_the_packet_cap("big"));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let body = reply.json();
+    assert_eq!(body["result"], "dead_lettered", "{body}");
+    let entry = dead_letter(&daemon, u64_at(&body, "/dead_letter_id"));
+    let reason = entry["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("too large") && reason.contains("1048576"),
+        "{reason}"
+    );
+    let small: HashSet<String> = (0..20).map(|i| format!("m{i}")).collect();
+    for key in &small {
+        assert_stored(&daemon.ingest(key, r#"{"v":1}"#), key);
+    }
+    wait_until(POLL_DEADLINE, "the 20 small records arrive", || {
+        received_keys(&subscriber).is_superset(&small)
+    });
+    let s = sink(&daemon);
+    assert_eq!(s["connected"], true, "{s}");
+    assert_eq!(u64_at(&s, "/too_large"), 1, "{s}");
+}

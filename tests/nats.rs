@@ -360,3 +360,72 @@ fn a_key_that_would_add_subject_tokens_or_wildcards_is_dead_lettered_with_the_re
         "only the plain key was published"
     );
 }
+
+/// A message over the server's `max_payload` used to fail as a transient error: retried
+/// without end at the head of a `queue: disk`, it held every record behind it.
+#[test]
+fn a_record_over_the_nats_max_payload_is_dead_lettered_and_the_twenty_behind_it_arrive() {
+    let server = NatsServer::start_with("max_payload: 4096\n");
+    let js = Js::connect(&server.url());
+    js.create_stream("OUT", &["opex.>"]);
+    let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["nats"] = json!({
+        "connections": [{"name": "js", "servers": [server.url()], "reconnect_max_ms": 200}],
+    });
+    config["sinks"] = json!([
+        {"name": "out", "type": "nats", "subject": "opex.{{key}}", "retries": 2,
+         "retry_initial_ms": 50, "retry_max_ms": 100, "timeout_secs": 1,
+         "queue": "disk", "max_quota_mb": 64, "on_full": "block"},
+    ]);
+    config["flows"] = ingest_flow(&["out"]);
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the sink is connected", || {
+        sink_status(&daemon, "out")["connected"] == true
+    });
+    let big = assert_stored(
+        &daemon.ingest("big", &padded_payload("big", 4096)),
+        "the big record is queued",
+    );
+    for i in 0..20 {
+        assert_stored(&daemon.ingest(&format!("s{i}"), r#"{"v":1}"#), "small");
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the 20 small records behind the big one arrive",
+        || js.stream_state("OUT").0 == 20,
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the big record is a dead letter and the queue empty",
+        || {
+            let s = sink_status(&daemon, "out");
+            u64_at(&s, "/dead_letter_rows") == 1 && u64_at(&s, "/queue_rows") == 0
+        },
+    );
+    let reply = daemon.get("/api/sinks/out/dead-letters?limit=10", Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let letters = reply.json();
+    let letter = &letters["rows"][0];
+    assert_eq!(letter["record"]["id"], json!(big), "{letters:#}");
+    let reason = letter["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("too large") && reason.contains("max_payload 4096"),
+        "{reason}"
+    );
+    let keys: HashSet<String> = js
+        .stream_messages("OUT")
+        .iter()
+        .filter_map(|m| serde_json::from_slice::<Value>(&m.payload).ok())
+        .filter_map(|v| v["key"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(keys, (0..20).map(|i| format!("s{i}")).collect());
+    let s = sink_status(&daemon, "out");
+    assert_eq!(s["connected"], true, "{s}");
+    assert_eq!(u64_at(&s, "/too_large"), 1, "{s}");
+    assert_eq!(u64_at(&s, "/queue_rows"), 0, "{s}");
+    let l = assert_balanced(&ledger(&daemon, true), "after the big record");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 1, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
+}

@@ -12,6 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -1188,4 +1189,83 @@ fn status_and_metrics_show_each_sparkplug_node_with_its_session_host_sequence_me
         0.0
     );
     assert!(text.contains("# TYPE opex_connector_sparkplug_births_total counter"));
+}
+
+/// A record whose Sparkplug message was over the client's 1 MiB packet cap used to drop the
+/// node's connection at every attempt: the next session's births carried its values again,
+/// and nothing behind it went out.
+#[test]
+fn a_record_over_the_mqtt_packet_cap_is_dead_lettered_and_the_twenty_behind_it_go_out_in_one_session(
+) {
+    use opex_connector::sinks::sparkplug::proto::{Payload, Value as Spb};
+    let broker = Mosquitto::start();
+    let subscriber = MqttClient::connect(broker.port(), "it-spb-big-sub", Some("spBv1.0/#"));
+    let mut config = queue_config(64, "block");
+    config["connector"]["http"]["admin_token"] = json!(ADMIN_TOKEN);
+    config["connector"]["http"]["max_body_kb"] = json!(2048);
+    config["mqtt"] = json!({"connections": [{"name": "broker", "url": broker.url(),
+        "client_id": "it-spb-big", "reconnect_max_ms": 200}]});
+    config["sinks"] = json!([{"name": "uns", "type": "sparkplug", "connection": "broker",
+        "group_id": GROUP, "edge_node_id": NODE, "queue": "disk", "max_quota_mb": 64}]);
+    config["flows"] = ingest_flow(&["uns"]);
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the node publishes", || {
+        spb(&daemon)["publishing"] == true
+    });
+    let big = assert_stored(
+        &daemon.ingest("big", &padded_payload("big", MIB as usize + 1024)),
+        "the big record is queued",
+    );
+    for i in 0..20 {
+        assert_stored(
+            &daemon.ingest(&format!("q{i}"), &format!(r#"{{"qty":{i}}}"#)),
+            "small",
+        );
+    }
+    let device = format!("ingest:{SOURCE}");
+    let quantities = || -> BTreeSet<u64> {
+        subscriber
+            .received()
+            .iter()
+            .filter(|(t, _)| {
+                t.ends_with(&format!("/{NODE}/{device}"))
+                    && (t.contains("/DDATA/") || t.contains("/DBIRTH/"))
+            })
+            .filter_map(|(_, p)| Payload::decode_bytes(p).ok())
+            .flat_map(|p| p.metrics)
+            .filter_map(|m| match m.value {
+                Some(Spb::LongValue(v)) => Some(v),
+                _ => None,
+            })
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "the 20 small records behind the big one go out",
+        || quantities() == (0..20).collect(),
+    );
+    wait_until(POLL_DEADLINE, "the big record is a dead letter", || {
+        u64_at(
+            named(&daemon.status(), "/sinks", "uns"),
+            "/dead_letter_rows",
+        ) == 1
+    });
+    let reply = daemon.get("/api/sinks/uns/dead-letters?limit=10", Some(ADMIN_TOKEN));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let letters = reply.json();
+    let letter = &letters["rows"][0];
+    assert_eq!(letter["record"]["id"], json!(big), "{letters:#}");
+    let reason = letter["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("too large") && reason.contains("1048576"),
+        "{reason}"
+    );
+    let s = spb(&daemon);
+    assert_eq!(s["connected"], true, "{s}");
+    assert_eq!(u64_at(&s, "/sessions"), 1, "{s}");
+    assert_eq!(u64_at(&s, "/records_too_large"), 1, "{s}");
+    let l = assert_balanced(&ledger(&daemon, true), "after the big record");
+    let source = format!("ingest/{SOURCE}");
+    assert_eq!(source_figure(&l, &source, "/dead_lettered"), 1, "{l:#}");
+    assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rumqttc::{MqttOptions, TlsConfiguration, Transport};
+use rumqttc::{MqttOptions, QoS, TlsConfiguration, Transport};
 use serde::Deserialize;
 
 use super::tls::{client_config, validate_tls, RawTls, TlsConfig};
@@ -169,6 +169,28 @@ fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
 /// `set_request_channel_capacity` does nothing). The `mqtt` sink refuses when it is full.
 pub const CLIENT_QUEUE: usize = 1024;
 
+/// The largest packet the MQTT 3.1.1 clients send and take: 1 MiB. rumqttc cannot encode a
+/// larger one, and it fails only once it wrote the PUBLISH down as in flight: the connection
+/// drops, and with the session kept the same PUBLISH goes first again at every reconnect. So the
+/// `mqtt` and `sparkplug` sinks measure a record's packet ([`publish_size`]) before they hand
+/// it over, and refuse one over this for good.
+pub const MAX_PACKET_BYTES: usize = 1 << 20;
+
+/// The bytes of the PUBLISH of `payload` bytes to `topic` at `qos`, as it goes on the wire:
+/// the fixed header (its type byte and the remaining length, 1 to 4 bytes), the topic with its
+/// length, the packet id at QoS 1 and 2, the payload.
+pub fn publish_size(topic: &str, qos: QoS, payload: usize) -> usize {
+    let id = if qos == QoS::AtMostOnce { 0 } else { 2 };
+    let remaining = 2 + topic.len() + id + payload;
+    let length_bytes = match remaining {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    };
+    1 + length_bytes + remaining
+}
+
 /// The wait after `n` failed connection attempts in a row: 100 ms doubling to `max`.
 pub fn reconnect_delay(n: u32, max: Duration) -> Duration {
     Duration::from_millis(100)
@@ -194,7 +216,7 @@ pub fn options(cfg: &MqttConnectionConfig, suffix: &str) -> Result<MqttOptions, 
     o.set_clean_session(false)
         .set_manual_acks(true)
         .set_keep_alive(cfg.keep_alive)
-        .set_max_packet_size(1 << 20, 1 << 20);
+        .set_max_packet_size(MAX_PACKET_BYTES, MAX_PACKET_BYTES);
     if let Some((u, p)) = &cfg.credentials {
         o.set_credentials(u.clone(), p.clone());
     }
@@ -232,6 +254,30 @@ pub fn options_v5(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn publish_size_is_the_size_rumqttc_encodes_around_each_length_boundary() {
+        let topic = "plant/line-3/press";
+        for payload in [
+            0, 100, 104, 105, 16_000, 16_360, 16_361, 2_097_000, 2_097_126,
+        ] {
+            for qos in [QoS::AtMostOnce, QoS::AtLeastOnce] {
+                let mut p = rumqttc::Publish::new(topic, qos, vec![b'x'; payload]);
+                if qos != QoS::AtMostOnce {
+                    p.pkid = 1;
+                }
+                let mut wire = bytes::BytesMut::new();
+                rumqttc::Packet::Publish(p)
+                    .write(&mut wire, usize::MAX)
+                    .expect("encodes");
+                assert_eq!(
+                    publish_size(topic, qos, payload),
+                    wire.len(),
+                    "{payload} {qos:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn urls_give_host_port_and_tls() {

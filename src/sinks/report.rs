@@ -156,6 +156,16 @@ impl Samples {
         );
     }
 
+    /// The family of a broker sink's records refused for good because their message is over
+    /// what the connection takes (each is dead-lettered with the reason).
+    pub fn too_large(&mut self, refused: u64) {
+        self.counter(
+            "opex_connector_sink_too_large_total",
+            "Records a broker sink refused for good because their message is over what the connection takes (MQTT packet cap, NATS max_payload); each is dead-lettered with the reason.",
+            refused,
+        );
+    }
+
     /// The samples.
     pub fn finish(self) -> Vec<Sample> {
         self.out

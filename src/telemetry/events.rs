@@ -95,6 +95,25 @@ pub fn delivery_held(sink: &str, class: &str, why: &str) {
     log::error!("alert: queue held, rows kept: sink={sink} error=\"{class}\" reason=\"{why}\"");
 }
 
+/// A broker sink refused record `record_id` for good: its message would be `bytes`, over what the
+/// connection takes (`limit`: the MQTT packet cap, the NATS server's `max_payload`). The record
+/// goes to the dead letters with the reason, so the ones behind it go on. Logged at the first
+/// refusal and at every power of two after it.
+pub fn sink_record_too_large(
+    sink: &str,
+    too_large_total: &AtomicU64,
+    record_id: &str,
+    bytes: usize,
+    limit: usize,
+) {
+    let total = too_large_total.fetch_add(1, Ordering::Relaxed) + 1;
+    if total.is_power_of_two() {
+        log::warn!(
+            "record too large for its broker, refused for good: sink={sink} record_id={record_id} bytes={bytes} limit={limit} too_large_total={total}"
+        );
+    }
+}
+
 /// The pipeline dead-letter queue was at its cap: resolved entry `id` was deleted (resolved
 /// entries go first; an open one is [`dead_letter_trimmed_open`]). `trimmed_total` counts this
 /// one.

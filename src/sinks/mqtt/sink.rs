@@ -5,6 +5,12 @@
 //! `blocked`, at delivery counted `dropped`. A PUBACK that does not come within `ack_timeout_secs`, or a broker that lost the
 //! session, fails the record: its source retries (the record may arrive twice).
 //!
+//! A record whose PUBLISH would be over the client's packet cap
+//! ([`MAX_PACKET_BYTES`]) is never handed to the client: rumqttc would write it down as in
+//! flight, fail to encode it, drop the connection and send it first again at every reconnect,
+//! and nothing behind it would go out. It is refused for good (counted `too_large`), and goes to
+//! the dead letters with its size in the reason.
+//!
 //! With QoS 0 nothing confirms a publish: such records settle once written and are counted
 //! `unconfirmed`. With `queue: disk` a durable queue waits in front of the broker, so records
 //! survive a crash and an outage longer than the client's queue.
@@ -20,7 +26,9 @@ use super::acks::{Ack, Acks};
 use super::config::MqttSinkConfig;
 use crate::admission::{Gate, OnFull, Refused};
 use crate::alerts::ComponentReport;
-use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE};
+use crate::brokers::mqtt::{
+    options, publish_size, reconnect_delay, CLIENT_QUEUE, MAX_PACKET_BYTES,
+};
 use crate::flow::path::Fields;
 use crate::flow::Confine;
 use crate::record::Record;
@@ -29,6 +37,7 @@ use crate::sinks::queue::{judge_each, records_of, DeliveryConfig, Destination, F
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 use crate::store::Row;
+use crate::telemetry::events;
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -51,6 +60,9 @@ pub struct MqttSinkStats {
     /// Records whose publish was not confirmed (timeout, lost session, bad topic): the
     /// source was told to retry, or the record was parked.
     pub failed: AtomicU64,
+    /// Records refused for good because their PUBLISH would be over the client's packet cap
+    /// (dead-lettered with the reason).
+    pub too_large: AtomicU64,
     /// True while connected.
     pub connected: AtomicBool,
     /// The last error, in full (admin only).
@@ -131,6 +143,21 @@ impl MqttSink {
         Ok(topic)
     }
 
+    fn qos(&self) -> QoS {
+        if self.cfg.qos == 0 {
+            QoS::AtMostOnce
+        } else {
+            QoS::AtLeastOnce
+        }
+    }
+
+    /// True when the PUBLISH of `record` would be over the client's packet cap.
+    fn over_the_cap(&self, record: &Record) -> bool {
+        self.topic(record).is_ok_and(|topic| {
+            publish_size(&topic, self.qos(), record.line_len()) > MAX_PACKET_BYTES
+        })
+    }
+
     /// Publishes `record` and waits for the broker's PUBACK (QoS 1) or the write (QoS 0).
     pub async fn deliver(&self, record: &Record) -> Result<Delivered, DeliveryError> {
         let topic = match self.topic(record) {
@@ -140,11 +167,21 @@ impl MqttSink {
                 return Err(DeliveryError::Rejected(e));
             }
         };
-        let qos = if self.cfg.qos == 0 {
-            QoS::AtMostOnce
-        } else {
-            QoS::AtLeastOnce
-        };
+        let qos = self.qos();
+        let line = record.to_line();
+        let size = publish_size(&topic, qos, line.len());
+        if size > MAX_PACKET_BYTES {
+            events::sink_record_too_large(
+                &self.name,
+                &self.stats.too_large,
+                &record.id,
+                size,
+                MAX_PACKET_BYTES,
+            );
+            return Err(DeliveryError::Rejected(format!(
+                "too large: its PUBLISH would be {size} bytes, over the MQTT packet cap of {MAX_PACKET_BYTES} bytes"
+            )));
+        }
         let answer = {
             // Queued under the lock, so the waiters are in the order of the publishes.
             let mut acks = self.acks();
@@ -155,7 +192,7 @@ impl MqttSink {
             let (id, answer) = acks.add();
             if self
                 .client
-                .try_publish(topic, qos, self.cfg.retain, record.to_line())
+                .try_publish(topic, qos, self.cfg.retain, line)
                 .is_err()
             {
                 acks.cancel(id);
@@ -254,6 +291,7 @@ impl MqttSink {
             "dropped": l(&s.dropped),
             "blocked": l(&s.blocked),
             "failed": l(&s.failed),
+            "too_large": l(&s.too_large),
             "queued": l(&s.queued),
             "sent": l(&s.sent),
             "acked": l(&s.acked),
@@ -283,11 +321,19 @@ impl MqttSink {
                 dropped_total: l(&s.dropped),
             },
         }];
-        r.components = vec![ComponentReport {
-            name: format!("{}.failed", self.name),
-            message: "MQTT publishes not confirmed (timeout, lost session): sources told to retry",
-            counters: vec![("failed", l(&s.failed))],
-        }];
+        r.components = vec![
+            ComponentReport {
+                name: format!("{}.failed", self.name),
+                message:
+                    "MQTT publishes not confirmed (timeout, lost session): sources told to retry",
+                counters: vec![("failed", l(&s.failed))],
+            },
+            ComponentReport {
+                name: format!("{}.too_large", self.name),
+                message: "records over the MQTT packet cap refused for good: dead-lettered",
+                counters: vec![("too_large", l(&s.too_large))],
+            },
+        ];
         let (acked, unconfirmed) = (l(&s.acked), l(&s.unconfirmed));
         r.ledger = SinkFigures {
             accepted: acked + unconfirmed + depth,
@@ -304,6 +350,7 @@ impl MqttSink {
             "Records an MQTT sink published with QoS 0: written, never confirmed.",
             unconfirmed,
         );
+        m.too_large(l(&s.too_large));
         r.metrics = m.finish();
         r
     }
@@ -410,6 +457,16 @@ impl Destination for Publisher {
             return Verdict::Retry {
                 error: Failure::new("not connected", "the MQTT broker is not connected"),
                 after: None,
+            };
+        }
+        // A record over the packet cap refuses its batch before any of it is published: the
+        // rows go again one by one, and only that one is refused (and dead-lettered).
+        if records.len() > 1 && records.iter().any(|r| self.sink.over_the_cap(r)) {
+            return Verdict::Refused {
+                error: Failure::new(
+                    "too large",
+                    "a record of the batch is over the MQTT packet cap",
+                ),
             };
         }
         let sink = &self.sink;

@@ -14,13 +14,20 @@
 //! Each message carries the record as one JSON line (`{"id",..,"payload"}`) and the header
 //! `Nats-Msg-Id: <record id>`, so JetStream's duplicate window drops a record the source
 //! delivered twice.
+//!
+//! A message over the server's `max_payload` (its INFO's, payload and headers as the server
+//! counts them) can never be published: the publisher measures each one before it publishes
+//! and refuses such a record for good (counted `too_large`), so it goes to the dead letters
+//! with its size in the reason instead of being retried at the head of a `queue: disk`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_nats::client::PublishErrorKind;
 use async_nats::jetstream;
+use async_nats::jetstream::context::PublishErrorKind as JsPublishErrorKind;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -38,6 +45,7 @@ use crate::sinks::queue::{judge_each, records_of, DeliveryConfig, Destination, F
 use crate::sinks::report::{Report, Samples, SinkFigures};
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 use crate::store::Row;
+use crate::telemetry::events;
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -59,10 +67,15 @@ pub struct NatsSinkStats {
     pub blocked: AtomicU64,
     /// Records that failed after their retries (the source retries).
     pub failed: AtomicU64,
+    /// Records refused for good because their message is over the server's `max_payload`
+    /// (dead-lettered with the reason).
+    pub too_large: AtomicU64,
     /// Publish attempts that were retried.
     pub retries: AtomicU64,
     /// True while the client is connected.
     pub connected: AtomicBool,
+    /// The `max_payload` of the server's INFO (0 before the first).
+    pub max_payload: AtomicUsize,
     /// The last publish error.
     pub last_error: Mutex<Option<String>>,
 }
@@ -71,7 +84,7 @@ struct Job {
     subject: String,
     id: String,
     payload: Bytes,
-    done: oneshot::Sender<Result<(), String>>,
+    done: oneshot::Sender<Result<(), DeliveryError>>,
 }
 
 /// A `nats` sink.
@@ -152,7 +165,7 @@ impl NatsSink {
         }
         match answer.await {
             Ok(Ok(())) => Ok(Delivered::Stored),
-            Ok(Err(e)) => Err(DeliveryError::Publish(e)),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(DeliveryError::Publish("nats sink stopped".into())),
         }
     }
@@ -233,6 +246,7 @@ impl NatsSink {
             "dropped": l(&s.dropped),
             "blocked": l(&s.blocked),
             "failed": l(&s.failed),
+            "too_large": l(&s.too_large),
             "published": l(&s.published),
             "retries": l(&s.retries),
             "queue_depth": depth,
@@ -263,11 +277,19 @@ impl NatsSink {
                 dropped_total: l(&s.dropped),
             },
         }];
-        r.components = vec![ComponentReport {
-            name: format!("{}.failed", self.name),
-            message: "NATS publishes failed after their retries: sources told to retry",
-            counters: vec![("failed", l(&s.failed))],
-        }];
+        r.components = vec![
+            ComponentReport {
+                name: format!("{}.failed", self.name),
+                message: "NATS publishes failed after their retries: sources told to retry",
+                counters: vec![("failed", l(&s.failed))],
+            },
+            ComponentReport {
+                name: format!("{}.too_large", self.name),
+                message:
+                    "records over the NATS server's max_payload refused for good: dead-lettered",
+                counters: vec![("too_large", l(&s.too_large))],
+            },
+        ];
         // A publish that failed after its retries is handed back to the engine (the source
         // retries, or the record is parked): not accepted, not lost here.
         let published = l(&s.published);
@@ -280,6 +302,7 @@ impl NatsSink {
         };
         let mut m = Samples::new(&self.name);
         m.memory_queue(l(&s.dropped), l(&s.blocked), Some(l(&s.failed)), depth);
+        m.too_large(l(&s.too_large));
         r.metrics = m.finish();
         r
     }
@@ -304,6 +327,9 @@ impl NatsSink {
                 _ = tick.tick() => {
                     let up = client.connection_state() == async_nats::connection::State::Connected;
                     self.stats.connected.store(up, Ordering::Relaxed);
+                    self.stats
+                        .max_payload
+                        .store(client.server_info().max_payload, Ordering::Relaxed);
                     continue;
                 }
                 job = rx.recv() => match job {
@@ -335,6 +361,8 @@ impl NatsSink {
         let mut pending = batch;
         let mut attempt: u32 = 0;
         loop {
+            // The INFO of the server connected now (0 before the first: nothing to measure by).
+            let max_payload = client.server_info().max_payload;
             let mut failed = Vec::new();
             let mut acks = Vec::new();
             let mut core = Vec::new();
@@ -346,6 +374,11 @@ impl NatsSink {
                         continue;
                     }
                 };
+                let size = message_size(&job.id, job.payload.len(), in_stream);
+                if max_payload > 0 && size > max_payload {
+                    self.too_large(job, size, max_payload);
+                    continue;
+                }
                 if in_stream {
                     let mut headers = async_nats::HeaderMap::new();
                     headers.insert("Nats-Msg-Id", job.id.as_str());
@@ -354,6 +387,10 @@ impl NatsSink {
                         .await
                     {
                         Ok(ack) => acks.push((job, ack)),
+                        // The client's own measure, should it ever differ from ours.
+                        Err(e) if e.kind() == JsPublishErrorKind::MaxPayloadExceeded => {
+                            self.too_large(job, size, max_payload)
+                        }
                         Err(e) => failed.push((job, e.to_string())),
                     }
                 } else {
@@ -362,6 +399,9 @@ impl NatsSink {
                         .await
                     {
                         Ok(()) => core.push(job),
+                        Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                            self.too_large(job, size, max_payload)
+                        }
                         Err(e) => failed.push((job, e.to_string())),
                     }
                 }
@@ -398,7 +438,7 @@ impl NatsSink {
                     self.name
                 );
                 for (job, e) in failed {
-                    let _ = job.done.send(Err(e));
+                    let _ = job.done.send(Err(DeliveryError::Publish(e)));
                 }
                 return;
             }
@@ -429,6 +469,30 @@ impl NatsSink {
         self.stats.published.fetch_add(1, Ordering::Relaxed);
         let _ = job.done.send(Ok(()));
     }
+
+    /// Refuses `job` for good: its message is `size` bytes, over the server's `max_payload`.
+    fn too_large(&self, job: Job, size: usize, max_payload: usize) {
+        events::sink_record_too_large(
+            &self.name,
+            &self.stats.too_large,
+            &job.id,
+            size,
+            max_payload,
+        );
+        let _ = job.done.send(Err(DeliveryError::Rejected(format!(
+            "too large: its message would be {size} bytes, over the NATS server's max_payload {max_payload}"
+        ))));
+    }
+}
+
+/// The bytes of a message the server counts against its `max_payload`: the payload, and for a
+/// JetStream publish the header block it carries (`NATS/1.0`, `Nats-Msg-Id: <id>`, each line
+/// ended by CRLF, and a blank line), as async-nats writes it.
+fn message_size(id: &str, payload: usize, in_stream: bool) -> usize {
+    if !in_stream {
+        return payload;
+    }
+    "NATS/1.0\r\n".len() + "Nats-Msg-Id: ".len() + id.len() + "\r\n".len() + "\r\n".len() + payload
 }
 
 /// Whether `subject` is captured by a JetStream stream (cached for [`SUBJECT_TTL`]).
@@ -457,7 +521,7 @@ async fn in_stream(
 fn fail_all(rx: &mut mpsc::Receiver<Job>, why: &str) {
     rx.close();
     while let Ok(job) = rx.try_recv() {
-        let _ = job.done.send(Err(why.to_string()));
+        let _ = job.done.send(Err(DeliveryError::Publish(why.to_string())));
     }
 }
 
@@ -477,6 +541,23 @@ impl Destination for Publisher {
             return Verdict::Retry {
                 error: Failure::new("not connected", "the NATS server is not connected"),
                 after: None,
+            };
+        }
+        // A record that may be over the server's max_payload (measured with its JetStream
+        // header) refuses its batch before any of it is published: the rows go again one by
+        // one, and the publisher refuses only the one that is (it is dead-lettered).
+        let max_payload = self.sink.stats.max_payload.load(Ordering::Relaxed);
+        if max_payload > 0
+            && records.len() > 1
+            && records
+                .iter()
+                .any(|r| message_size(&r.id, r.line_len(), true) > max_payload)
+        {
+            return Verdict::Refused {
+                error: Failure::new(
+                    "too large",
+                    "a record of the batch may be over the NATS server's max_payload",
+                ),
             };
         }
         let sink = &self.sink;

@@ -26,14 +26,16 @@
 
 use std::collections::HashMap;
 
+use rumqttc::QoS;
 use serde_json::Value as Json;
 
 use super::config::{DeadbandRule, PolledDevice};
 use super::proto::{datatype as dt, quality, Metric, Payload, PropertySet, Value};
 use super::values::{
     fit, learn, polled_samples, polled_samples_of, record_samples, to_json, PolledPayload, Sample,
-    Val,
+    Val, MAX_NAME, MAX_SAMPLES,
 };
+use crate::brokers::mqtt::publish_size;
 use crate::record::Record;
 use crate::sinks::push::preprocess::Deadband;
 
@@ -45,6 +47,15 @@ pub const MAX_METRICS: usize = 2000;
 pub const NAMESPACE: &str = "spBv1.0";
 /// The rebirth metric every NBIRTH carries.
 pub const REBIRTH: &str = "Node Control/Rebirth";
+/// Most bytes a metric of a birth takes besides its value and unit: a name of up to
+/// [`MAX_NAME`] bytes, alias, timestamp, datatype, flags, the quality property and the
+/// protobuf framing (about 80 bytes), with room to spare.
+pub const METRIC_OVERHEAD: usize = MAX_NAME + 100;
+/// Most times a value's room in a metric exceeds its room in the payload text: a string, a
+/// bool, a number take no more than there (within the overhead), but an array (or an object
+/// deeper than the names go) becomes its JSON as text, where a short number such as `1e15` is
+/// written out in full (18 bytes).
+pub const TEXT_GROWTH: usize = 5;
 
 /// What the node reads of the pollers.
 pub trait Plant {
@@ -455,20 +466,9 @@ impl Node {
             self.tally.no_device += 1;
             return Vec::new();
         };
-        let (payload, polled);
-        let skipped = &mut self.tally.skipped;
-        // A poller's record is read from its text; one of another shape and any other record
-        // through its JSON tree.
-        let samples = if !self.devices[i].polled {
-            payload = r.payload_value();
-            record_samples(&payload, skipped)
-        } else if let Some(p) = PolledPayload::read(r.payload.get()) {
-            polled = p;
-            polled_samples_of(&r.key, &polled, skipped)
-        } else {
-            payload = r.payload_value();
-            polled_samples(&r.key, &payload, skipped)
-        };
+        let polled = self.devices[i].polled;
+        let parsed = Parsed::read(r, polled);
+        let samples = parsed.samples(r, polled, &mut self.tally.skipped);
         let mut rebirth = !self.devices[i].known;
         if rebirth && self.devices[i].polled {
             self.refresh(i, plant);
@@ -510,6 +510,60 @@ impl Node {
             out.extend(self.ddata(i, &readings, true, now));
         }
         out
+    }
+
+    /// The bytes of the PUBLISH of the largest message record `r` can make, when that is over
+    /// `cap`: its values as the metrics of one DBIRTH (name, alias, timestamp, datatype,
+    /// quality, unit), which no DDATA of them outgrows. Changes nothing, so a record over the
+    /// cap is refused before a birth carries its values (a birth carries every value last
+    /// known). A record whose payload text is short enough is passed without reading it: it
+    /// makes at most [`MAX_SAMPLES`] metrics of at most [`METRIC_OVERHEAD`] bytes besides their
+    /// values and units, and these take at most [`TEXT_GROWTH`] times their room in the text.
+    pub fn too_large(&self, r: &Record, cap: usize) -> Option<usize> {
+        let device = self.by_source.get(&r.source).map(|&i| &self.devices[i]);
+        let id = device.map_or_else(|| r.source.replace('/', ":"), |d| d.id.clone());
+        let topic = self.topic("DBIRTH", Some(&id));
+        let most = r.payload.get().len() * TEXT_GROWTH + MAX_SAMPLES * METRIC_OVERHEAD;
+        if publish_size(&topic, QoS::AtMostOnce, most) <= cap {
+            return None;
+        }
+        let polled = device.is_some_and(|d| d.polled);
+        let parsed = Parsed::read(r, polled);
+        let metrics = parsed
+            .samples(r, polled, &mut 0)
+            .iter()
+            .map(|s| {
+                let learned = learn(s.value);
+                let mut props = PropertySet::default();
+                if let Some(u) = s.unit {
+                    props.string("engUnit", u);
+                }
+                props.quality(quality::GOOD);
+                Metric {
+                    name: Some(s.name.clone()),
+                    alias: Some(u64::MAX),
+                    timestamp: Some(u64::MAX),
+                    datatype: Some(learned.as_ref().map_or(dt::STRING, |(t, _)| *t)),
+                    is_historical: Some(true),
+                    is_null: learned.is_none().then_some(true),
+                    properties: Some(props),
+                    value: learned.and_then(|(t, v)| v.encode(t)),
+                    ..Metric::default()
+                }
+            })
+            .collect();
+        let payload = Payload {
+            timestamp: Some(u64::MAX),
+            metrics,
+            seq: Some(255),
+            ..Payload::default()
+        };
+        let size = publish_size(
+            &topic,
+            QoS::AtMostOnce,
+            prost::Message::encoded_len(&payload),
+        );
+        (size > cap).then_some(size)
     }
 
     /// Reads a command published to the node or one of its devices.
@@ -857,6 +911,35 @@ impl Node {
     }
 }
 
+/// What a record's samples borrow from: its payload's JSON tree, or a poller's text read point
+/// by point ([`PolledPayload`], no tree of the whole of it: a drain reads one per record).
+enum Parsed<'a> {
+    Json(Json),
+    Polled(PolledPayload<'a>),
+}
+
+impl<'a> Parsed<'a> {
+    /// Reads record `r` of a device (`polled`: a poller's, read from its text when it has the
+    /// shape; any other record through its JSON tree).
+    fn read(r: &'a Record, polled: bool) -> Self {
+        if polled {
+            if let Some(p) = PolledPayload::read(r.payload.get()) {
+                return Self::Polled(p);
+            }
+        }
+        Self::Json(r.payload_value())
+    }
+
+    /// The samples of record `r`, read as [`Parsed::read`] read it.
+    fn samples<'s>(&'s self, r: &Record, polled: bool, skipped: &mut u64) -> Vec<Sample<'s>> {
+        match self {
+            Self::Polled(p) => polled_samples_of(&r.key, p, skipped),
+            Self::Json(payload) if polled => polled_samples(&r.key, payload, skipped),
+            Self::Json(payload) => record_samples(payload, skipped),
+        }
+    }
+}
+
 /// True when `new` is worth publishing after `live`, the value last published.
 fn changed(live: Option<&Reading>, new: &Reading, band: Option<Deadband>) -> bool {
     let Some(live) = live else { return true };
@@ -950,6 +1033,33 @@ mod tests {
         );
         let births = node.births(7, 1000, &fake, &figures());
         (node, fake, births)
+    }
+
+    #[test]
+    fn a_record_over_the_packet_cap_is_found_before_it_changes_the_node_and_measured_no_smaller_than_its_messages(
+    ) {
+        let (mut node, fake, _) = born(Vec::new());
+        let cap = 4096;
+        let small = record("ingest/orders", "o-1", 2000, json!({"qty": 1}));
+        assert_eq!(node.too_large(&small, cap), None);
+        let big = record(
+            "ingest/orders",
+            "o-2",
+            2000,
+            json!({"qty": 2, "note": "x".repeat(cap), "tags": [1e15, 2e15]}),
+        );
+        let seq = node.seq();
+        let size = node.too_large(&big, cap).expect("over the cap");
+        assert!(size > cap, "{size}");
+        assert_eq!(node.seq(), seq);
+        assert!(!node.by_source.contains_key("ingest/orders"));
+        // Let through, its messages (its device's DBIRTH first) are no larger than measured.
+        let msgs = node.record(&big, 2000, &fake);
+        assert!(!msgs.is_empty());
+        for m in &msgs {
+            let wire = publish_size(&m.topic, QoS::AtMostOnce, m.payload.encode().len());
+            assert!(wire <= size, "{wire} > {size}: {}", m.topic);
+        }
     }
 
     fn metric<'a>(msg: &'a Msg, name: &str) -> &'a Metric {

@@ -22,6 +22,13 @@
 //!    goes offline (it publishes the NDEATH, disconnects and starts over with the next
 //!    `bdSeq`), or at the stop signal (NDEATH, DISCONNECT).
 //!
+//! A batch holding a record whose message would be over the client's packet cap
+//! ([`MAX_PACKET_BYTES`]) is refused before anything of it goes out or changes the node
+//! ([`Node::too_large`]): rumqttc would fail to encode the message and drop the connection, and
+//! the next session's births would carry the record's values again. The deliverer sends the
+//! batch's rows again one at a time; that record, refused alone, goes to the dead letters with
+//! its size in the reason (counted `records_too_large`), and the rows behind it go on.
+//!
 //! The batches it holds when a session ends are answered "retry": their rows stay queued and
 //! go out in the next session, flagged historical (some may then arrive twice, as at least once
 //! allows). So that they go out in order, the batches of the same round of the deliverer
@@ -44,7 +51,7 @@ use super::bdseq::BdSeqFile;
 use super::config::SparkplugSinkConfig;
 use super::node::{Inbound, Kind, Msg, Node, NodeFigures, Plant};
 use super::sink::SparkplugStats;
-use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE};
+use crate::brokers::mqtt::{options, reconnect_delay, CLIENT_QUEUE, MAX_PACKET_BYTES};
 use crate::commands::{Commands, Origin, Request};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
@@ -695,6 +702,12 @@ impl Session {
             });
             return Ok(());
         }
+        if let Some(refused) = self.too_large(&records) {
+            // As a failed batch: the ones after it of its round are not published.
+            self.failed_round = Some(round);
+            let _ = reply.send(refused);
+            return Ok(());
+        }
         // Pending before anything goes out: a session that ends meanwhile answers it, and
         // the batches after it of its round.
         self.pending.push_back((round, reply));
@@ -735,6 +748,33 @@ impl Session {
             .unsubscribe(FENCE)
             .await
             .map_err(|e| e.to_string())
+    }
+
+    /// The verdict on a batch holding a record whose message would be over the packet cap:
+    /// refused, so the deliverer sends the rows again one at a time. Such a record refused
+    /// alone is counted (it goes to the dead letters).
+    fn too_large(&self, records: &[Record]) -> Option<Verdict> {
+        records.iter().find_map(|r| {
+            let size = self.p.node.too_large(r, MAX_PACKET_BYTES)?;
+            if records.len() == 1 {
+                events::sink_record_too_large(
+                    &self.p.name,
+                    &self.p.stats.records_too_large,
+                    &r.id,
+                    size,
+                    MAX_PACKET_BYTES,
+                );
+            }
+            Some(Verdict::Refused {
+                error: Failure::new(
+                    "too large",
+                    format!(
+                        "record {} would make a Sparkplug message of {size} bytes, over the MQTT packet cap of {MAX_PACKET_BYTES} bytes",
+                        r.id
+                    ),
+                ),
+            })
+        })
     }
 
     async fn send(&mut self, conn: &mut Conn, msgs: Vec<Msg>) -> Result<(), String> {

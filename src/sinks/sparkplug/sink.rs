@@ -74,6 +74,9 @@ pub struct SparkplugStats {
     pub values_skipped: AtomicU64,
     /// Records whose device could not be made (too many devices).
     pub records_without_device: AtomicU64,
+    /// Records refused for good because a message of theirs would be over the MQTT packet
+    /// cap (dead-lettered with the reason).
+    pub records_too_large: AtomicU64,
     /// NCMD and DCMD messages received.
     pub commands_received: AtomicU64,
     /// DCMDs the commands service answered.
@@ -263,6 +266,7 @@ impl SparkplugSink {
             },
             "values_skipped": l(&s.values_skipped),
             "records_without_device": l(&s.records_without_device),
+            "records_too_large": l(&s.records_too_large),
             "last_error": s.last_error().map(|e| Failure::from_detail(e).class),
         });
         let mut r = Report {
@@ -272,15 +276,22 @@ impl SparkplugSink {
         r.entry.insert("connected".into(), connected.into());
         r.entry.insert("sparkplug".into(), sparkplug.clone());
         r.status = json!({ "sparkplug": sparkplug });
-        r.components = vec![ComponentReport {
-            name: format!("{}.skipped", self.name),
-            message: "Sparkplug values or records that could not be metrics (names too long, too many metrics or devices)",
-            counters: vec![
-                ("values_skipped", l(&s.values_skipped)),
-                ("records_without_device", l(&s.records_without_device)),
-                ("incoming_dropped", l(&s.incoming_dropped)),
-            ],
-        }];
+        r.components = vec![
+            ComponentReport {
+                name: format!("{}.skipped", self.name),
+                message: "Sparkplug values or records that could not be metrics (names too long, too many metrics or devices)",
+                counters: vec![
+                    ("values_skipped", l(&s.values_skipped)),
+                    ("records_without_device", l(&s.records_without_device)),
+                    ("incoming_dropped", l(&s.incoming_dropped)),
+                ],
+            },
+            ComponentReport {
+                name: format!("{}.too_large", self.name),
+                message: "records over the MQTT packet cap refused for good: dead-lettered",
+                counters: vec![("too_large", l(&s.records_too_large))],
+            },
+        ];
         let mut m = Samples::new(&self.name);
         m.gauge(
             "opex_connector_sparkplug_connected",
@@ -337,6 +348,7 @@ impl SparkplugSink {
             "MQTT sessions of a Sparkplug sink's node (each with a new bdSeq).",
             l(&s.sessions),
         );
+        m.too_large(l(&s.records_too_large));
         r.metrics = m.finish();
         r
     }

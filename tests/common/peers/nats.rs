@@ -44,13 +44,18 @@ impl NatsServer {
     /// Starts a server on a free loopback port (and a free monitoring port) with its store in
     /// a new temp dir; returns once `/healthz` answers ok.
     pub fn start() -> NatsServer {
+        NatsServer::start_with("")
+    }
+
+    /// Like [`NatsServer::start`], with `extra` lines in its config (`max_payload: 4096`).
+    pub fn start_with(extra: &str) -> NatsServer {
         let ports = free_ports(2);
         let mut server = NatsServer::configure(
             "nats",
             ports[0],
             ports[1],
             JsSync::EveryWrite,
-            "",
+            extra,
             "/healthz",
         );
         server.spawn();
