@@ -241,7 +241,7 @@ pub fn options_v5(
         .set_session_expiry_interval(None)
         .set_manual_acks(true)
         .set_keep_alive(cfg.keep_alive)
-        .set_max_packet_size(Some(1 << 20));
+        .set_max_packet_size(Some(MAX_PACKET_BYTES as u32));
     if let Some((u, p)) = &cfg.credentials {
         o.set_credentials(u.clone(), p.clone());
     }
