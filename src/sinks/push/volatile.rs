@@ -286,12 +286,18 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
             .collect())
     }
 
-    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
+    fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError> {
         let mut inner = self.lock();
-        let start = inner.rows.partition_point(|r| r.seq < first);
-        let end = inner.rows.partition_point(|r| r.seq <= last).max(start);
         let mut n = 0;
-        for r in inner.rows.drain(start..end).collect::<Vec<_>>() {
+        // From the newest: a batch's rows sit at the head, so each removal moves few rows.
+        for &seq in seqs.iter().rev() {
+            let at = inner.rows.partition_point(|r| r.seq < seq);
+            if inner.rows.get(at).is_none_or(|r| r.seq != seq) {
+                continue;
+            }
+            let Some(r) = inner.rows.remove(at) else {
+                continue;
+            };
             let (b, source) = size_and_source(&r.line);
             if let Some(source) = source {
                 self.book.left_queue(source, Left::Delivered);
@@ -360,6 +366,45 @@ mod tests {
     use crate::sinks::queue::Drain;
     use crate::store::queue::Tag;
 
+    /// What the deliverer does once the receiver confirmed `batch`.
+    fn confirm(buf: &VolatileBuffer, batch: &[Row]) -> u64 {
+        let seqs: Vec<u64> = batch.iter().map(|r| r.seq).collect();
+        buf.remove_delivered(&seqs).unwrap()
+    }
+
+    #[test]
+    fn a_dead_letter_replayed_inside_the_seqs_of_a_batch_in_flight_is_kept_when_the_batch_is_confirmed(
+    ) {
+        let counters = Arc::new(QueueCounters::default());
+        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
+        let tag = Tag {
+            source: "ingest/a".into(),
+            tracked: true,
+        };
+        for i in 0..6 {
+            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()));
+        }
+        // Seqs 0 and 2 are dead letters 0 and 1; seq 0 is replayed to the head.
+        assert!(buf.dead_letter(0, "HTTP 400: no").unwrap());
+        assert!(buf.dead_letter(2, "HTTP 400: no").unwrap());
+        assert_eq!(buf.replay_dead_letter(0), Ok(0));
+        // The uplink sends 0, 1, 3, 4, 5; seq 2 is replayed while they are on their way.
+        let batch = buf.peek(10).unwrap();
+        let seqs = |rows: &[Row]| rows.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&batch), vec![0, 1, 3, 4, 5]);
+        assert_eq!(buf.replay_dead_letter(1), Ok(2));
+        assert_eq!(confirm(&buf, &batch), 5);
+        assert_eq!(
+            seqs(&buf.peek(10).unwrap()),
+            vec![2],
+            "the row the batch never carried is still queued"
+        );
+        let c = buf.ledger().snapshot()["ingest/a"];
+        assert_eq!((c.delivered, c.pending, c.imbalance()), (5, 1, 0));
+        assert_eq!(counters.sent_total.load(Ordering::Relaxed), 5);
+        assert_eq!(buf.gate().usage().1, 1);
+    }
+
     #[test]
     fn volatile_buffer_evicts_oldest_at_sixteen_mib_and_counts_it() {
         let counters = Arc::new(QueueCounters::default());
@@ -377,7 +422,7 @@ mod tests {
         assert_eq!(rows, 15);
         assert_eq!(counters.evicted_total.load(Ordering::Relaxed), 5);
         assert_eq!(buf.peek(1).unwrap()[0].seq, 5);
-        assert_eq!(buf.remove_range(5, 6).unwrap(), 2);
+        assert_eq!(buf.remove_delivered(&[5, 6]).unwrap(), 2);
         let c = buf.ledger().snapshot()["ingest/a"];
         assert_eq!((c.acked, c.evicted, c.delivered, c.pending), (20, 5, 2, 13));
         assert_eq!(c.imbalance(), 0);
@@ -437,7 +482,7 @@ mod tests {
         // A batch confirmed after a replay keeps the replayed row it never carried.
         assert!(buf.dead_letter(0, "HTTP 400: no").unwrap());
         assert_eq!(buf.replay_dead_letter(3), Ok(0));
-        assert_eq!(buf.remove_range(1, 4).unwrap(), 3);
+        assert_eq!(buf.remove_delivered(&[1, 2, 4]).unwrap(), 3);
         assert_eq!(buf.peek(10).unwrap()[0].seq, 0);
         let c = buf.ledger().snapshot()["ingest/a"];
         assert_eq!((c.delivered, c.pending, c.imbalance()), (3, 1, 0));

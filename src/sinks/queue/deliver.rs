@@ -54,7 +54,7 @@ pub const HOLD_AFTER_REFUSALS: u64 = 20;
 /// Longest detail kept of a failure (a receiver's body, a server's message).
 pub const MAX_DETAIL: usize = 512;
 /// Most batches handed to a destination that confirms later ([`Handed::Pending`]) and not
-/// settled yet. Each is a range of seqs here; its records are the destination's, which bounds
+/// settled yet. Each is a list of seqs here; its records are the destination's, which bounds
 /// what it holds of them.
 pub const IN_FLIGHT: usize = 4;
 
@@ -372,7 +372,8 @@ impl DeliveryStatus {
 struct InFlight {
     first: u64,
     last: u64,
-    rows: usize,
+    /// The seqs it carries: what its confirmation deletes, and nothing else.
+    seqs: Vec<u64>,
     handed: Handed,
 }
 
@@ -476,7 +477,7 @@ impl Deliverer {
                         window.push_back(InFlight {
                             first,
                             last,
-                            rows: rows.len(),
+                            seqs: rows.iter().map(|r| r.seq).collect(),
                             handed,
                         });
                         // A verdict given at once is acted on at once (the rows deleted
@@ -507,8 +508,9 @@ impl Deliverer {
                 Handed::Pending(pending) => self.destination.settle(pending),
             };
             let InFlight {
-                first, last, rows, ..
+                first, last, seqs, ..
             } = batch;
+            let rows = seqs.len();
             if verdict != Verdict::Delivered {
                 // The batches after it wait for it: handed again, in order, after it.
                 window.clear();
@@ -525,7 +527,7 @@ impl Deliverer {
                 Verdict::Delivered => {
                     delay = self.cfg.retry_initial;
                     self.status.delivered();
-                    match self.drain.remove_range(first, last) {
+                    match self.drain.remove_delivered(&seqs) {
                         Ok(n) => events::delivered(&self.sink, n),
                         Err(e) => {
                             // Delivered but not deleted: it will be sent again (a duplicate
@@ -688,8 +690,8 @@ mod tests {
     struct FakeQueue {
         rows: Mutex<VecDeque<Row>>,
         dead: Mutex<Vec<u64>>,
-        /// The ranges deleted, in the order they were.
-        removed: Mutex<Vec<(u64, u64)>>,
+        /// The seqs of each delivered batch deleted, in the order they were.
+        removed: Mutex<Vec<Vec<u64>>>,
     }
 
     impl FakeQueue {
@@ -725,11 +727,11 @@ mod tests {
                 .cloned()
                 .collect()))
         }
-        fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
-            self.removed.lock().unwrap().push((first, last));
+        fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError> {
+            self.removed.lock().unwrap().push(seqs.to_vec());
             let mut rows = self.rows.lock().unwrap();
             let before = rows.len();
-            rows.retain(|r| r.seq < first || r.seq > last);
+            rows.retain(|r| !seqs.contains(&r.seq));
             Ok((before - rows.len()) as u64)
         }
         fn dead_letter(&self, seq: u64, _reason: &str) -> Result<bool, StoreError> {
@@ -995,7 +997,7 @@ mod tests {
                 .expect("a batch handed over within 10 s")
         }
 
-        fn removed(&self) -> Vec<(u64, u64)> {
+        fn removed(&self) -> Vec<Vec<u64>> {
             self.queue.removed.lock().unwrap().clone()
         }
 
@@ -1064,7 +1066,7 @@ mod tests {
         assert!(p.removed().is_empty(), "{:?}", p.removed());
         reply_first.send(Verdict::Delivered).unwrap();
         p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
-        assert_eq!(p.removed(), vec![(0, 9), (10, 19), (20, 29)]);
+        assert_eq!(p.removed(), vec![seqs(0, 9), seqs(10, 19), seqs(20, 29)]);
     }
 
     #[test]
@@ -1098,14 +1100,17 @@ mod tests {
             vec![seqs(10, 19), seqs(20, 29), seqs(30, 39)]
         );
         // Only the first batch is deleted: the rest waits for the second round's verdicts.
-        assert_eq!(p.removed(), vec![(0, 9)]);
+        assert_eq!(p.removed(), vec![seqs(0, 9)]);
         assert_eq!(p.queue.rows.lock().unwrap().len(), 30);
         drop(three);
         for (_, reply) in again {
             reply.send(Verdict::Delivered).unwrap();
         }
         p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
-        assert_eq!(p.removed(), vec![(0, 9), (10, 19), (20, 29), (30, 39)]);
+        assert_eq!(
+            p.removed(),
+            vec![seqs(0, 9), seqs(10, 19), seqs(20, 29), seqs(30, 39)]
+        );
     }
 
     #[test]
@@ -1120,7 +1125,7 @@ mod tests {
             assert!(Instant::now() < deadline, "{:?}", p.removed());
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(p.removed(), vec![(0, 9)]);
+        assert_eq!(p.removed(), vec![seqs(0, 9)]);
         // Row 5 (a dead letter) is put back under its seq while rows 10..29 are on their way,
         // and new rows come after them.
         {
