@@ -130,6 +130,9 @@ pub struct QueueCounters {
     pub held_nanos_total: AtomicU64,
     /// Commands waiting in the writer's channel now (of [`WRITER_CHANNEL`]).
     pub writer_queued: AtomicU64,
+    /// Rows a clean stop left in the volatile push buffer: lost with the process's memory
+    /// (always 0 for a durable queue, whose rows wait on disk).
+    pub lost_at_stop_total: AtomicU64,
 }
 
 /// The stored `pending` counts and the tracked rows of each source, read in one transaction.

@@ -1,6 +1,8 @@
 //! The volatile push buffer, used when `connector.push_queue` is not enabled: 16 MiB of memory,
-//! oldest evicted at the quota (counted, logged), everything lost on restart. The daemon warns at
-//! startup; enable `push_queue` for anything that matters.
+//! oldest evicted at the quota (counted, logged), everything lost on restart: at a clean stop
+//! ([`VolatileBuffer::close`]) the rows left are counted in `lost_at_stop_total`, booked
+//! `dropped` in the ledger and logged. The daemon warns at startup; enable `push_queue` for
+//! anything that matters.
 //!
 //! Rows are kept encoded as in the durable queue (header with the source, then the line), so
 //! its part of the loss ledger is counted the same way, in memory. Its dead letters have the
@@ -36,6 +38,8 @@ struct Inner {
     used: u64,
     /// Bumped for every row put in (appended or replayed): the deliverer waits on it.
     appended: u64,
+    /// Closed at the stop: its rows were counted lost, and it takes none any more.
+    closed: bool,
 }
 
 /// The memory-only push buffer.
@@ -95,10 +99,14 @@ impl VolatileBuffer {
     }
 
     /// Appends a row (from [`record_row`](crate::store::queue::record_row) or [`encode_row`]),
-    /// evicting the oldest rows to stay within the quota.
-    pub fn append(&self, line: Vec<u8>) -> u64 {
+    /// evicting the oldest rows to stay within the quota; [`StoreError::Closed`] after
+    /// [`close`](Self::close).
+    pub fn append(&self, line: Vec<u8>) -> Result<u64, StoreError> {
         let (size, _) = size_and_source(&line);
         let mut inner = self.lock();
+        if inner.closed {
+            return Err(StoreError::Closed);
+        }
         let (mut rows, mut bytes) = (0, 0);
         while inner.used + size > VOLATILE_QUOTA {
             let Some(old) = inner.rows.pop_front() else {
@@ -127,7 +135,40 @@ impl VolatileBuffer {
         if rows > 0 {
             events::volatile_buffer_evicted(&self.counters, rows, bytes);
         }
-        seq
+        Ok(seq)
+    }
+
+    /// True once [`close`](Self::close) ran.
+    pub fn closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// At a clean stop, once its uplink has stopped: the rows left can never be delivered
+    /// (memory only). Each is lost: counted in `lost_at_stop_total`, booked `dropped` in its
+    /// source's ledger, and logged; the buffer takes no more rows or replays. Idempotent.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        if inner.closed {
+            return;
+        }
+        inner.closed = true;
+        let rows = std::mem::take(&mut inner.rows);
+        let bytes = std::mem::take(&mut inner.used);
+        for row in &rows {
+            if let (_, Some(source)) = size_and_source(&row.line) {
+                self.book.left_queue(source, Left::Lost(Cause::Dropped));
+            }
+        }
+        self.gate.publish(0, 0);
+        drop(inner);
+        if !rows.is_empty() {
+            events::volatile_buffer_lost_at_stop(
+                &self.sink,
+                &self.counters,
+                rows.len() as u64,
+                bytes,
+            );
+        }
     }
 
     /// Dead letter `id`, when it is kept.
@@ -194,6 +235,9 @@ impl VolatileBuffer {
 
     /// One replay, under the lock.
     fn replay_locked(&self, inner: &mut Inner, id: u64) -> Result<u64, ReplayError> {
+        if inner.closed {
+            return Err(ReplayError::Store(StoreError::Closed));
+        }
         let pos = inner
             .dead
             .iter()
@@ -382,7 +426,8 @@ mod tests {
             tracked: true,
         };
         for i in 0..6 {
-            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()));
+            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
+                .unwrap();
         }
         // Seqs 0 and 2 are dead letters 0 and 1; seq 0 is replayed to the head.
         assert!(buf.dead_letter(0, "HTTP 400: no").unwrap());
@@ -415,7 +460,7 @@ mod tests {
             tracked: true,
         };
         for _ in 0..20 {
-            buf.append(encode_row(&tag, &line));
+            buf.append(encode_row(&tag, &line)).unwrap();
         }
         let (used, rows, _) = buf.gate().usage();
         assert!(used <= VOLATILE_QUOTA);
@@ -438,7 +483,8 @@ mod tests {
             tracked: true,
         };
         for i in 0..5 {
-            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()));
+            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
+                .unwrap();
         }
         let usage = buf.gate().usage();
         // Ids 0, 1, 2 are seqs 2, 0, 3.
