@@ -354,6 +354,10 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
         Ok(n)
     }
 
+    fn replayed_total(&self) -> u64 {
+        self.counters.dead_replayed_total.load(Ordering::Relaxed)
+    }
+
     fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError> {
         let mut inner = self.lock();
         let Some(pos) = inner.rows.iter().position(|r| r.seq == seq) else {
