@@ -3,10 +3,14 @@
 //! binary and the test receiver, which refuses the records carrying a marker: the refused
 //! record is dead-lettered; once the receiver takes it, a replay delivers it before the rows
 //! queued behind it; the ledger balances after every verb; a full `block` queue refuses a
-//! replay; kill -9 after a replay keeps the row once. A `queue: disk` in front of MQTT (a real
-//! mosquitto) has the same verbs.
+//! replay; kill -9 after a replay keeps the row once; rows replayed while a batch of replayed
+//! and new rows is on its way all arrive, and `delivered` counts only what arrived. A
+//! `queue: disk` in front of MQTT (a real mosquitto) has the same verbs.
 
 mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
 
 use common::*;
 use serde_json::{json, Value};
@@ -486,6 +490,131 @@ fn the_volatile_push_buffer_replays_and_deletes_its_dead_letters_the_same_way() 
         "{l:#}"
     );
     assert_eq!(l["sinks"]["mem"]["imbalance"], json!(0));
+}
+
+/// Dead letters the replay race makes in the durable queue: the replay-all takes all but
+/// [`RACE_SINGLES`] of them, in several chunks of 256 (one transaction each).
+const RACE_DEAD: usize = 1200;
+/// The same in the volatile buffer, which keeps 1000 dead letters.
+const RACE_DEAD_VOLATILE: usize = 900;
+/// Dead letters put back one call each after the replay-all.
+const RACE_SINGLES: usize = 150;
+
+/// Makes `dead` dead letters of `sink`, then, while new records arrive steadily and
+/// the receiver takes everything at once, replays most of them with one replay-all and the
+/// rest one call each. Each commit of a replay may land while the uplink has a batch out that
+/// starts with a row replayed just before and ends with new rows: the replayed row lies
+/// between them. Every replayed record must reach the receiver, and the ledger's `delivered`
+/// must be the records the receiver got.
+fn replays_race_batches_in_flight(receiver: &Receiver, daemon: &Daemon, sink: &str, dead: usize) {
+    // Four writers, each a good record after three poisoned ones: the receiver never refuses
+    // twenty rows in a row, so the queue dead-letters them rather than holding.
+    let writers = 4;
+    let poisoned: Vec<String> = thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut ids = Vec::new();
+                    for i in 0..dead / writers {
+                        let key = format!("p{t}-{i}");
+                        ids.push(post(daemon, &key, &json!({"note": POISON, "i": i})));
+                        if i % 3 == 2 {
+                            post(daemon, &format!("g{t}-{i}"), &json!({"i": i}));
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a writer"))
+            .collect()
+    });
+    wait_dead_rows(daemon, sink, dead as u64);
+    receiver.reject_payloads_containing(NOTHING);
+
+    let stop = AtomicBool::new(false);
+    let fresh: Vec<String> = thread::scope(|s| {
+        let feeder = s.spawn(|| {
+            let mut ids = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let key = format!("n{}", ids.len());
+                ids.push(post(daemon, &key, &json!({"n": ids.len()})));
+            }
+            ids
+        });
+        wait_until(POLL_DEADLINE, "new records delivered", || {
+            receiver
+                .records()
+                .iter()
+                .any(|r| r["key"].as_str().is_some_and(|k| k.starts_with('n')))
+        });
+        let all = dead - RACE_SINGLES;
+        let reply = daemon.post(
+            &path(sink, &format!("/replay?limit={all}")),
+            Some(ADMIN_TOKEN),
+            b"",
+        );
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(u64_at(&reply.json(), "/replayed"), all as u64, "{reply:?}");
+        let singles = letters(daemon, sink);
+        assert_eq!(singles.len(), RACE_SINGLES);
+        for (dl, _) in singles {
+            let reply = daemon.post(
+                &path(sink, &format!("/{dl}/replay")),
+                Some(ADMIN_TOKEN),
+                b"",
+            );
+            assert_eq!(reply.status, 200, "replay of {dl}: {reply:?}");
+        }
+        stop.store(true, Ordering::SeqCst);
+        feeder.join().expect("the feeder")
+    });
+    wait_queue_rows(daemon, sink, 0);
+    wait_dead_rows(daemon, sink, 0);
+    let got = receiver.unique_ids();
+    let missing: Vec<&String> = poisoned.iter().filter(|id| !got.contains(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} replayed records never reached the receiver (fresh records: {}), first: {:?}",
+        missing.len(),
+        poisoned.len(),
+        fresh.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        fresh.iter().all(|id| got.contains(id)),
+        "every new record arrived"
+    );
+    let l = balanced(daemon, "after the replays");
+    assert_eq!(
+        figure(&l, "/delivered"),
+        got.len() as u64,
+        "delivered is what the receiver got: {l:#}"
+    );
+    assert_eq!(figure(&l, "/acked"), got.len() as u64, "{l:#}");
+}
+
+#[test]
+fn rows_replayed_while_a_batch_of_replayed_and_new_rows_is_out_all_reach_the_receiver_and_delivered_counts_only_them(
+) {
+    let receiver = Receiver::start();
+    receiver.reject_payloads_containing(POISON);
+    let mut config = push_config(&receiver, 64);
+    config["connector"]["push"]["batch_rows"] = json!(500);
+    let daemon = Daemon::start(config);
+    replays_race_batches_in_flight(&receiver, &daemon, "push", RACE_DEAD);
+}
+
+#[test]
+fn rows_replayed_into_the_volatile_buffer_while_a_batch_is_out_all_reach_the_receiver() {
+    let receiver = Receiver::start();
+    receiver.reject_payloads_containing(POISON);
+    let mut config = named_config(&receiver, "mem", "memory");
+    config["sinks"][0]["uplink"]["batch_rows"] = json!(500);
+    let daemon = Daemon::start(config);
+    replays_race_batches_in_flight(&receiver, &daemon, "mem", RACE_DEAD_VOLATILE);
 }
 
 /// An empty body with `Content-Length: 0` for a POST: without one the test client sends a

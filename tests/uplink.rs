@@ -512,3 +512,30 @@ fn a_receiver_that_refuses_every_record_holds_the_queue_after_twenty_dead_letter
     });
     assert_balanced(&ledger(&daemon, true), "after the hold");
 }
+
+#[test]
+fn a_clean_stop_with_records_in_the_volatile_push_buffer_logs_them_as_lost_at_stop() {
+    // No `push_queue`: the push sink waits in its memory buffer, and the receiver is away.
+    let receiver = Receiver::start_down();
+    let mut config = uplink_config(&receiver, 10, None);
+    config["connector"]
+        .as_object_mut()
+        .expect("connector")
+        .remove("push_queue");
+    let mut daemon = Daemon::start(config);
+    post_numbered(&daemon, 5);
+    let status = daemon.status();
+    assert_eq!(status["push_queue"]["durable"], json!(false), "{status:#}");
+    assert_eq!(u64_at(&status, "/push_queue/rows"), 5, "{status:#}");
+    let exit = daemon.stop();
+    assert!(exit.success(), "{exit}");
+    let log = daemon.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("lost_at_stop_total="))
+        .unwrap_or_else(|| panic!("no line on the records lost at the stop:\n{log}"));
+    assert!(
+        line.contains("sink=push") && line.contains("rows=5 ") && line.contains("ERROR"),
+        "{line}"
+    );
+}

@@ -139,10 +139,14 @@ mod tests {
         );
         let uplink = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
-            tokio::task::spawn_blocking(move || drain.remove_range(0, u64::MAX))
-                .await
-                .unwrap()
-                .unwrap();
+            // The uplink delivers what it read, and deletes exactly those rows.
+            tokio::task::spawn_blocking(move || {
+                let seqs: Vec<u64> = drain.peek(usize::MAX)?.iter().map(|r| r.seq).collect();
+                drain.remove_delivered(&seqs)
+            })
+            .await
+            .unwrap()
+            .unwrap();
         });
         assert_eq!(
             offer_with_hold(&engine, sample(10), DEFAULT_HOLD).await,

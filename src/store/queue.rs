@@ -36,7 +36,10 @@
 //!
 //! - A replay puts the row back under its **original seq**. The deliverer dead-letters the
 //!   head of the queue, so that seq is below every row queued after it: the row is delivered
-//!   before them. A seq that is taken (or not below `next_seq`, which a later append would
+//!   before them. A batch in flight may start with a row replayed earlier and end with rows
+//!   queued after a later replay, so the later row's seq lies between the batch's: a
+//!   delivered batch therefore deletes exactly the seqs it carried
+//!   ([`DurableQueue::remove_delivered`]), never the range between its first and last. A seq that is taken (or not below `next_seq`, which a later append would
 //!   collide with) is refused, never overwritten. The row takes room as an append does (used
 //!   bytes, rows, the gate published after the commit), but never more than there is: a
 //!   replay into a full queue is refused under both policies (under `block` its bytes are
@@ -127,6 +130,9 @@ pub struct QueueCounters {
     pub held_nanos_total: AtomicU64,
     /// Commands waiting in the writer's channel now (of [`WRITER_CHANNEL`]).
     pub writer_queued: AtomicU64,
+    /// Rows a clean stop left in the volatile push buffer: lost with the process's memory
+    /// (always 0 for a durable queue, whose rows wait on disk).
+    pub lost_at_stop_total: AtomicU64,
 }
 
 /// The stored `pending` counts and the tracked rows of each source, read in one transaction.
@@ -380,11 +386,13 @@ impl DurableQueue {
         rx.blocking_recv().unwrap_or(Err(StoreError::Closed))
     }
 
-    /// Deletes the rows from `first` through `last` (delivered by the deliverer). Blocking: call
-    /// it from a plain thread. Returns the rows deleted. A row below `first` (a dead letter
-    /// replayed while the batch was on its way) stays: it was not in the batch.
-    pub fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
-        self.call(|reply| Command::RemoveRange { first, last, reply })
+    /// Deletes rows `seqs`, the very rows of a batch the destination confirmed, counted
+    /// delivered. Blocking: call it from a plain thread. Returns the rows deleted (a seq no
+    /// longer queued is skipped). Any other row stays, whatever its seq: a dead letter replayed
+    /// while the batch was on its way may lie between the batch's seqs, and it was not sent.
+    pub fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError> {
+        let seqs = seqs.to_vec();
+        self.call(|reply| Command::RemoveDelivered { seqs, reply })
     }
 
     /// Moves row `seq` to the dead-letter table with `reason`. Blocking. False when the row was

@@ -71,6 +71,17 @@ pub fn volatile_buffer_evicted(counters: &QueueCounters, rows: u64, bytes: u64) 
     );
 }
 
+/// A clean stop left `rows` rows in the volatile push buffer of sink `sink`: they are lost.
+pub fn volatile_buffer_lost_at_stop(sink: &str, counters: &QueueCounters, rows: u64, bytes: u64) {
+    let total = counters
+        .lost_at_stop_total
+        .fetch_add(rows, Ordering::Relaxed)
+        + rows;
+    log::error!(
+        "alert: volatile push buffer stopped with records not delivered, they are lost: sink={sink} rows={rows} bytes={bytes} lost_at_stop_total={total}"
+    );
+}
+
 /// A deliverer's destination confirmed `rows` rows of sink `sink`.
 pub fn delivered(sink: &str, rows: u64) {
     log::debug!("delivered: sink={sink} rows={rows}");

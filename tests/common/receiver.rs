@@ -331,11 +331,13 @@ fn serve_connection(shared: &RecvShared, stream: TcpStream) -> std::io::Result<(
                 r#"{"ok":false,"error":"unavailable"}"#,
             ),
         };
-        write!(
-            writer,
+        // One write: `write!` on the bare stream would send each piece in a segment of its
+        // own, and the client's delayed ACK would hold the last ones back ~40 ms per answer.
+        let reply = format!(
             "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
             answer.len()
-        )?;
+        );
+        writer.write_all(reply.as_bytes())?;
         writer.flush()?;
         if close {
             return Ok(());

@@ -133,13 +133,15 @@ impl PushSink {
                     .await?;
             }
             Buffer::Volatile { buffer, .. } => {
-                // Never refuses (evict_oldest): no reservation to grow.
-                buffer.append(record_row(
-                    &record.source,
-                    tracked,
-                    &stored,
-                    stored.line_len(),
-                ));
+                // Never refuses (evict_oldest): no reservation to grow. Closed only at the stop.
+                buffer
+                    .append(record_row(
+                        &record.source,
+                        tracked,
+                        &stored,
+                        stored.line_len(),
+                    ))
+                    .map_err(DeliveryError::Store)?;
             }
         }
         if let (Some(pre), Some(c)) = (&self.preprocess, commit) {
@@ -235,8 +237,11 @@ impl PushSink {
             accepting: self.accepting(),
             ..Report::default()
         };
-        r.entry
-            .insert("dropped".into(), (q.evicted_total + q.dropped_total).into());
+        let lost_at_stop = l(&c.lost_at_stop_total);
+        r.entry.insert(
+            "dropped".into(),
+            (q.evicted_total + q.dropped_total + lost_at_stop).into(),
+        );
         r.entry.insert("blocked".into(), q.blocked_total.into());
         r.entry.insert("queue_rows".into(), q.rows.into());
         r.entry.insert("durable".into(), q.durable.into());
@@ -314,7 +319,7 @@ impl PushSink {
                     delivered: l(&c.sent_total),
                     pending: rows,
                     dead_lettered: dead_lettered_now(c),
-                    lost: l(&c.evicted_total),
+                    lost: l(&c.evicted_total) + lost_at_stop,
                     unconfirmed: 0,
                     kept: "memory",
                 };
@@ -404,18 +409,70 @@ impl PushSink {
         }
     }
 
-    /// True while records can be stored (the durable writer runs; the volatile buffer always).
+    /// True while records can be stored (the durable writer runs; the volatile buffer until
+    /// the stop).
     pub fn accepting(&self) -> bool {
         match &self.buffer {
             Buffer::Durable(q) => q.accepting(),
-            Buffer::Volatile { .. } => true,
+            Buffer::Volatile { buffer, .. } => !buffer.closed(),
         }
     }
 
-    /// Stops the writer after it committed what it holds. Idempotent.
+    /// At the stop, after the uplink stopped: the durable writer commits what it holds; the
+    /// volatile buffer counts and logs the rows it still holds as lost. Idempotent.
     pub fn close(&self) {
-        if let Buffer::Durable(q) = &self.buffer {
-            q.close();
+        match &self.buffer {
+            Buffer::Durable(q) => q.close(),
+            Buffer::Volatile { buffer, .. } => buffer.close(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::OnFull;
+    use crate::sinks::push::config::PushQueueConfig;
+    use crate::sinks::push::volatile::VOLATILE_QUOTA;
+
+    #[test]
+    fn a_clean_stop_books_the_rows_left_in_the_volatile_buffer_as_lost_and_the_ledger_balances() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = PushConfig {
+            queue: PushQueueConfig {
+                enabled: false,
+                quota_bytes: VOLATILE_QUOTA,
+                on_full: OnFull::EvictOldest,
+            },
+            uplink: None,
+            preprocess: Vec::new(),
+        };
+        let sink = PushSink::open("push", &cfg, dir.path()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // Three tracked records and one untracked copy, none delivered.
+        for (i, tracked) in [(0, true), (1, true), (2, true), (3, false)] {
+            let record = Record::from_value("ingest/a", "k", &json!({"i": i}));
+            let reservation = sink.admit(sink.bytes(&record)).unwrap();
+            rt.block_on(sink.deliver(&record, reservation, tracked))
+                .unwrap();
+        }
+        assert_eq!(sink.report().ledger.pending, 4);
+        sink.close();
+        let r = sink.report();
+        assert_eq!(
+            (r.ledger.pending, r.ledger.lost),
+            (0, 4),
+            "every copy left is lost"
+        );
+        assert_eq!(sink.status().rows, 0);
+        assert!(!r.accepting, "a closed buffer takes no more records");
+        let (_, part) = r.ledger_part.expect("the volatile buffer's ledger part");
+        let c = part["ingest/a"];
+        assert_eq!((c.pending, c.dropped, c.imbalance()), (0, 3, 0), "{c:?}");
+        // Closing again books nothing twice.
+        sink.close();
+        assert_eq!(sink.report().ledger.lost, 4);
     }
 }

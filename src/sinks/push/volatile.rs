@@ -1,6 +1,8 @@
 //! The volatile push buffer, used when `connector.push_queue` is not enabled: 16 MiB of memory,
-//! oldest evicted at the quota (counted, logged), everything lost on restart. The daemon warns at
-//! startup; enable `push_queue` for anything that matters.
+//! oldest evicted at the quota (counted, logged), everything lost on restart: at a clean stop
+//! ([`VolatileBuffer::close`]) the rows left are counted in `lost_at_stop_total`, booked
+//! `dropped` in the ledger and logged. The daemon warns at startup; enable `push_queue` for
+//! anything that matters.
 //!
 //! Rows are kept encoded as in the durable queue (header with the source, then the line), so
 //! its part of the loss ledger is counted the same way, in memory. Its dead letters have the
@@ -36,6 +38,8 @@ struct Inner {
     used: u64,
     /// Bumped for every row put in (appended or replayed): the deliverer waits on it.
     appended: u64,
+    /// Closed at the stop: its rows were counted lost, and it takes none any more.
+    closed: bool,
 }
 
 /// The memory-only push buffer.
@@ -95,10 +99,14 @@ impl VolatileBuffer {
     }
 
     /// Appends a row (from [`record_row`](crate::store::queue::record_row) or [`encode_row`]),
-    /// evicting the oldest rows to stay within the quota.
-    pub fn append(&self, line: Vec<u8>) -> u64 {
+    /// evicting the oldest rows to stay within the quota; [`StoreError::Closed`] after
+    /// [`close`](Self::close).
+    pub fn append(&self, line: Vec<u8>) -> Result<u64, StoreError> {
         let (size, _) = size_and_source(&line);
         let mut inner = self.lock();
+        if inner.closed {
+            return Err(StoreError::Closed);
+        }
         let (mut rows, mut bytes) = (0, 0);
         while inner.used + size > VOLATILE_QUOTA {
             let Some(old) = inner.rows.pop_front() else {
@@ -127,7 +135,40 @@ impl VolatileBuffer {
         if rows > 0 {
             events::volatile_buffer_evicted(&self.counters, rows, bytes);
         }
-        seq
+        Ok(seq)
+    }
+
+    /// True once [`close`](Self::close) ran.
+    pub fn closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// At a clean stop, once its uplink has stopped: the rows left can never be delivered
+    /// (memory only). Each is lost: counted in `lost_at_stop_total`, booked `dropped` in its
+    /// source's ledger, and logged; the buffer takes no more rows or replays. Idempotent.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        if inner.closed {
+            return;
+        }
+        inner.closed = true;
+        let rows = std::mem::take(&mut inner.rows);
+        let bytes = std::mem::take(&mut inner.used);
+        for row in &rows {
+            if let (_, Some(source)) = size_and_source(&row.line) {
+                self.book.left_queue(source, Left::Lost(Cause::Dropped));
+            }
+        }
+        self.gate.publish(0, 0);
+        drop(inner);
+        if !rows.is_empty() {
+            events::volatile_buffer_lost_at_stop(
+                &self.sink,
+                &self.counters,
+                rows.len() as u64,
+                bytes,
+            );
+        }
     }
 
     /// Dead letter `id`, when it is kept.
@@ -194,6 +235,9 @@ impl VolatileBuffer {
 
     /// One replay, under the lock.
     fn replay_locked(&self, inner: &mut Inner, id: u64) -> Result<u64, ReplayError> {
+        if inner.closed {
+            return Err(ReplayError::Store(StoreError::Closed));
+        }
         let pos = inner
             .dead
             .iter()
@@ -286,12 +330,18 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
             .collect())
     }
 
-    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
+    fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError> {
         let mut inner = self.lock();
-        let start = inner.rows.partition_point(|r| r.seq < first);
-        let end = inner.rows.partition_point(|r| r.seq <= last).max(start);
         let mut n = 0;
-        for r in inner.rows.drain(start..end).collect::<Vec<_>>() {
+        // From the newest: a batch's rows sit at the head, so each removal moves few rows.
+        for &seq in seqs.iter().rev() {
+            let at = inner.rows.partition_point(|r| r.seq < seq);
+            if inner.rows.get(at).is_none_or(|r| r.seq != seq) {
+                continue;
+            }
+            let Some(r) = inner.rows.remove(at) else {
+                continue;
+            };
             let (b, source) = size_and_source(&r.line);
             if let Some(source) = source {
                 self.book.left_queue(source, Left::Delivered);
@@ -302,6 +352,10 @@ impl crate::sinks::queue::Drain for VolatileBuffer {
         self.gate.publish(inner.used, inner.rows.len() as u64);
         self.counters.sent_total.fetch_add(n, Ordering::Relaxed);
         Ok(n)
+    }
+
+    fn replayed_total(&self) -> u64 {
+        self.counters.dead_replayed_total.load(Ordering::Relaxed)
     }
 
     fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError> {
@@ -360,6 +414,46 @@ mod tests {
     use crate::sinks::queue::Drain;
     use crate::store::queue::Tag;
 
+    /// What the deliverer does once the receiver confirmed `batch`.
+    fn confirm(buf: &VolatileBuffer, batch: &[Row]) -> u64 {
+        let seqs: Vec<u64> = batch.iter().map(|r| r.seq).collect();
+        buf.remove_delivered(&seqs).unwrap()
+    }
+
+    #[test]
+    fn a_dead_letter_replayed_inside_the_seqs_of_a_batch_in_flight_is_kept_when_the_batch_is_confirmed(
+    ) {
+        let counters = Arc::new(QueueCounters::default());
+        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
+        let tag = Tag {
+            source: "ingest/a".into(),
+            tracked: true,
+        };
+        for i in 0..6 {
+            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
+                .unwrap();
+        }
+        // Seqs 0 and 2 are dead letters 0 and 1; seq 0 is replayed to the head.
+        assert!(buf.dead_letter(0, "HTTP 400: no").unwrap());
+        assert!(buf.dead_letter(2, "HTTP 400: no").unwrap());
+        assert_eq!(buf.replay_dead_letter(0), Ok(0));
+        // The uplink sends 0, 1, 3, 4, 5; seq 2 is replayed while they are on their way.
+        let batch = buf.peek(10).unwrap();
+        let seqs = |rows: &[Row]| rows.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&batch), vec![0, 1, 3, 4, 5]);
+        assert_eq!(buf.replay_dead_letter(1), Ok(2));
+        assert_eq!(confirm(&buf, &batch), 5);
+        assert_eq!(
+            seqs(&buf.peek(10).unwrap()),
+            vec![2],
+            "the row the batch never carried is still queued"
+        );
+        let c = buf.ledger().snapshot()["ingest/a"];
+        assert_eq!((c.delivered, c.pending, c.imbalance()), (5, 1, 0));
+        assert_eq!(counters.sent_total.load(Ordering::Relaxed), 5);
+        assert_eq!(buf.gate().usage().1, 1);
+    }
+
     #[test]
     fn volatile_buffer_evicts_oldest_at_sixteen_mib_and_counts_it() {
         let counters = Arc::new(QueueCounters::default());
@@ -370,14 +464,14 @@ mod tests {
             tracked: true,
         };
         for _ in 0..20 {
-            buf.append(encode_row(&tag, &line));
+            buf.append(encode_row(&tag, &line)).unwrap();
         }
         let (used, rows, _) = buf.gate().usage();
         assert!(used <= VOLATILE_QUOTA);
         assert_eq!(rows, 15);
         assert_eq!(counters.evicted_total.load(Ordering::Relaxed), 5);
         assert_eq!(buf.peek(1).unwrap()[0].seq, 5);
-        assert_eq!(buf.remove_range(5, 6).unwrap(), 2);
+        assert_eq!(buf.remove_delivered(&[5, 6]).unwrap(), 2);
         let c = buf.ledger().snapshot()["ingest/a"];
         assert_eq!((c.acked, c.evicted, c.delivered, c.pending), (20, 5, 2, 13));
         assert_eq!(c.imbalance(), 0);
@@ -393,7 +487,8 @@ mod tests {
             tracked: true,
         };
         for i in 0..5 {
-            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()));
+            buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
+                .unwrap();
         }
         let usage = buf.gate().usage();
         // Ids 0, 1, 2 are seqs 2, 0, 3.
@@ -437,7 +532,7 @@ mod tests {
         // A batch confirmed after a replay keeps the replayed row it never carried.
         assert!(buf.dead_letter(0, "HTTP 400: no").unwrap());
         assert_eq!(buf.replay_dead_letter(3), Ok(0));
-        assert_eq!(buf.remove_range(1, 4).unwrap(), 3);
+        assert_eq!(buf.remove_delivered(&[1, 2, 4]).unwrap(), 3);
         assert_eq!(buf.peek(10).unwrap()[0].seq, 0);
         let c = buf.ledger().snapshot()["ingest/a"];
         assert_eq!((c.delivered, c.pending, c.imbalance()), (3, 1, 0));

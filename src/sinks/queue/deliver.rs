@@ -54,7 +54,7 @@ pub const HOLD_AFTER_REFUSALS: u64 = 20;
 /// Longest detail kept of a failure (a receiver's body, a server's message).
 pub const MAX_DETAIL: usize = 512;
 /// Most batches handed to a destination that confirms later ([`Handed::Pending`]) and not
-/// settled yet. Each is a range of seqs here; its records are the destination's, which bounds
+/// settled yet. Each is a list of seqs here; its records are the destination's, which bounds
 /// what it holds of them.
 pub const IN_FLIGHT: usize = 4;
 
@@ -378,7 +378,8 @@ impl DeliveryStatus {
 struct InFlight {
     first: u64,
     last: u64,
-    rows: usize,
+    /// The seqs it carries: what its confirmation deletes, and nothing else.
+    seqs: Vec<u64>,
     handed: Handed,
 }
 
@@ -439,6 +440,8 @@ impl Deliverer {
 
     fn run(mut self) {
         let mut mark = 0;
+        // The queue's replays as of the last read from its head.
+        let mut replays = 0;
         let mut delay = self.cfg.retry_initial;
         // After a content refusal of a batch, rows up to this seq go one at a time.
         let mut singles_through: Option<u64> = None;
@@ -460,7 +463,7 @@ impl Deliverer {
                     limit
                 };
                 let lingers = singles_through.is_none() && pieces_through.is_none();
-                match self.next_rows(&window, most, lingers, &mut mark) {
+                match self.next_rows(&window, most, lingers, &mut mark, &mut replays) {
                     Ok(Some(rows)) => {
                         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
                             continue;
@@ -482,7 +485,7 @@ impl Deliverer {
                         window.push_back(InFlight {
                             first,
                             last,
-                            rows: rows.len(),
+                            seqs: rows.iter().map(|r| r.seq).collect(),
                             handed,
                         });
                         // A verdict given at once is acted on at once (the rows deleted
@@ -513,8 +516,9 @@ impl Deliverer {
                 Handed::Pending(pending) => self.destination.settle(pending),
             };
             let InFlight {
-                first, last, rows, ..
+                first, last, seqs, ..
             } = batch;
+            let rows = seqs.len();
             if verdict != Verdict::Delivered {
                 // The batches after it wait for it: handed again, in order, after it.
                 window.clear();
@@ -531,7 +535,7 @@ impl Deliverer {
                 Verdict::Delivered => {
                     delay = self.cfg.retry_initial;
                     self.status.delivered();
-                    match self.drain.remove_range(first, last) {
+                    match self.drain.remove_delivered(&seqs) {
                         Ok(n) => events::delivered(&self.sink, n),
                         Err(e) => {
                             // Delivered but not deleted: it will be sent again (a duplicate
@@ -612,24 +616,21 @@ impl Deliverer {
     /// The rows of the next batch to hand over, up to `max`: from the head when nothing is in
     /// flight (a short batch lingering for more when `lingers`, see [`Deliverer::linger`]), else
     /// from the row after the last batch handed. `None` when there is nothing to hand now: no
-    /// row, a queue that reads only from its head, or rows below the oldest batch in flight
-    /// (dead letters replayed meanwhile, which go next once the batches in flight are
-    /// settled, as a replay goes after the batch on its way).
+    /// row, a queue that reads only from its head, or a dead letter replayed since the last
+    /// read from the head (`replays`, [`Drain::replayed_total`]): its row may lie below or
+    /// between the batches in flight, and goes next once they are settled, as a replay goes
+    /// after the batch on its way.
     fn next_rows(
         &self,
         window: &VecDeque<InFlight>,
         max: usize,
         lingers: bool,
         mark: &mut u64,
+        replays: &mut u64,
     ) -> Result<Option<Vec<Row>>, StoreError> {
-        let rows = match (window.front(), window.back()) {
-            (Some(oldest), Some(newest)) => {
-                if self
-                    .drain
-                    .peek(1)?
-                    .first()
-                    .is_some_and(|r| r.seq < oldest.first)
-                {
+        let rows = match window.back() {
+            Some(newest) => {
+                if self.drain.replayed_total() != *replays {
                     return Ok(None);
                 }
                 match self.drain.peek_from(newest.last + 1, max) {
@@ -637,9 +638,17 @@ impl Deliverer {
                     None => return Ok(None),
                 }
             }
-            // Refused rows going again in pieces or one by one: they are there, no linger.
-            _ if !lingers => self.drain.peek(max)?,
-            _ => self.linger(self.drain.peek(max)?, max, mark),
+            None => {
+                // Read before the rows: a replay counted after this read is settled for, at
+                // worst once too often.
+                *replays = self.drain.replayed_total();
+                if lingers {
+                    self.linger(self.drain.peek(max)?, max, mark)
+                } else {
+                    // Refused rows going again in pieces or one by one: they are there.
+                    self.drain.peek(max)?
+                }
+            }
         };
         Ok(Some(rows).filter(|r| !r.is_empty()))
     }
@@ -694,8 +703,10 @@ mod tests {
     struct FakeQueue {
         rows: Mutex<VecDeque<Row>>,
         dead: Mutex<Vec<u64>>,
-        /// The ranges deleted, in the order they were.
-        removed: Mutex<Vec<(u64, u64)>>,
+        /// The seqs of each delivered batch deleted, in the order they were.
+        removed: Mutex<Vec<Vec<u64>>>,
+        /// Rows put back by [`FakeQueue::replay`].
+        replayed: AtomicU64,
     }
 
     impl FakeQueue {
@@ -708,6 +719,20 @@ mod tests {
                 });
             }
             queue
+        }
+
+        /// Puts row `seq` back in its place, as a dead letter's replay does.
+        fn replay(&self, seq: u64) {
+            let mut rows = self.rows.lock().unwrap();
+            let at = rows.partition_point(|r| r.seq < seq);
+            rows.insert(
+                at,
+                Row {
+                    seq,
+                    line: b"{}".to_vec(),
+                },
+            );
+            self.replayed.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -731,12 +756,15 @@ mod tests {
                 .cloned()
                 .collect()))
         }
-        fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
-            self.removed.lock().unwrap().push((first, last));
+        fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError> {
+            self.removed.lock().unwrap().push(seqs.to_vec());
             let mut rows = self.rows.lock().unwrap();
             let before = rows.len();
-            rows.retain(|r| r.seq < first || r.seq > last);
+            rows.retain(|r| !seqs.contains(&r.seq));
             Ok((before - rows.len()) as u64)
+        }
+        fn replayed_total(&self) -> u64 {
+            self.replayed.load(Ordering::SeqCst)
         }
         fn dead_letter(&self, seq: u64, _reason: &str) -> Result<bool, StoreError> {
             self.rows.lock().unwrap().retain(|r| r.seq != seq);
@@ -967,7 +995,10 @@ mod tests {
 
     impl Pipeline {
         fn start(rows: u64) -> Self {
-            let queue = FakeQueue::with_rows(rows);
+            Self::start_on(FakeQueue::with_rows(rows))
+        }
+
+        fn start_on(queue: Arc<FakeQueue>) -> Self {
             let (tx, handed) = mpsc::channel();
             let settles = Arc::new(AtomicU64::new(0));
             let start_overs = Arc::new(AtomicU64::new(0));
@@ -1001,7 +1032,7 @@ mod tests {
                 .expect("a batch handed over within 10 s")
         }
 
-        fn removed(&self) -> Vec<(u64, u64)> {
+        fn removed(&self) -> Vec<Vec<u64>> {
             self.queue.removed.lock().unwrap().clone()
         }
 
@@ -1070,7 +1101,7 @@ mod tests {
         assert!(p.removed().is_empty(), "{:?}", p.removed());
         reply_first.send(Verdict::Delivered).unwrap();
         p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
-        assert_eq!(p.removed(), vec![(0, 9), (10, 19), (20, 29)]);
+        assert_eq!(p.removed(), vec![seqs(0, 9), seqs(10, 19), seqs(20, 29)]);
     }
 
     #[test]
@@ -1104,14 +1135,17 @@ mod tests {
             vec![seqs(10, 19), seqs(20, 29), seqs(30, 39)]
         );
         // Only the first batch is deleted: the rest waits for the second round's verdicts.
-        assert_eq!(p.removed(), vec![(0, 9)]);
+        assert_eq!(p.removed(), vec![seqs(0, 9)]);
         assert_eq!(p.queue.rows.lock().unwrap().len(), 30);
         drop(three);
         for (_, reply) in again {
             reply.send(Verdict::Delivered).unwrap();
         }
         p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
-        assert_eq!(p.removed(), vec![(0, 9), (10, 19), (20, 29), (30, 39)]);
+        assert_eq!(
+            p.removed(),
+            vec![seqs(0, 9), seqs(10, 19), seqs(20, 29), seqs(30, 39)]
+        );
     }
 
     #[test]
@@ -1126,20 +1160,14 @@ mod tests {
             assert!(Instant::now() < deadline, "{:?}", p.removed());
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(p.removed(), vec![(0, 9)]);
+        assert_eq!(p.removed(), vec![seqs(0, 9)]);
         // Row 5 (a dead letter) is put back under its seq while rows 10..29 are on their way,
         // and new rows come after them.
-        {
-            let mut rows = p.queue.rows.lock().unwrap();
-            rows.push_front(Row {
-                seq: 5,
-                line: b"{}".to_vec(),
-            });
-            rows.extend((30..40).map(|seq| Row {
-                seq,
-                line: b"{}".to_vec(),
-            }));
-        }
+        p.queue.replay(5);
+        p.queue.rows.lock().unwrap().extend((30..40).map(|seq| Row {
+            seq,
+            line: b"{}".to_vec(),
+        }));
         for reply in replies {
             reply.send(Verdict::Delivered).unwrap();
         }
@@ -1150,6 +1178,46 @@ mod tests {
         assert_eq!(batch, vec![39]);
         reply.send(Verdict::Delivered).unwrap();
         p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_dead_letter_replayed_between_the_seqs_of_the_batches_in_flight_goes_before_the_rows_after_them(
+    ) {
+        // Row 12 is a dead letter: the batches in flight are 0..9, 10..20 without 12, 21..29.
+        let queue = FakeQueue::with_rows(30);
+        queue.rows.lock().unwrap().retain(|r| r.seq != 12);
+        let p = Pipeline::start_on(queue);
+        let handed: Vec<_> = (0..3).map(|_| p.next()).collect();
+        assert_eq!(
+            handed[1].0,
+            [vec![10, 11], seqs(13, 20)].concat(),
+            "the second batch"
+        );
+        // Row 12 is replayed while they are on their way, and new rows come after them.
+        p.queue.replay(12);
+        p.queue.rows.lock().unwrap().extend((30..40).map(|seq| Row {
+            seq,
+            line: b"{}".to_vec(),
+        }));
+        for (_, reply) in handed {
+            reply.send(Verdict::Delivered).unwrap();
+        }
+        let (batch, reply) = p.next();
+        assert_eq!(
+            batch,
+            [vec![12], seqs(30, 38)].concat(),
+            "the replayed row first"
+        );
+        reply.send(Verdict::Delivered).unwrap();
+        let (batch, reply) = p.next();
+        assert_eq!(batch, vec![39]);
+        reply.send(Verdict::Delivered).unwrap();
+        p.wait_until("every row deleted", |q| q.rows.lock().unwrap().is_empty());
+        assert!(
+            p.removed().iter().all(|b| !b.contains(&12) || b[0] == 12),
+            "row 12 deleted only with the batch that carried it: {:?}",
+            p.removed()
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod deliver;
 mod disk;
 mod status;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub use config::{DiskQueueConfig, QueueMode};
@@ -43,9 +44,14 @@ pub trait Drain: Send + Sync {
     fn peek_from(&self, _from: u64, _max: usize) -> Option<Result<Vec<Row>, StoreError>> {
         None
     }
-    /// Deletes the rows from `first` through `last` (a batch delivered); returns how many. A
-    /// row below `first` is kept: it is a dead letter replayed while the batch was on its way.
-    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError>;
+    /// Deletes rows `seqs`, exactly those a delivered batch carried, counted delivered; returns
+    /// how many were still there. Every other row is kept, whatever its seq: a dead letter
+    /// replayed while the batch was on its way may lie between the batch's first and last.
+    fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError>;
+    /// Dead letters ever put back into the queue (`dead_replayed_total`). A replayed row may
+    /// land between the seqs of the batches in flight: when this moved, the deliverer settles
+    /// them before it reads on, so that the row goes next.
+    fn replayed_total(&self) -> u64;
     /// Moves row `seq` to the dead-letter table; false when it was no longer there.
     fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError>;
     /// Waits up to `timeout` for rows appended (or replayed) after `seen`; returns the new
@@ -60,8 +66,11 @@ impl Drain for DurableQueue {
     fn peek_from(&self, from: u64, max: usize) -> Option<Result<Vec<Row>, StoreError>> {
         Some(DurableQueue::peek_from(self, from, max))
     }
-    fn remove_range(&self, first: u64, last: u64) -> Result<u64, StoreError> {
-        DurableQueue::remove_range(self, first, last)
+    fn remove_delivered(&self, seqs: &[u64]) -> Result<u64, StoreError> {
+        DurableQueue::remove_delivered(self, seqs)
+    }
+    fn replayed_total(&self) -> u64 {
+        self.counters().dead_replayed_total.load(Ordering::Relaxed)
     }
     fn dead_letter(&self, seq: u64, reason: &str) -> Result<bool, StoreError> {
         DurableQueue::dead_letter(self, seq, reason)

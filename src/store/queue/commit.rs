@@ -33,9 +33,11 @@ pub(super) enum Command {
         _reservation: Reservation,
         reply: Reply<u64>,
     },
-    RemoveRange {
-        first: u64,
-        last: u64,
+    /// Deletes exactly these rows (a batch its destination confirmed), counted delivered; a
+    /// seq no longer queued is skipped. Never a range: a dead letter replayed while the batch
+    /// was on its way may lie between its seqs.
+    RemoveDelivered {
+        seqs: Vec<u64>,
         reply: Reply<u64>,
     },
     /// Puts dead letters back, in this order; stops at the first that does not fit.
@@ -359,7 +361,7 @@ impl Writer {
                     reply,
                     ..
                 } => Pending::Seq(reply, outcome.number(), _reservation),
-                Command::RemoveRange { reply, .. } => Pending::Count(reply, outcome.number()),
+                Command::RemoveDelivered { reply, .. } => Pending::Count(reply, outcome.number()),
                 Command::DeadLetter { reply, .. } | Command::DeleteDead { reply, .. } => {
                     Pending::Moved(reply, matches!(outcome, Outcome::Number(1)))
                 }
@@ -454,15 +456,16 @@ impl Writer {
                 }
                 Ok(Outcome::Number(seq))
             }
-            Command::RemoveRange { first, last, .. } => {
-                let range = *first..=*last;
+            Command::RemoveDelivered { seqs, .. } => {
                 let mut bytes = 0;
-                let mut count = 0;
+                let mut found = Vec::with_capacity(seqs.len());
                 let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
-                for item in s.rows.range(txn, &range)? {
-                    let (_, value) = item?;
+                for seq in seqs {
+                    let Some(value) = s.rows.get(txn, seq)? else {
+                        continue;
+                    };
                     bytes += row_bytes(decode_row(value).1.len());
-                    count += 1;
+                    found.push(*seq);
                     if let Some(source) = tracked_source(value) {
                         match delivered.get_mut(source) {
                             Some(n) => *n += 1,
@@ -472,15 +475,16 @@ impl Writer {
                         }
                     }
                 }
+                for seq in &found {
+                    s.rows.delete(txn, seq)?;
+                }
                 for (source, n) in delivered {
                     self.tally(&source, |c| {
                         c.pending = c.pending.saturating_sub(n);
                         c.delivered += n;
                     });
                 }
-                if count > 0 {
-                    s.rows.delete_range(txn, &range)?;
-                }
+                let count = found.len() as u64;
                 self.state.used -= bytes;
                 self.state.rows -= count;
                 self.state.sent_total += count;

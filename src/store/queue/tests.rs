@@ -1,7 +1,9 @@
 //! The push queue against a model: a `VecDeque` with the same quota rules. Random sequences of
-//! push, ack (delivered), dead-letter, replay (one and all), delete of a dead letter and
-//! restart, under both policies; after every step the rows, their order, the dead letters,
-//! the byte accounting and the ledger counts must match the model exactly.
+//! push, ack (delivered), a batch sent and confirmed later (with replays, evictions and dead
+//! letters in between, as the deliverer sees them), dead-letter, replay (one and all), delete
+//! of a dead letter and restart, under both policies; after every step the rows, their order,
+//! the dead letters, the byte accounting and the ledger counts (delivered among them: the
+//! model counts only the rows a batch carried) must match the model exactly.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -17,6 +19,11 @@ const QUOTA: u64 = 16 * 1024;
 enum Op {
     Push(usize),
     Ack(usize),
+    /// The deliverer reads up to this many rows from the head and sends them; the batch is in
+    /// flight until [`Op::Confirm`].
+    Send(usize),
+    /// The destination confirms the batch in flight.
+    Confirm,
     DeadLetter(usize),
     Replay(usize),
     ReplayAll,
@@ -30,10 +37,28 @@ fn op() -> impl Strategy<Value = Op> {
         // An occasional record larger than the whole quota.
         1 => (16_000usize..20_000).prop_map(Op::Push),
         2 => (1usize..8).prop_map(Op::Ack),
+        2 => (1usize..12).prop_map(Op::Send),
+        2 => Just(Op::Confirm),
         1 => (0usize..8).prop_map(Op::DeadLetter),
         1 => (0usize..8).prop_map(Op::Replay),
         1 => Just(Op::ReplayAll),
         1 => (0usize..8).prop_map(Op::DeleteDead),
+        1 => Just(Op::Restart),
+    ]
+}
+
+/// Ops weighted toward a batch in flight while rows are dead-lettered and replayed, with small
+/// records so that the queue has room for the replays: a replayed row often lands between the
+/// first and the last seq of the batch on its way.
+fn batch_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..300).prop_map(Op::Push),
+        1 => (1usize..8).prop_map(Op::Ack),
+        3 => (1usize..12).prop_map(Op::Send),
+        1 => Just(Op::Confirm),
+        5 => (0usize..8).prop_map(Op::DeadLetter),
+        4 => (0usize..8).prop_map(Op::Replay),
+        1 => Just(Op::ReplayAll),
         1 => Just(Op::Restart),
     ]
 }
@@ -57,6 +82,10 @@ struct Model {
     acked: BTreeMap<String, u64>,
     /// Tracked rows counted dead-lettered (deleted ones stay), by source.
     dead_counted: BTreeMap<String, u64>,
+    /// The batch the deliverer sent and the destination has not confirmed yet.
+    in_flight: Option<Vec<Row>>,
+    /// Tracked rows a confirmed batch carried, by source.
+    delivered: BTreeMap<String, u64>,
 }
 
 /// The tag of the record of op `i`: three sources, one row in four untracked.
@@ -107,6 +136,21 @@ impl Model {
         true
     }
 
+    /// The rows of `batch` still queued leave as delivered; every other row stays.
+    fn confirm(&mut self, batch: &[Row]) {
+        for sent in batch {
+            let Some(at) = self.rows.iter().position(|r| r.seq == sent.seq) else {
+                continue;
+            };
+            let r = self.rows.remove(at).unwrap();
+            self.used -= row_bytes(r.line.len());
+            let tag = tag_of(op_of(&r.line));
+            if tag.tracked {
+                *self.delivered.entry(tag.source).or_insert(0) += 1;
+            }
+        }
+    }
+
     /// A replay's room: a record larger than the quota only into an empty queue.
     fn fits(&self, line: &[u8]) -> bool {
         let size = row_bytes(line.len());
@@ -148,6 +192,12 @@ fn open(dir: &Path, on_full: OnFull) -> DurableQueue {
 
 fn check(q: &DurableQueue, m: &Model) {
     let rows = q.peek(usize::MAX).unwrap();
+    let seqs = |rows: &mut dyn Iterator<Item = &Row>| rows.map(|r| r.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(&mut rows.iter()),
+        seqs(&mut m.rows.iter()),
+        "the seqs of the rows, in order"
+    );
     assert_eq!(rows, Vec::from(m.rows.clone()), "rows and order");
     let (used, count, reserved) = q.gate().usage();
     assert_eq!(used, m.used, "used bytes");
@@ -195,6 +245,11 @@ fn check(q: &DurableQueue, m: &Model) {
         assert_eq!(c.pending, pending.get(&source).copied().unwrap_or(0));
         assert_eq!(c.acked, m.acked.get(&source).copied().unwrap_or(0));
         assert_eq!(
+            c.delivered,
+            m.delivered.get(&source).copied().unwrap_or(0),
+            "{source} delivered: only rows a batch carried"
+        );
+        assert_eq!(
             c.dead_lettered,
             m.dead_counted.get(&source).copied().unwrap_or(0),
             "{source} dead-lettered"
@@ -203,6 +258,12 @@ fn check(q: &DurableQueue, m: &Model) {
     if q.gate().on_full() == OnFull::Block && count > 1 {
         assert!(used <= QUOTA, "block never goes over the quota");
     }
+}
+
+/// What the deliverer does once the destination confirmed `batch`.
+fn confirm(q: &DurableQueue, batch: &[Row]) {
+    let seqs: Vec<u64> = batch.iter().map(|r| r.seq).collect();
+    q.remove_delivered(&seqs).unwrap();
 }
 
 fn run(on_full: OnFull, ops: Vec<Op>) {
@@ -233,21 +294,38 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
                 }
             }
             Op::Ack(n) => {
-                let Some(last) = m.rows.iter().take(n).next_back().map(|r| r.seq) else {
+                // The deliverer sends from the head only when no batch is out.
+                if m.in_flight.is_some() {
+                    continue;
+                }
+                let batch: Vec<Row> = m.rows.iter().take(n).cloned().collect();
+                m.confirm(&batch);
+                confirm(&q, &batch);
+            }
+            Op::Send(n) => {
+                if m.in_flight.is_some() {
+                    continue;
+                }
+                let batch = q.peek(n).unwrap();
+                let model: Vec<Row> = m.rows.iter().take(n).cloned().collect();
+                assert_eq!(batch, model, "the batch read from the head");
+                m.in_flight = Some(batch).filter(|b| !b.is_empty());
+            }
+            Op::Confirm => {
+                let Some(batch) = m.in_flight.take() else {
                     continue;
                 };
-                let first = m.rows[0].seq;
-                while m.rows.front().is_some_and(|r| r.seq <= last) {
-                    let r = m.rows.pop_front().unwrap();
-                    m.used -= row_bytes(r.line.len());
-                }
-                q.remove_range(first, last).unwrap();
+                m.confirm(&batch);
+                confirm(&q, &batch);
             }
             Op::DeadLetter(i) => {
-                let Some(seq) = m.rows.get(i).map(|r| r.seq) else {
+                // The deliverer dead-letters a row it sent alone, never one of a batch out.
+                let sent = |seq: u64| m.in_flight.iter().flatten().any(|r| r.seq == seq);
+                let Some(at) = (0..m.rows.len()).filter(|&at| !sent(m.rows[at].seq)).nth(i) else {
                     continue;
                 };
-                let r = m.rows.remove(i).unwrap();
+                let seq = m.rows[at].seq;
+                let r = m.rows.remove(at).unwrap();
                 m.used -= row_bytes(r.line.len());
                 m.dead += 1;
                 let tag = tag_of(op_of(&r.line));
@@ -306,6 +384,8 @@ fn run(on_full: OnFull, ops: Vec<Op>) {
                 assert!(!q.delete_dead_letter(id).unwrap(), "deleted twice");
             }
             Op::Restart => {
+                // A batch in flight is given up: the deliverer reads the head again.
+                m.in_flight = None;
                 q.close_and_wait();
                 q = open(dir.path(), on_full);
             }
@@ -332,6 +412,17 @@ proptest! {
     #[test]
     fn evict_oldest_queue_matches_the_model_across_restarts(ops in proptest::collection::vec(op(), 1..120)) {
         run(OnFull::EvictOldest, ops);
+    }
+}
+
+proptest! {
+    // About one case in eight replays a row between the seqs of the batch out before the
+    // batch is confirmed: 48 cases see it all but surely.
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_confirmed_batch_deletes_only_the_rows_it_carried_whatever_was_replayed_meanwhile(ops in proptest::collection::vec(batch_op(), 1..120)) {
+        run(OnFull::Block, ops);
     }
 }
 
@@ -520,7 +611,7 @@ fn a_replayed_dead_letter_goes_back_to_the_head_under_its_seq_and_its_ledger_cou
     assert_eq!(q.get_dead_letter(0).unwrap().map(|d| d.id), None);
     assert_eq!(q.replay_dead_letter(0), Err(ReplayError::NotFound));
     // Delivered, it counts as delivered once.
-    assert_eq!(q.remove_range(0, 2).unwrap(), 3);
+    assert_eq!(q.remove_delivered(&[0, 1, 2]).unwrap(), 3);
     let c = counts(&q);
     assert_eq!((c.delivered, c.pending, c.dead_lettered), (3, 0, 0));
 }
@@ -570,7 +661,7 @@ fn a_replay_into_a_full_block_queue_is_refused_uncounted_and_changes_nothing() {
         "still a dead letter"
     );
     // Once the queue drained, it fits.
-    q.remove_range(1, 2).unwrap();
+    q.remove_delivered(&[1, 2]).unwrap();
     assert_eq!(q.replay_dead_letter(0), Ok(0));
 }
 
@@ -665,7 +756,7 @@ fn a_dead_letter_stored_without_source_and_tracked_is_replayed_untracked_and_the
         check.kept, check.rows,
         "the replayed row is not counted pending"
     );
-    q.remove_range(0, 1).unwrap();
+    q.remove_delivered(&[0, 1]).unwrap();
     let c = counts(&q);
     assert_eq!(
         (c.delivered, c.pending, c.dead_lettered, c.imbalance()),
@@ -754,8 +845,8 @@ fn a_batch_confirmed_after_a_replay_does_not_delete_the_replayed_row_it_never_ca
     // The deliverer takes rows 1..=3; meanwhile row 0 is replayed; then the batch is confirmed.
     let batch = q.peek(10).unwrap();
     assert_eq!(q.replay_dead_letter(0), Ok(0));
-    let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
-    assert_eq!(q.remove_range(first, last).unwrap(), 3);
+    let seqs: Vec<u64> = batch.iter().map(|r| r.seq).collect();
+    assert_eq!(q.remove_delivered(&seqs).unwrap(), 3);
     assert_eq!(
         q.peek(10)
             .unwrap()
@@ -766,6 +857,40 @@ fn a_batch_confirmed_after_a_replay_does_not_delete_the_replayed_row_it_never_ca
     );
     let c = counts(&q);
     assert_eq!((c.delivered, c.pending, c.dead_lettered), (3, 1, 0));
+}
+
+#[test]
+fn a_dead_letter_replayed_inside_the_seqs_of_a_batch_in_flight_is_kept_when_the_batch_is_confirmed()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 6, 10);
+    // Seqs 0 and 2 are dead letters 0 and 1; seq 0 is replayed to the head.
+    assert!(q.dead_letter(0, "HTTP 400").unwrap());
+    assert!(q.dead_letter(2, "HTTP 400").unwrap());
+    assert_eq!(q.replay_dead_letter(0), Ok(0));
+    // The deliverer sends 0, 1, 3, 4, 5; seq 2 is replayed while they are on their way.
+    let batch = q.peek(10).unwrap();
+    assert_eq!(
+        batch.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![0, 1, 3, 4, 5]
+    );
+    assert_eq!(q.replay_dead_letter(1), Ok(2));
+    confirm(&q, &batch);
+    assert_eq!(
+        q.peek(10)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect::<Vec<_>>(),
+        vec![2],
+        "the row the batch never carried is still queued"
+    );
+    let c = counts(&q);
+    assert_eq!((c.delivered, c.pending, c.imbalance()), (5, 1, 0));
+    assert_eq!(q.counters().sent_total.load(Ordering::Relaxed), 5);
+    assert_eq!(q.gate().usage().1, 1);
 }
 
 #[test]
