@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::{json, Value};
 
@@ -688,4 +690,70 @@ fn on_receipt_with_a_sink_refusing_after_the_200_parks_it_as_accepted_but_not_ha
     let hook = webhook_stats(&status, HOOK);
     assert_eq!(u64_at(&hook, "/accepted"), 1, "{hook:#}");
     assert_eq!(u64_at(&hook, "/rejected_signature"), 0, "{hook:#}");
+}
+
+/// Flow `pay`: the webhook through a map that needs `payload.order`, into storage: a request
+/// without the field fails the map and is parked in the dead-letter queue.
+fn needs_order() -> Value {
+    json!([{
+        "id": "pay",
+        "nodes": [
+            { "id": "in", "kind": "source", "source": format!("webhook/{HOOK}") },
+            { "id": "tag", "kind": "map", "set": { "payload.ref": "{{payload.order}}" } },
+            { "id": "keep", "kind": "sink", "sink": "storage" },
+        ],
+        "wires": [ { "from": "in", "to": "tag" }, { "from": "tag", "to": "keep" } ],
+    }])
+}
+
+#[test]
+fn an_on_receipt_request_whose_park_failed_stays_in_the_inbox_and_runs_at_the_next_start() {
+    // No file may pass 704 KiB: the inbox write of a 400 KiB body fits in the dead-letter
+    // file, the park of the same record after it does not (a write error, as on a full disk).
+    let pad = 400 * 1024;
+    let config = hook_config("on_receipt", needs_order());
+    let mut daemon = Daemon::start_with_file_limit(config, 704 * 1024);
+    let payload = json!({ "pad": "x".repeat(pad) });
+    let reply = daemon.hook_keyed(HOOK, HOOK_SECRET, "big-1", &payload.to_string());
+    assert_eq!(reply.status, 200, "on_receipt answers first: {reply:?}");
+    let id = reply.json()["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no string id: {}", reply.body))
+        .to_string();
+    wait_until(
+        Duration::from_secs(20),
+        "the park after the 200 to fail",
+        || daemon.stderr().contains("dead-letter queue write failed"),
+    );
+    wait_until(Duration::from_secs(20), "the entry counted as kept", || {
+        u64_at(&webhook_stats(&daemon.status(), HOOK), "/kept_in_inbox") == 1
+    });
+    let status = daemon.status();
+    assert_eq!(
+        u64_at(&status, "/dead_letters/parked_total"),
+        0,
+        "{status:#}"
+    );
+
+    // The request was answered 200: it stays in the inbox and runs again at the next start.
+    daemon.stop();
+    daemon.set_file_limit(None);
+    daemon.restart();
+    let mut parked = Value::Null;
+    wait_until(
+        Duration::from_secs(20),
+        "the kept request run and parked after the restart",
+        || {
+            parked = dead_letter_rows(&daemon, "flow=pay")
+                .into_iter()
+                .find(|r| r["record"]["id"] == json!(id))
+                .unwrap_or(Value::Null);
+            !parked.is_null()
+        },
+    );
+    assert_eq!(parked["accepted"], json!(true), "{parked:#}");
+    assert_eq!(parked["node"], json!("tag"), "{parked:#}");
+    assert_eq!(parked["record"]["key"], json!("big-1"), "{parked:#}");
+    assert_eq!(parked["record"]["payload"], payload, "{parked:#}");
+    assert_eq!(dead_letter_rows(&daemon, "flow=pay").len(), 1);
 }

@@ -58,6 +58,7 @@ pub fn status(state: &AppState) -> Value {
                 "rejected_signature": w.stats.rejected_signature.load(Ordering::Relaxed),
                 "rejected_body": w.stats.rejected_body.load(Ordering::Relaxed),
                 "failed": w.stats.failed.load(Ordering::Relaxed),
+                "kept_in_inbox": w.stats.kept_in_inbox.load(Ordering::Relaxed),
             })
         })
         .collect();

@@ -109,6 +109,21 @@ pub fn dead_letter_index_repaired(entries: u64, heads: u64) {
     log::warn!("dead letter index rebuilt at open: entries={entries} heads={heads}");
 }
 
+/// A webhook request answered `200` (`on_receipt`) ran, but its record could be neither
+/// stored nor parked (the dead-letter write failed): its inbox entry is kept and runs again at
+/// the next start.
+pub fn webhook_inbox_kept(
+    kept_total: &AtomicU64,
+    source: &str,
+    inbox_id: u64,
+    settlement: &crate::record::Settlement,
+) {
+    let total = kept_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::error!(
+        "webhook request kept in the inbox for the next start: source={source} inbox_id={inbox_id} settlement=\"{settlement:?}\" kept_in_inbox={total}"
+    );
+}
+
 /// The event history deleted its oldest rows at its quota (`evict_oldest`).
 pub fn event_store_evicted(counters: &EventCounters, rows: u64, bytes: u64) {
     let total = counters.evicted_total.fetch_add(rows, Ordering::Relaxed) + rows;

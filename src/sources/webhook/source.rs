@@ -9,6 +9,7 @@ use super::signature::{self, SigError};
 use crate::engine::{Engine, Mode};
 use crate::record::{Record, Settlement};
 use crate::sources::SourceOutcome;
+use crate::telemetry::events;
 
 /// `engine.webhooks[]` in `/api/status`.
 #[derive(Debug, Default)]
@@ -25,6 +26,9 @@ pub struct WebhookStats {
     pub rejected_body: AtomicU64,
     /// Requests answered 503 because storing failed.
     pub failed: AtomicU64,
+    /// Requests answered 200 (`on_receipt`) whose record could not be stored or parked after
+    /// the answer: kept in the inbox, they run again at the next start.
+    pub kept_in_inbox: AtomicU64,
 }
 
 /// A configured webhook.
@@ -34,7 +38,7 @@ pub struct WebhookSource {
     source: String,
     replay: Mutex<ReplayWindow>,
     /// Its counters.
-    pub stats: WebhookStats,
+    pub stats: Arc<WebhookStats>,
 }
 
 impl WebhookSource {
@@ -45,7 +49,7 @@ impl WebhookSource {
             cfg,
             secret,
             replay: Mutex::new(ReplayWindow::default()),
-            stats: WebhookStats::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -177,12 +181,35 @@ impl WebhookSource {
                     }
                 };
                 let engine = Arc::clone(engine);
+                let stats = Arc::clone(&self.stats);
                 tokio::spawn(async move {
-                    engine.run_admitted(record, admitted, Mode::Accepted).await;
-                    finish_inbox(&engine, inbox_id).await;
+                    let source = record.source.clone();
+                    let settlement = engine.run_admitted(record, admitted, Mode::Accepted).await;
+                    settle_inbox(&engine, &stats, &source, inbox_id, &settlement).await;
                 });
                 SourceOutcome::Accepted { id }
             }
+        }
+    }
+}
+
+/// Ends the inbox entry of a request the flow ran for, answered `200` before: removed once
+/// its record was stored, dead-lettered or taken by no flow. A settlement that says the record
+/// is nowhere (in `Accepted` mode, only a park that failed) keeps the entry for the next start:
+/// a duplicate then, never a loss.
+async fn settle_inbox(
+    engine: &Arc<Engine>,
+    stats: &WebhookStats,
+    source: &str,
+    inbox_id: u64,
+    settlement: &Settlement,
+) {
+    match settlement {
+        Settlement::Retry { .. } | Settlement::Failed { .. } => {
+            events::webhook_inbox_kept(&stats.kept_in_inbox, source, inbox_id, settlement)
+        }
+        Settlement::Stored | Settlement::DeadLettered { .. } | Settlement::Unrouted => {
+            finish_inbox(engine, inbox_id).await
         }
     }
 }
@@ -202,8 +229,9 @@ async fn finish_inbox(engine: &Arc<Engine>, inbox_id: u64) {
 
 /// At start: runs every request that was answered 200 (`on_receipt`) but not finished before
 /// the process stopped. A record whose sinks are full now is parked in the dead-letter queue as
-/// "accepted (200) but not handled": its sender cannot be told to retry any more.
-pub async fn recover_inbox(engine: Arc<Engine>) {
+/// "accepted (200) but not handled": its sender cannot be told to retry any more. A record
+/// that can be neither stored nor parked stays in the inbox for the start after.
+pub async fn recover_inbox(engine: Arc<Engine>, webhooks: Vec<Arc<WebhookSource>>) {
     let dlq = Arc::clone(engine.dead_letters());
     let entries = match tokio::task::spawn_blocking(move || dlq.inbox_all()).await {
         Ok(Ok(e)) => e,
@@ -224,17 +252,21 @@ pub async fn recover_inbox(engine: Arc<Engine>) {
             log::error!("webhook inbox entry unreadable, kept: inbox_id={inbox_id}");
             continue;
         };
-        match engine.admit(&record) {
+        let source = record.source.clone();
+        let settlement = match engine.admit(&record) {
             Ok(admitted) => {
                 engine
                     .run_admitted(record, admitted.unwrap_or_default(), Mode::Accepted)
-                    .await;
+                    .await
             }
-            Err(refused) => {
-                engine.park_unhandled(record, &refused).await;
-            }
-        }
-        finish_inbox(&engine, inbox_id).await;
+            Err(refused) => engine.park_unhandled(record, &refused).await,
+        };
+        // A webhook removed from the config since has no counters left.
+        let stats = webhooks
+            .iter()
+            .find(|w| w.source() == source)
+            .map_or_else(Arc::default, |w| Arc::clone(&w.stats));
+        settle_inbox(&engine, &stats, &source, inbox_id, &settlement).await;
     }
 }
 
