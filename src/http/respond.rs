@@ -154,6 +154,18 @@ pub fn outcome(outcome: SourceOutcome) -> Resp {
     }
 }
 
+/// `409` + `Retry-After`: an identical webhook request is still running.
+pub fn in_progress(after_secs: u64) -> Resp {
+    let mut r = json_response(
+        StatusCode::CONFLICT,
+        &json!({"ok": false, "result": "in_progress", "retry_after_secs": after_secs,
+                "error": "an identical request is still being handled"}),
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(after_secs));
+    r
+}
+
 /// 413 with the limit.
 pub fn too_large(max: usize) -> Resp {
     error(

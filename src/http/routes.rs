@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
 use super::respond::{
-    answer_unread, error, json_response, not_allowed, outcome, read_body, text, Resp,
+    answer_unread, error, in_progress, json_response, not_allowed, outcome, read_body, text, Resp,
 };
 use super::{admin, auth, commands, ledger, live, page, status, trends, AppState};
 
@@ -150,11 +150,14 @@ async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let mac = match hook.verify(signature.as_deref(), key.as_deref(), &body, now) {
-        Ok(mac) => mac,
+    let verified = match hook.verify(signature.as_deref(), key.as_deref(), &body, now) {
+        Ok(v) => v,
         Err(e) => return error(StatusCode::UNAUTHORIZED, &e.to_string()),
     };
-    outcome(hook.handle(&state.engine, mac, key.as_deref(), &body).await)
+    match hook.handle(&state.engine, verified, key, body).await {
+        Ok(o) => outcome(o),
+        Err(busy) => in_progress(busy.after_secs),
+    }
 }
 
 /// Decodes `%XX` escapes of a path segment; invalid escapes stay as they are.

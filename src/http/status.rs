@@ -59,6 +59,9 @@ pub fn status(state: &AppState) -> Value {
                 "rejected_body": w.stats.rejected_body.load(Ordering::Relaxed),
                 "failed": w.stats.failed.load(Ordering::Relaxed),
                 "kept_in_inbox": w.stats.kept_in_inbox.load(Ordering::Relaxed),
+                "repeated": w.stats.repeated.load(Ordering::Relaxed),
+                "in_progress": w.stats.in_progress.load(Ordering::Relaxed),
+                "replay_window_forgotten": w.window_forgotten_total(),
             })
         })
         .collect();

@@ -124,6 +124,35 @@ pub fn webhook_inbox_kept(
     );
 }
 
+/// An identical copy of a webhook request answered `200` before was answered the same again;
+/// nothing was stored for it.
+pub fn webhook_request_repeated(repeated_total: &AtomicU64, webhook: &str) {
+    let total = repeated_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::info!(
+        "webhook request answered again, nothing stored twice: webhook={webhook} repeated={total}"
+    );
+}
+
+/// An identical copy of a webhook request was still running after the wait: answered `409` +
+/// `Retry-After`.
+pub fn webhook_request_in_progress(in_progress_total: &AtomicU64, webhook: &str) {
+    let total = in_progress_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::warn!(
+        "webhook request still running, copy told to retry: webhook={webhook} in_progress={total}"
+    );
+}
+
+/// A webhook request's replay window row could not be written: its answer stands, but after
+/// a restart an identical copy would be taken for a new request.
+pub fn webhook_window_write_failed(webhook: &str, error: &str) {
+    log::error!("webhook replay window not written: webhook={webhook} error=\"{error}\"");
+}
+
+/// A webhook's replay window could not be read at start: it starts empty.
+pub fn webhook_window_unreadable(webhook: &str, error: &StoreError) {
+    log::error!("webhook replay window unreadable at start, starts empty: webhook={webhook} error=\"{error}\"");
+}
+
 /// The event history deleted its oldest rows at its quota (`evict_oldest`).
 pub fn event_store_evicted(counters: &EventCounters, rows: u64, bytes: u64) {
     let total = counters.evicted_total.fetch_add(rows, Ordering::Relaxed) + rows;
