@@ -183,6 +183,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
             .collect(),
         trends,
+        body_budget: Default::default(),
     });
     Ok(Parts {
         state,

@@ -82,7 +82,7 @@ pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp)
 }
 
 /// The body length `req` declares (`Content-Length`), if any.
-fn declared_length<B>(req: &Request<B>) -> Option<u64> {
+pub(super) fn declared_length<B>(req: &Request<B>) -> Option<u64> {
     req.headers()
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -90,7 +90,7 @@ fn declared_length<B>(req: &Request<B>) -> Option<u64> {
 }
 
 /// `resp` with `Connection: close`: the server closes the connection after it.
-fn closing(mut resp: Resp) -> Resp {
+pub(super) fn closing(mut resp: Resp) -> Resp {
     resp.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     resp

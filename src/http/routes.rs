@@ -8,6 +8,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
+use super::budget::{read_unchecked, Unchecked};
 use super::respond::{
     answer_unread, error, in_progress, json_response, not_allowed, outcome, read_body, text, Resp,
 };
@@ -144,13 +145,17 @@ async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
     let signature = header("x-opex-signature");
     let key = header("x-opex-key");
     let now = crate::record::now_ms() as i64 / 1000;
-    // The body is read (within its limits) before the check: the signature covers it, and a
-    // client still sending its body when the answer comes would see the connection reset.
-    let body = match read_body(state, req).await {
+    // The body is read (within its limits and the budget of unchecked bodies) before the
+    // check: the signature covers it, and a client still sending its body when the answer
+    // comes would see the connection reset.
+    let Unchecked { body, reservation } = match read_unchecked(state, req).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let verified = match hook.verify(signature.as_deref(), key.as_deref(), &body, now) {
+    let checked = hook.verify(signature.as_deref(), key.as_deref(), &body, now);
+    // Checked: the body no longer counts against the budget.
+    drop(reservation);
+    let verified = match checked {
         Ok(v) => v,
         Err(e) => return error(StatusCode::UNAUTHORIZED, &e.to_string()),
     };

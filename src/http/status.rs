@@ -225,6 +225,12 @@ pub fn metrics(state: &AppState) -> String {
         "Times the HTTP server had max_connections open and new ones waited.",
         state.stats.at_capacity_total.load(Ordering::Relaxed) as f64,
     );
+    p.single(
+        "opex_connector_http_body_budget_refused_total",
+        Kind::Counter,
+        "Webhook bodies refused with 503 because the bytes of bodies read before their signature check were at the budget (32 MiB).",
+        state.body_budget.refused_total.load(Ordering::Relaxed) as f64,
+    );
     state.auth.write_metrics(&mut p);
     p.single(
         "opex_connector_http_host_refused_total",

@@ -153,6 +153,18 @@ pub fn webhook_window_unreadable(webhook: &str, error: &StoreError) {
     log::error!("webhook replay window unreadable at start, starts empty: webhook={webhook} error=\"{error}\"");
 }
 
+/// A request body to be read before its check did not fit the body budget: answered `503` +
+/// `Retry-After` before more of it was read. Logged at the powers of two of the count, so a
+/// flood of them cannot flood the log.
+pub fn http_body_budget_refused(refused: &AtomicU64, body_bytes: usize, available: usize) {
+    let refused_total = refused.fetch_add(1, Ordering::Relaxed) + 1;
+    if refused_total.is_power_of_two() {
+        log::warn!(
+            "request body refused, body budget spent: body_bytes={body_bytes} budget_available={available} body_budget_refused_total={refused_total}"
+        );
+    }
+}
+
 /// The event history deleted its oldest rows at its quota (`evict_oldest`).
 pub fn event_store_evicted(counters: &EventCounters, rows: u64, bytes: u64) {
     let total = counters.evicted_total.fetch_add(rows, Ordering::Relaxed) + rows;
