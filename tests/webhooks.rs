@@ -870,3 +870,47 @@ fn an_identical_request_after_a_restart_gets_the_first_answer_and_stores_nothing
         "stored twice"
     );
 }
+
+#[test]
+fn a_copy_of_a_request_still_running_after_the_wait_gets_409_with_retry_after_then_the_first_answer(
+) {
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("PAY", &["pay.>"]);
+    let mut config = hook_config("on_done", to_nats());
+    config["nats"] = json!({
+        "connections": [{"name": "js", "servers": [server.url()]}],
+        "sink": {"subject": "pay.{{key}}", "timeout_secs": 30},
+    });
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the nats sink connected", || {
+        named(&daemon.status(), "/sinks", "nats")["connected"] == json!(true)
+    });
+
+    server.freeze();
+    let body = br#"{"payment":"p-10","amount":3}"#;
+    let sig = signature(HOOK_SECRET, unix_secs(), body);
+    let (first, copy) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body));
+        wait_until(Duration::from_secs(20), "the first copy running", || {
+            u64_at(&webhook_stats(&daemon.status(), HOOK), "/received") >= 1
+        });
+        // The sink is still frozen when the copy's wait ends.
+        let copy = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+        server.thaw();
+        (first.join().expect("first copy"), copy)
+    });
+    assert_eq!(copy.status, 409, "{copy:?}");
+    assert!(copy.header("retry-after").is_some(), "{copy:?}");
+    assert_eq!(copy.json()["result"], json!("in_progress"), "{copy:?}");
+    let id = assert_stored(&first, "the first copy, once the sink is back");
+    let again = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+    assert_eq!(assert_stored(&again, "the copy sent again"), id);
+    wait_until(POLL_DEADLINE, "the record in the stream", || {
+        js.stream_state("PAY").0 >= 1
+    });
+    assert_eq!(js.stream_state("PAY").0, 1, "published more than once");
+    let hook = webhook_stats(&daemon.status(), HOOK);
+    assert_eq!(u64_at(&hook, "/in_progress"), 1, "{hook:#}");
+    assert_eq!(u64_at(&hook, "/repeated"), 1, "{hook:#}");
+}
