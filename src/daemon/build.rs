@@ -183,7 +183,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
             .collect(),
         trends,
-        body_budget: Default::default(),
+        body_budget: crate::http::BodyBudget::new(c.http.max_body_bytes),
     });
     Ok(Parts {
         state,

@@ -3,15 +3,15 @@
 //! A webhook's body is read before its signature can be checked (the signature covers it),
 //! and webhook names are public (`/api/status`): without a bound, 256 connections each
 //! sending 1 MiB unsigned would pin 256 MiB of a 512 MiB board. So such bodies are read
-//! against one byte budget, [`BODY_BUDGET_BYTES`] (32 MiB) for the whole server: the first
-//! [`FREE_BYTES`] (64 KiB) of each body are free (bounded by `max_connections`, like hyper's own
-//! read buffers, and every real webhook fits in them), the rest of a body is reserved from the
-//! budget (its whole `Content-Length` at once, or as a chunked body grows). A body that does
-//! not fit is answered `503` + `Retry-After` with `Connection: close` before more of it is
-//! read, and counted (`opex_connector_http_body_budget_refused_total`). The reservation is a
-//! semaphore permit held with the body: it goes back when the check is done, and on every
-//! other path (a refusal, a timeout, a client that disconnects mid-body) when the handler
-//! drops it.
+//! against one byte budget for the whole server, [`BODY_BUDGET_BYTES`] (32 MiB, or one
+//! `max_body_kb` when that is larger). The first [`FREE_BYTES`] (64 KiB) of each body are
+//! free (bounded by `max_connections`, like hyper's own read buffers, and every real webhook
+//! fits in them); the rest of a body is reserved from the budget, its whole `Content-Length`
+//! at once, or as a chunked body grows. A body that does not fit is answered `503` +
+//! `Retry-After` with `Connection: close` before more of it is read, and counted
+//! (`opex_connector_http_body_budget_refused_total`). The reservation is a semaphore permit
+//! held with the body: it goes back when the check is done, and on every other path (a
+//! refusal, a timeout, a client that disconnects mid-body) when the handler drops it.
 //!
 //! Memory for unchecked bodies is therefore at most `32 MiB + max_connections x 64 KiB`
 //! (48 MiB at the default 256 connections).
@@ -42,16 +42,17 @@ pub struct BodyBudget {
     pub refused_total: AtomicU64,
 }
 
-impl Default for BodyBudget {
-    fn default() -> Self {
+impl BodyBudget {
+    /// The budget of a server whose bodies are at most `max_body_bytes`: [`BODY_BUDGET_BYTES`],
+    /// or one whole body when `max_body_kb` is larger, so that any body the limit admits can
+    /// be received when no other is.
+    pub fn new(max_body_bytes: usize) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(BODY_BUDGET_BYTES)),
+            permits: Arc::new(Semaphore::new(BODY_BUDGET_BYTES.max(max_body_bytes))),
             refused_total: AtomicU64::new(0),
         }
     }
-}
 
-impl BodyBudget {
     /// Bytes of the budget free now.
     pub fn available(&self) -> usize {
         self.permits.available_permits()
