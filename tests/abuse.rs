@@ -8,6 +8,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -386,14 +387,17 @@ fn path_traversal_attempts_never_serve_a_file() {
 }
 
 #[test]
-fn bad_and_replayed_webhook_signatures_get_401_and_store_nothing_more() {
+fn bad_and_replayed_webhook_signatures_get_401_or_the_first_answer_and_store_nothing_more() {
     let daemon = Daemon::start(abuse_config());
     let body = br#"{"order":"o-1"}"#;
     let now = unix_secs();
     let good = signature(HOOK_SECRET, now, body);
     let r = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &good)], body);
-    assert_stored(&r, "the one good request");
+    let first = assert_stored(&r, "the one good request");
     let before = stored(&daemon);
+    // A replay of the good request is answered as it was, and stores nothing.
+    let r = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &good)], body);
+    assert_eq!(assert_stored(&r, "a replay"), first);
     let wrong_secret = signature("whsec_wrong_0123456789", now, body);
     let stale = signature(HOOK_SECRET, now - 3600, body);
     let future = signature(HOOK_SECRET, now + 3600, body);
@@ -408,7 +412,6 @@ fn bad_and_replayed_webhook_signatures_get_401_and_store_nothing_more() {
         ("from the future", vec![("X-Opex-Signature", &future)]),
         ("another body's", vec![("X-Opex-Signature", &other_body)]),
         ("t at i64::MIN", vec![("X-Opex-Signature", &huge_t)]),
-        ("replay", vec![("X-Opex-Signature", &good)]),
         (
             "replay with a new key",
             vec![("X-Opex-Signature", &good), ("X-Opex-Key", "other")],
@@ -419,18 +422,22 @@ fn bad_and_replayed_webhook_signatures_get_401_and_store_nothing_more() {
         assert_error_reply(&r, 401, what);
     }
     let mut after = stored(&daemon);
-    // Only the rejection counter moves.
+    // Only the rejection counter moves, and the replay's (received, repeated).
     for hook in after["webhooks"].as_array_mut().into_iter().flatten() {
-        hook["rejected_signature"] = json!(0);
+        for counter in ["rejected_signature", "received", "repeated"] {
+            hook[counter] = json!(0);
+        }
     }
     let mut expected = before;
     for hook in expected["webhooks"].as_array_mut().into_iter().flatten() {
-        hook["rejected_signature"] = json!(0);
+        for counter in ["rejected_signature", "received", "repeated"] {
+            hook[counter] = json!(0);
+        }
     }
     assert_eq!(after, expected);
     assert_ledger_balanced(
         &daemon,
-        "bad and replayed webhook signatures get 401 and store nothing more",
+        "bad and replayed webhook signatures get 401 or the first answer and store nothing more",
     );
 }
 
@@ -625,5 +632,142 @@ fn repeated_wrong_tokens_from_one_address_get_slower_401s_while_a_correct_token_
     assert_ledger_balanced(
         &daemon,
         "repeated wrong tokens from one address get slower 401s",
+    );
+}
+
+/// Sets its flag when dropped, on a panic too.
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Bytes waiting in the kernel on established loopback connections to or from `port`: sent
+/// and not yet taken by the other side, received and not yet read.
+fn unread_bytes(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let port_of = |addr: &str| {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote, state, queues) = (f.get(1)?, f.get(2)?, f.get(3)?, f.get(4)?);
+            let ours = port_of(local) == Some(port) || port_of(remote) == Some(port);
+            if !ours || *state != "01" {
+                return None;
+            }
+            let (tx, rx) = queues.split_once(':')?;
+            Some(u64::from_str_radix(tx, 16).ok()? + u64::from_str_radix(rx, 16).ok()?)
+        })
+        .sum()
+}
+
+/// The peak resident memory of `pid` (`VmHWM`), in KiB.
+fn vm_hwm_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn two_hundred_fifty_six_slow_unsigned_one_mib_bodies_stay_within_the_body_budget_and_a_signed_request_is_still_served(
+) {
+    const SENDERS: usize = 256;
+    const BODY: usize = 1024 * 1024;
+    let mut cfg = abuse_config();
+    cfg["connector"]["http"]["max_body_kb"] = json!(1024);
+    cfg["connector"]["http"]["max_connections"] = json!(SENDERS + 64);
+    cfg["connector"]["http"]["body_read_timeout_secs"] = json!(20);
+    let daemon = Daemon::start(cfg);
+    let pid = daemon.pid();
+    let addr = socket(&daemon);
+    let rss_before = vm_rss_kb(pid);
+    let head = format!(
+        "POST /api/hooks/{HOOK} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nX-Opex-Signature: t={},v1={}\r\nContent-Length: {BODY}\r\n\r\n",
+        unix_secs(),
+        "ab".repeat(32)
+    );
+    let chunk = vec![b' '; 64 * 1024];
+    let release = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        // The scope waits for every sender: they are released however this closure ends.
+        let _release = Release(&release);
+        for _ in 0..SENDERS {
+            let (tx, head, chunk, release) = (tx.clone(), &head, &chunk, &release);
+            scope.spawn(move || {
+                // All of the body but its last byte, then nothing until released: each one
+                // holds whatever the daemon read of it. A refused one is answered and closed.
+                let sent = TcpStream::connect(addr).and_then(|mut s| {
+                    s.set_write_timeout(Some(Duration::from_secs(20)))?;
+                    s.write_all(head.as_bytes())?;
+                    let mut left = BODY - 1;
+                    while left > 0 {
+                        let n = left.min(chunk.len());
+                        s.write_all(&chunk[..n])?;
+                        left -= n;
+                    }
+                    Ok(s)
+                });
+                let _ = tx.send(());
+                while !release.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                drop(sent);
+            });
+        }
+        drop(tx);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in 0..SENDERS {
+            let left = deadline.saturating_duration_since(Instant::now());
+            rx.recv_timeout(left)
+                .unwrap_or_else(|_| panic!("only {i} of {SENDERS} senders got their body out"));
+        }
+        // Written is not read: wait until no byte to or from the daemon waits in a socket.
+        wait_until(
+            Duration::from_secs(30),
+            "the daemon to read what it takes",
+            || unread_bytes(addr.port()) == 0,
+        );
+        let hwm = vm_hwm_kb(pid);
+        let growth_mib = hwm.saturating_sub(rss_before) / 1024;
+        eprintln!("abuse: slow_bodies={SENDERS} rss_before_kb={rss_before} hwm_kb={hwm}");
+        // The budget (32 MiB) plus the first 64 KiB each connection reads free, and slack.
+        assert!(
+            growth_mib < 96,
+            "peak memory grew by {growth_mib} MiB with {SENDERS} unsigned 1 MiB bodies in flight"
+        );
+        // A sender with the secret is served meanwhile.
+        assert_stored(
+            &daemon.hook(HOOK, HOOK_SECRET, r#"{"order":"signed-1"}"#),
+            "a signed request during the slow bodies",
+        );
+    });
+    // The senders are gone: the budget is whole again, a signed body of 900 KiB is served.
+    let big = format!(
+        r#"{{"order":"signed-2","pad":"{}"}}"#,
+        "x".repeat(900 * 1024)
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "a large signed body served",
+        || daemon.hook(HOOK, HOOK_SECRET, &big).status == 200,
+    );
+    let metrics = daemon.metrics();
+    let refused = metric(&metrics, "opex_connector_http_body_budget_refused_total").unwrap_or(0.0);
+    assert!(
+        refused >= (SENDERS / 2) as f64,
+        "refusals at the body budget: {refused}"
     );
 }

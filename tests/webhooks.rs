@@ -1,8 +1,13 @@
-//! Signed webhooks (`POST /api/hooks/{name}`): the signature, its timestamp and replays are
-//! checked before anything else happens; `on_done` answers the real verdict, `on_receipt`
-//! answers first and parks what it then cannot handle. Drives the real binary.
+//! Signed webhooks (`POST /api/hooks/{name}`): the signature and its timestamp are checked
+//! before anything else happens, and a copy of a request seen before is never stored twice;
+//! `on_done` answers the real verdict, `on_receipt` answers first and parks what it then
+//! cannot handle. Drives the real binary.
 
 mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -266,7 +271,7 @@ fn stale_timestamp_outside_the_tolerance_is_401_on_either_side() {
 }
 
 #[test]
-fn replayed_identical_request_is_401_the_second_time() {
+fn a_replayed_identical_request_gets_the_first_answer_and_is_stored_once() {
     let daemon = Daemon::start(hook_config("on_done", to_storage()));
     let body = br#"{"order":77,"amount":12}"#;
     let t = unix_secs();
@@ -278,30 +283,32 @@ fn replayed_identical_request_is_401_the_second_time() {
     );
     for i in 0..2 {
         let reply = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
-        assert_error_reply(
-            &reply,
-            401,
-            &format!("replay {i} of the same signed request"),
+        let again = assert_stored(&reply, &format!("copy {i} of the same signed request"));
+        assert_eq!(
+            again, first,
+            "copy {i} is not answered as the first: {reply:?}"
         );
     }
     assert_eq!(
         event_ids(&daemon, &hook_source()),
         vec![first.clone()],
-        "a replay was stored"
+        "a copy was stored"
     );
 
-    // A sender's retry signs again with a new timestamp: a new signature, accepted.
+    // A sender's retry signs again with a new timestamp: a new request, stored.
     let resigned = signature(HOOK_SECRET, t - 1, body);
     let second = assert_stored(
         &daemon.hook_raw(HOOK, &[("X-Opex-Signature", &resigned)], body),
         "the same body signed at another time",
     );
     assert_ne!(first, second);
-    assert_hook_counters(&daemon, 2, 0, 2);
+    assert_hook_counters(&daemon, 2, 0, 0);
+    let hook = webhook_stats(&daemon.status(), HOOK);
+    assert_eq!(u64_at(&hook, "/repeated"), 2, "{hook:#}");
 }
 
 #[test]
-fn a_replay_with_an_extra_v1_entry_is_refused() {
+fn a_replay_with_an_extra_v1_entry_gets_the_first_answer_and_stores_nothing() {
     let daemon = Daemon::start(hook_config("on_done", to_storage()));
     let body = br#"{"payment":"p-1","amount":40}"#;
     let t = unix_secs();
@@ -323,15 +330,16 @@ fn a_replay_with_an_extra_v1_entry_is_refused() {
     ];
     for replay in &replays {
         let reply = daemon.hook_raw(HOOK, &[("X-Opex-Signature", replay)], body);
-        let error = assert_error_reply(&reply, 401, replay);
-        assert!(error.contains("replay"), "{replay}: {error}");
+        assert_eq!(assert_stored(&reply, replay), first, "{replay}");
     }
     assert_eq!(
         event_ids(&daemon, &hook_source()),
         vec![first],
         "a replay was stored"
     );
-    assert_hook_counters(&daemon, 1, 0, replays.len() as u64);
+    assert_hook_counters(&daemon, 1, 0, 0);
+    let hook = webhook_stats(&daemon.status(), HOOK);
+    assert_eq!(u64_at(&hook, "/repeated"), replays.len() as u64, "{hook:#}");
 }
 
 #[test]
@@ -688,4 +696,221 @@ fn on_receipt_with_a_sink_refusing_after_the_200_parks_it_as_accepted_but_not_ha
     let hook = webhook_stats(&status, HOOK);
     assert_eq!(u64_at(&hook, "/accepted"), 1, "{hook:#}");
     assert_eq!(u64_at(&hook, "/rejected_signature"), 0, "{hook:#}");
+}
+
+/// Flow `pay`: the webhook through a map that needs `payload.order`, into storage: a request
+/// without the field fails the map and is parked in the dead-letter queue.
+fn needs_order() -> Value {
+    json!([{
+        "id": "pay",
+        "nodes": [
+            { "id": "in", "kind": "source", "source": format!("webhook/{HOOK}") },
+            { "id": "tag", "kind": "map", "set": { "payload.ref": "{{payload.order}}" } },
+            { "id": "keep", "kind": "sink", "sink": "storage" },
+        ],
+        "wires": [ { "from": "in", "to": "tag" }, { "from": "tag", "to": "keep" } ],
+    }])
+}
+
+#[test]
+fn an_on_receipt_request_whose_park_failed_stays_in_the_inbox_and_runs_at_the_next_start() {
+    // No file may pass 704 KiB: the inbox write of a 400 KiB body fits in the dead-letter
+    // file, the park of the same record after it does not (a write error, as on a full disk).
+    let pad = 400 * 1024;
+    let config = hook_config("on_receipt", needs_order());
+    let mut daemon = Daemon::start_with_file_limit(config, 704 * 1024);
+    let payload = json!({ "pad": "x".repeat(pad) });
+    let reply = daemon.hook_keyed(HOOK, HOOK_SECRET, "big-1", &payload.to_string());
+    assert_eq!(reply.status, 200, "on_receipt answers first: {reply:?}");
+    let id = reply.json()["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no string id: {}", reply.body))
+        .to_string();
+    wait_until(
+        Duration::from_secs(20),
+        "the park after the 200 to fail",
+        || daemon.stderr().contains("dead-letter queue write failed"),
+    );
+    wait_until(Duration::from_secs(20), "the entry counted as kept", || {
+        u64_at(&webhook_stats(&daemon.status(), HOOK), "/kept_in_inbox") == 1
+    });
+    let status = daemon.status();
+    assert_eq!(
+        u64_at(&status, "/dead_letters/parked_total"),
+        0,
+        "{status:#}"
+    );
+
+    // The request was answered 200: it stays in the inbox and runs again at the next start.
+    daemon.stop();
+    daemon.set_file_limit(None);
+    daemon.restart();
+    let mut parked = Value::Null;
+    wait_until(
+        Duration::from_secs(20),
+        "the kept request run and parked after the restart",
+        || {
+            parked = dead_letter_rows(&daemon, "flow=pay")
+                .into_iter()
+                .find(|r| r["record"]["id"] == json!(id))
+                .unwrap_or(Value::Null);
+            !parked.is_null()
+        },
+    );
+    assert_eq!(parked["accepted"], json!(true), "{parked:#}");
+    assert_eq!(parked["node"], json!("tag"), "{parked:#}");
+    assert_eq!(parked["record"]["key"], json!("big-1"), "{parked:#}");
+    assert_eq!(parked["record"]["payload"], payload, "{parked:#}");
+    assert_eq!(dead_letter_rows(&daemon, "flow=pay").len(), 1);
+}
+
+/// Flow `pay`: the webhook into the `nats` sink.
+fn to_nats() -> Value {
+    json!([{
+        "id": "pay",
+        "nodes": [
+            { "id": "in", "kind": "source", "source": format!("webhook/{HOOK}") },
+            { "id": "out", "kind": "sink", "sink": "nats" },
+        ],
+        "wires": [ { "from": "in", "to": "out" } ],
+    }])
+}
+
+/// Sends a signed request by hand and gives up after `patience` without an answer: the
+/// connection is closed, as a sender's client timeout closes it. Panics if it was answered.
+fn send_and_give_up(daemon: &Daemon, sig: &str, body: &[u8], patience: Duration) {
+    let addr = daemon.base().trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(&addr).expect("connect");
+    let head = format!(
+        "POST /api/hooks/{HOOK} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nX-Opex-Signature: {sig}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("send head");
+    s.write_all(body).expect("send body");
+    s.set_read_timeout(Some(patience)).expect("read timeout");
+    let mut answer = [0u8; 256];
+    match s.read(&mut answer) {
+        Ok(n) => panic!(
+            "answered before the sink was back: {:?}",
+            String::from_utf8_lossy(&answer[..n])
+        ),
+        Err(e) => assert!(
+            matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            "{e}"
+        ),
+    }
+}
+
+#[test]
+fn a_sender_that_gave_up_on_a_slow_sink_and_resends_is_stored_once_and_never_told_401() {
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("PAY", &["pay.>"]);
+    let mut config = hook_config("on_done", to_nats());
+    config["nats"] = json!({
+        "connections": [{"name": "js", "servers": [server.url()]}],
+        "sink": {"subject": "pay.{{key}}", "timeout_secs": 15},
+    });
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the nats sink connected", || {
+        named(&daemon.status(), "/sinks", "nats")["connected"] == json!(true)
+    });
+
+    // The sink waits for an ack that does not come while the server is frozen.
+    server.freeze();
+    let body = br#"{"payment":"p-9","amount":12}"#;
+    let sig = signature(HOOK_SECRET, unix_secs(), body);
+    send_and_give_up(&daemon, &sig, body, Duration::from_millis(500));
+    let retry = std::thread::scope(|scope| {
+        // The sender's retry of the very same request.
+        let retry = scope.spawn(|| daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body));
+        wait_until(Duration::from_secs(20), "the retry to arrive", || {
+            let hook = webhook_stats(&daemon.status(), HOOK);
+            u64_at(&hook, "/received") + u64_at(&hook, "/rejected_signature") >= 2
+        });
+        server.thaw();
+        retry.join().expect("retry thread")
+    });
+    assert_ne!(
+        retry.status, 401,
+        "a retry was taken for a replay: {retry:?}"
+    );
+    let id = assert_stored(&retry, "the retry, once the sink is back");
+    wait_until(POLL_DEADLINE, "the record in the stream", || {
+        js.stream_state("PAY").0 >= 1
+    });
+    assert_eq!(js.stream_state("PAY").0, 1, "published more than once");
+
+    // Sent once more, it is answered the same and stored nothing again.
+    let again = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+    assert_eq!(assert_stored(&again, "the same request again"), id);
+    assert_eq!(js.stream_state("PAY").0, 1, "published more than once");
+}
+
+#[test]
+fn an_identical_request_after_a_restart_gets_the_first_answer_and_stores_nothing_twice() {
+    let mut daemon = Daemon::start(hook_config("on_done", to_storage()));
+    let body = br#"{"order":88,"amount":3}"#;
+    let sig = signature(HOOK_SECRET, unix_secs(), body);
+    let first = assert_stored(
+        &daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body),
+        "the first copy",
+    );
+    daemon.stop();
+    daemon.restart();
+    let again = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+    assert_eq!(
+        assert_stored(&again, "the same request after the restart"),
+        first,
+        "not the first answer: {again:?}"
+    );
+    assert_eq!(
+        event_ids(&daemon, &hook_source()),
+        vec![first],
+        "stored twice"
+    );
+}
+
+#[test]
+fn a_copy_of_a_request_still_running_after_the_wait_gets_409_with_retry_after_then_the_first_answer(
+) {
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("PAY", &["pay.>"]);
+    let mut config = hook_config("on_done", to_nats());
+    config["nats"] = json!({
+        "connections": [{"name": "js", "servers": [server.url()]}],
+        "sink": {"subject": "pay.{{key}}", "timeout_secs": 30},
+    });
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the nats sink connected", || {
+        named(&daemon.status(), "/sinks", "nats")["connected"] == json!(true)
+    });
+
+    server.freeze();
+    let body = br#"{"payment":"p-10","amount":3}"#;
+    let sig = signature(HOOK_SECRET, unix_secs(), body);
+    let (first, copy) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body));
+        wait_until(Duration::from_secs(20), "the first copy running", || {
+            u64_at(&webhook_stats(&daemon.status(), HOOK), "/received") >= 1
+        });
+        // The sink is still frozen when the copy's wait ends.
+        let copy = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+        server.thaw();
+        (first.join().expect("first copy"), copy)
+    });
+    assert_eq!(copy.status, 409, "{copy:?}");
+    assert!(copy.header("retry-after").is_some(), "{copy:?}");
+    assert_eq!(copy.json()["result"], json!("in_progress"), "{copy:?}");
+    let id = assert_stored(&first, "the first copy, once the sink is back");
+    let again = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+    assert_eq!(assert_stored(&again, "the copy sent again"), id);
+    wait_until(POLL_DEADLINE, "the record in the stream", || {
+        js.stream_state("PAY").0 >= 1
+    });
+    assert_eq!(js.stream_state("PAY").0, 1, "published more than once");
+    let hook = webhook_stats(&daemon.status(), HOOK);
+    assert_eq!(u64_at(&hook, "/in_progress"), 1, "{hook:#}");
+    assert_eq!(u64_at(&hook, "/repeated"), 1, "{hook:#}");
 }

@@ -88,6 +88,11 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     } else {
         Plan::compile(config.flows.clone())
     };
+    // The requests each webhook answered before the last stop, still within its window.
+    let now = crate::record::now_ms() as i64 / 1000;
+    for w in &webhooks {
+        w.restore_window(&dlq, now);
+    }
     let engine = Arc::new(Engine::new(plan, Sinks::new(sinks), dlq));
     // Bound before the pollers start, so the demo's first poll finds its device.
     let simulator = Simulator::bind(&config.simulator).map_err(DaemonError::Bind)?;
@@ -178,6 +183,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
             .collect(),
         trends,
+        body_budget: crate::http::BodyBudget::new(c.http.max_body_bytes),
     });
     Ok(Parts {
         state,

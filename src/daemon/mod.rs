@@ -198,7 +198,10 @@ async fn serve(
     );
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
-    tokio::spawn(webhook::recover_inbox(Arc::clone(&state.engine)));
+    tokio::spawn(webhook::recover_inbox(
+        Arc::clone(&state.engine),
+        state.webhooks.clone(),
+    ));
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
     let live = tokio::spawn(http::publish_live_status(

@@ -225,18 +225,28 @@ impl Engine {
     }
 
     /// Parks a record that a source already acknowledged but that cannot be delivered now
-    /// (its sinks refuse): "accepted (200) but not handled", never dropped.
-    pub async fn park_unhandled(&self, record: Record, why: &Settlement) {
+    /// (its sinks refuse): "accepted (200) but not handled", never dropped. `DeadLettered`
+    /// once parked; `Failed` when even the park failed, so the caller keeps the record.
+    pub async fn park_unhandled(&self, record: Record, why: &Settlement) -> Settlement {
         let Some(at) = self.plan.entries(&record.source).first().copied() else {
-            return;
+            return self.unrouted(&record.source);
         };
         let mut run = Run::default();
         let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(why));
         self.park(&mut run, &record, at, at, reason, Mode::Accepted)
             .await;
-        match run.dead_letter {
-            Some(Some(_)) => self.ledger.dead_lettered(&record.source),
-            _ => self.ledger.lost(&record.source, Cause::Failed),
+        match (run.dead_letter, run.failure) {
+            (Some(Some(id)), _) => {
+                self.ledger.dead_lettered(&record.source);
+                Settlement::DeadLettered { id: Some(id) }
+            }
+            (_, failure) => {
+                self.ledger.lost(&record.source, Cause::Failed);
+                failure.unwrap_or(Settlement::Failed {
+                    sink: "dead_letters".into(),
+                    reason: "not parked".into(),
+                })
+            }
         }
     }
 

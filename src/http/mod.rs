@@ -5,12 +5,14 @@
 //!
 //! Bounded on every side, because the plant network is not a friendly place: a cap on
 //! connections (further ones wait in the kernel backlog), a header-read timeout that also ends
-//! idle keep-alive connections, a body-read timeout and a body size limit. A request waits only
+//! idle keep-alive connections, a body-read timeout and a body size limit, and a byte budget for
+//! the bodies read before their check (`budget.rs`). A request waits only
 //! on its own settlement. Before any route runs, the request's `Host` must be one of the
 //! connector's own (`hosts.rs`), which stops DNS-rebinding pages.
 
 mod admin;
 mod auth;
+mod budget;
 mod commands;
 pub mod config;
 mod hosts;
@@ -31,6 +33,7 @@ pub use live::{
 pub use auth::{
     bearer_ok, ct_eq, AuthGuard, AuthStats, FAILURE_DELAY, FORGET_AFTER, FREE_FAILURES, TABLE_SIZE,
 };
+pub use budget::{BodyBudget, BODY_BUDGET_BYTES, FREE_BYTES as BODY_FREE_BYTES};
 pub use hosts::{Authority, AuthorityError, HostName};
 pub use ledger::{LedgerScan, ScanPermit};
 pub use routes::percent_decode;
@@ -99,6 +102,8 @@ pub struct AppState {
     pub backfills: Vec<Arc<BackfillSource>>,
     /// The last hour of every point, queue and rate (`GET /api/trends`).
     pub trends: Arc<crate::trends::Trends>,
+    /// The bytes webhook bodies may hold before their signature is checked (`budget.rs`).
+    pub body_budget: BodyBudget,
 }
 
 #[cfg(test)]

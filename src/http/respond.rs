@@ -82,7 +82,7 @@ pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp)
 }
 
 /// The body length `req` declares (`Content-Length`), if any.
-fn declared_length<B>(req: &Request<B>) -> Option<u64> {
+pub(super) fn declared_length<B>(req: &Request<B>) -> Option<u64> {
     req.headers()
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -90,7 +90,7 @@ fn declared_length<B>(req: &Request<B>) -> Option<u64> {
 }
 
 /// `resp` with `Connection: close`: the server closes the connection after it.
-fn closing(mut resp: Resp) -> Resp {
+pub(super) fn closing(mut resp: Resp) -> Resp {
     resp.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     resp
@@ -152,6 +152,18 @@ pub fn outcome(outcome: SourceOutcome) -> Resp {
             &format!("malformed JSON: {reason}"),
         ),
     }
+}
+
+/// `409` + `Retry-After`: an identical webhook request is still running.
+pub fn in_progress(after_secs: u64) -> Resp {
+    let mut r = json_response(
+        StatusCode::CONFLICT,
+        &json!({"ok": false, "result": "in_progress", "retry_after_secs": after_secs,
+                "error": "an identical request is still being handled"}),
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(after_secs));
+    r
 }
 
 /// 413 with the limit.

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
+use super::budget::{read_unchecked, Unchecked};
 use super::respond::{
-    answer_unread, error, json_response, not_allowed, outcome, read_body, text, Resp,
+    answer_unread, error, in_progress, json_response, not_allowed, outcome, read_body, text, Resp,
 };
 use super::{admin, auth, commands, ledger, live, page, status, trends, AppState};
 
@@ -144,17 +145,24 @@ async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
     let signature = header("x-opex-signature");
     let key = header("x-opex-key");
     let now = crate::record::now_ms() as i64 / 1000;
-    // The body is read (within its limits) before the check: the signature covers it, and a
-    // client still sending its body when the answer comes would see the connection reset.
-    let body = match read_body(state, req).await {
+    // The body is read (within its limits and the budget of unchecked bodies) before the
+    // check: the signature covers it, and a client still sending its body when the answer
+    // comes would see the connection reset.
+    let Unchecked { body, reservation } = match read_unchecked(state, req).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let mac = match hook.verify(signature.as_deref(), key.as_deref(), &body, now) {
-        Ok(mac) => mac,
+    let checked = hook.verify(signature.as_deref(), key.as_deref(), &body, now);
+    // Checked: the body no longer counts against the budget.
+    drop(reservation);
+    let verified = match checked {
+        Ok(v) => v,
         Err(e) => return error(StatusCode::UNAUTHORIZED, &e.to_string()),
     };
-    outcome(hook.handle(&state.engine, mac, key.as_deref(), &body).await)
+    match hook.handle(&state.engine, verified, key, body).await {
+        Ok(o) => outcome(o),
+        Err(busy) => in_progress(busy.after_secs),
+    }
 }
 
 /// Decodes `%XX` escapes of a path segment; invalid escapes stay as they are.

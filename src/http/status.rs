@@ -58,6 +58,10 @@ pub fn status(state: &AppState) -> Value {
                 "rejected_signature": w.stats.rejected_signature.load(Ordering::Relaxed),
                 "rejected_body": w.stats.rejected_body.load(Ordering::Relaxed),
                 "failed": w.stats.failed.load(Ordering::Relaxed),
+                "kept_in_inbox": w.stats.kept_in_inbox.load(Ordering::Relaxed),
+                "repeated": w.stats.repeated.load(Ordering::Relaxed),
+                "in_progress": w.stats.in_progress.load(Ordering::Relaxed),
+                "replay_window_forgotten": w.window_forgotten_total(),
             })
         })
         .collect();
@@ -226,6 +230,12 @@ pub fn metrics(state: &AppState) -> String {
         Kind::Counter,
         "Times the HTTP server had max_connections open and new ones waited.",
         state.stats.at_capacity_total.load(Ordering::Relaxed) as f64,
+    );
+    p.single(
+        "opex_connector_http_body_budget_refused_total",
+        Kind::Counter,
+        "Webhook bodies refused with 503 because the bytes of bodies read before their signature check were at the budget (32 MiB).",
+        state.body_budget.refused_total.load(Ordering::Relaxed) as f64,
     );
     state.auth.write_metrics(&mut p);
     p.single(

@@ -12,6 +12,10 @@
 //!   start was accepted but not handled, and is replayed.
 //! - `meta`: `next_id`, `inbox_next`, `parked_total`, `trimmed_total`, `trimmed_open_total`,
 //!   written in the same transaction as the rows they describe.
+//! - `replay`: the webhooks' replay windows (`window.rs`): key = webhook name, a zero byte and
+//!   the request's MAC; value = the signed timestamp (big-endian `i64`) and the JSON of the
+//!   `200` it was answered. An `on_receipt` request's row is written in the transaction of its
+//!   inbox entry.
 //!
 //! Writes are direct write transactions (each commit syncs), serialized by the writer lock and
 //! called from blocking threads: a dead letter is rare, so a writer thread would buy nothing.
@@ -275,6 +279,7 @@ pub struct DeadLetterQueue {
     heads: Database<'static, Id, Bytes>,
     inbox: Database<'static, Id, Bytes>,
     meta: Database<'static, Str, Id>,
+    window: Database<'static, Bytes, Bytes>,
     /// Serializes the writes: held across a write transaction and its commit (an fsync).
     writer: Mutex<()>,
     /// The index; held only to read or change it, never across a commit (see the module doc).
@@ -320,14 +325,15 @@ impl DeadLetterQueue {
             usize::MAX / 2
         };
         let map_size = lmdb::round_to_pages(INITIAL_MAP.min(max_map));
-        let env = lmdb::open(&dir.join("dead_letters.db"), map_size, 5)?;
-        let (entries, heads, inbox, meta) = env
+        let env = lmdb::open(&dir.join("dead_letters.db"), map_size, 6)?;
+        let (entries, heads, inbox, meta, window) = env
             .create_databases_and_commit(env.write_txn()?, |opener, wtxn| {
                 Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((
                     opener.create_database::<Id, Bytes>(wtxn, Some("entries"))?,
                     opener.create_database::<Id, Bytes>(wtxn, Some("heads"))?,
                     opener.create_database::<Id, Bytes>(wtxn, Some("inbox"))?,
                     opener.create_database::<Str, Id>(wtxn, Some("meta"))?,
+                    opener.create_database::<Bytes, Bytes>(wtxn, Some("replay"))?,
                 )))
             })?
             .unwrap_commit();
@@ -391,6 +397,7 @@ impl DeadLetterQueue {
             inbox,
             meta,
             writer: Mutex::new(()),
+            window,
             index: Mutex::new(index),
             #[cfg(test)]
             commit_hold: CommitHold::default(),
@@ -730,7 +737,7 @@ impl DeadLetterQueue {
     /// The open entries trimmed since the last call, by their record's source: the losses the
     /// ledger has not booked yet ([`crate::ledger::book_trimmed_dead_letters`]).
     pub fn take_trimmed_open(&self) -> BTreeMap<String, u64> {
-        let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let mut index = self.index();
         std::mem::take(&mut index.trimmed_open)
     }
 
@@ -751,13 +758,16 @@ impl DeadLetterQueue {
         }
     }
 
-    /// Stores the raw request of an `on_receipt` webhook; returns once it is on disk, with its
-    /// inbox id. Blocking.
-    pub fn inbox_put(&self, data: &[u8]) -> Result<u64, StoreError> {
+    /// Stores the raw request of an `on_receipt` webhook, and its replay window row when given,
+    /// in one transaction; returns once it is on disk, with its inbox id. Blocking.
+    pub fn inbox_put(&self, data: &[u8], row: Option<&WindowRow>) -> Result<u64, StoreError> {
         let (mut index, id) = self.write(|txn, index| {
             let id = index.meta.inbox_next;
             self.inbox
                 .put_with_flags(txn, PutFlags::APPEND, &id, data)?;
+            if let Some(row) = row {
+                self.put_window_row(txn, row)?;
+            }
             let meta = Meta {
                 inbox_next: id + 1,
                 ..index.meta
@@ -866,3 +876,6 @@ fn entry(id: u64, s: Stored) -> DeadLetterEntry {
 
 #[cfg(test)]
 mod tests;
+mod window;
+
+pub use window::{WindowEntry, WindowRow};

@@ -3,7 +3,8 @@
 //!
 //! - [`push_queue`]: `push_queue.db`, the FIFO the uplink drains, and the push dead-letter
 //!   table beside it in the same environment (so moving a row there is one transaction).
-//! - [`dead_letters`]: `dead_letters.db`, the pipeline dead-letter queue and the webhook inbox.
+//! - [`dead_letters`]: `dead_letters.db`, the pipeline dead-letter queue, the webhook inbox and
+//!   the webhooks' replay windows.
 //! - [`events`]: `events.db`, the event history of the storage sink, by source and time.
 //!
 //! Only [`lmdb`] contains `unsafe` code (opening and resizing a memory map).

@@ -154,6 +154,62 @@ pub fn dead_letter_index_repaired(entries: u64, heads: u64) {
     log::warn!("dead letter index rebuilt at open: entries={entries} heads={heads}");
 }
 
+/// A webhook request answered `200` (`on_receipt`) ran, but its record could be neither
+/// stored nor parked (the dead-letter write failed): its inbox entry is kept and runs again at
+/// the next start.
+pub fn webhook_inbox_kept(
+    kept_total: &AtomicU64,
+    source: &str,
+    inbox_id: u64,
+    settlement: &crate::record::Settlement,
+) {
+    let total = kept_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::error!(
+        "webhook request kept in the inbox for the next start: source={source} inbox_id={inbox_id} settlement=\"{settlement:?}\" kept_in_inbox={total}"
+    );
+}
+
+/// An identical copy of a webhook request answered `200` before was answered the same again;
+/// nothing was stored for it.
+pub fn webhook_request_repeated(repeated_total: &AtomicU64, webhook: &str) {
+    let total = repeated_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::info!(
+        "webhook request answered again, nothing stored twice: webhook={webhook} repeated={total}"
+    );
+}
+
+/// An identical copy of a webhook request was still running after the wait: answered `409` +
+/// `Retry-After`.
+pub fn webhook_request_in_progress(in_progress_total: &AtomicU64, webhook: &str) {
+    let total = in_progress_total.fetch_add(1, Ordering::Relaxed) + 1;
+    log::warn!(
+        "webhook request still running, copy told to retry: webhook={webhook} in_progress={total}"
+    );
+}
+
+/// A webhook request's replay window row could not be written: its answer stands, but after
+/// a restart an identical copy would be taken for a new request.
+pub fn webhook_window_write_failed(webhook: &str, error: &str) {
+    log::error!("webhook replay window not written: webhook={webhook} error=\"{error}\"");
+}
+
+/// A webhook's replay window could not be read at start: it starts empty.
+pub fn webhook_window_unreadable(webhook: &str, error: &StoreError) {
+    log::error!("webhook replay window unreadable at start, starts empty: webhook={webhook} error=\"{error}\"");
+}
+
+/// A request body to be read before its check did not fit the body budget: answered `503` +
+/// `Retry-After` before more of it was read. Logged at the powers of two of the count, so a
+/// flood of them cannot flood the log.
+pub fn http_body_budget_refused(refused: &AtomicU64, body_bytes: usize, available: usize) {
+    let refused_total = refused.fetch_add(1, Ordering::Relaxed) + 1;
+    if refused_total.is_power_of_two() {
+        log::warn!(
+            "request body refused, body budget spent: body_bytes={body_bytes} budget_available={available} body_budget_refused_total={refused_total}"
+        );
+    }
+}
+
 /// The event history deleted its oldest rows at its quota (`evict_oldest`).
 pub fn event_store_evicted(counters: &EventCounters, rows: u64, bytes: u64) {
     let total = counters.evicted_total.fetch_add(rows, Ordering::Relaxed) + rows;

@@ -30,6 +30,8 @@ pub struct Daemon {
     starts: u32,
     data_dir: PathBuf,
     admin_token: Option<String>,
+    /// Largest file the daemon may write, in bytes (`RLIMIT_FSIZE`), from its next start.
+    file_limit: Option<u64>,
 }
 
 impl Daemon {
@@ -40,7 +42,17 @@ impl Daemon {
     }
 
     /// [`Daemon::start`] with another build of the binary (a bench's release build).
-    pub fn start_binary(bin: &Path, mut config: Value) -> Daemon {
+    pub fn start_binary(bin: &Path, config: Value) -> Daemon {
+        Daemon::start_limited(bin, config, None)
+    }
+
+    /// [`Daemon::start`] with no file of the daemon allowed to grow past `bytes`: a write past
+    /// it fails with `EFBIG` (`SIGXFSZ` is ignored), as a write to a full disk fails.
+    pub fn start_with_file_limit(config: Value, bytes: u64) -> Daemon {
+        Daemon::start_limited(Path::new(BIN), config, Some(bytes))
+    }
+
+    fn start_limited(bin: &Path, mut config: Value, file_limit: Option<u64>) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("opex-it-")
             .tempdir()
@@ -70,6 +82,7 @@ impl Daemon {
             starts: 0,
             data_dir,
             admin_token,
+            file_limit,
         };
         daemon.spawn();
         daemon
@@ -85,7 +98,19 @@ impl Daemon {
             .expect("open stderr log");
         // Mark each start in the log so a failure shows which run said what.
         writeln!(log, "===== harness: start #{} =====", self.starts).expect("write log");
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = match self.file_limit {
+            None => Command::new(&self.bin),
+            // bash counts `ulimit -f` in KiB; the ignored signal survives the `exec`.
+            Some(bytes) => {
+                let mut cmd = Command::new("bash");
+                cmd.arg("-c")
+                    .arg(r#"trap '' XFSZ; ulimit -f "$1"; shift; exec "$@""#)
+                    .arg("bash")
+                    .arg((bytes / 1024).to_string())
+                    .arg(&self.bin);
+                cmd
+            }
+        };
         cmd.arg("run")
             .arg("--config")
             .arg(&self.config_path)
@@ -214,6 +239,12 @@ impl Daemon {
             }
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sets or lifts the file size limit of [`Daemon::start_with_file_limit`] for the next
+    /// start.
+    pub fn set_file_limit(&mut self, bytes: Option<u64>) {
+        self.file_limit = bytes;
     }
 
     /// Starts again on the same data dir and config (the port changes: see [`Daemon::base`]).

@@ -7,10 +7,11 @@
 //!
 //! The MAC is compared in constant time (`Mac::verify_slice`). The timestamp must be within the
 //! tolerance of now, either side, so a captured request cannot be replayed later; within the
-//! window, [`super::replay`] refuses a request seen before. Several `v1=` entries are allowed
-//! (a sender rotating its secret signs with both), so the header does not identify a request:
-//! [`verify`] returns the MAC the connector computed, and that is what the replay window keeps.
-//! Reordering the entries or adding any number of others yields the same MAC, hence a replay.
+//! window, [`super::replay`] knows a request seen before: it is never stored twice. Several
+//! `v1=` entries are allowed (a sender rotating its secret signs with both), so the header does
+//! not identify a request: [`verify`] returns the MAC the connector computed, and that is what
+//! the replay window keeps. Reordering the entries or adding any number of others yields the
+//! same MAC, hence the same request.
 
 use std::fmt;
 
@@ -28,8 +29,6 @@ pub enum SigError {
     Stale,
     /// No `v1` matches the body and the secret.
     Mismatch,
-    /// This exact signature was accepted before, within the tolerance.
-    Replayed,
 }
 
 impl fmt::Display for SigError {
@@ -41,7 +40,6 @@ impl fmt::Display for SigError {
             }
             Self::Stale => "signature timestamp outside the tolerance",
             Self::Mismatch => "signature does not match",
-            Self::Replayed => "request already received (replay)",
         })
     }
 }

@@ -1,40 +1,63 @@
-//! One signed webhook: signature first, then admission, then the flow, answered by `respond`.
+//! One signed webhook: signature first, then the replay window (`request.rs`), then admission,
+//! then the flow, answered by `respond`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::config::{Respond, WebhookConfig};
-use super::replay::ReplayWindow;
+use super::inbox::settle_inbox;
+use super::replay::{Answer, ReplayWindow};
 use super::signature::{self, SigError};
 use crate::engine::{Engine, Mode};
 use crate::record::{Record, Settlement};
 use crate::sources::SourceOutcome;
+use crate::store::dead_letters::{DeadLetterQueue, WindowRow};
+use crate::store::StoreError;
+use crate::telemetry::events;
 
 /// `engine.webhooks[]` in `/api/status`.
 #[derive(Debug, Default)]
 pub struct WebhookStats {
     /// Requests with a valid signature.
     pub received: AtomicU64,
-    /// Requests answered 200.
+    /// Requests answered 200 for a new record.
     pub accepted: AtomicU64,
     /// Requests refused with 503 because a sink they reach is full (`block`).
     pub backpressured: AtomicU64,
-    /// Requests refused with 401: missing, malformed, stale, wrong or replayed signature.
+    /// Requests refused with 401: missing, malformed, stale or wrong signature.
     pub rejected_signature: AtomicU64,
     /// Requests with a valid signature but a body that is not JSON (400).
     pub rejected_body: AtomicU64,
     /// Requests answered 503 because storing failed.
     pub failed: AtomicU64,
+    /// Requests answered 200 (`on_receipt`) whose record could not be stored or parked after
+    /// the answer: kept in the inbox, they run again at the next start.
+    pub kept_in_inbox: AtomicU64,
+    /// Identical copies of a request answered 200 before, answered the same again; nothing
+    /// was stored for them.
+    pub repeated: AtomicU64,
+    /// Identical copies of a request still running after the wait, answered 409 +
+    /// `Retry-After`.
+    pub in_progress: AtomicU64,
+}
+
+/// A request whose signature passed: what the replay window knows it by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    /// The MAC the connector computed over what is signed.
+    pub mac: [u8; 32],
+    /// The signed timestamp, Unix seconds.
+    pub t: i64,
 }
 
 /// A configured webhook.
 pub struct WebhookSource {
-    cfg: WebhookConfig,
+    pub(super) cfg: WebhookConfig,
     secret: Vec<u8>,
     source: String,
     replay: Mutex<ReplayWindow>,
     /// Its counters.
-    pub stats: WebhookStats,
+    pub stats: Arc<WebhookStats>,
 }
 
 impl WebhookSource {
@@ -45,7 +68,7 @@ impl WebhookSource {
             cfg,
             secret,
             replay: Mutex::new(ReplayWindow::default()),
-            stats: WebhookStats::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -64,32 +87,38 @@ impl WebhookSource {
         self.cfg.respond
     }
 
-    fn window(&self) -> std::sync::MutexGuard<'_, ReplayWindow> {
+    /// The tolerance, in seconds.
+    pub(super) fn tolerance(&self) -> i64 {
+        self.cfg.tolerance.as_secs() as i64
+    }
+
+    pub(super) fn window(&self) -> std::sync::MutexGuard<'_, ReplayWindow> {
         // Plain data, consistent after every call.
         self.replay.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Entries of the replay window forgotten at its cap before their time.
+    pub fn window_forgotten_total(&self) -> u64 {
+        self.window().forgotten_total
+    }
+
     /// Checks the signature header against `key` (the `X-Opex-Key` header, when present) and
-    /// the raw body at `now` (Unix seconds), and reserves the request in the replay window.
-    /// Returns the MAC to [`forget`](Self::handle) if the request is not accepted after all.
+    /// the raw body at `now` (Unix seconds). Whether the request was seen before is for
+    /// [`handle`](Self::handle) to say.
     pub fn verify(
         &self,
         header: Option<&str>,
         key: Option<&str>,
         body: &[u8],
         now: i64,
-    ) -> Result<[u8; 32], SigError> {
+    ) -> Result<Verified, SigError> {
         let result = (|| {
             let header = header.ok_or(SigError::Missing)?;
             let sig = signature::parse(header)?;
-            let tolerance = self.cfg.tolerance.as_secs() as i64;
             // The MAC the connector computed identifies the request, not a `v1` of the header:
             // a replay with other entries added or reordered computes the same MAC.
-            let mac = signature::verify(&sig, &self.secret, key, body, now, tolerance)?;
-            if !self.window().admit(sig.t, mac, now, tolerance) {
-                return Err(SigError::Replayed);
-            }
-            Ok(mac)
+            let mac = signature::verify(&sig, &self.secret, key, body, now, self.tolerance())?;
+            Ok(Verified { mac, t: sig.t })
         })();
         if result.is_err() {
             self.stats
@@ -99,142 +128,103 @@ impl WebhookSource {
         result
     }
 
-    /// Handles a request whose signature passed: parses the body, then runs it as `respond`
-    /// says. `mac` is forgotten again unless the answer is a 200.
-    pub async fn handle(
-        &self,
-        engine: &Arc<Engine>,
-        mac: [u8; 32],
-        key: Option<&str>,
-        body: &[u8],
-    ) -> SourceOutcome {
-        self.stats.received.fetch_add(1, Ordering::Relaxed);
-        let outcome = self.run(engine, key, body).await;
-        match &outcome {
-            SourceOutcome::Stored { .. } | SourceOutcome::Accepted { .. } => {
-                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-            }
-            other => {
-                self.window().forget(&mac);
-                match other {
-                    SourceOutcome::Retry { .. } => &self.stats.backpressured,
-                    SourceOutcome::Malformed { .. } => &self.stats.rejected_body,
-                    _ => &self.stats.failed,
-                }
-                .fetch_add(1, Ordering::Relaxed);
+    /// Puts back the replay window written before the last stop. Blocking; called at start.
+    pub fn restore_window(&self, dlq: &DeadLetterQueue, now: i64) {
+        let oldest = now.saturating_sub(self.tolerance());
+        let entries = match dlq.window_load(self.name(), oldest) {
+            Ok(entries) => entries,
+            Err(e) => return events::webhook_window_unreadable(self.name(), &e),
+        };
+        let mut window = self.window();
+        for e in entries {
+            if let Ok(answer) = serde_json::from_slice::<Answer>(&e.answer) {
+                window.restore(e.t, e.mac, answer, oldest);
             }
         }
-        outcome
+        log::debug!(
+            "webhook replay window restored: webhook={} entries={}",
+            self.name(),
+            window.len()
+        );
     }
 
-    async fn run(&self, engine: &Arc<Engine>, key: Option<&str>, body: &[u8]) -> SourceOutcome {
+    /// The window row of request `req` answered `answer`, with the rows to delete beside it.
+    pub(super) fn window_row(&self, req: Verified, answer: &Answer) -> WindowRow {
+        WindowRow {
+            hook: self.name().to_string(),
+            mac: req.mac,
+            t: req.t,
+            answer: serde_json::to_vec(answer).unwrap_or_default(),
+            gone: self.window().take_gone(),
+        }
+    }
+
+    /// Runs a new request: parses the body, then runs it as `respond` says. True with the
+    /// outcome when its window row was written with it (in the inbox's transaction).
+    pub(super) async fn run(
+        &self,
+        engine: &Arc<Engine>,
+        req: Verified,
+        key: Option<&str>,
+        body: &[u8],
+    ) -> (SourceOutcome, bool) {
         let mut record = match Record::from_json(self.source.as_str(), "", body) {
             Ok(r) => r,
             Err(e) => {
-                return SourceOutcome::Malformed {
-                    reason: e.to_string(),
-                }
+                let reason = e.to_string();
+                return (SourceOutcome::Malformed { reason }, false);
             }
         };
         record.key = key.map_or_else(|| record.id.clone(), str::to_string);
         let id = record.id.clone();
-        match self.cfg.respond {
-            Respond::OnDone => SourceOutcome::from_settlement(id, engine.offer(record).await),
-            Respond::OnReceipt => {
-                let admitted = match engine.admit(&record) {
-                    Err(settlement) => return SourceOutcome::from_settlement(id, settlement),
-                    Ok(None) => {
-                        engine.unrouted(&record.source);
-                        return SourceOutcome::Accepted { id };
-                    }
-                    Ok(Some(a)) => a,
-                };
-                // Durable before the 200: a crash after it is recovered from the inbox.
-                let dlq = Arc::clone(engine.dead_letters());
-                let line = record.to_line();
-                let inbox_id = match tokio::task::spawn_blocking(move || dlq.inbox_put(&line)).await
-                {
-                    Ok(Ok(i)) => i,
-                    Ok(Err(e)) => {
-                        engine.ledger.refused(&record.source);
-                        return SourceOutcome::from_settlement(
-                            id,
-                            Settlement::Failed {
-                                sink: "inbox".into(),
-                                reason: e.to_string(),
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        engine.ledger.refused(&record.source);
-                        return SourceOutcome::from_settlement(
-                            id,
-                            Settlement::Failed {
-                                sink: "inbox".into(),
-                                reason: e.to_string(),
-                            },
-                        );
-                    }
-                };
-                let engine = Arc::clone(engine);
-                tokio::spawn(async move {
-                    engine.run_admitted(record, admitted, Mode::Accepted).await;
-                    finish_inbox(&engine, inbox_id).await;
-                });
-                SourceOutcome::Accepted { id }
+        let admitted = match self.cfg.respond {
+            Respond::OnDone => {
+                let settlement = engine.offer(record).await;
+                return (SourceOutcome::from_settlement(id, settlement), false);
             }
-        }
-    }
-}
-
-/// Removes a handled request from the inbox.
-async fn finish_inbox(engine: &Arc<Engine>, inbox_id: u64) {
-    let dlq = Arc::clone(engine.dead_letters());
-    match tokio::task::spawn_blocking(move || dlq.inbox_remove(inbox_id)).await {
-        Ok(Ok(())) => {}
-        // It stays in the inbox and runs again at the next start: a duplicate, not a loss.
-        Ok(Err(e)) => {
-            log::error!("webhook inbox entry not removed: inbox_id={inbox_id} error=\"{e}\"")
-        }
-        Err(e) => log::error!("webhook inbox entry not removed: inbox_id={inbox_id} error=\"{e}\""),
-    }
-}
-
-/// At start: runs every request that was answered 200 (`on_receipt`) but not finished before
-/// the process stopped. A record whose sinks are full now is parked in the dead-letter queue as
-/// "accepted (200) but not handled": its sender cannot be told to retry any more.
-pub async fn recover_inbox(engine: Arc<Engine>) {
-    let dlq = Arc::clone(engine.dead_letters());
-    let entries = match tokio::task::spawn_blocking(move || dlq.inbox_all()).await {
-        Ok(Ok(e)) => e,
-        Ok(Err(e)) => {
-            log::error!("webhook inbox unreadable at start: error=\"{e}\"");
-            return;
-        }
-        Err(_) => return,
-    };
-    if !entries.is_empty() {
-        log::warn!(
-            "webhook inbox: resuming {} accepted requests",
-            entries.len()
-        );
-    }
-    for (inbox_id, line) in entries {
-        let Ok(record) = Record::from_line(&line) else {
-            log::error!("webhook inbox entry unreadable, kept: inbox_id={inbox_id}");
-            continue;
+            Respond::OnReceipt => match engine.admit(&record) {
+                Err(settlement) => return (SourceOutcome::from_settlement(id, settlement), false),
+                Ok(None) => {
+                    engine.unrouted(&record.source);
+                    return (SourceOutcome::Accepted { id }, false);
+                }
+                Ok(Some(a)) => a,
+            },
         };
-        match engine.admit(&record) {
-            Ok(admitted) => {
-                engine
-                    .run_admitted(record, admitted.unwrap_or_default(), Mode::Accepted)
-                    .await;
+        // Durable before the 200, with the window row: a crash after it is recovered from the
+        // inbox, and the sender's copy after the restart is answered the same.
+        let row = self.window_row(
+            req,
+            &Answer {
+                result: "accepted".into(),
+                id: id.clone(),
+                dead_letter_id: None,
+            },
+        );
+        let dlq = Arc::clone(engine.dead_letters());
+        let line = record.to_line();
+        let put = tokio::task::spawn_blocking(move || dlq.inbox_put(&line, Some(&row)))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Io(e.to_string())));
+        let inbox_id = match put {
+            Ok(i) => i,
+            Err(e) => {
+                engine.ledger.refused(&record.source);
+                let failed = Settlement::Failed {
+                    sink: "inbox".into(),
+                    reason: e.to_string(),
+                };
+                return (SourceOutcome::from_settlement(id, failed), false);
             }
-            Err(refused) => {
-                engine.park_unhandled(record, &refused).await;
-            }
-        }
-        finish_inbox(&engine, inbox_id).await;
+        };
+        let engine = Arc::clone(engine);
+        let stats = Arc::clone(&self.stats);
+        tokio::spawn(async move {
+            let source = record.source.clone();
+            let settlement = engine.run_admitted(record, admitted, Mode::Accepted).await;
+            settle_inbox(&engine, &stats, &source, inbox_id, &settlement).await;
+        });
+        (SourceOutcome::Accepted { id }, true)
     }
 }
 
@@ -257,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn a_replay_with_an_extra_v1_entry_is_refused() {
+    fn a_replay_with_an_extra_v1_entry_is_the_same_request() {
         let hook = hook();
         let body = br#"{"amount":5}"#;
         let good = sign(b"whsec", 1000, None, body);
@@ -274,15 +264,11 @@ mod tests {
         ] {
             assert_eq!(
                 hook.verify(Some(&replay), None, body, 1001),
-                Err(SigError::Replayed),
+                Ok(first),
                 "{replay}"
             );
         }
-        // Forgotten (the request was not accepted after all), the same MAC passes once more.
-        hook.window().forget(&first);
-        let again = format!("t=1000,v1={random},v1={good_v1}");
-        assert_eq!(hook.verify(Some(&again), None, body, 1002), Ok(first));
-        assert_eq!(hook.stats.rejected_signature.load(Ordering::Relaxed), 6);
+        assert_eq!(hook.stats.rejected_signature.load(Ordering::Relaxed), 0);
     }
 
     #[test]

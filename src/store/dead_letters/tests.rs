@@ -277,9 +277,9 @@ fn entries_states_and_counts_survive_a_reopen_and_ids_are_never_reused() {
 fn the_inbox_keeps_requests_until_removed_across_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let q = DeadLetterQueue::open(dir.path(), 10).unwrap();
-    let a = q.inbox_put(b"first").unwrap();
-    let b = q.inbox_put(b"second").unwrap();
-    let c = q.inbox_put(b"third").unwrap();
+    let a = q.inbox_put(b"first", None).unwrap();
+    let b = q.inbox_put(b"second", None).unwrap();
+    let c = q.inbox_put(b"third", None).unwrap();
     assert!(a < b && b < c);
     q.inbox_remove(b).unwrap();
     q.inbox_remove(999).unwrap();
@@ -298,5 +298,5 @@ fn the_inbox_keeps_requests_until_removed_across_a_reopen() {
     // Ids keep growing after the inbox was emptied and reopened.
     q.close();
     let q = DeadLetterQueue::open(dir.path(), 10).unwrap();
-    assert!(q.inbox_put(b"next").unwrap() > c);
+    assert!(q.inbox_put(b"next", None).unwrap() > c);
 }

@@ -171,6 +171,17 @@ impl NatsServer {
         self.process.kill9();
     }
 
+    /// SIGSTOP: the server keeps its connections open and answers nothing (no ack), until
+    /// [`NatsServer::thaw`].
+    pub fn freeze(&self) {
+        self.process.signal("STOP");
+    }
+
+    /// SIGCONT after [`NatsServer::freeze`]: the server answers what it was sent meanwhile.
+    pub fn thaw(&self) {
+        self.process.signal("CONT");
+    }
+
     /// Starts again on the same ports and store (after [`NatsServer::stop`] or
     /// [`NatsServer::kill9`]); returns once it is ready again.
     pub fn restart(&mut self) {

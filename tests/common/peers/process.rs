@@ -269,6 +269,18 @@ impl PeerProcess {
             let _ = child.wait();
         }
     }
+
+    /// SIGSTOP (`freeze`) or SIGCONT: a stopped peer keeps its connections open and answers
+    /// nothing, as a wedged server does.
+    pub(super) fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the peer is running");
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} {pid} failed: {sent}");
+    }
 }
 
 impl Drop for PeerProcess {
