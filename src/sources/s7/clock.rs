@@ -16,7 +16,7 @@ fn bcd(b: u8) -> Result<u32, String> {
 
 /// A value 0..=99 as a BCD byte.
 fn to_bcd(n: u32) -> u8 {
-    ((n / 10 % 10) << 4 | n % 10) as u8
+    (((n / 10 % 10) << 4) | (n % 10)) as u8
 }
 
 /// The RFC 3339 text of checked calendar fields.
@@ -101,7 +101,7 @@ pub fn encode_date_and_time(value: &str) -> Result<Vec<u8>, String> {
         to_bcd(c.minute),
         to_bcd(c.second),
         to_bcd(c.millis / 10),
-        ((c.millis % 10) << 4 | (day + 1)) as u8,
+        (((c.millis % 10) << 4) | (day + 1)) as u8,
     ])
 }
 
@@ -128,7 +128,7 @@ const S5_BASES: [i64; 4] = [10, 100, 1000, 10_000];
 pub fn s5time_ms(word: u16) -> Result<i64, String> {
     let [hi, lo] = word.to_be_bytes();
     let count = bcd(hi & 0x0F)? * 100 + bcd(lo)?;
-    Ok(i64::from(count) * S5_BASES[usize::from(hi >> 4 & 0x03)])
+    Ok(i64::from(count) * S5_BASES[usize::from((hi >> 4) & 0x03)])
 }
 
 /// Milliseconds → S5TIME, with the finest base that holds it; a value the base cannot hold
@@ -137,7 +137,7 @@ pub fn encode_s5time(ms: i64) -> Result<[u8; 2], String> {
     for (i, base) in S5_BASES.iter().enumerate() {
         if ms % base == 0 && ms / base <= 999 {
             let count = (ms / base) as u32;
-            return Ok([(i as u8) << 4 | (count / 100) as u8, to_bcd(count % 100)]);
+            return Ok([((i as u8) << 4) | (count / 100) as u8, to_bcd(count % 100)]);
         }
     }
     Err(format!(

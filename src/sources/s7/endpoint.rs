@@ -38,7 +38,7 @@ pub fn rack_slot_tsap(rack: u8, slot: u8) -> Result<u16, String> {
             "rack {rack} slot {slot}: rack is 0 to 7 and slot 0 to 31"
         ));
     }
-    Ok(0x0100 | u16::from(rack) << 5 | u16::from(slot))
+    Ok(0x0100 | (u16::from(rack) << 5) | u16::from(slot))
 }
 
 /// A TSAP as TIA Portal shows it: two hex bytes with a dot, `"03.01"`.
@@ -51,7 +51,7 @@ pub fn parse_tsap(text: &str) -> Result<u16, String> {
         return Err(bad());
     }
     let byte = |s: &str| u8::from_str_radix(s, 16).map_err(|_| bad());
-    Ok(u16::from(byte(hi)?) << 8 | u16::from(byte(lo)?))
+    Ok((u16::from(byte(hi)?) << 8) | u16::from(byte(lo)?))
 }
 
 impl Endpoint {

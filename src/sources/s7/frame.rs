@@ -99,6 +99,9 @@ pub fn setup_request(seq: u16, pdu: u16) -> Vec<u8> {
     job(seq, &params, &[])
 }
 
+/// Each item of a ReadVar answer: its bytes, or its return code.
+pub type ReadItems = Vec<Result<Vec<u8>, u8>>;
+
 /// An answer's parameters and data, or the request's error code.
 type Answer<'a> = Result<(&'a [u8], &'a [u8]), u16>;
 
@@ -183,11 +186,7 @@ pub fn read_request(seq: u16, spans: &[Span]) -> Vec<u8> {
 
 /// A ReadVar answer of `n` items: each item's bytes or its return code; or the request's
 /// error code.
-pub fn parse_read(
-    s7: &[u8],
-    seq: u16,
-    n: usize,
-) -> Result<Result<Vec<Result<Vec<u8>, u8>>, u16>, Error> {
+pub fn parse_read(s7: &[u8], seq: u16, n: usize) -> Result<Result<ReadItems, u16>, Error> {
     let (params, data) = match answer(s7, seq, READ_VAR)? {
         Err(code) => return Ok(Err(code)),
         Ok(pd) => pd,

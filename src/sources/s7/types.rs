@@ -217,7 +217,7 @@ impl DataType {
             Self::Char => Value::Text(char::from(b[0]).to_string()),
             Self::Int => Value::Signed(i64::from(be(2) as u16 as i16)),
             Self::DInt | Self::Time => Value::Signed(i64::from(be(4) as u32 as i32)),
-            Self::Real => Value::Float(f64::from(f32::from_bits(be(4) as u32))),
+            Self::Real => Value::Float(widen(f32::from_bits(be(4) as u32))),
             Self::LReal => Value::Float(f64::from_bits(be(8))),
             Self::String { length } => {
                 let actual = usize::from(b[1].min(b[0]).min(length));
@@ -301,6 +301,11 @@ impl DataType {
             Self::S5Time => super::clock::encode_s5time(whole(0, 9_990_000)?)?.to_vec(),
         })
     }
+}
+
+/// A REAL as the f64 of its shortest decimal text: 3.14 stays 3.14 (not 3.140000104904175).
+fn widen(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 /// One character as the PLC stores it.
