@@ -265,6 +265,50 @@ fn a_few_hundred_items_are_read_in_the_fewest_requests_the_negotiated_pdu_allows
     assert_eq!(per_pdu, vec![8, 16]);
 }
 
+#[test]
+fn a_plc_that_accepts_and_never_answers_is_a_timeout_within_the_endpoint_timeout() {
+    // A port that takes the TCP connection and then says nothing, as a hung CP does.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let url = format!("s7://127.0.0.1:{port}?rack=0&slot=1");
+    let ep = Endpoint::parse_url(&url, Duration::from_millis(300)).expect("endpoint");
+    let started = std::time::Instant::now();
+    let result = block_on(Connection::open(&ep));
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            result,
+            Err(opex_connector::sources::s7::Error::Timeout { what: "connect" })
+        ),
+        "{result:?}"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    drop(silent);
+}
+
+#[test]
+fn a_write_larger_than_the_negotiated_pdu_is_refused_before_sending() {
+    let plc = S7Plc::start(&[("DB", 1, vec![0u8; 300])]);
+    let long = "x".repeat(250);
+    let results = block_on(async {
+        let mut conn = Connection::open(&endpoint(&plc, 240)).await.expect("open");
+        conn.write(&[(item("DB1.DBB0", "string254"), json!(long))])
+            .await
+    });
+    assert!(
+        matches!(
+            &results[0],
+            Err(WriteError::Refused(ItemError::TooLarge {
+                bytes: 252,
+                max: 212,
+                ..
+            }))
+        ),
+        "{results:?}"
+    );
+    assert!(!plc.log().contains("write "), "{}", plc.log());
+}
+
 /// Runs the binary; returns (exit status, stdout, stderr).
 fn tool(args: &[&str]) -> (i32, String, String) {
     let out = run_cli(args);

@@ -169,6 +169,16 @@ impl Connection {
             };
             let seq = self.next_seq();
             let request = frame::write_request(seq, &item.address, &bytes);
+            // The S7 part of the request (after TPKT and COTP) must fit the PDU.
+            let max = usize::from(self.pdu).saturating_sub(frame::WRITE_OVERHEAD);
+            if bytes.len() > max {
+                out.push(Err(WriteError::Refused(ItemError::TooLarge {
+                    address: item.address,
+                    bytes: bytes.len(),
+                    max,
+                })));
+                continue;
+            }
             let answer = match self.exchange("write", &request, false).await {
                 Ok(a) => frame::parse_write(&a, seq),
                 Err(e) => Err(e),

@@ -71,7 +71,8 @@ pub enum ItemError {
         /// Error class and code, as one number (e.g. 0x8104).
         code: u16,
     },
-    /// The item cannot be read in one response of the negotiated PDU.
+    /// The item cannot be read in one answer, or written in one request, of the
+    /// negotiated PDU.
     TooLarge {
         /// The item.
         address: Address,
@@ -135,7 +136,7 @@ impl fmt::Display for ItemError {
                 max,
             } => write!(
                 f,
-                "{address}: {bytes} bytes do not fit one answer of the negotiated PDU ({max} at most)"
+                "{address}: {bytes} bytes do not fit one request or answer of the negotiated PDU ({max} at most)"
             ),
             Self::Decode(e) | Self::Invalid(e) => f.write_str(e),
         }

@@ -23,6 +23,9 @@ pub const REQUEST_ITEM_LEN: usize = 12;
 pub const REQUEST_OVERHEAD: usize = JOB_HEADER + 2;
 /// Bytes of a ReadVar answer's header and parameter head.
 pub const RESPONSE_OVERHEAD: usize = ACK_HEADER + 2;
+/// Bytes of a one-item WriteVar request besides its data: header, function and count, the
+/// item, the data head.
+pub const WRITE_OVERHEAD: usize = REQUEST_OVERHEAD + REQUEST_ITEM_LEN + 4;
 /// Bytes in front of each item's data in a ReadVar answer.
 pub const RESPONSE_ITEM_HEAD: usize = 4;
 

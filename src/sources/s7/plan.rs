@@ -198,7 +198,7 @@ mod tests {
         assert_eq!(p.unreadable.len(), 1);
         assert_eq!(
             p.unreadable[0].1.to_string(),
-            "DB1.DBB0: 256 bytes do not fit one answer of the negotiated PDU (222 at most)"
+            "DB1.DBB0: 256 bytes do not fit one request or answer of the negotiated PDU (222 at most)"
         );
     }
 
