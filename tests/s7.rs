@@ -266,6 +266,27 @@ fn a_few_hundred_items_are_read_in_the_fewest_requests_the_negotiated_pdu_allows
 }
 
 #[test]
+fn a_string_larger_than_one_answer_of_the_pdu_is_read_in_parts() {
+    let mut db = vec![254u8, 250];
+    db.extend((0..254u32).map(|i| b'a' + (i % 26) as u8));
+    db.extend([0x12, 0x34]);
+    let plc = S7Plc::start(&[("DB", 5, db)]);
+    let items = [item("DB5.DBB0", "string254"), item("DB5.DBW256", "word")];
+    let values = block_on(async {
+        let mut conn = Connection::open(&endpoint(&plc, 240)).await.expect("open");
+        let plan = conn.plan(&items);
+        conn.read(&items, &plan).await.expect("read")
+    });
+    let expected: String = (0..250u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    assert_eq!(json_of(&values), vec![json!(expected), json!(0x1234)]);
+    // 256 bytes in parts of 222 and 34, and the word in a request of its own.
+    assert_eq!(plc.read_requests(), vec![1, 1, 1], "{}", plc.log());
+    assert_eq!(minimum_requests(&items, 240), 3);
+}
+
+#[test]
 fn a_plc_that_accepts_and_never_answers_is_a_timeout_within_the_endpoint_timeout() {
     // A port that takes the TCP connection and then says nothing, as a hung CP does.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

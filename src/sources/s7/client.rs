@@ -12,7 +12,7 @@ use super::address::Width;
 use super::endpoint::Endpoint;
 use super::error::{Error, ItemError, WriteError};
 use super::frame::{self, Span, TPKT_LEN};
-use super::plan::{plan, Item, Plan};
+use super::plan::{part_len, plan, Item, Plan};
 use super::types::Value;
 
 /// Most bytes of one reassembled answer: above any PDU (960 at most) with room for headers;
@@ -97,9 +97,9 @@ impl Connection {
             &replanned
         };
         let mut out: Values = vec![Err(ItemError::Decode("not read".into())); items.len()];
-        for (i, e) in &plan.unreadable {
-            if let Some(slot) = out.get_mut(*i) {
-                *slot = Err(e.clone());
+        for &i in &plan.in_parts {
+            if let Some(item) = items.get(i) {
+                out[i] = self.read_in_parts(item).await?;
             }
         }
         for request in &plan.requests {
@@ -140,6 +140,47 @@ impl Connection {
             }
         }
         Ok(out)
+    }
+
+    /// Reads one item larger than an answer in parts of [`part_len`] bytes, one request
+    /// each.
+    async fn read_in_parts(&mut self, item: &Item) -> Result<Result<Value, ItemError>, Error> {
+        let whole = item.span();
+        let step = part_len(self.pdu);
+        let mut bytes = Vec::with_capacity(usize::from(whole.len));
+        while bytes.len() < usize::from(whole.len) {
+            let len = step.min(usize::from(whole.len) - bytes.len());
+            let span = Span {
+                area: whole.area,
+                start: whole.start + bytes.len() as u32,
+                len: len as u16,
+            };
+            let seq = self.next_seq();
+            let answer = self
+                .exchange("read", &frame::read_request(seq, &[span]), false)
+                .await?;
+            match frame::parse_read(&answer, seq, 1)? {
+                Err(code) => return Ok(Err(ItemError::Request { code })),
+                Ok(mut results) => match results.pop() {
+                    Some(Ok(part)) if part.len() == len => bytes.extend(part),
+                    Some(Err(code)) => {
+                        return Ok(Err(ItemError::Refused {
+                            address: item.address,
+                            code,
+                        }))
+                    }
+                    _ => {
+                        return Err(Error::Protocol(
+                            "a part of another length than asked".into(),
+                        ))
+                    }
+                },
+            }
+        }
+        Ok(item
+            .data_type
+            .decode(&bytes, 0)
+            .map_err(|e| ItemError::Decode(format!("{}: {e}", item.address))))
     }
 
     /// Writes each item of `writes` with its own WriteVar request, in order (one item per

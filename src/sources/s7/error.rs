@@ -71,8 +71,7 @@ pub enum ItemError {
         /// Error class and code, as one number (e.g. 0x8104).
         code: u16,
     },
-    /// The item cannot be read in one answer, or written in one request, of the
-    /// negotiated PDU.
+    /// The value cannot be written in one request of the negotiated PDU.
     TooLarge {
         /// The item.
         address: Address,
@@ -100,7 +99,7 @@ impl ItemError {
             Self::Refused { code: 0x05, .. } => {
                 Some("check the offset against the DB's length in the PLC program")
             }
-            Self::TooLarge { .. } => Some("raise pdu_size if the CPU allows, or read the value in parts"),
+            Self::TooLarge { .. } => Some("raise pdu_size if the CPU allows, or write a shorter value"),
             _ => None,
         }
     }
@@ -136,7 +135,7 @@ impl fmt::Display for ItemError {
                 max,
             } => write!(
                 f,
-                "{address}: {bytes} bytes do not fit one request or answer of the negotiated PDU ({max} at most)"
+                "{address}: {bytes} bytes do not fit one write request of the negotiated PDU ({max} at most)"
             ),
             Self::Decode(e) | Self::Invalid(e) => f.write_str(e),
         }

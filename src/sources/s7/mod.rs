@@ -13,7 +13,8 @@
 //! - [`Item`]: a point's [`Address`] ([`address`], `DB10.DBD4`, `M0.1`, ...) and
 //!   [`DataType`] ([`types`], [`clock`] for the time types), checked to fit each other.
 //! - [`Connection::open`] → [`Connection::pdu_size`], the negotiated PDU; [`plan`] packs a
-//!   group into the fewest ReadVar requests that PDU allows ([`plan`](mod@plan)).
+//!   group into the fewest ReadVar requests that PDU allows ([`plan`](mod@plan)); an item
+//!   larger than one answer is read alone in parts.
 //! - [`Connection::read`]: each item's [`Value`] or its own [`ItemError`] in words, and
 //!   [`Connection::write`]: each item's result; an [`Error`] ends the connection.
 //!

@@ -7,9 +7,12 @@
 //! result is checked against the lower bound ([`minimum_requests`]) in the tests. Items are
 //! not merged into spans: one item per point keeps each point's return code its own (a
 //! refused DB never takes the neighbours of a merged span with it).
+//!
+//! An item larger than one answer (a STRING[254] at PDU 240) is read alone, in parts of
+//! [`part_len`] bytes, one request each, one after the other: a value the PLC changes
+//! between two parts can mix old and new bytes, as with any client at that PDU.
 
 use super::address::Address;
-use super::error::ItemError;
 use super::frame::{
     Span, REQUEST_ITEM_LEN, REQUEST_OVERHEAD, RESPONSE_ITEM_HEAD, RESPONSE_OVERHEAD,
 };
@@ -62,8 +65,8 @@ pub struct Plan {
     pub pdu: u16,
     /// Each request: the indexes of its items, ascending.
     pub requests: Vec<Vec<usize>>,
-    /// Items that fit no answer of this PDU, with why.
-    pub unreadable: Vec<(usize, ItemError)>,
+    /// Items larger than one answer of this PDU, each read alone in parts.
+    pub in_parts: Vec<usize>,
 }
 
 /// Most items of one request with `pdu`.
@@ -76,21 +79,19 @@ fn answer_budget(pdu: u16) -> usize {
     usize::from(pdu).saturating_sub(RESPONSE_OVERHEAD)
 }
 
+/// The bytes of one part of an item read in parts (even, so no fill byte).
+pub fn part_len(pdu: u16) -> usize {
+    (answer_budget(pdu).saturating_sub(RESPONSE_ITEM_HEAD) & !1).max(2)
+}
+
 /// Packs `items` for `pdu`.
 pub fn plan(items: &[Item], pdu: u16) -> Plan {
     let (cap, budget) = (max_items(pdu), answer_budget(pdu));
     let mut order: Vec<usize> = Vec::with_capacity(items.len());
-    let mut unreadable = Vec::new();
+    let mut in_parts = Vec::new();
     for (i, item) in items.iter().enumerate() {
         if item.answer_cost() > budget {
-            unreadable.push((
-                i,
-                ItemError::TooLarge {
-                    address: item.address,
-                    bytes: item.data_type.size(),
-                    max: budget.saturating_sub(RESPONSE_ITEM_HEAD),
-                },
-            ));
+            in_parts.push(i);
         } else {
             order.push(i);
         }
@@ -121,19 +122,26 @@ pub fn plan(items: &[Item], pdu: u16) -> Plan {
     Plan {
         pdu,
         requests,
-        unreadable,
+        in_parts,
     }
 }
 
 /// The fewest requests any packing of `items` can take with `pdu`: by the item cap and by
-/// the answer bytes.
+/// the answer bytes, plus the parts of the items read in parts.
 pub fn minimum_requests(items: &[Item], pdu: u16) -> usize {
     let budget = answer_budget(pdu).max(1);
-    let bytes: usize = items.iter().map(Item::answer_cost).sum();
-    items
+    let (large, small): (Vec<&Item>, Vec<&Item>) =
+        items.iter().partition(|i| i.answer_cost() > budget);
+    let bytes: usize = small.iter().map(|i| i.answer_cost()).sum();
+    let parts: usize = large
+        .iter()
+        .map(|i| i.data_type.size().div_ceil(part_len(pdu)))
+        .sum();
+    small
         .len()
         .div_ceil(max_items(pdu))
         .max(bytes.div_ceil(budget))
+        + parts
 }
 
 #[cfg(test)]
@@ -156,7 +164,7 @@ mod tests {
                 seen[i] = true;
             }
         }
-        for (i, _) in &p.unreadable {
+        for i in &p.in_parts {
             seen[*i] = true;
         }
         assert!(seen.iter().all(|s| *s), "every item planned once");
@@ -188,18 +196,17 @@ mod tests {
     }
 
     #[test]
-    fn an_item_larger_than_an_answer_is_unreadable_with_its_reason_and_the_others_are_planned() {
+    fn an_item_larger_than_an_answer_is_read_in_parts_and_the_others_are_packed() {
         let items = [
             item("DB1.DBB0", "string", Some(254)),
             item("DB1.DBW300", "int", None),
         ];
         let p = plan(&items, 240);
         assert_eq!(p.requests, vec![vec![1]]);
-        assert_eq!(p.unreadable.len(), 1);
-        assert_eq!(
-            p.unreadable[0].1.to_string(),
-            "DB1.DBB0: 256 bytes do not fit one request or answer of the negotiated PDU (222 at most)"
-        );
+        assert_eq!(p.in_parts, vec![0]);
+        // 240 - 14 - 4 = 222 bytes a part: 256 bytes in 2 parts, and 1 request for the int.
+        assert_eq!(part_len(240), 222);
+        assert_eq!(minimum_requests(&items, 240), 3);
     }
 
     proptest! {
