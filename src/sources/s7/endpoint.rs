@@ -63,17 +63,28 @@ impl Endpoint {
             .ok_or_else(|| format!("{url}: expected s7://HOST:PORT?rack=0&slot=1"))?;
         let (hostport, query) = rest.split_once('?').unwrap_or((rest, ""));
         let hostport = hostport.trim_end_matches('/');
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-                h,
-                p.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("{url}: the port is 1 to 65535"))?,
-            ),
-            _ => (hostport, DEFAULT_PORT),
+        let port_of = |p: &str| {
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("{url}: the port is 1 to 65535"))
         };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let (host, port) = if let Some(bracketed) = hostport.strip_prefix('[') {
+            // An IPv6 address: [::1] or [::1]:102.
+            let (host, after) = bracketed
+                .split_once(']')
+                .ok_or_else(|| format!("{url}: an IPv6 address ends with ]"))?;
+            match after.strip_prefix(':') {
+                Some(p) => (host, port_of(p)?),
+                None if after.is_empty() => (host, DEFAULT_PORT),
+                None => return Err(format!("{url}: expected :PORT after the address")),
+            }
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((host, p)) => (host, port_of(p)?),
+                None => (hostport, DEFAULT_PORT),
+            }
+        };
         if host.is_empty() {
             return Err(format!("{url}: no host"));
         }
@@ -154,5 +165,9 @@ mod tests {
         assert!(Endpoint::parse_url("s7://plc?pdu_size=100", T).is_err());
         assert!(Endpoint::parse_url("s7://plc?slot=40", T).is_err());
         assert!(Endpoint::parse_url("tcp://plc", T).is_err());
+        let v6 = |u: &str| Endpoint::parse_url(u, T).map(|e| (e.host, e.port));
+        assert_eq!(v6("s7://[::1]:1102"), Ok(("::1".into(), 1102)));
+        assert_eq!(v6("s7://[fe80::2]"), Ok(("fe80::2".into(), 102)));
+        assert!(v6("s7://plc:0").is_err());
     }
 }
