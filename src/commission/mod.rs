@@ -4,8 +4,8 @@
 //!
 //! What they promise:
 //! - **They never write.** Modbus: only the four read functions (1 to 4) go out; OPC-UA: only
-//!   GetEndpoints, session calls, Browse, BrowseNext and Read. No code path here builds a
-//!   write request.
+//!   GetEndpoints, session calls, Browse, BrowseNext and Read; S7: ISO connect, setup
+//!   communication and ReadVar. No code path here builds a write request.
 //! - **The config's own words and code.** The target and flags become a `devices:` entry,
 //!   validated by the config's validators ([`target`]); values are decoded by the pollers'
 //!   decoder, links opened by the pollers' opener, sessions by the OPC-UA device's own
@@ -19,9 +19,11 @@
 //!
 //! - [`target`]: URLs and flags → validated device configs.
 //! - [`modbus`]: `read modbus` and `scan modbus` against a device; [`scan`], the scan's plan.
+//! - [`s7`]: `read s7` against a Siemens S7 PLC (ISO connect, setup and ReadVar only).
 //! - `opcua` (feature `opcua`): the tools' OPC-UA session and `read opcua`; `browse`: the walk.
 
 pub mod modbus;
+pub mod s7;
 pub mod scan;
 pub mod target;
 

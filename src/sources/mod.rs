@@ -29,6 +29,7 @@ pub mod mqtt;
 pub mod nats;
 pub mod opcua;
 pub mod pollers;
+pub mod s7;
 pub mod schedule;
 pub mod templates;
 pub mod webhook;

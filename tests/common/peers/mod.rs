@@ -18,8 +18,9 @@
 //! | pymodbus over TCP / over RTU on a socat pty pair | [`ModbusTcp`] / [`ModbusRtu`] | `modbus.rs` |
 //! | asyncua OPC-UA server | [`OpcuaServer`] (`start_secure` for Basic256Sha256) | `opcua.rs` |
 //! | the built-in simulator's OPC-UA plant, in process | `SimulatorPlant` | `opcua.rs` |
+//! | python-snap7 S7 PLC (areas and bytes given by the test) | [`S7Plc`] | `s7.rs` |
 //!
-//! The Python peers' scripts (`modbus_device.py`, `opcua_server.py`) live beside the file
+//! The Python peers' scripts (`modbus_device.py`, `opcua_server.py`, `s7_plc.py`) live beside the file
 //! that starts them. `process.rs` holds what they share: finding a program, the child with
 //! its log, readiness polling, SIGTERM with a deadline.
 
@@ -31,10 +32,11 @@ mod nats_cluster;
 mod opcua;
 mod postgres;
 mod process;
+mod s7;
 
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]
 pub use self::{
     clickhouse::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*, opcua::*, postgres::*,
-    process::PEER_START_DEADLINE,
+    process::PEER_START_DEADLINE, s7::*,
 };
