@@ -10,6 +10,8 @@ const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
   opex-connector run --config FILE     run the daemon
   opex-connector validate FILE         check a config; print every problem with its path
+  opex-connector demo-config           print the demo config (config/demo.yaml, embedded), to
+                                       start a site's config from it
   opex-connector simulate [--modbus ADDR] [--opcua ADDR]
                                        serve the simulated plant over Modbus TCP (default
                                        127.0.0.1:5020) and OPC-UA (default 127.0.0.1:4840);
@@ -138,6 +140,10 @@ fn main() -> ExitCode {
             }
             Err(problems) => report(file, &problems),
         },
+        ["demo-config"] => {
+            print!("{}", config::DEMO_YAML);
+            ExitCode::SUCCESS
+        }
         ["simulate", rest @ ..] => simulate(rest),
         ["read", "modbus", target, rest @ ..] => {
             let valued = [&commission::modbus::READ_FLAGS[..]].concat();

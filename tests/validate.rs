@@ -385,6 +385,27 @@ fn demo_config_validates() {
     );
 }
 
+/// A box with only the binary starts from the embedded demo: `demo-config` prints it as
+/// shipped, and what it prints validates.
+#[test]
+fn demo_config_prints_the_embedded_demo_and_it_validates() {
+    let out = run_cli(&["demo-config"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml"))
+            .expect("read config/demo.yaml");
+    assert_eq!(text(&out.stdout), shipped);
+    let dir = TempDir::new().expect("temp dir");
+    let path = write(&dir, "site.yaml", &text(&out.stdout));
+    let checked = validate(&path);
+    assert_eq!(
+        checked.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        text(&checked.stderr)
+    );
+}
+
 #[test]
 fn validate_reports_every_problem_of_telemetry_alerts_with_its_path() {
     let dir = TempDir::new().expect("temp dir");
