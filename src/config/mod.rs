@@ -11,6 +11,7 @@
 //! `opex-connector validate FILE` runs steps 1 and 2 alone; systemd runs it before every start.
 
 pub mod checks;
+mod keys;
 mod overlay;
 mod parse;
 pub mod raw;
