@@ -15,6 +15,7 @@ mod keys;
 mod overlay;
 mod parse;
 pub mod raw;
+mod routes;
 mod validate;
 
 use std::fmt;
