@@ -277,6 +277,17 @@ ingest:
     }
 
     #[test]
+    fn a_misspelled_key_of_a_sinks_entry_is_told_the_key_of_its_type() {
+        use crate::sinks::config::RawSinkKind;
+        let tree = serde_json::json!({"storage": {"retention_dys": 3}});
+        let (_, problems) = parse_tree::<RawSinkKind>(tree, "sinks[1]", true);
+        assert_eq!(
+            problems.to_string(),
+            "sinks[1].retention_dys: unknown key; did you mean `retention_days`?"
+        );
+    }
+
+    #[test]
     fn yaml_syntax_error_is_one_problem_not_a_panic() {
         let problems = parse_raw("connector: [unclosed").unwrap_err();
         assert_eq!(problems.0.len(), 1);
