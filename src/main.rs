@@ -45,7 +45,9 @@ const USAGE: &str = "usage:
   opex-connector scan modbus tcp://HOST:PORT | rtu:///dev/ttyX?baud=19200 [--unit U]
                 [--table holding|input|coil|discrete] [--range FIRST-LAST] [--block N]
                 [--max-requests N] [--timeout-ms MS]
-                                       list the address ranges of a table the device has
+                                       list the address ranges of a table the device has;
+                                       --range defaults to 0-9999; Ctrl-C stops with what it
+                                       found; progress on stderr when it is a terminal
       SECURITY: [--security-policy None|Basic256Sha256] [--security-mode Sign|SignAndEncrypt]
                 [--username NAME --password-file FILE] [--pki-dir DIR] [--trust-server-certs]
                 [--no-check-hostname] [--timeout-ms MS]
