@@ -513,6 +513,33 @@ fn browse_prints_the_tree_and_a_nodes_list_that_a_config_takes() {
     assert!(out.contains("PumpOn") && !out.contains("Counter"), "{out}");
 }
 
+/// A technician who types the wrong path is told where the server's endpoints are, not that
+/// it "offers no None None endpoint (it offers: None/None)"; and the client library's
+/// warning about its own empty endpoint list is not printed at every start.
+#[test]
+fn browse_at_the_wrong_endpoint_path_says_where_the_servers_endpoints_are() {
+    let server = OpcuaServer::start();
+    let right = server.endpoint();
+    let wrong = right.replace("/opex-test/", "/line/");
+    let (code, _, err) = tool(&["browse", &wrong]);
+    assert_eq!(code, 1, "{err}");
+    let line = one_line(&err);
+    assert!(
+        line.contains(&format!("the server's endpoints are at {right}")),
+        "{line}"
+    );
+    assert!(!line.contains("offers no"), "{line}");
+    let out = std::process::Command::new(BIN)
+        .args(["browse", &right])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run browse");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("contains no endpoints"), "{err}");
+}
+
 #[test]
 fn browse_says_when_its_depth_or_node_limit_cuts_the_walk() {
     let server = OpcuaServer::start();
