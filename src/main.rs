@@ -10,6 +10,8 @@ const USAGE: &str = "usage:
   opex-connector                       run the demo (config/demo.yaml, embedded)
   opex-connector run --config FILE     run the daemon
   opex-connector validate FILE         check a config; print every problem with its path
+  opex-connector demo-config           print the demo config (config/demo.yaml, embedded), to
+                                       start a site's config from it
   opex-connector simulate [--modbus ADDR] [--opcua ADDR]
                                        serve the simulated plant over Modbus TCP (default
                                        127.0.0.1:5020) and OPC-UA (default 127.0.0.1:4840);
@@ -45,7 +47,9 @@ const USAGE: &str = "usage:
   opex-connector scan modbus tcp://HOST:PORT | rtu:///dev/ttyX?baud=19200 [--unit U]
                 [--table holding|input|coil|discrete] [--range FIRST-LAST] [--block N]
                 [--max-requests N] [--timeout-ms MS]
-                                       list the address ranges of a table the device has
+                                       list the address ranges of a table the device has;
+                                       --range defaults to 0-9999; Ctrl-C stops with what it
+                                       found; progress on stderr when it is a terminal
       SECURITY: [--security-policy None|Basic256Sha256] [--security-mode Sign|SignAndEncrypt]
                 [--username NAME --password-file FILE] [--pki-dir DIR] [--trust-server-certs]
                 [--no-check-hostname] [--timeout-ms MS]
@@ -140,6 +144,10 @@ fn main() -> ExitCode {
             }
             Err(problems) => report(file, &problems),
         },
+        ["demo-config"] => {
+            print!("{}", config::DEMO_YAML);
+            ExitCode::SUCCESS
+        }
         ["simulate", rest @ ..] => simulate(rest),
         ["read", "modbus", target, rest @ ..] => {
             let valued = [&commission::modbus::READ_FLAGS[..]].concat();

@@ -274,8 +274,9 @@ fn read_modbus_reads_over_an_rtu_line_and_a_silent_unit_is_one_line() {
 fn scan_lists_the_ranges_of_a_sparse_map() {
     let peer = ModbusTcp::start();
     let target = format!("tcp://127.0.0.1:{}", peer.port());
+    // Without --range: the first 10 000 addresses of the table.
     let (code, out, err) = tool(&[
-        "scan", "modbus", &target, "--unit", "2", "--table", "holding", "--range", "0-9999",
+        "scan", "modbus", &target, "--unit", "2", "--table", "holding",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let exists: Vec<&str> = out
@@ -314,6 +315,79 @@ fn scan_lists_the_ranges_of_a_sparse_map() {
         "{out}"
     );
     assert!(out.contains("unread   "), "{out}");
+    assert_only_reads(&peer.log());
+}
+
+/// The technician stops a long scan with Ctrl-C and still gets what it found; on a terminal
+/// the scan shows how far it is, in a log or a pipe it does not.
+#[test]
+fn scan_stops_on_ctrl_c_with_what_it_found_and_shows_progress_only_on_a_terminal() {
+    let peer = ModbusTcp::start();
+    let target = format!("tcp://127.0.0.1:{}", peer.port());
+    let mut scan = std::process::Command::new(BIN)
+        .args([
+            "scan", "modbus", &target, "--unit", "2", "--range", "0-65535",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start scan");
+    // Past address 1000, the one register between 100 and 5000.
+    wait_until(
+        Duration::from_secs(20),
+        "the scan to pass address 1000",
+        || function_codes(&peer.log()).len() > 1100,
+    );
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &scan.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    let exited = poll_until(Duration::from_secs(10), || {
+        matches!(scan.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = scan.kill();
+    }
+    let out = scan.wait_with_output().expect("scan output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(exited, "the scan went on after Ctrl-C: {stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    for line in [
+        "exists   0-9  (10 holding registers)",
+        "exists   100-103  (4 holding registers)",
+        "exists   1000  (1 holding register)",
+        "stopped by Ctrl-C at holding register",
+        "unread   ",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in {stdout}");
+    }
+    assert!(
+        !stderr.contains("scanning:"),
+        "no progress in a pipe: {stderr}"
+    );
+
+    // On a terminal (`script` gives the scan one), the progress line.
+    let command = format!("{BIN} scan modbus {target} --unit 2 --range 0-999");
+    let on_tty = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run script (util-linux)");
+    let seen = String::from_utf8_lossy(&on_tty.stdout);
+    assert_eq!(on_tty.status.code(), Some(0), "{seen}");
+    assert!(
+        seen.contains("scanning: 0 of 1000 holding registers done, 0 found, 0 s"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("14 of 1000 holding registers exist"),
+        "{seen}"
+    );
     assert_only_reads(&peer.log());
 }
 
@@ -437,6 +511,33 @@ fn browse_prints_the_tree_and_a_nodes_list_that_a_config_takes() {
     let (code, out, _) = tool(&["browse", &endpoint, "--match", "*pump*"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("PumpOn") && !out.contains("Counter"), "{out}");
+}
+
+/// A technician who types the wrong path is told where the server's endpoints are, not that
+/// it "offers no None None endpoint (it offers: None/None)"; and the client library's
+/// warning about its own empty endpoint list is not printed at every start.
+#[test]
+fn browse_at_the_wrong_endpoint_path_says_where_the_servers_endpoints_are() {
+    let server = OpcuaServer::start();
+    let right = server.endpoint();
+    let wrong = right.replace("/opex-test/", "/line/");
+    let (code, _, err) = tool(&["browse", &wrong]);
+    assert_eq!(code, 1, "{err}");
+    let line = one_line(&err);
+    assert!(
+        line.contains(&format!("the server's endpoints are at {right}")),
+        "{line}"
+    );
+    assert!(!line.contains("offers no"), "{line}");
+    let out = std::process::Command::new(BIN)
+        .args(["browse", &right])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run browse");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("contains no endpoints"), "{err}");
 }
 
 #[test]

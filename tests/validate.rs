@@ -385,6 +385,94 @@ fn demo_config_validates() {
     );
 }
 
+/// A line with a press and flows that route only the orders to the uplink.
+fn with_flows(device_points: &str) -> String {
+    format!(
+        "{GOOD}storage: {{}}\ncommands:\n  token: c0mmands-t0ken-0123\ndevices:\n  - name: press-1\n    protocol: modbus_tcp\n    host: 127.0.0.1\n    points:\n{device_points}flows:\n  - id: orders\n    nodes:\n      - {{ id: in, kind: source, source: ingest/orders }}\n      - {{ id: press, kind: source, source: modbus/press-1 }}\n      - {{ id: up, kind: sink, sink: push }}\n    wires:\n      - {{ from: in, to: up }}\n      - {{ from: press, to: up }}\n"
+    )
+}
+
+#[test]
+fn validate_warns_of_a_sink_no_flow_reaches_and_of_command_records_no_flow_routes() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = write(
+        &dir,
+        "flows.yaml",
+        &with_flows("      - { name: setpoint, register: 12, writable: true }\n"),
+    );
+    let out = validate(&path);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    for line in [
+        "warning: storage: no flow reaches sink storage: it would get nothing",
+        "warning: commands: no flow has a source node for command/press-1: the records of device press-1's commands would be booked unrouted and lost",
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(line)),
+            "no line {line:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn validate_reports_a_bad_point_once_and_not_its_device_as_an_unknown_source() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = write(
+        &dir,
+        "bad-point.yaml",
+        &with_flows("      - { name: setpoint, register: 70000, writable: true }\n"),
+    );
+    let out = validate(&path);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    // The first line counts the problems; one a line after it.
+    let errors: Vec<&str> = stderr.lines().skip(1).collect();
+    assert_eq!(
+        errors,
+        ["devices[0].points[0].register: 70000 is outside 0..=65535"],
+        "{stderr}"
+    );
+}
+
+#[test]
+fn validate_tells_a_misspelled_key_the_key_it_was_meant_to_be() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = write(
+        &dir,
+        "typo.yaml",
+        &good_with("    max_body_kb: 1024", "    max_body_kbs: 1024"),
+    );
+    let out = validate(&path);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(
+        stderr.lines().any(|l| l
+            .ends_with("connector.http.max_body_kbs: unknown key; did you mean `max_body_kb`?")),
+        "{stderr}"
+    );
+}
+
+/// A box with only the binary starts from the embedded demo: `demo-config` prints it as
+/// shipped, and what it prints validates.
+#[test]
+fn demo_config_prints_the_embedded_demo_and_it_validates() {
+    let out = run_cli(&["demo-config"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml"))
+            .expect("read config/demo.yaml");
+    assert_eq!(text(&out.stdout), shipped);
+    let dir = TempDir::new().expect("temp dir");
+    let path = write(&dir, "site.yaml", &text(&out.stdout));
+    let checked = validate(&path);
+    assert_eq!(
+        checked.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        text(&checked.stderr)
+    );
+}
+
 #[test]
 fn validate_reports_every_problem_of_telemetry_alerts_with_its_path() {
     let dir = TempDir::new().expect("temp dir");

@@ -2,7 +2,9 @@
 //! ([`Opener`]), read with the pollers' request ([`request`]: the device's timeout, link
 //! errors apart from exceptions) and decoded by the pollers' decoder.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use tokio_modbus::client::Context;
@@ -167,11 +169,16 @@ fn describe_type(device: &ModbusDeviceConfig) -> String {
     format!("unit {}, {}", device.unit, parts.join(", "))
 }
 
+/// The addresses `scan modbus` reads without `--range`: the first 10 000 of the table, where
+/// nearly every device keeps its map (the 40001-49999 of the old 5-digit numbering).
+pub const DEFAULT_RANGE: &str = "0-9999";
+
 /// `scan modbus TARGET --table holding --range 0-9999`: which addresses of one table exist.
+/// Ctrl-C stops it with what it found so far.
 pub fn scan(target: &str, flags: &Flags<'_>, out: &mut dyn Write) -> Result<Outcome, Error> {
     let mut entry = modbus_target(target)?;
     entry.set_flags(flags, &DEVICE_KEYS);
-    let (first, last) = range(text(flags, "--range").unwrap_or("0-65535"))?;
+    let (first, last) = range(text(flags, "--range").unwrap_or(DEFAULT_RANGE))?;
     // The table is a point's `kind`, read by the config's own code; the scan reads ranges,
     // not that point.
     let mut point = vec![
@@ -208,11 +215,22 @@ pub fn scan(target: &str, flags: &Flags<'_>, out: &mut dyn Write) -> Result<Outc
         ),
     )?;
     let mut plan = Scan::new(kind, first, last, block);
-    let (sent, stopped) = runtime()?.block_on(async {
+    let mut progress = Progress::new(u64::from(last - first) + 1, many);
+    let scanned = runtime()?.block_on(async {
         let mut link = Link::new(&device);
+        // Ctrl-C ends the scan, not the process: what was found so far is still printed. The
+        // handler is in place once this task first runs (at the first read's first wait).
+        let interrupted = Arc::new(tokio::sync::Notify::new());
+        let on_ctrl_c = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_ctrl_c.notify_one();
+            }
+        });
         let mut sent: u64 = 0;
         let mut failed_in_a_row = 0u32;
         while let Some((start, count)) = plan.next() {
+            progress.show(&plan);
             if sent >= max_requests {
                 return Ok((
                     sent,
@@ -228,7 +246,19 @@ pub fn scan(target: &str, flags: &Flags<'_>, out: &mut dyn Write) -> Result<Outc
                 count,
                 points: Vec::new(),
             };
-            match link.read(&req).await {
+            let reply = tokio::select! {
+                reply = link.read(&req) => reply,
+                () = interrupted.notified() => {
+                    return Ok((
+                        sent,
+                        Some(format!(
+                            "stopped by Ctrl-C at {}",
+                            hints::units_at(kind, start, count)
+                        )),
+                    ));
+                }
+            };
+            match reply {
                 Ok(Ok(_)) => {
                     failed_in_a_row = 0;
                     plan.answer(Reply::Answered);
@@ -253,7 +283,9 @@ pub fn scan(target: &str, flags: &Flags<'_>, out: &mut dyn Write) -> Result<Outc
             }
         }
         Ok((sent, None))
-    })?;
+    });
+    progress.clear();
+    let (sent, stopped) = scanned?;
     let ranges = plan.ranges();
     let mut existing: u64 = 0;
     let mut runs = 0;
@@ -298,6 +330,55 @@ pub fn scan(target: &str, flags: &Flags<'_>, out: &mut dyn Write) -> Result<Outc
         }
         None if ranges.iter().any(|r| matches!(r.2, Found::Refused(_))) => Ok(Outcome::Partial),
         None => Ok(Outcome::Done),
+    }
+}
+
+/// The scan's progress line on stderr (addresses done, found, elapsed): only when stderr is
+/// a terminal, so a log or a pipe gets the results alone; redrawn at most 5 times a second,
+/// and wiped before the results are printed.
+struct Progress {
+    on: bool,
+    started: Instant,
+    shown: Option<Instant>,
+    total: u64,
+    many: &'static str,
+}
+
+impl Progress {
+    fn new(total: u64, many: &'static str) -> Self {
+        Self {
+            on: std::io::stderr().is_terminal(),
+            started: Instant::now(),
+            shown: None,
+            total,
+            many,
+        }
+    }
+
+    fn show(&mut self, plan: &Scan) {
+        if !self.on
+            || self
+                .shown
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.shown = Some(Instant::now());
+        let (done, found) = plan.progress();
+        // A terminal that cannot be written to loses only this line.
+        let _ = write!(
+            std::io::stderr(),
+            "\r\x1b[Kscanning: {done} of {} {} done, {found} found, {} s",
+            self.total,
+            self.many,
+            self.started.elapsed().as_secs()
+        );
+    }
+
+    fn clear(&self) {
+        if self.on {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
     }
 }
 

@@ -45,6 +45,8 @@ pub enum Found {
 pub struct Scan {
     /// The table.
     pub kind: RegisterKind,
+    /// The first address of the scan.
+    first: u32,
     /// The next address to read.
     at: u32,
     /// The last address to read.
@@ -64,6 +66,7 @@ impl Scan {
         let max = block.clamp(1, kind.max_per_request());
         Self {
             kind,
+            first: u32::from(first),
             at: u32::from(first),
             last: u32::from(last.max(first)),
             size: max,
@@ -105,6 +108,17 @@ impl Scan {
             Some((s, c, f)) if *f == found && *s + *c == start => *c += count,
             _ => self.done.push((start, count, found)),
         }
+    }
+
+    /// How far the scan is: (addresses done, addresses found to exist).
+    pub fn progress(&self) -> (u32, u32) {
+        let found = self
+            .done
+            .iter()
+            .filter(|(_, _, f)| *f == Found::Exists)
+            .map(|(_, c, _)| c)
+            .sum();
+        (self.at - self.first, found)
     }
 
     /// The ranges, in address order: `(first, last, found)`; what was not read yet is
@@ -156,6 +170,7 @@ mod tests {
         assert_eq!(exists, [(0, 9), (100, 103), (1000, 1000)]);
         assert_eq!(scan.ranges().first(), Some(&(0, 9, Found::Exists)));
         assert_eq!(scan.ranges().last(), Some(&(1001, 1999, Found::Missing)));
+        assert_eq!(scan.progress(), (2000, 15));
         // A read per missing address, and a few per stretch that exists.
         assert!(reads < 2000 - 15 + 40, "{reads}");
     }

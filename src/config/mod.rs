@@ -11,9 +11,11 @@
 //! `opex-connector validate FILE` runs steps 1 and 2 alone; systemd runs it before every start.
 
 pub mod checks;
+mod keys;
 mod overlay;
 mod parse;
 pub mod raw;
+mod routes;
 mod validate;
 
 use std::fmt;

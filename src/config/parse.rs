@@ -10,19 +10,13 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::keys::{keys_at, nearest, Seg};
 use super::raw::RawConfig;
 use super::Problems;
 use crate::sources::templates::{self, Expansion};
 
 /// How many wrong-typed values are reported before giving up on the rest.
 const MAX_TYPE_ERRORS: usize = 100;
-
-/// One step of a path into the tree.
-#[derive(Debug, Clone)]
-enum Seg {
-    Key(String),
-    Index(usize),
-}
 
 fn render(path: &[Seg]) -> String {
     let mut out = String::new();
@@ -178,26 +172,32 @@ pub fn parse_tree<T: DeserializeOwned>(
             (false, false, false) => format!("{prefix}.{rest}"),
         }
     };
-    let mut unknown: Vec<String> = Vec::new();
+    // The ignored keys' paths start inside the variant; the probe of the valid keys needs it.
+    let variant: Vec<Seg> = match (&tree, tagged) {
+        (Value::Object(m), true) => m.keys().take(1).cloned().map(Seg::Key).collect(),
+        _ => Vec::new(),
+    };
+    let mut unknown: Vec<(String, String)> = Vec::new();
     for _ in 0..=MAX_TYPE_ERRORS {
         let mut this_pass = Vec::new();
         let mut note = |p: serde_ignored::Path<'_>| {
             let mut segs = Vec::new();
             ignored_path(&p, &mut segs);
-            this_pass.push(at(&segs, 0));
+            this_pass.push(segs);
         };
         let result: Result<T, _> = serde_path_to_error::deserialize(
             serde_ignored::Deserializer::new(tree.clone(), &mut note),
         );
-        for path in this_pass {
-            if !unknown.contains(&path) {
-                unknown.push(path);
+        for segs in this_pass {
+            let path = at(&segs, 0);
+            if !unknown.iter().any(|(p, _)| *p == path) {
+                unknown.push((path, unknown_key::<T>(&variant, &segs)));
             }
         }
         match result {
             Ok(raw) => {
-                for path in unknown {
-                    problems.push(path, "unknown key");
+                for (path, message) in unknown {
+                    problems.push(path, message);
                 }
                 return (Some(raw), problems);
             }
@@ -210,10 +210,24 @@ pub fn parse_tree<T: DeserializeOwned>(
             }
         }
     }
-    for path in unknown {
-        problems.push(path, "unknown key");
+    for (path, message) in unknown {
+        problems.push(path, message);
     }
     (None, problems)
+}
+
+/// `unknown key`, with the valid key nearest to it at the same place when there is one:
+/// `unknown key; did you mean `interval_ms`?`. `segs` is the unknown key's path inside the
+/// tree, `variant` the tagged enum's variant it sits under (empty when untagged).
+fn unknown_key<T: DeserializeOwned>(variant: &[Seg], segs: &[Seg]) -> String {
+    let Some((Seg::Key(key), container)) = segs.split_last() else {
+        return "unknown key".into();
+    };
+    let at = [variant, container].concat();
+    match keys_at::<T>(&at).and_then(|valid| nearest(key, valid)) {
+        Some(near) => format!("unknown key; did you mean `{near}`?"),
+        None => "unknown key".into(),
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +259,32 @@ ingest:
         );
         assert!(paths.contains(&"connector.colour"), "{problems}");
         assert!(paths.contains(&"ingest.sources[0].extra"), "{problems}");
+    }
+
+    #[test]
+    fn a_misspelled_key_is_told_the_key_it_was_meant_to_be() {
+        let text = "connector:\n  data_dir: /d\n  push_queu: {}\ndevices:\n  - name: p\n    protocol: modbus_tcp\n    colour: blue\n    groups:\n      - { name: fast, intervall_ms: 100 }\n";
+        let (_, problems, _) = parse_raw(text).unwrap();
+        let lines: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            lines,
+            [
+                "connector.push_queu: unknown key; did you mean `push_queue`?",
+                "devices[0].colour: unknown key",
+                "devices[0].groups[0].intervall_ms: unknown key; did you mean `interval_ms`?",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_misspelled_key_of_a_sinks_entry_is_told_the_key_of_its_type() {
+        use crate::sinks::config::RawSinkKind;
+        let tree = serde_json::json!({"storage": {"retention_dys": 3}});
+        let (_, problems) = parse_tree::<RawSinkKind>(tree, "sinks[1]", true);
+        assert_eq!(
+            problems.to_string(),
+            "sinks[1].retention_dys: unknown key; did you mean `retention_days`?"
+        );
     }
 
     #[test]

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 
 use super::checks::TokenRule;
 use super::raw::RawConfig;
+use super::routes::{self, Routed};
 use super::{Problem, Problems};
 use crate::alerts::AlertsConfig;
 use crate::commands::CommandsConfig;
-use crate::flow::config::{validate_flows, FlowConfig, NodeKind};
+use crate::flow::config::{validate_flows, FlowConfig};
 use crate::http::config::HttpConfig;
 use crate::simulator::SimulatorConfig;
 use crate::sinks::config::{
@@ -15,7 +16,7 @@ use crate::sinks::config::{
 };
 use crate::sinks::SinkConfig;
 use crate::sources::backfill::{validate_backfills, BackfillConfig};
-use crate::sources::devices::{validate_devices, DevicesConfig};
+use crate::sources::devices::{validate_devices, DevicesConfig, RawDevice};
 use crate::sources::ingest::config::IngestConfig;
 use crate::sources::mqtt::config::MqttConfig;
 use crate::sources::nats::config::NatsConfig;
@@ -118,6 +119,37 @@ fn messaging_source_names(nats: &NatsConfig, mqtt: &MqttConfig) -> Vec<String> {
         .collect()
 }
 
+/// The sources of the devices validation left out for a problem of their own, by the name
+/// and protocol written: `modbus/<name>` or `opcua/<name>`, and `command/<name>` with
+/// `commands:`. An entry without a usable name or protocol has no source to name.
+fn left_out_devices(
+    raw: Option<&[RawDevice]>,
+    kept: &DevicesConfig,
+    commands: bool,
+) -> Vec<String> {
+    let kept = kept.source_names();
+    let mut out: Vec<String> = Vec::new();
+    for d in raw.unwrap_or_default() {
+        let (Some(name), Some(protocol)) = (d.name.as_deref(), d.protocol.as_deref()) else {
+            continue;
+        };
+        let kind = match protocol {
+            "modbus_tcp" | "modbus_rtu" => "modbus",
+            "opcua" => "opcua",
+            _ => continue,
+        };
+        let source = format!("{kind}/{name}");
+        if name.trim().is_empty() || kept.contains(&source) || out.contains(&source) {
+            continue;
+        }
+        out.push(source);
+        if commands {
+            out.push(format!("command/{name}"));
+        }
+    }
+    out
+}
+
 /// `connector:`, validated.
 #[derive(Debug, Clone)]
 pub struct ConnectorConfig {
@@ -208,6 +240,13 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     all_sources.extend(messaging_source_names(&nats, &mqtt));
     all_sources.extend(feed_source_names(&schedules, &backfills));
     all_sources.extend(command_source_names(commands.as_ref(), &devices));
+    // A device left out for a problem of its own (one bad point) is reported there; the flows,
+    // rules and sinks that name it must not report it again as an unknown source.
+    all_sources.extend(left_out_devices(
+        raw.devices.as_deref(),
+        &devices,
+        commands.is_some(),
+    ));
     let sections = Sections {
         push_queue: c.push_queue.as_ref(),
         push: c.push.as_ref(),
@@ -241,36 +280,15 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         &mut warnings,
     );
     with_flows(&mut sinks, &flows, &mut warnings);
-    // With flows, a source no flow takes is acknowledged as unrouted: a backfill would run
-    // through its whole file and deliver nothing, so that is an error; a schedule, a warning.
-    if !flows.is_empty() {
-        let taken = |source: &str| {
-            flows.iter().any(|f| {
-                f.nodes
-                    .iter()
-                    .any(|n| matches!(&n.kind, NodeKind::Source { source: s } if s == source))
-            })
-        };
-        for (i, b) in backfills.iter().enumerate() {
-            if !taken(&format!("backfill/{}", b.name)) {
-                p.push(
-                    format!("backfills[{i}]"),
-                    format!("no flow has a source node for backfill/{}: its records would be dropped as unrouted", b.name),
-                );
-            }
-        }
-        for (i, s) in schedules.iter().enumerate() {
-            if !taken(&format!("schedule/{}", s.name)) {
-                warnings.push(Problem {
-                    path: format!("schedules[{i}]"),
-                    message: format!(
-                        "no flow has a source node for schedule/{}: its ticks are unrouted",
-                        s.name
-                    ),
-                });
-            }
-        }
-    }
+    let routed = Routed {
+        sources: &all_sources,
+        sinks: &sinks,
+        schedules: &schedules,
+        backfills: &backfills,
+        devices: &devices,
+        commands: commands.is_some(),
+    };
+    routes::check(&flows, &routed, raw, &mut p, &mut warnings);
 
     if p.is_empty() {
         Ok(Config {

@@ -453,7 +453,7 @@ devices:
         assert_eq!(
             errs,
             [
-                "templates[0].points[2].regster: unknown key",
+                "templates[0].points[2].regster: unknown key; did you mean `register`?",
                 "devices[7] (template press): points[3].register: 70000 is outside 0..=65535 (and in 1 more device of template press)",
                 "devices[7].points[0].type: expected bool, u16, i16, u32, i32, u64, i64, f32, f64 or string, got \"f16\"",
             ],

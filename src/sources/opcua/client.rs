@@ -42,10 +42,13 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::StreamExt;
 use opcua::client::transport::TcpConnector;
 use opcua::client::{
-    Client, ClientBuilder, IdentityToken, MonitoredItemMap, OnSubscriptionNotificationCore,
-    Session, SessionConnectMode, SessionEventLoop, SessionPollResult,
+    Client, ClientBuilder, ClientEndpoint, IdentityToken, MonitoredItemMap,
+    OnSubscriptionNotificationCore, Session, SessionConnectMode, SessionEventLoop,
+    SessionPollResult,
 };
-use opcua::core::comms::url::hostname_from_url;
+use opcua::core::comms::url::{
+    hostname_from_url, url_matches_except_host, url_with_replaced_hostname,
+};
 use opcua::crypto::X509;
 use opcua::types::{
     AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DataValue,
@@ -138,7 +141,15 @@ pub fn spawn(
 /// The client as every round of the device builds it (the commissioning tools start from it
 /// too).
 pub fn client_builder(c: &OpcuaDeviceConfig, pki_dir: &Path) -> ClientBuilder {
+    // The device's endpoint, so that the library's config is complete (without one it warns
+    // "Endpoint config contains no endpoints" at every client made); sessions are still
+    // opened on the endpoint `open_session` chooses from the server's list.
+    let (policy, mode) = security(c);
+    let mut endpoint = ClientEndpoint::new(c.endpoint.as_str());
+    endpoint.security_policy = policy.to_str().to_string();
+    endpoint.security_mode = mode.into();
     ClientBuilder::new()
+        .endpoint("device", endpoint)
         .application_name("opex-connector")
         .application_uri("urn:opex-connector:client")
         .product_uri("urn:opex-connector")
@@ -209,13 +220,8 @@ pub async fn open_session(
     Ok((client, session, event_loop))
 }
 
-/// The server's endpoint with the device's policy and mode (its URL's host replaced by
-/// the configured one), its certificate checked when the policy is not `None`.
-fn choose_endpoint(
-    c: &OpcuaDeviceConfig,
-    client: &Client,
-    endpoints: &[EndpointDescription],
-) -> Result<EndpointDescription, String> {
+/// The device's security policy and mode in the library's words.
+fn security(c: &OpcuaDeviceConfig) -> (opcua::crypto::SecurityPolicy, MessageSecurityMode) {
     let mode = match c.security_mode {
         SecurityMode::None => MessageSecurityMode::None,
         SecurityMode::Sign => MessageSecurityMode::Sign,
@@ -225,8 +231,22 @@ fn choose_endpoint(
         SecurityPolicy::None => opcua::crypto::SecurityPolicy::None,
         SecurityPolicy::Basic256Sha256 => opcua::crypto::SecurityPolicy::Basic256Sha256,
     };
+    (policy, mode)
+}
+
+/// The server's endpoint with the device's policy and mode (its URL's host replaced by
+/// the configured one), its certificate checked when the policy is not `None`.
+fn choose_endpoint(
+    c: &OpcuaDeviceConfig,
+    client: &Client,
+    endpoints: &[EndpointDescription],
+) -> Result<EndpointDescription, String> {
+    let (policy, mode) = security(c);
     let Some(endpoint) = Client::find_matching_endpoint(endpoints, &c.endpoint, policy, mode)
     else {
+        if let Some(elsewhere) = endpoints_elsewhere(c, endpoints) {
+            return Err(elsewhere);
+        }
         let offered: Vec<String> = endpoints
             .iter()
             .take(16)
@@ -246,6 +266,29 @@ fn choose_endpoint(
         check_server_certificate(c, client, &endpoint, policy)?;
     }
     Ok(endpoint)
+}
+
+/// When none of the server's endpoints is at the URL's path (`/line/` asked, `/` served):
+/// where they are, with the configured host, so the technician can copy the URL.
+fn endpoints_elsewhere(c: &OpcuaDeviceConfig, endpoints: &[EndpointDescription]) -> Option<String> {
+    let host = hostname_from_url(&c.endpoint).ok()?;
+    let mut urls: Vec<String> = Vec::new();
+    for e in endpoints.iter().take(16) {
+        let url = e.endpoint_url.as_ref();
+        if url_matches_except_host(&c.endpoint, url) {
+            return None;
+        }
+        let url = url_with_replaced_hostname(url, &host).unwrap_or_else(|_| url.to_string());
+        if !urls.contains(&url) {
+            urls.push(url);
+        }
+    }
+    (!urls.is_empty()).then(|| {
+        format!(
+            "the server's endpoints are at {}, not at this path: use that URL as the endpoint",
+            urls.join(", ")
+        )
+    })
 }
 
 /// The library's checks of the endpoint's certificate (trusted or not, stored in
