@@ -9,7 +9,7 @@
 //!
 //! | room | owns |
 //! | --- | --- |
-//! | `main.rs` | the command line: `run`, `validate`, `overlay`, `simulate`, `browse`, `read`, `scan`, `--version`, release tooling; no behaviour of its own |
+//! | `main.rs` | the command line: `run`, `validate`, `demo-config`, `overlay`, `simulate`, `browse`, `read` (Modbus, OPC-UA, S7), `scan`, `--version`, release tooling; no behaviour of its own |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, [`sources::s7`] (Siemens S7comm over ISO-on-TCP: connection, planner, types; its poller comes with the device contract), with the device templates of [`sources::templates`] expanded into `devices:` before parsing and [`sources::hints`] saying what a device's error means, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
