@@ -210,6 +210,17 @@ impl Reservation {
         other.bytes = 0;
     }
 
+    /// Takes `bytes` of this reservation (all it holds, when it holds less) into a reservation
+    /// of their own, of the same gate: a batch admitted as a whole hands each record its part.
+    pub fn split(&mut self, bytes: u64) -> Reservation {
+        let taken = bytes.min(self.bytes);
+        self.bytes -= taken;
+        Reservation {
+            gate: Arc::clone(&self.gate),
+            bytes: taken,
+        }
+    }
+
     /// Grows the reservation to `needed` bytes when the record grew on its way through the
     /// nodes: the difference is admitted now from `gate` (this reservation's gate), and may be
     /// refused.
@@ -256,6 +267,25 @@ mod tests {
         assert!(gate.admit(1).is_err(), "the queue is over its quota");
         gate.publish(0, 0);
         assert!(gate.admit(1).is_ok());
+    }
+
+    #[test]
+    fn a_batch_reservation_split_into_parts_releases_every_byte_once() {
+        let gate = Arc::new(Gate::new(OnFull::Block, 100, 0, 0, 0));
+        let mut whole = gate.admit(90).unwrap();
+        let parts: Vec<Reservation> = (0..3).map(|_| whole.split(40)).collect();
+        assert_eq!(
+            parts.iter().map(Reservation::bytes).collect::<Vec<_>>(),
+            [40, 40, 10]
+        );
+        assert_eq!(whole.bytes(), 0);
+        assert!(
+            gate.admit(20).is_err(),
+            "the parts still hold the batch's bytes"
+        );
+        drop(parts);
+        drop(whole);
+        assert!(gate.admit(100).is_ok());
     }
 
     #[test]

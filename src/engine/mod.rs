@@ -15,6 +15,7 @@
 //! [`Plan`]: crate::flow::Plan
 //! [`Settlement`]: crate::record::Settlement
 
+mod batch;
 mod offer;
 mod stats;
 

@@ -23,7 +23,7 @@ pub const ACCEPTED_NOT_HANDLED: &str = "accepted (200) but not handled: ";
 /// released when dropped.
 #[derive(Default)]
 pub struct Admitted {
-    reservations: Vec<(usize, Reservation)>,
+    pub(super) reservations: Vec<(usize, Reservation)>,
 }
 
 impl Admitted {
@@ -60,10 +60,10 @@ pub enum Mode {
 
 /// Runs records from sources to sinks.
 pub struct Engine {
-    plan: Plan,
-    sinks: Sinks,
+    pub(super) plan: Plan,
+    pub(super) sinks: Sinks,
     dlq: Arc<DeadLetterQueue>,
-    hub: DataHub,
+    pub(super) hub: DataHub,
     /// Its counters.
     pub stats: EngineStats,
     /// Its part of the loss ledger (memory): offers, refusals, and the records acked without a
@@ -274,7 +274,7 @@ impl Engine {
         }
     }
 
-    async fn run(
+    pub(super) async fn run(
         &self,
         original: Record,
         entries: &[NodeRef],

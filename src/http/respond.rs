@@ -13,6 +13,8 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
 use super::AppState;
+use crate::sources::ingest::batch::BodyError;
+use crate::sources::ingest::BatchOutcome;
 use crate::sources::SourceOutcome;
 
 /// Every response the server sends.
@@ -23,7 +25,24 @@ pub type Resp = Response<Full<Bytes>>;
 /// Those refusals leave the rest of the body unread, so they say `Connection: close`: the
 /// connection cannot carry another request.
 pub async fn read_body(state: &AppState, req: Request<Incoming>) -> Result<Bytes, Resp> {
-    let max = state.http.max_body_bytes;
+    read_body_within(state, req, state.http.max_body_bytes, None).await
+}
+
+/// [`read_body`] within `max` bytes; the `413` names `limit` when given (a batch's body is
+/// bounded by `ingest.max_batch_kb`).
+pub async fn read_body_within(
+    state: &AppState,
+    req: Request<Incoming>,
+    max: usize,
+    limit: Option<&str>,
+) -> Result<Bytes, Resp> {
+    let too_large = |max: usize| match limit {
+        None => too_large(max),
+        Some(limit) => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("body larger than {} KiB ({limit})", max / 1024),
+        ),
+    };
     if declared_length(&req).is_some_and(|n| n > max as u64) {
         return Err(closing(too_large(max)));
     }
@@ -128,24 +147,16 @@ pub fn outcome(outcome: SourceOutcome) -> Resp {
             StatusCode::OK,
             &json!({"ok": true, "result": "accepted", "id": id}),
         ),
-        SourceOutcome::Retry { sink, after_secs } => {
-            let mut r = json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs}),
-            );
-            r.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(after_secs));
-            r
-        }
+        SourceOutcome::Retry { sink, after_secs } => retry_later(
+            json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs}),
+            after_secs,
+        ),
         SourceOutcome::Failed { sink, reason } => {
             let after = crate::admission::RETRY_AFTER.as_secs();
-            let mut r = json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({"ok": false, "result": "error", "sink": sink, "error": reason, "retry_after_secs": after}),
-            );
-            r.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(after));
-            r
+            retry_later(
+                json!({"ok": false, "result": "error", "sink": sink, "error": reason, "retry_after_secs": after}),
+                after,
+            )
         }
         SourceOutcome::Malformed { reason } => error(
             StatusCode::BAD_REQUEST,
@@ -156,14 +167,87 @@ pub fn outcome(outcome: SourceOutcome) -> Resp {
 
 /// `409` + `Retry-After`: an identical webhook request is still running.
 pub fn in_progress(after_secs: u64) -> Resp {
-    let mut r = json_response(
-        StatusCode::CONFLICT,
-        &json!({"ok": false, "result": "in_progress", "retry_after_secs": after_secs,
-                "error": "an identical request is still being handled"}),
-    );
+    with_retry_after(
+        json_response(
+            StatusCode::CONFLICT,
+            &json!({"ok": false, "result": "in_progress", "retry_after_secs": after_secs,
+                    "error": "an identical request is still being handled"}),
+        ),
+        after_secs,
+    )
+}
+
+/// `503` with `body` and `Retry-After: after_secs`.
+fn retry_later(body: serde_json::Value, after_secs: u64) -> Resp {
+    with_retry_after(
+        json_response(StatusCode::SERVICE_UNAVAILABLE, &body),
+        after_secs,
+    )
+}
+
+fn with_retry_after(mut r: Resp, after_secs: u64) -> Resp {
     r.headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from(after_secs));
     r
+}
+
+/// The answer to a batch's caller (`POST /api/ingest/{source}`).
+pub fn batch_outcome(outcome: BatchOutcome) -> Resp {
+    match outcome {
+        BatchOutcome::Stored {
+            ids,
+            results,
+            rejected,
+        } => {
+            let first = results.first().copied().unwrap_or("stored");
+            let same = results.iter().all(|r| *r == first);
+            let mut body = json!({
+                "ok": true,
+                "result": if same { first } else { "mixed" },
+                "count": ids.len(),
+                "ids": ids,
+            });
+            if first != "stored" || !same {
+                body["results"] = json!(results);
+            }
+            if let Some(rejected) = rejected {
+                body["rejected"] = json!(rejected);
+            }
+            json_response(StatusCode::OK, &body)
+        }
+        BatchOutcome::Rejected(rejected) => json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({
+                "ok": false,
+                "error": format!("{} bad lines, nothing stored", rejected.len()),
+                "rejected": rejected,
+            }),
+        ),
+        BatchOutcome::Body(e @ BodyError::TooManyRecords { .. }) => {
+            error(StatusCode::PAYLOAD_TOO_LARGE, &e.to_string())
+        }
+        BatchOutcome::Body(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+        BatchOutcome::Retry { outcome, stored } => {
+            let (mut body, after) = match outcome {
+                SourceOutcome::Retry { sink, after_secs } => (
+                    json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs}),
+                    after_secs,
+                ),
+                SourceOutcome::Failed { sink, reason } => {
+                    let after = crate::admission::RETRY_AFTER.as_secs();
+                    (
+                        json!({"ok": false, "result": "error", "sink": sink, "error": reason, "retry_after_secs": after}),
+                        after,
+                    )
+                }
+                other => return self::outcome(other),
+            };
+            if !stored.is_empty() {
+                body["stored"] = json!(stored);
+            }
+            retry_later(body, after)
+        }
+    }
 }
 
 /// 413 with the limit.

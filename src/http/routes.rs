@@ -6,13 +6,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
 use hyper::{Method, Request, StatusCode};
 
 use super::budget::{read_unchecked, Unchecked};
 use super::respond::{
-    answer_unread, error, in_progress, json_response, not_allowed, outcome, read_body, text, Resp,
+    answer_unread, batch_outcome, error, in_progress, json_response, not_allowed, outcome,
+    read_body, read_body_within, text, Resp,
 };
 use super::{admin, auth, commands, ledger, live, page, status, trends, AppState};
+use crate::sources::ingest::batch::Format;
+use crate::sources::ingest::IngestSource;
 
 /// Answers one request. Never fails: every problem is an HTTP status with a JSON reason.
 pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp, Infallible> {
@@ -31,6 +35,13 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
                 not_allowed("POST")
             } else {
                 return Ok(ingest(&state, source, id, req).await);
+            }
+        }
+        ["api", "ingest", source] if !source.is_empty() => {
+            if method != Method::POST {
+                not_allowed("POST")
+            } else {
+                return Ok(ingest_batch(&state, source, req).await);
             }
         }
         ["api", "hooks", name] if !name.is_empty() => {
@@ -102,13 +113,19 @@ fn split_path<'a, 'p>(path: &'p str, parts: &'a mut [&'p str; MAX_SEGMENTS]) -> 
     parts.get(..n).unwrap_or_default()
 }
 
-async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming>) -> Resp {
+/// The ingest source `source` once the caller's token is checked, with the request; else the
+/// answer (`404`, `401`), given after the body is read and dropped.
+async fn ingest_source<'s>(
+    state: &'s AppState,
+    source: &str,
+    req: Request<Incoming>,
+) -> Result<(&'s Arc<IngestSource>, Request<Incoming>), Resp> {
     let Some(src) = state.ingest.iter().find(|s| s.name() == source) else {
         let unknown = error(
             StatusCode::NOT_FOUND,
             &format!("unknown ingest source {source:?}"),
         );
-        return answer_unread(state, req, unknown).await;
+        return Err(answer_unread(state, req, unknown).await);
     };
     let peer = auth::peer(&req);
     let refused = &src.stats.unauthorized;
@@ -118,9 +135,17 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
         .await
     {
         let refused = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-        return answer_unread(state, req, refused).await;
+        return Err(answer_unread(state, req, refused).await);
     }
     src.stats.received.fetch_add(1, Ordering::Relaxed);
+    Ok((src, req))
+}
+
+async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming>) -> Resp {
+    let (src, req) = match ingest_source(state, source, req).await {
+        Ok(found) => found,
+        Err(resp) => return resp,
+    };
     let body = match read_body(state, req).await {
         Ok(b) => b,
         Err(resp) => {
@@ -129,6 +154,38 @@ async fn ingest(state: &AppState, source: &str, key: &str, req: Request<Incoming
         }
     };
     outcome(src.ingest(&state.engine, percent_decode(key), body).await)
+}
+
+/// `POST /api/ingest/{source}`: a batch, NDJSON or a JSON array; `?partial=1` stores the good
+/// lines of a batch with bad ones.
+async fn ingest_batch(state: &AppState, source: &str, req: Request<Incoming>) -> Resp {
+    let (src, req) = match ingest_source(state, source, req).await {
+        Ok(found) => found,
+        Err(resp) => return resp,
+    };
+    let partial = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair == "partial=1" || pair == "partial=true")
+    });
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let limit = Some("ingest.max_batch_kb");
+    let body = match read_body_within(state, req, src.batch_limits().max_bytes, limit).await {
+        Ok(b) => b,
+        Err(resp) => {
+            src.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            return resp;
+        }
+    };
+    let format = Format::of(content_type.as_deref(), &body);
+    let max_payload = state.http.max_body_bytes;
+    batch_outcome(
+        src.ingest_batch(&state.engine, body, format, partial, max_payload)
+            .await,
+    )
 }
 
 async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {

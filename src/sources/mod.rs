@@ -2,7 +2,8 @@
 //! runtime, tests). A source talks to the engine through one call, `offer(record)`, and speaks
 //! the settlement back in its own protocol.
 //!
-//! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}`.
+//! - [`ingest`]: the HTTP ingest API, `POST /api/ingest/{source}/{id}` (one record) and
+//!   `POST /api/ingest/{source}` (a batch).
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
 //! - [`devices`]: the `devices:` list shared by the polled protocols, and [`templates`]: the
 //!   device templates expanded into it; [`modbus`]: Modbus TCP and RTU polling; [`opcua`]:

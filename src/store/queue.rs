@@ -64,7 +64,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -82,12 +82,14 @@ use crate::telemetry::events;
 mod commit;
 mod dead;
 mod row;
+mod together;
 
-use commit::{read_ledger, Command, Reply, State, Writer, META_KEYS};
+use commit::{read_ledger, Command, Reply, Sent, State, Writer, META_KEYS};
 pub use dead::{dead_letter_json, revive, DeadLetter, ReplayError, ReplaySummary, Revived};
 use dead::{Planned, REPLAY_CHUNK};
 use row::tracked_source;
 pub use row::{decode_row, encode_row, record_row, row_bytes, Tag, ENTRY_OVERHEAD};
+pub use together::in_one_commit;
 
 /// Capacity of the writer's channel; when it is full a record is refused (`dropped_total`).
 pub const WRITER_CHANNEL: usize = 8192;
@@ -177,12 +179,26 @@ struct Shared {
     appended: (Mutex<u64>, Condvar),
     /// Rows ever appended, as of the last commit.
     appended_total: AtomicU64,
+    /// A fault injected by tests: every commit waits this long before it syncs.
+    #[cfg(test)]
+    commit_delay: Mutex<Duration>,
+}
+
+impl Shared {
+    /// Waits the injected commit delay (tests only: a slow disk on demand).
+    #[cfg(test)]
+    fn slow_commit_for_tests(&self) {
+        let delay = *self.commit_delay.lock().unwrap_or_else(|e| e.into_inner());
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+    }
 }
 
 /// A durable queue. Cheap to share behind an `Arc`.
 pub struct DurableQueue {
     shared: Arc<Shared>,
-    writer: WriterThread<Command>,
+    writer: WriterThread<Sent>,
 }
 
 impl DurableQueue {
@@ -300,6 +316,8 @@ impl DurableQueue {
             dead_cap: AtomicU64::new(DEAD_LETTER_CAP),
             appended: (Mutex::new(0), Condvar::new()),
             appended_total: AtomicU64::new(state.appended_total),
+            #[cfg(test)]
+            commit_delay: Mutex::new(Duration::ZERO),
         });
         let writer_shared = Arc::clone(&shared);
         let writer = WriterThread::spawn(&format!("queue-{sink}"), WRITER_CHANNEL, move |rx| {
@@ -323,7 +341,7 @@ impl DurableQueue {
         &self.shared.counters
     }
 
-    fn sender(&self) -> Result<SyncSender<Command>, StoreError> {
+    fn sender(&self) -> Result<SyncSender<Sent>, StoreError> {
         self.writer.sender()
     }
 
@@ -340,6 +358,8 @@ impl DurableQueue {
     ///
     /// When the writer's channel is full the record is refused at once ([`StoreError::Busy`],
     /// counted in `dropped_total`): nothing was stored, the caller tells its source to retry.
+    ///
+    /// Inside [`in_one_commit`] the row is held and sent with the other rows of its batch.
     pub async fn append(
         &self,
         value: Vec<u8>,
@@ -351,21 +371,9 @@ impl DurableQueue {
             _reservation: reservation,
             reply,
         };
-        let sender = self.sender()?;
-        // Counted before the send: the writer may take it (and count it off) at once.
-        let queued = &self.shared.counters.writer_queued;
-        queued.fetch_add(1, Ordering::Relaxed);
-        let sent = sender.try_send(command);
-        if sent.is_err() {
-            queued.fetch_sub(1, Ordering::Relaxed);
-        }
-        match sent {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                events::queue_writer_channel_full(&self.shared.sink, &self.shared.counters);
-                return Err(StoreError::Busy);
-            }
-            Err(TrySendError::Disconnected(_)) => return Err(StoreError::Closed),
+        // A batch running on this task sends its rows together (`together.rs`).
+        if let Some((sender, command)) = together::hold(&self.shared, self.sender()?, command) {
+            together::send(&self.shared, &sender, Sent::One(command));
         }
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
@@ -377,7 +385,10 @@ impl DurableQueue {
         queued.fetch_add(1, Ordering::Relaxed);
         if self
             .sender()
-            .and_then(|s| s.send(make(reply)).map_err(|_| StoreError::Closed))
+            .and_then(|s| {
+                s.send(Sent::One(make(reply)))
+                    .map_err(|_| StoreError::Closed)
+            })
             .is_err()
         {
             queued.fetch_sub(1, Ordering::Relaxed);
@@ -632,6 +643,16 @@ impl DurableQueue {
     /// Rows the queue ever took (`accepted` of the push sink in the ledger).
     pub fn appended_total(&self) -> u64 {
         self.shared.appended_total.load(Ordering::Relaxed)
+    }
+
+    /// Makes every commit from now on take `delay` longer: a slow disk, for tests.
+    #[cfg(test)]
+    fn set_commit_delay(&self, delay: Duration) {
+        *self
+            .shared
+            .commit_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = delay;
     }
 
     /// Lowers the dead-letter cap, so that trimming can be tested without 50 000 rows.

@@ -70,7 +70,8 @@ impl Client {
         into_reply(req.call()?)
     }
 
-    /// Any method, with extra headers; `body` (sent as `application/json`) or none.
+    /// Any method, with extra headers; `body` (sent as `application/json` unless `headers`
+    /// name a `Content-Type`) or none.
     pub fn request(
         &self,
         method: &str,
@@ -86,12 +87,15 @@ impl Client {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
+        let typed = headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("content-type"));
         let resp = match body {
             Some(body) => {
-                let req = builder
-                    .header("Content-Type", "application/json")
-                    .body(body.to_vec())
-                    .expect("build request");
+                if !typed {
+                    builder = builder.header("Content-Type", "application/json");
+                }
+                let req = builder.body(body.to_vec()).expect("build request");
                 self.agent.run(req)?
             }
             None => self.agent.run(builder.body(()).expect("build request"))?,

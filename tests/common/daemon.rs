@@ -311,6 +311,18 @@ impl Daemon {
         )
     }
 
+    /// POST a batch to the test source with its token (`POST /api/ingest/{source}{query}`),
+    /// as `content_type`.
+    pub fn ingest_batch(&self, query: &str, content_type: &str, body: &[u8]) -> Reply {
+        self.request(
+            "POST",
+            &format!("/api/ingest/{SOURCE}{query}"),
+            Some(TOKEN),
+            &[("Content-Type", content_type)],
+            Some(body),
+        )
+    }
+
     /// `GET /api/status` as JSON (must answer 200).
     pub fn status(&self) -> Value {
         let reply = self.get("/api/status", None);

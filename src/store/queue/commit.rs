@@ -59,6 +59,33 @@ pub(super) enum Command {
     },
 }
 
+/// What the writer's channel carries: one caller's command, or the appends of one batch
+/// ([`in_one_commit`](super::in_one_commit)), which the writer applies in the same transaction.
+pub(super) enum Sent {
+    One(Command),
+    Batch(Vec<Command>),
+}
+
+impl Sent {
+    /// Answers every append in it with `error` (the channel refused it); returns how many.
+    pub(super) fn refuse(self, error: &StoreError) -> u64 {
+        let commands = match self {
+            Sent::One(c) => vec![c],
+            Sent::Batch(cs) => cs,
+        };
+        let mut refused = 0;
+        for c in commands {
+            // Only appends are sent this way; any other command's caller sees its reply
+            // dropped, which reads as `Closed`.
+            if let Command::Append { reply, .. } = c {
+                let _ = reply.send(Err(error.clone()));
+                refused += 1;
+            }
+        }
+        refused
+    }
+}
+
 /// What the writer knows; published to the gate and the counters after each commit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct State {
@@ -181,7 +208,7 @@ impl Writer {
         }
     }
 
-    pub(super) fn run(mut self, rx: Receiver<Command>) {
+    pub(super) fn run(mut self, rx: Receiver<Sent>) {
         let mut linger = Linger::new();
         while let Some(group) = linger.next_group(&rx, MAX_GROUP) {
             self.shared
@@ -189,12 +216,20 @@ impl Writer {
                 .held_nanos_total
                 .fetch_add(nanos(linger.held()), Ordering::Relaxed);
             let c = &self.shared.counters.writer_queued;
-            let n = group.len() as u64;
+            let callers = group.len();
+            let n = callers as u64;
             // Saturating, so a count can never wrap; sends are counted before they happen.
             let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(n))
             });
-            self.commit_group(group, &mut linger, &rx);
+            let mut commands = Vec::with_capacity(callers);
+            for sent in group {
+                match sent {
+                    Sent::One(c) => commands.push(c),
+                    Sent::Batch(cs) => commands.extend(cs),
+                }
+            }
+            self.commit_group(commands, callers, &mut linger, &rx);
         }
         self.flush_counters();
     }
@@ -216,13 +251,15 @@ impl Writer {
         }
     }
 
-    /// Applies and commits `group`, then answers its callers; after a commit and before the
-    /// answers, `linger` notes the sync and takes what arrived meanwhile from `rx`.
+    /// Applies and commits `group`, which `callers` sent (a batch is one caller), then answers
+    /// them; after a commit and before the answers, `linger` notes the sync and takes what
+    /// arrived meanwhile from `rx`.
     fn commit_group(
         &mut self,
         group: Vec<Command>,
-        linger: &mut Linger<Command>,
-        rx: &Receiver<Command>,
+        callers: usize,
+        linger: &mut Linger<Sent>,
+        rx: &Receiver<Sent>,
     ) {
         let before = self.state;
         self.touched.clear();
@@ -237,7 +274,7 @@ impl Writer {
         match result {
             Ok((pending, synced_in)) => {
                 self.saved = self.state;
-                linger.committed(rx, group_len as usize, synced_in, MAX_GROUP);
+                linger.committed(rx, callers, synced_in, MAX_GROUP);
                 let touched = std::mem::take(&mut self.touched);
                 self.shared.book.store(touched.clone());
                 self.sources.extend(touched);
@@ -398,6 +435,8 @@ impl Writer {
                 return Err((e.into(), pending));
             }
         }
+        #[cfg(test)]
+        self.shared.slow_commit_for_tests();
         let syncing = Instant::now();
         match txn.commit() {
             Ok(()) => Ok((pending, syncing.elapsed())),

@@ -928,11 +928,11 @@ fn callers_arriving_while_a_group_commits_share_the_next_commit_and_none_is_answ
             .fetch_add(1, Ordering::Relaxed);
         q.sender()
             .unwrap()
-            .send(Command::Append {
+            .send(Sent::One(Command::Append {
                 value: encode_row(&tag_of(i), line.as_bytes()),
                 _reservation: reservation,
                 reply,
-            })
+            }))
             .unwrap();
         rx
     };
