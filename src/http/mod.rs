@@ -17,6 +17,7 @@ mod hosts;
 mod ledger;
 mod live;
 mod page;
+pub mod problems;
 mod respond;
 mod routes;
 mod server;
@@ -57,6 +58,8 @@ use crate::sources::webhook::WebhookSource;
 pub struct AppState {
     /// `connector.name`.
     pub name: String,
+    /// The health model's memory: since when each problem lasts, the last state.
+    pub health: Arc<crate::health::Board>,
     /// When the daemon started.
     pub started: Instant,
     /// The version an over-the-air update replaced, when installed that way.

@@ -69,7 +69,7 @@ pub trait Plant {
 /// The node's own metrics (besides `bdSeq` and the rebirth control), as read now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeFigures {
-    /// Every polled device of the node has its device.
+    /// The connector's health model finds no problem (`state` `ok` in `/api/status`).
     pub healthy: bool,
     /// The sink's disk queue: percent of its quota.
     pub queue_fill_pct: f64,
