@@ -150,6 +150,10 @@ pub(super) fn sink_findings(
         );
         return;
     }
+    // `healthy` is false too before the first delivery: failing needs an error of its own.
+    if reason.is_none() {
+        return;
+    }
     if status["uplink"]["healthy"] == false {
         push(
             out,
