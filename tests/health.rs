@@ -151,3 +151,48 @@ fn an_uplink_answering_500_makes_the_state_degraded_is_alerted_with_its_hint_and
         daemon.status()["state"] == "ok"
     });
 }
+
+#[test]
+fn a_stopped_broker_makes_its_sink_a_disconnected_problem_alerted_with_its_reason_and_recovered()
+{
+    let mut broker = Mosquitto::start();
+    let alerts = Receiver::start();
+    let mut config = config(&alerts);
+    config["mqtt"] = json!({"connections": [
+        {"name": "b", "url": broker.url(), "client_id": "it-health", "reconnect_max_ms": 200},
+    ]});
+    config["sinks"] = json!([{"name": "uns", "type": "mqtt", "topic": "h/{{key}}", "qos": 1}]);
+    config["flows"] = ingest_flow(&["uns"]);
+    let daemon = Daemon::start(config);
+    wait_until(DEADLINE, "the state ok with the sink connected", || {
+        daemon.status()["state"] == "ok"
+    });
+
+    broker.stop();
+    let mut down = Value::Null;
+    wait_until(DEADLINE, "the sink's problem in /api/status", || {
+        down = daemon.status();
+        problem(&down, "sink uns", "sink_disconnected").is_some()
+    });
+    let p = problem(&down, "sink uns", "sink_disconnected").unwrap_or_default();
+    assert_eq!(down["state"], "degraded", "{down:#}");
+    assert_eq!(down["connector"]["healthy"], true, "{down:#}");
+    assert!(p["message"].as_str().unwrap_or("").starts_with("not connected"), "{p}");
+    assert!(p["hint"].as_str().is_some_and(|h| !h.is_empty()), "{p}");
+    wait_until(DEADLINE, "the outage alert at the webhook", || {
+        !alerts_of(&alerts, "sink uns", "sink_disconnected").is_empty()
+    });
+    let alert = &alerts_of(&alerts, "sink uns", "sink_disconnected")[0];
+    assert!(alert["message"].as_str().unwrap_or("").starts_with("not connected"), "{alert}");
+    assert!(alert["hint"].as_str().is_some_and(|h| !h.is_empty()), "{alert}");
+
+    broker.restart();
+    wait_until(DEADLINE, "the recovery notice at the webhook", || {
+        alerts_of(&alerts, "sink uns", "sink_disconnected")
+            .iter()
+            .any(|a| a["level"] == "ok")
+    });
+    wait_until(DEADLINE, "the state ok again", || {
+        daemon.status()["state"] == "ok"
+    });
+}

@@ -2,7 +2,8 @@
 //! has lasted `telemetry.alerts.after_secs`, repeated every 10 minutes while it lasts (as a
 //! `full` queue is), and followed by a recovery notice when it clears. A problem that clears
 //! before `after_secs` is never alerted, so a device that reconnects in a few seconds stays
-//! quiet.
+//! quiet. A queue at `high` or `full` is not alerted here: its own state machine alerts it
+//! (the delivery document's queue alerts), so it is never alerted twice.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -12,6 +13,9 @@ use super::alert::{now_rfc3339, Alert};
 use super::hub::Hub;
 use crate::admission::level::REPEAT_FULL;
 use crate::health::{Health, Problem};
+
+/// Problem kinds the queue alerts already cover.
+const QUEUE_KINDS: [&str; 2] = ["queue_high", "queue_full"];
 
 /// The outages alerted and not yet recovered: by problem key, the problem and when it was
 /// last sent (Unix seconds).
@@ -45,6 +49,7 @@ impl Hub {
         let open: BTreeMap<String, &Problem> = health
             .problems
             .iter()
+            .filter(|p| !QUEUE_KINDS.contains(&p.finding.kind))
             .map(|p| (p.finding.key(), p))
             .collect();
         sent.retain(|key, (problem, _)| {
@@ -136,6 +141,22 @@ mod tests {
             "recovered: not connected (backoff): connection refused"
         );
         assert!(hub.open_alerts().is_empty());
+    }
+
+    #[test]
+    fn a_full_queue_is_left_to_the_queue_alerts() {
+        let hub = Hub::new("c", Duration::from_secs(5), Vec::new())
+            .with_outages_after(Duration::from_secs(1));
+        let board = Board::default();
+        let full = Finding {
+            component: "queue push_queue".into(),
+            kind: "queue_full",
+            message: "100 % full".into(),
+            hint: None,
+            losing: true,
+        };
+        board.assess(vec![full.clone()], 1000);
+        assert!(hub.check_outages(&board.assess(vec![full], 1100)).is_empty());
     }
 
     #[test]
