@@ -73,8 +73,17 @@ fn a_stopped_device_makes_the_state_degraded_with_its_hint_is_alerted_and_recove
     });
     let p = problem(&down, "device press-1", "device_offline").unwrap_or_default();
     assert_eq!(down["state"], "degraded", "{down:#}");
-    assert_eq!(down["connector"]["healthy"], true, "a device down keeps OTA healthy");
-    assert!(p["message"].as_str().unwrap_or("").starts_with("not connected"), "{p}");
+    assert_eq!(
+        down["connector"]["healthy"], true,
+        "a device down keeps OTA healthy"
+    );
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("not connected"),
+        "{p}"
+    );
     assert!(p["hint"].as_str().is_some_and(|h| !h.is_empty()), "{p}");
     assert!(p["since"].as_str().is_some_and(|s| s.ends_with('Z')), "{p}");
     assert!(p["for_secs"].is_u64(), "{p}");
@@ -86,13 +95,20 @@ fn a_stopped_device_makes_the_state_degraded_with_its_hint_is_alerted_and_recove
     assert_eq!(alert["level"], "warning", "{alert}");
     // The hint of the commissioning tools, for the error of the moment (refused by now).
     assert!(
-        alert["hint"].as_str().unwrap_or("").contains("nothing accepts connections"),
+        alert["hint"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nothing accepts connections"),
         "{alert}"
     );
-    assert!(alert["message"].as_str().unwrap_or("").starts_with("not connected"));
+    assert!(alert["message"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("not connected"));
     let open = daemon.status()["alerts"].clone();
     assert!(
-        open.as_array().is_some_and(|a| a.iter().any(|a| a["kind"] == "device_offline")),
+        open.as_array()
+            .is_some_and(|a| a.iter().any(|a| a["kind"] == "device_offline")),
         "open alerts list the outage: {open:#}"
     );
 
@@ -132,14 +148,20 @@ fn an_uplink_answering_500_makes_the_state_degraded_is_alerted_with_its_hint_and
     assert_eq!(down["state"], "degraded", "{down:#}");
     assert_eq!(down["connector"]["healthy"], true);
     assert!(p["message"].as_str().unwrap_or("").contains("500"), "{p}");
-    assert!(p["hint"].as_str().unwrap_or("").contains("server error"), "{p}");
+    assert!(
+        p["hint"].as_str().unwrap_or("").contains("server error"),
+        "{p}"
+    );
 
     wait_until(DEADLINE, "the outage alert at the webhook", || {
         !alerts_of(&alerts, "sink push", "uplink_failing").is_empty()
     });
     let alert = &alerts_of(&alerts, "sink push", "uplink_failing")[0];
     assert_eq!(alert["hint"], p["hint"], "{alert}");
-    assert!(alert["message"].as_str().unwrap_or("").contains("500"), "{alert}");
+    assert!(
+        alert["message"].as_str().unwrap_or("").contains("500"),
+        "{alert}"
+    );
 
     uplink.answer_normally();
     wait_until(DEADLINE, "the recovery notice at the webhook", || {
@@ -153,8 +175,7 @@ fn an_uplink_answering_500_makes_the_state_degraded_is_alerted_with_its_hint_and
 }
 
 #[test]
-fn a_stopped_broker_makes_its_sink_a_disconnected_problem_alerted_with_its_reason_and_recovered()
-{
+fn a_stopped_broker_makes_its_sink_a_disconnected_problem_alerted_with_its_reason_and_recovered() {
     let mut broker = Mosquitto::start();
     let alerts = Receiver::start();
     let mut config = config(&alerts);
@@ -177,14 +198,29 @@ fn a_stopped_broker_makes_its_sink_a_disconnected_problem_alerted_with_its_reaso
     let p = problem(&down, "sink uns", "sink_disconnected").unwrap_or_default();
     assert_eq!(down["state"], "degraded", "{down:#}");
     assert_eq!(down["connector"]["healthy"], true, "{down:#}");
-    assert!(p["message"].as_str().unwrap_or("").starts_with("not connected"), "{p}");
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("not connected"),
+        "{p}"
+    );
     assert!(p["hint"].as_str().is_some_and(|h| !h.is_empty()), "{p}");
     wait_until(DEADLINE, "the outage alert at the webhook", || {
         !alerts_of(&alerts, "sink uns", "sink_disconnected").is_empty()
     });
     let alert = &alerts_of(&alerts, "sink uns", "sink_disconnected")[0];
-    assert!(alert["message"].as_str().unwrap_or("").starts_with("not connected"), "{alert}");
-    assert!(alert["hint"].as_str().is_some_and(|h| !h.is_empty()), "{alert}");
+    assert!(
+        alert["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("not connected"),
+        "{alert}"
+    );
+    assert!(
+        alert["hint"].as_str().is_some_and(|h| !h.is_empty()),
+        "{alert}"
+    );
 
     broker.restart();
     wait_until(DEADLINE, "the recovery notice at the webhook", || {

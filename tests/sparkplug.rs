@@ -1281,7 +1281,7 @@ fn last_node_value(msgs: &[Value], name: &str) -> Option<Value> {
                 .find(|m| m["name"] == name)
                 .map(|m| m["value"].clone())
         })
-        .last()
+        .next_back()
 }
 
 #[test]

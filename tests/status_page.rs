@@ -1274,7 +1274,10 @@ fn a_stopped_device_appears_at_the_top_with_its_message_since_and_hint_and_the_s
     let daemon = Daemon::start(config);
     let mut browser = Browser::start(&bin);
     browser.call("Page.navigate", json!({"url": daemon.url("/")}));
-    browser.wait_for("document.getElementById('state').dataset.state", &json!("ok"));
+    browser.wait_for(
+        "document.getElementById('state').dataset.state",
+        &json!("ok"),
+    );
     assert_eq!(
         browser.eval("document.getElementById('sec-problems').hidden"),
         json!(true)
@@ -1296,12 +1299,17 @@ fn a_stopped_device_appears_at_the_top_with_its_message_since_and_hint_and_the_s
     assert!(card.contains("nothing accepts connections"), "{card}");
     let header = browser.text("#state");
     assert!(
-        header.as_str().is_some_and(|h| h.starts_with("degraded · 1 problem")),
+        header
+            .as_str()
+            .is_some_and(|h| h.starts_with("degraded · 1 problem")),
         "{header}"
     );
 
     device.restart();
-    browser.wait_for("document.getElementById('state').dataset.state", &json!("ok"));
+    browser.wait_for(
+        "document.getElementById('state').dataset.state",
+        &json!("ok"),
+    );
     assert_eq!(
         browser.eval("document.getElementById('sec-problems').hidden"),
         json!(true)

@@ -209,7 +209,13 @@ impl AlertsConfig {
             );
             c.map(|c| (c, subject))
         });
-        let after = in_range(raw.after_secs, AFTER_SECS, 1..=86_400, format!("{at}.after_secs"), p);
+        let after = in_range(
+            raw.after_secs,
+            AFTER_SECS,
+            1..=86_400,
+            format!("{at}.after_secs"),
+            p,
+        );
         Self {
             check_interval: Duration::from_secs(interval),
             after: Duration::from_secs(after),

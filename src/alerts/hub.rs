@@ -185,9 +185,7 @@ impl Hub {
             channels,
             log_total: AtomicU64::new(0),
             open: Mutex::new(BTreeMap::new()),
-            outages: super::outages::Outages::new(Duration::from_secs(
-                super::config::AFTER_SECS,
-            )),
+            outages: super::outages::Outages::new(Duration::from_secs(super::config::AFTER_SECS)),
         }
     }
 

@@ -41,11 +41,7 @@ impl Hub {
     pub fn check_outages(&self, health: &Health) -> Vec<Alert> {
         let now = health.at;
         let mut raised = Vec::new();
-        let mut sent = self
-            .outages
-            .sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut sent = self.outages.sent.lock().unwrap_or_else(|e| e.into_inner());
         let open: BTreeMap<String, &Problem> = health
             .problems
             .iter()
@@ -122,8 +118,12 @@ mod tests {
         let hub = Hub::new("c", Duration::from_secs(5), Vec::new())
             .with_outages_after(Duration::from_secs(30));
         let board = Board::default();
-        assert!(hub.check_outages(&board.assess(vec![offline()], 1000)).is_empty());
-        assert!(hub.check_outages(&board.assess(vec![offline()], 1029)).is_empty());
+        assert!(hub
+            .check_outages(&board.assess(vec![offline()], 1000))
+            .is_empty());
+        assert!(hub
+            .check_outages(&board.assess(vec![offline()], 1029))
+            .is_empty());
         let first = hub.check_outages(&board.assess(vec![offline()], 1030));
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].level, "warning");
@@ -131,7 +131,9 @@ mod tests {
         assert_eq!(first[0].hint.as_deref(), Some("check the port"));
         assert!(!first[0].repeat);
         assert_eq!(hub.open_alerts().len(), 1);
-        assert!(hub.check_outages(&board.assess(vec![offline()], 1100)).is_empty());
+        assert!(hub
+            .check_outages(&board.assess(vec![offline()], 1100))
+            .is_empty());
         let again = hub.check_outages(&board.assess(vec![offline()], 1630));
         assert!(again[0].repeat);
         let ok = hub.check_outages(&board.assess(Vec::new(), 1640));
@@ -156,7 +158,9 @@ mod tests {
             losing: true,
         };
         board.assess(vec![full.clone()], 1000);
-        assert!(hub.check_outages(&board.assess(vec![full], 1100)).is_empty());
+        assert!(hub
+            .check_outages(&board.assess(vec![full], 1100))
+            .is_empty());
     }
 
     #[test]
@@ -164,7 +168,11 @@ mod tests {
         let hub = Hub::new("c", Duration::from_secs(5), Vec::new())
             .with_outages_after(Duration::from_secs(30));
         let board = Board::default();
-        assert!(hub.check_outages(&board.assess(vec![offline()], 1000)).is_empty());
-        assert!(hub.check_outages(&board.assess(Vec::new(), 1010)).is_empty());
+        assert!(hub
+            .check_outages(&board.assess(vec![offline()], 1000))
+            .is_empty());
+        assert!(hub
+            .check_outages(&board.assess(Vec::new(), 1010))
+            .is_empty());
     }
 }

@@ -64,7 +64,10 @@ pub fn findings(state: &AppState) -> Vec<Finding> {
                 component: format!("schedule {}", text(&s["name"])),
                 kind: "schedule_failing",
                 message: format!("its last tick was not stored: {result}"),
-                hint: Some("a tick is not replayed: see the sink it names, and the dead-letter queue".into()),
+                hint: Some(
+                    "a tick is not replayed: see the sink it names, and the dead-letter queue"
+                        .into(),
+                ),
                 losing: false,
             });
         }
@@ -119,7 +122,9 @@ pub(super) fn sink_findings(
             losing,
         })
     };
-    let because = reason.as_deref().map_or(String::new(), |r| format!(": {r}"));
+    let because = reason
+        .as_deref()
+        .map_or(String::new(), |r| format!(": {r}"));
     if !accepting {
         push(
             out,
@@ -244,7 +249,11 @@ mod tests {
         assert_eq!(f[0].component, "sink uns");
         assert_eq!(f[0].kind, "sink_disconnected");
         assert_eq!(f[0].message, "not connected: I/O: Connection refused");
-        assert!(f[0].hint.as_deref().unwrap_or("").contains("nothing accepts"));
+        assert!(f[0]
+            .hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("nothing accepts"));
     }
 
     #[test]
@@ -270,7 +279,10 @@ mod tests {
             &mut out,
         );
         assert_eq!(out[0].component, "device press-1");
-        assert_eq!(out[0].message, "not connected (backoff): connection refused");
+        assert_eq!(
+            out[0].message,
+            "not connected (backoff): connection refused"
+        );
         device(&json!({"name": "a", "state": "connected"}), &mut out);
         assert_eq!(out.len(), 1);
     }

@@ -255,11 +255,6 @@ impl Node {
         self.devices.iter().filter(|d| d.born).count() as u64
     }
 
-    /// True when every polled device is born.
-    pub fn every_polled_device_up(&self) -> bool {
-        self.devices.iter().filter(|d| d.polled).all(|d| d.born)
-    }
-
     /// The counts since the last call.
     pub fn take_tally(&mut self) -> Tally {
         std::mem::take(&mut self.tally)
