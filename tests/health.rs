@@ -87,6 +87,9 @@ fn a_stopped_device_makes_the_state_degraded_with_its_hint_is_alerted_and_recove
     assert!(p["hint"].as_str().is_some_and(|h| !h.is_empty()), "{p}");
     assert!(p["since"].as_str().is_some_and(|s| s.ends_with('Z')), "{p}");
     assert!(p["for_secs"].is_u64(), "{p}");
+    let metrics = daemon.metrics();
+    assert_eq!(metric(&metrics, "opex_connector_health_state"), Some(1.0));
+    assert!(metric(&metrics, "opex_connector_problems").is_some_and(|n| n >= 1.0));
 
     wait_until(DEADLINE, "the outage alert at the webhook", || {
         !alerts_of(&alerts, "device press-1", "device_offline").is_empty()

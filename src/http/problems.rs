@@ -9,6 +9,7 @@ use super::status::{devices, disk_space, schedules};
 use super::AppState;
 use crate::alerts::alert::queue_message;
 use crate::health::{now_secs, Finding, Health};
+use crate::telemetry::prometheus::{Kind, Page};
 
 /// Free space under which the data dir's disk is nearly full, in percent of its size.
 pub const DISK_NEARLY_FULL_PCT: u64 = 5;
@@ -16,6 +17,23 @@ pub const DISK_NEARLY_FULL_PCT: u64 = 5;
 /// The health now: every finding, assessed by the connector's board.
 pub fn assess(state: &AppState) -> Health {
     state.health.assess(findings(state), now_secs())
+}
+
+/// The health on `/metrics`: the state as a number and the count of problems.
+pub fn write_metrics(state: &AppState, p: &mut Page) {
+    let health = assess(state);
+    p.single(
+        "opex_connector_health_state",
+        Kind::Gauge,
+        "The connector's state: 0 ok, 1 degraded (some parts down, records still kept), 2 failing (records lost or refused now).",
+        f64::from(health.state as u8),
+    );
+    p.single(
+        "opex_connector_problems",
+        Kind::Gauge,
+        "Parts not working now (problems of /api/status).",
+        health.problems.len() as f64,
+    );
 }
 
 /// Every part that is not working now.

@@ -223,6 +223,7 @@ pub fn metrics(state: &AppState) -> String {
         );
     }
     state.alerts.write_metrics(&mut p);
+    super::problems::write_metrics(state, &mut p);
     state.commands.write_metrics(&mut p);
     state.command_paths.write_metrics(&mut p);
     feed_metrics(state, &mut p);
