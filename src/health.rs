@@ -54,7 +54,7 @@ impl State {
 pub struct Finding {
     /// The part, in words: `device press-1`, `sink uns`, `queue push_queue`.
     pub component: String,
-    /// What kind of problem: `device_offline`, `sink_disconnected`, `sink_failing`,
+    /// What kind of problem: `device_offline`, `point_bad`, `sink_disconnected`, `sink_failing`,
     /// `uplink_failing`, `sink_held`, `sink_stopped`, `queue_high`, `queue_full`,
     /// `alert_channel_failing`, `disk_nearly_full`, `schedule_failing`.
     pub kind: &'static str,
@@ -132,6 +132,8 @@ pub fn state_of(findings: &[Finding]) -> State {
 pub struct Board {
     since: Mutex<BTreeMap<String, u64>>,
     state: AtomicU8,
+    /// Points seen bad at the last check: the poll count of their device when first seen.
+    bad_points: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Board {
@@ -161,6 +163,24 @@ impl Board {
             problems,
             at: now,
         }
+    }
+
+    /// Takes the points bad now (key, their device's poll count now) and returns, for each,
+    /// how many polls it has been bad in a row (the poll that found it counts); points no
+    /// longer bad are forgotten.
+    pub fn bad_points(&self, bad: &[(String, u64)]) -> Vec<u64> {
+        let mut first = self.bad_points.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = BTreeMap::new();
+        let out = bad
+            .iter()
+            .map(|(key, polls)| {
+                let at = first.get(key).copied().unwrap_or(*polls);
+                kept.insert(key.clone(), at);
+                polls.saturating_sub(at) + 1
+            })
+            .collect();
+        *first = kept;
+        out
     }
 
     /// The state of the last assessment (`ok` before the first).
@@ -209,6 +229,15 @@ mod tests {
         assert!(board.healthy());
         let h = board.assess(vec![finding("device a", "device_offline", false)], 150);
         assert_eq!(h.problems[0].since, 150);
+    }
+
+    #[test]
+    fn a_bad_point_counts_the_polls_it_stays_bad_and_starts_again_once_good() {
+        let board = Board::default();
+        assert_eq!(board.bad_points(&[("d/p".into(), 10)]), [1]);
+        assert_eq!(board.bad_points(&[("d/p".into(), 13)]), [4]);
+        assert!(board.bad_points(&[]).is_empty());
+        assert_eq!(board.bad_points(&[("d/p".into(), 20)]), [1]);
     }
 
     #[test]

@@ -235,3 +235,41 @@ fn a_stopped_broker_makes_its_sink_a_disconnected_problem_alerted_with_its_reaso
         daemon.status()["state"] == "ok"
     });
 }
+
+#[test]
+fn a_point_that_stays_bad_for_more_than_three_polls_is_a_problem_with_its_exception_and_hint() {
+    let device = ModbusTcp::start();
+    let alerts = Receiver::start();
+    let mut config = config(&alerts);
+    // Unit 2 of the device has holding registers 0-9 but not 50: `gap` draws exception 2.
+    config["devices"] = json!([{
+        "name": "sparse",
+        "protocol": "modbus_tcp",
+        "host": "127.0.0.1",
+        "port": device.port(),
+        "unit": 2,
+        "timeout_ms": 300,
+        "groups": [{"name": "main", "interval_ms": 100}],
+        "points": [{"name": "ok", "register": 0, "type": "u16"},
+                   {"name": "gap", "register": 50, "type": "u16"}],
+    }]);
+    let daemon = Daemon::start(config);
+    let mut status = Value::Null;
+    wait_until(DEADLINE, "the bad point's problem in /api/status", || {
+        status = daemon.status();
+        problem(&status, "device sparse point main/gap", "point_bad").is_some()
+    });
+    let p = problem(&status, "device sparse point main/gap", "point_bad").unwrap_or_default();
+    assert_eq!(status["state"], "degraded", "{status:#}");
+    let message = p["message"].as_str().unwrap_or("");
+    assert!(message.starts_with("bad for "), "{p}");
+    assert!(
+        message.contains("exception 2 (illegal data address)"),
+        "{p}"
+    );
+    assert!(p["hint"].as_str().is_some_and(|h| !h.is_empty()), "{p}");
+    assert!(
+        problem(&status, "device sparse point main/ok", "point_bad").is_none(),
+        "{status:#}"
+    );
+}

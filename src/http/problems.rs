@@ -39,9 +39,11 @@ pub fn write_metrics(state: &AppState, p: &mut Page) {
 /// Every part that is not working now.
 pub fn findings(state: &AppState) -> Vec<Finding> {
     let mut out = Vec::new();
-    for d in devices(state) {
-        device(&d, &mut out);
+    let devices = devices(state);
+    for d in &devices {
+        device(d, &mut out);
     }
+    bad_points(state, &devices, &mut out);
     for sink in state.engine.sinks().iter() {
         let r = sink.report();
         sink_findings(sink.name(), &r.entry, &r.status, r.accepting, &mut out);
@@ -119,6 +121,54 @@ fn device(d: &Value, out: &mut Vec<Finding>) {
         hint: d["last_error_hint"].as_str().map(str::to_string),
         losing: false,
     });
+}
+
+/// Polls a point must stay bad before it is a problem: one bad read is news, not an outage.
+pub const BAD_POINT_POLLS: u64 = 3;
+
+/// The points of connected devices that have stayed bad for more than [`BAD_POINT_POLLS`]
+/// polls of their device (a device that is not connected is one problem, not one per point).
+fn bad_points(state: &AppState, devices: &[Value], out: &mut Vec<Finding>) {
+    let mut bad = Vec::new();
+    for d in devices.iter().filter(|d| d["state"] == "connected") {
+        let polls = d["polls_total"].as_u64().unwrap_or(0);
+        let groups = d["values"].as_object().into_iter().flatten();
+        for (group, points) in groups {
+            for (point, v) in points.as_object().into_iter().flatten() {
+                if v["quality"] == "bad" {
+                    bad.push((d, format!("{group}/{point}"), v, polls));
+                }
+            }
+        }
+    }
+    let keys: Vec<(String, u64)> = bad
+        .iter()
+        .map(|(d, point, _, polls)| (format!("{}/{point}", text(&d["name"])), *polls))
+        .collect();
+    let streaks = state.health.bad_points(&keys);
+    for ((d, point, v, _), polls) in bad.into_iter().zip(streaks) {
+        if polls <= BAD_POINT_POLLS {
+            continue;
+        }
+        let why = match (&v["exception"], &v["error"], &v["status"]) {
+            (Value::Number(n), _, _) => format!(
+                ": exception {n} ({})",
+                crate::sources::hints::exception_name(n.as_u64().unwrap_or(0) as u8)
+            ),
+            (_, Value::String(e), _) | (_, _, Value::String(e)) => format!(": {e}"),
+            _ => String::new(),
+        };
+        out.push(Finding {
+            component: format!("device {} point {point}", text(&d["name"])),
+            kind: "point_bad",
+            message: format!("bad for {polls} polls{why}"),
+            hint: match v["status"].as_str() {
+                Some(status) => crate::sources::hints::opcua_hint(status),
+                None => d["last_exception_hint"].as_str().map(str::to_string),
+            },
+            losing: false,
+        });
+    }
 }
 
 /// A sink whose writers stopped, that is not connected, on hold, or failing to deliver.
