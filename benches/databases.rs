@@ -321,6 +321,7 @@ fn through_sink(cfg: SinkConfig, records: &[Record]) -> BoxResult<Duration> {
             shutdown: shutdown.clone(),
             devices: Default::default(),
             commands: Arc::new(Commands::new(Default::default())),
+            health: Default::default(),
         })?;
     let sink = engine.sinks().get(&name).ok_or("no sink")?;
     let started = Instant::now();

@@ -16,6 +16,7 @@
 //! | [`flow`] | the deployed flows: nodes, wires, error ports, templates; validated, then compiled to a [`flow::Plan`] (per source, its entry nodes and every sink it can reach) |
 //! | [`engine`] | `offer(record) -> Settlement`: admission before anything runs, the nodes of the plan, then the sinks; `offer_batch` for a batch of one source (admitted whole, its rows committed together by [`store::queue::in_one_commit`]) |
 //! | [`admission`] | per-sink gates: quota, `on_full`, byte reservations; and [`admission::level`], the alert level of each bounded queue |
+//! | [`health`] | the one health model: since when each problem the parts report lasts, and the connector's `state` (`ok` / `degraded` / `failing`) that `/api/status`, the outage alerts and Sparkplug's `Connector/Healthy` all read; the findings are read in `http/problems.rs` |
 //! | [`hub`] | the DataHub: offered records and status changes broadcast to the live view (256 messages; slow clients skip, counted); not a delivery path |
 //! | [`sinks`] | where records go: named instances of kinds behind one contract, [`sinks::Sink`], whose [`sinks::Report`] is all the rest of the program reads of a sink; the kinds [`sinks::push`] (queue + HTTP uplink, with [`sinks::push::preprocess`]: deadband, aggregation), [`sinks::storage`] (event history), [`sinks::clickhouse`] and [`sinks::postgres`] (tables, through the bounded memory [`sinks::backlog`]), [`sinks::nats`], [`sinks::mqtt`], [`sinks::sparkplug`] (a Sparkplug B edge node behind a disk queue); [`sinks::queue`], the durable queue and its deliverer in front of push and any `queue: disk`; [`sinks::config`], the `sinks:` list and the sections that each make one sink |
 //! | [`brokers`] | NATS and MQTT connections and their TLS, shared by sources, sinks and alert channels |
@@ -48,6 +49,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod flow;
+pub mod health;
 pub mod http;
 pub mod hub;
 pub mod ledger;

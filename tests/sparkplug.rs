@@ -1269,3 +1269,52 @@ fn a_record_over_the_mqtt_packet_cap_is_dead_lettered_and_the_twenty_behind_it_g
     assert_eq!(source_figure(&l, &source, "/dead_lettered"), 1, "{l:#}");
     assert_eq!(source_figure(&l, &source, "/lost"), 0, "{l:#}");
 }
+
+/// The last value the host saw of node metric `name` (births and data messages, in order).
+fn last_node_value(msgs: &[Value], name: &str) -> Option<Value> {
+    msgs.iter()
+        .filter(|v| v["type"] == "NBIRTH" || v["type"] == "NDATA")
+        .filter_map(|v| {
+            v["metrics"]
+                .as_array()?
+                .iter()
+                .find(|m| m["name"] == name)
+                .map(|m| m["value"].clone())
+        })
+        .next_back()
+}
+
+#[test]
+fn connector_healthy_follows_the_health_model_a_device_down_is_unhealthy_there_and_degraded_in_the_status_while_ota_stays_healthy(
+) {
+    let broker = Mosquitto::start();
+    let mut device = ModbusTcp::start();
+    let host = Host::start(&broker);
+    let mut config = config(&broker, &device, 100);
+    // The model is assessed on the alert hub's beat: every second here.
+    config["telemetry"] = json!({"alerts": {"check_interval_secs": 1}});
+    let daemon = Daemon::start(config);
+    let healthy = |want: bool| {
+        move |m: &[Value]| last_node_value(m, "Connector/Healthy") == Some(json!(want))
+    };
+    host.wait("Connector/Healthy true", healthy(true));
+    assert_eq!(daemon.status()["state"], "ok");
+
+    device.stop();
+    host.wait("Connector/Healthy false", healthy(false));
+    let status = daemon.status();
+    assert_eq!(status["state"], "degraded", "{status:#}");
+    assert!(
+        status["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["component"] == "device press")),
+        "{status:#}"
+    );
+    assert_eq!(status["connector"]["healthy"], true);
+
+    device.restart();
+    host.wait("Connector/Healthy true again", healthy(true));
+    wait_until(POLL_DEADLINE, "the state ok again", || {
+        daemon.status()["state"] == "ok"
+    });
+}

@@ -1260,3 +1260,58 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
     let r = daemon.post("/page.js", None, b"");
     assert_eq!(r.status, 405);
 }
+
+#[test]
+fn a_stopped_device_appears_at_the_top_with_its_message_since_and_hint_and_the_state_goes_back_to_ok(
+) {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let mut device = ModbusTcp::start();
+    let mut config = writable_config(device.port());
+    config["telemetry"] = json!({"alerts": {"check_interval_secs": 1}});
+    let daemon = Daemon::start(config);
+    let mut browser = Browser::start(&bin);
+    browser.call("Page.navigate", json!({"url": daemon.url("/")}));
+    browser.wait_for(
+        "document.getElementById('state').dataset.state",
+        &json!("ok"),
+    );
+    assert_eq!(
+        browser.eval("document.getElementById('sec-problems').hidden"),
+        json!(true)
+    );
+
+    device.stop();
+    browser.wait_for(
+        "document.getElementById('state').dataset.state",
+        &json!("degraded"),
+    );
+    browser.wait_for(
+        "document.querySelectorAll('#problems [data-component=\"device oven\"]').length",
+        &json!(1),
+    );
+    let card = browser.text("#problems [data-component=\"device oven\"]");
+    let card = card.as_str().unwrap_or("");
+    assert!(card.contains("not connected"), "{card}");
+    assert!(card.contains("since "), "{card}");
+    assert!(card.contains("nothing accepts connections"), "{card}");
+    let header = browser.text("#state");
+    assert!(
+        header
+            .as_str()
+            .is_some_and(|h| h.starts_with("degraded · 1 problem")),
+        "{header}"
+    );
+
+    device.restart();
+    browser.wait_for(
+        "document.getElementById('state').dataset.state",
+        &json!("ok"),
+    );
+    assert_eq!(
+        browser.eval("document.getElementById('sec-problems').hidden"),
+        json!(true)
+    );
+}

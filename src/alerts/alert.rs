@@ -12,7 +12,12 @@
 //!
 //! A queue alert names its `queue` and has `level` `ok`, `high` or `full`; a component alert
 //! (a loss counter that grew) names its `component`, has `level` `critical` or `ok` and
-//! `fill_pct` null. `severity` is `info` (recovery), `warning` (`high`) or `critical`.
+//! `fill_pct` null. An outage alert (a problem of [`crate::health`] that lasted
+//! `telemetry.alerts.after_secs`) names its `component` (`device press-1`, `sink uns`) and
+//! its `kind` (`device_offline`, ...), carries the problem's `message` and `hint`, has
+//! `level` `warning` (records kept), `critical` (records lost or refused) or `ok` (its
+//! recovery notice) and `counters.for_secs`, how long it has lasted. `severity` is `info`
+//! (recovery), `warning` (`high`, or an outage that keeps records) or `critical`.
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -32,12 +37,19 @@ pub struct Alert {
     /// The component it is about (component alerts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    /// `ok`, `high`, `full` (queues) or `critical`, `ok` (components).
+    /// The kind of problem (outage alerts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// `ok`, `high`, `full` (queues), `critical`, `ok` (components) or `warning`,
+    /// `critical`, `ok` (outages).
     pub level: &'static str,
     /// `info`, `warning` or `critical`.
     pub severity: &'static str,
     /// What happens, in a few words.
     pub message: String,
+    /// What to do about it (outage alerts, when the words cover it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     /// Fill of the queue in percent; null for a component.
     pub fill_pct: Option<f64>,
     /// The relevant running totals.
@@ -54,8 +66,12 @@ impl Alert {
         self.level == "ok"
     }
 
-    /// The key of what it is about: `queue/<name>` or `component/<name>`.
+    /// The key of what it is about: `queue/<name>`, `component/<name>` or
+    /// `problem/<component>/<kind>`.
     pub fn key(&self) -> String {
+        if let (Some(c), Some(k)) = (&self.component, self.kind) {
+            return format!("problem/{c}/{k}");
+        }
         match (&self.queue, &self.component) {
             (Some(q), _) => format!("queue/{q}"),
             (None, Some(c)) => format!("component/{c}"),
@@ -87,10 +103,12 @@ impl Alert {
                 self.connector
             ),
             (None, component) => format!(
-                "alert: component={} level={} message=\"{}\"{counters} repeat={} connector={}",
+                "alert: component={}{} level={} message=\"{}\"{}{counters} repeat={} connector={}",
                 component.as_deref().unwrap_or(""),
+                self.kind.map_or(String::new(), |k| format!(" kind={k}")),
                 self.level,
                 self.message,
+                self.hint.as_ref().map_or(String::new(), |h| format!(" hint=\"{h}\"")),
                 self.repeat,
                 self.connector
             ),

@@ -6,7 +6,7 @@
 //! and counted (`dropped_total`); one the worker could not deliver is counted in
 //! `failed_total` with its `last_error`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -33,12 +33,15 @@ pub struct ChannelStats {
     pub dropped_total: AtomicU64,
     /// The last delivery error.
     pub last_error: Mutex<Option<String>>,
+    /// True from an error until the next alert delivered: the channel fails now.
+    pub failing: AtomicBool,
 }
 
 impl ChannelStats {
     /// Counts a delivered alert.
     pub fn sent(&self) {
         self.sent_total.fetch_add(1, Ordering::Relaxed);
+        self.failing.store(false, Ordering::Relaxed);
     }
 
     /// Counts an alert given up, and logs it.
@@ -50,6 +53,7 @@ impl ChannelStats {
 
     /// Remembers the last error.
     pub fn set_error(&self, error: &str) {
+        self.failing.store(true, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
     }
 
@@ -62,6 +66,7 @@ impl ChannelStats {
             "failed_total": l(&self.failed_total),
             "dropped_total": l(&self.dropped_total),
             "last_error": *self.last_error.lock().unwrap_or_else(|e| e.into_inner()),
+            "failing": self.failing.load(Ordering::Relaxed),
         })
     }
 }

@@ -29,6 +29,10 @@ pub struct RawAlerts {
     /// Seconds between two checks of every queue and loss counter. Default 5. The repeat of a
     /// lasting `full` stays every 10 minutes whatever this is.
     pub check_interval_secs: Option<u64>,
+    /// Seconds a problem of `problems` in `/api/status` (a device offline, a sink disconnected,
+    /// failing or held, an uplink failing, an alert channel failing, the disk nearly full...)
+    /// must last before it is alerted; its recovery notice follows when it clears. Default 30.
+    pub after_secs: Option<u64>,
     /// POST each alert as JSON to a URL, retried with a capped exponential back-off.
     pub webhook: Option<RawWebhookChannel>,
     /// Publish each alert as JSON to an MQTT topic (QoS 1).
@@ -77,6 +81,9 @@ pub struct RawNatsChannel {
     pub subject: Option<String>,
 }
 
+/// Default of `telemetry.alerts.after_secs`.
+pub const AFTER_SECS: u64 = 30;
+
 /// The webhook channel, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookChannelConfig {
@@ -101,6 +108,8 @@ pub struct WebhookChannelConfig {
 pub struct AlertsConfig {
     /// Time between two checks.
     pub check_interval: Duration,
+    /// How long a problem lasts before it is alerted.
+    pub after: Duration,
     /// The webhook channel.
     pub webhook: Option<WebhookChannelConfig>,
     /// The MQTT channel: its broker and topic.
@@ -113,6 +122,7 @@ impl Default for AlertsConfig {
     fn default() -> Self {
         Self {
             check_interval: crate::admission::level::CHECK_EVERY,
+            after: Duration::from_secs(AFTER_SECS),
             webhook: None,
             mqtt: None,
             nats: None,
@@ -199,8 +209,16 @@ impl AlertsConfig {
             );
             c.map(|c| (c, subject))
         });
+        let after = in_range(
+            raw.after_secs,
+            AFTER_SECS,
+            1..=86_400,
+            format!("{at}.after_secs"),
+            p,
+        );
         Self {
             check_interval: Duration::from_secs(interval),
+            after: Duration::from_secs(after),
             webhook,
             mqtt,
             nats,

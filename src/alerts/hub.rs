@@ -156,7 +156,7 @@ impl Component {
 
 /// The hub.
 pub struct Hub {
-    connector: String,
+    pub(super) connector: String,
     check_interval: Duration,
     pub(super) queues: Vec<Queue>,
     components: Vec<Component>,
@@ -168,6 +168,8 @@ pub struct Hub {
     pub(super) log_total: AtomicU64,
     /// The last non-`ok` alert of each queue or component, by [`Alert::key`].
     pub(super) open: Mutex<BTreeMap<String, Alert>>,
+    /// The outages alerted and not recovered yet.
+    pub(super) outages: super::outages::Outages,
 }
 
 impl Hub {
@@ -183,7 +185,19 @@ impl Hub {
             channels,
             log_total: AtomicU64::new(0),
             open: Mutex::new(BTreeMap::new()),
+            outages: super::outages::Outages::new(Duration::from_secs(super::config::AFTER_SECS)),
         }
+    }
+
+    /// The same hub, alerting a problem once it has lasted `after`.
+    pub fn with_outages_after(mut self, after: Duration) -> Self {
+        self.outages = super::outages::Outages::new(after);
+        self
+    }
+
+    /// Time between two checks.
+    pub fn check_interval(&self) -> Duration {
+        self.check_interval
     }
 
     /// Watches a queue.
@@ -243,6 +257,8 @@ impl Hub {
                 connector: self.connector.clone(),
                 queue: Some(q.name.clone()),
                 component: None,
+                kind: None,
+                hint: None,
                 level: change.level.as_str(),
                 severity: severity(change.level),
                 message: queue_message(change.level, r.on_full).to_string(),
@@ -288,6 +304,8 @@ impl Hub {
                 connector: self.connector.clone(),
                 queue: None,
                 component: Some(name),
+                kind: None,
+                hint: None,
                 level,
                 severity: if change.critical { "critical" } else { "info" },
                 message,
@@ -304,7 +322,7 @@ impl Hub {
         raised
     }
 
-    fn raise(&self, alert: &Alert) {
+    pub(super) fn raise(&self, alert: &Alert) {
         alert.log();
         self.log_total.fetch_add(1, Ordering::Relaxed);
         {

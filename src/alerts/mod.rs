@@ -7,6 +7,8 @@
 //! - [`alert`]: the alert's JSON and its log line.
 //! - [`hub`]: the checker and the open alerts; `report.rs` shows them as the `queues` /
 //!   `alerts` / `alert_channels` of `/api/status` and the levels on `/metrics`.
+//! - [`outages`]: the problems of [`crate::health`] alerted once they last
+//!   `telemetry.alerts.after_secs`, with their recovery.
 //! - [`queues`]: what the hub watches in a running connector.
 //! - [`config`], [`channels`], [`brokers`]: `telemetry.alerts` and its channels (webhook, MQTT,
 //!   NATS), each behind its own bounded queue so that sending never blocks the checker.
@@ -16,6 +18,7 @@ pub mod brokers;
 pub mod channels;
 pub mod config;
 pub mod hub;
+pub mod outages;
 pub mod queues;
 mod report;
 

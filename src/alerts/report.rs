@@ -49,6 +49,7 @@ impl Hub {
             "failed_total": 0,
             "dropped_total": 0,
             "last_error": null,
+            "failing": false,
         });
         std::iter::once(log)
             .chain(self.channels.iter().map(|c| c.stats.to_json(&c.name)))

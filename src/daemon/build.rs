@@ -119,10 +119,12 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
         &trends,
     );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
-    let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels);
+    let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels)
+        .with_outages_after(config.alerts.after);
     alerts::queues::watch(&mut hub, &engine);
     let state = Arc::new(AppState {
         name: c.name.clone(),
+        health: Arc::default(),
         started: Instant::now(),
         previous_version: crate::release::previous_version(),
         http: c.http.clone(),

@@ -78,6 +78,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             opcua: state.opcua.clone(),
         },
         commands: Arc::clone(&state.commands),
+        health: Arc::clone(&state.health),
     };
     let mut sinks = Running::default();
     for sink in engine.sinks().iter() {
@@ -318,13 +319,21 @@ pub(crate) async fn wait_for_signal() {
 async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
     let hub = tokio::spawn(Arc::clone(&state.alerts).run(shutdown.clone()));
     let mut tick = tokio::time::interval(crate::admission::level::CHECK_EVERY);
+    let mut health = tokio::time::interval(state.alerts.check_interval());
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => {},
+            _ = tick.tick() => {
+                if http::healthy(&state) {
+                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                }
+            },
+            // The health model, assessed on the hub's beat: its state for Sparkplug, its
+            // lasting problems alerted.
+            _ = health.tick() => {
+                state.alerts.check_outages(&http::problems::assess(&state));
+            },
             _ = shutdown.wait() => break,
-        }
-        if http::healthy(&state) {
-            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
         }
     }
     let _ = hub.await;

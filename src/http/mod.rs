@@ -19,6 +19,7 @@ mod hosts;
 mod ledger;
 mod live;
 mod page;
+pub mod problems;
 mod respond;
 mod routes;
 mod server;
@@ -60,6 +61,8 @@ use crate::sources::webhook::WebhookSource;
 pub struct AppState {
     /// `connector.name`.
     pub name: String,
+    /// The health model's memory: since when each problem lasts, the last state.
+    pub health: Arc<crate::health::Board>,
     /// When the daemon started.
     pub started: Instant,
     /// The version an over-the-air update replaced, when installed that way.

@@ -17,7 +17,8 @@ use crate::telemetry::prometheus::{Kind, Page};
 
 /// True while the connector does its job: every sink takes records (their writers run).
 /// Over-the-air updates wait for it before keeping a new version; the systemd watchdog is fed
-/// only while it holds.
+/// only while it holds. A device or a destination being down does not make it false: that is
+/// the `state` of [`crate::health`].
 pub fn healthy(state: &AppState) -> bool {
     state.engine.sinks().iter().all(|s| s.report().accepting)
 }
@@ -79,7 +80,10 @@ pub fn status(state: &AppState) -> Value {
             documents.insert(key.to_string(), doc);
         }
     }
+    let health = super::problems::assess(state);
     let mut doc = json!({
+        "state": health.state.as_str(),
+        "problems": health.problems_json(),
         "connector": {
             "name": state.name,
             "version": crate::VERSION,
@@ -112,7 +116,7 @@ pub fn status(state: &AppState) -> Value {
 
 /// `devices[]`: each device's figures, with its writable points and its commands' counters
 /// when it takes commands.
-fn devices(state: &AppState) -> Vec<Value> {
+pub(super) fn devices(state: &AppState) -> Vec<Value> {
     let mut out: Vec<Value> = state
         .devices
         .iter()
@@ -144,6 +148,16 @@ fn devices(state: &AppState) -> Vec<Value> {
 pub fn disk_free_bytes(dir: &std::path::Path) -> Option<u64> {
     let st = rustix::fs::statvfs(dir).ok()?;
     Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Bytes free for an unprivileged writer and bytes in all on the data dir's file system
+/// (`None` when `statvfs` fails).
+pub fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some((
+        st.f_bavail.saturating_mul(st.f_frsize),
+        st.f_blocks.saturating_mul(st.f_frsize),
+    ))
 }
 
 /// The live view's figures.
@@ -213,6 +227,7 @@ pub fn metrics(state: &AppState) -> String {
         );
     }
     state.alerts.write_metrics(&mut p);
+    super::problems::write_metrics(state, &mut p);
     state.commands.write_metrics(&mut p);
     state.command_paths.write_metrics(&mut p);
     feed_metrics(state, &mut p);

@@ -135,6 +135,8 @@ pub struct StartContext {
     pub devices: DeviceStatuses,
     /// The commands service: a Sparkplug node's DCMDs go through it.
     pub commands: Arc<Commands>,
+    /// The health model: a Sparkplug node publishes its state as `Connector/Healthy`.
+    pub health: Arc<crate::health::Board>,
 }
 
 /// The pollers' statuses, read by the sinks that report on devices.

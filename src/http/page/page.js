@@ -99,7 +99,30 @@
       'disk free ' + (typeof c.disk_free_bytes === 'number' ? bytes(c.disk_free_bytes) : '?')];
     if (c.previous_version) parts.push('previous ' + c.previous_version);
     var line = clear($('conn-line'));
-    add(line, badge(c.healthy ? 'healthy' : 'not healthy', c.healthy ? 'ok' : 'bad'), ' ', parts.join(' · '));
+    // The state of the one health model; `healthy` alone for a connector that has none.
+    var state = s.state || (c.healthy ? 'ok' : 'failing');
+    var n = Array.isArray(s.problems) ? s.problems.length : 0;
+    var text = state + (n ? ' · ' + n + (n === 1 ? ' problem' : ' problems') : '');
+    var b = badge(text, ({ ok: 'ok', degraded: 'high', failing: 'bad' })[state] || 'bad');
+    b.id = 'state';
+    b.dataset.state = state;
+    add(line, b, ' ', parts.join(' · '));
+  }
+
+  // What is not working now, first: the part, what is wrong, since when, what to do.
+  function problems(s) {
+    var list = Array.isArray(s.problems) ? s.problems : [];
+    show('sec-problems', list.length > 0);
+    var box = clear($('problems'));
+    list.forEach(function (p) {
+      var c = card(p.component, badge(p.kind.replace(/_/g, ' '), 'high'));
+      c.classList.add('problem');
+      c.dataset.component = p.component;
+      add(c, el('p', '', p.message),
+        el('p', 'muted', 'since ' + when(p.since) + ' (' + dur(p.for_secs) + ')'));
+      if (p.hint) add(c, el('p', 'hint', p.hint));
+      box.appendChild(c);
+    });
   }
 
   function queuesOf(s) {
@@ -136,12 +159,13 @@
     var box = clear($('alerts'));
     if (!s.alerts.length) { box.appendChild(el('p', 'muted', 'No open alerts.')); return; }
     s.alerts.forEach(function (a) {
-      var c = card(a.queue || a.component || '?', badge(a.level, a.level));
+      var c = card(a.queue || a.component || '?', badge(a.level, ({ warning: 'high', critical: 'bad' })[a.level] || a.level));
       c.classList.add('alert');
       if (a.level === 'full') c.classList.add('full');
       add(c, el('p', '', a.message),
         el('p', 'muted', (a.fill_pct !== undefined && a.fill_pct !== null ? num(a.fill_pct).toFixed(1) + ' % · ' : '') +
           'since ' + when(a.time) + (a.repeat ? ' · repeat ' + a.repeat : '')));
+      if (a.hint) add(c, el('p', 'hint', a.hint));
       box.appendChild(c);
     });
   }
@@ -305,7 +329,7 @@
 
   function render() {
     if (!doc) return;
-    [header, queues, alerts, devices, commands, sinks, sources, webhooks, schedules, backfills, deadLetters, footer]
+    [header, problems, queues, alerts, devices, commands, sinks, sources, webhooks, schedules, backfills, deadLetters, footer]
       .forEach(function (f) { try { f(doc); } catch (e) { if (window.console) console.error(e); } });
     app.dataset.statusLoaded = '1';
   }

@@ -69,7 +69,7 @@ pub trait Plant {
 /// The node's own metrics (besides `bdSeq` and the rebirth control), as read now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeFigures {
-    /// Every polled device of the node has its device.
+    /// The connector's health model finds no problem (`state` `ok` in `/api/status`).
     pub healthy: bool,
     /// The sink's disk queue: percent of its quota.
     pub queue_fill_pct: f64,
@@ -253,11 +253,6 @@ impl Node {
     /// Devices born now.
     pub fn devices_online(&self) -> u64 {
         self.devices.iter().filter(|d| d.born).count() as u64
-    }
-
-    /// True when every polled device is born.
-    pub fn every_polled_device_up(&self) -> bool {
-        self.devices.iter().filter(|d| d.polled).all(|d| d.born)
     }
 
     /// The counts since the last call.

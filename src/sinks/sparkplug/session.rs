@@ -290,6 +290,8 @@ pub struct Parts {
     pub queue: Option<Arc<DiskQueue>>,
     /// The stop signal.
     pub shutdown: Shutdown,
+    /// The health model, published as `Connector/Healthy`.
+    pub health: Arc<crate::health::Board>,
 }
 
 /// The session task's state.
@@ -648,7 +650,8 @@ impl Session {
             (st.fill_pct, st.rows)
         });
         NodeFigures {
-            healthy: self.p.node.every_polled_device_up(),
+            // The one health model's, so that the node and `/api/status` agree.
+            healthy: self.p.health.healthy(),
             queue_fill_pct: fill,
             queue_rows: rows,
             devices_online: self.p.node.devices_online(),

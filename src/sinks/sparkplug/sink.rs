@@ -186,6 +186,7 @@ impl SparkplugSink {
                 batches,
                 queue,
                 shutdown: ctx.shutdown.clone(),
+                health: Arc::clone(&ctx.health),
             },
         );
         running.tasks.push(ctx.runtime.spawn(session.run()));
