@@ -147,16 +147,13 @@ pub fn outcome(outcome: SourceOutcome) -> Resp {
             StatusCode::OK,
             &json!({"ok": true, "result": "accepted", "id": id}),
         ),
-        SourceOutcome::Retry { sink, after_secs } => retry_later(
-            json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs}),
-            after_secs,
-        ),
+        SourceOutcome::Retry { sink, after_secs } => {
+            let (body, after) = retry_body(sink, None, after_secs);
+            retry_later(body, after)
+        }
         SourceOutcome::Failed { sink, reason } => {
-            let after = crate::admission::RETRY_AFTER.as_secs();
-            retry_later(
-                json!({"ok": false, "result": "error", "sink": sink, "error": reason, "retry_after_secs": after}),
-                after,
-            )
+            let (body, after) = retry_body(sink, Some(reason), RETRY_AFTER_SECS);
+            retry_later(body, after)
         }
         SourceOutcome::Malformed { reason } => error(
             StatusCode::BAD_REQUEST,
@@ -175,6 +172,22 @@ pub fn in_progress(after_secs: u64) -> Resp {
         ),
         after_secs,
     )
+}
+
+/// How long a caller waits after a sink failed (not refused) its record.
+const RETRY_AFTER_SECS: u64 = crate::admission::RETRY_AFTER.as_secs();
+
+/// The body of a `503` for `sink`: `retry` when it refused the record at admission, `error`
+/// with the `reason` it failed; and the seconds to wait.
+fn retry_body(sink: String, reason: Option<String>, after_secs: u64) -> (serde_json::Value, u64) {
+    let body = match reason {
+        None => {
+            json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs})
+        }
+        Some(reason) => json!({"ok": false, "result": "error", "sink": sink, "error": reason,
+                                "retry_after_secs": after_secs}),
+    };
+    (body, after_secs)
 }
 
 /// `503` with `body` and `Retry-After: after_secs`.
@@ -229,16 +242,9 @@ pub fn batch_outcome(outcome: BatchOutcome) -> Resp {
         BatchOutcome::Body(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
         BatchOutcome::Retry { outcome, stored } => {
             let (mut body, after) = match outcome {
-                SourceOutcome::Retry { sink, after_secs } => (
-                    json!({"ok": false, "result": "retry", "sink": sink, "retry_after_secs": after_secs}),
-                    after_secs,
-                ),
+                SourceOutcome::Retry { sink, after_secs } => retry_body(sink, None, after_secs),
                 SourceOutcome::Failed { sink, reason } => {
-                    let after = crate::admission::RETRY_AFTER.as_secs();
-                    (
-                        json!({"ok": false, "result": "error", "sink": sink, "error": reason, "retry_after_secs": after}),
-                        after,
-                    )
+                    retry_body(sink, Some(reason), RETRY_AFTER_SECS)
                 }
                 other => return self::outcome(other),
             };
