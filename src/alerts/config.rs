@@ -33,6 +33,10 @@ pub struct RawAlerts {
     /// failing or held, an uplink failing, an alert channel failing, the disk nearly full...)
     /// must last before it is alerted; its recovery notice follows when it clears. Default 30.
     pub after_secs: Option<u64>,
+    /// Percent of the data dir's disk that must stay free: under it the disk is a
+    /// `disk_nearly_full` problem. Default 5; 0 turns the check off (a disk watched by other
+    /// means, or a test box whose free space is not the connector's business).
+    pub disk_free_pct: Option<u64>,
     /// POST each alert as JSON to a URL, retried with a capped exponential back-off.
     pub webhook: Option<RawWebhookChannel>,
     /// Publish each alert as JSON to an MQTT topic (QoS 1).
@@ -84,6 +88,9 @@ pub struct RawNatsChannel {
 /// Default of `telemetry.alerts.after_secs`.
 pub const AFTER_SECS: u64 = 30;
 
+/// Default of `telemetry.alerts.disk_free_pct`.
+pub const DISK_FREE_PCT: u64 = 5;
+
 /// The webhook channel, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookChannelConfig {
@@ -110,6 +117,8 @@ pub struct AlertsConfig {
     pub check_interval: Duration,
     /// How long a problem lasts before it is alerted.
     pub after: Duration,
+    /// Percent of the data dir's disk that must stay free (0: not checked).
+    pub disk_free_pct: u64,
     /// The webhook channel.
     pub webhook: Option<WebhookChannelConfig>,
     /// The MQTT channel: its broker and topic.
@@ -123,6 +132,7 @@ impl Default for AlertsConfig {
         Self {
             check_interval: crate::admission::level::CHECK_EVERY,
             after: Duration::from_secs(AFTER_SECS),
+            disk_free_pct: DISK_FREE_PCT,
             webhook: None,
             mqtt: None,
             nats: None,
@@ -216,9 +226,17 @@ impl AlertsConfig {
             format!("{at}.after_secs"),
             p,
         );
+        let disk_free_pct = in_range(
+            raw.disk_free_pct,
+            DISK_FREE_PCT,
+            0..=50,
+            format!("{at}.disk_free_pct"),
+            p,
+        );
         Self {
             check_interval: Duration::from_secs(interval),
             after: Duration::from_secs(after),
+            disk_free_pct,
             webhook,
             mqtt,
             nats,

@@ -129,6 +129,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
         previous_version: crate::release::previous_version(),
         http: c.http.clone(),
         data_dir: c.data_dir.clone(),
+        disk_free_pct: config.alerts.disk_free_pct,
         shutdown: Shutdown::new(),
         engine,
         ingest: config

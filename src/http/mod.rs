@@ -71,6 +71,8 @@ pub struct AppState {
     pub http: HttpConfig,
     /// `connector.data_dir`, whose free space the status shows.
     pub data_dir: PathBuf,
+    /// `telemetry.alerts.disk_free_pct`: under this percent free, the disk is a problem.
+    pub disk_free_pct: u64,
     /// The stop signal (live view sessions close on it).
     pub shutdown: Shutdown,
     /// The engine every source offers to; it holds the sinks.

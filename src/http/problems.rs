@@ -11,9 +11,6 @@ use crate::alerts::alert::queue_message;
 use crate::health::{now_secs, Finding, Health};
 use crate::telemetry::prometheus::{Kind, Page};
 
-/// Free space under which the data dir's disk is nearly full, in percent of its size.
-pub const DISK_NEARLY_FULL_PCT: u64 = 5;
-
 /// The health now: every finding, assessed by the connector's board.
 pub fn assess(state: &AppState) -> Health {
     state.health.assess(findings(state), now_secs())
@@ -63,19 +60,7 @@ pub fn findings(state: &AppState) -> Vec<Finding> {
         }
     }
     if let Some((free, total)) = disk_space(&state.data_dir) {
-        if total > 0 && free.saturating_mul(100) < total.saturating_mul(DISK_NEARLY_FULL_PCT) {
-            out.push(Finding {
-                component: "disk".into(),
-                kind: "disk_nearly_full",
-                message: format!(
-                    "{} MiB free of {} MiB on the data dir's disk",
-                    free >> 20,
-                    total >> 20
-                ),
-                hint: Some(format!("free space on {} or lower the queues' quotas: at the end of the disk, records can no longer be kept", state.data_dir.display())),
-                losing: false,
-            });
-        }
+        out.extend(disk(free, total, state.disk_free_pct, &state.data_dir));
     }
     for s in schedules(state) {
         let result = s["last_result"].as_str().unwrap_or("ok");
@@ -93,6 +78,21 @@ pub fn findings(state: &AppState) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The data dir's disk when less than `pct` percent of it is free (`pct` 0: never).
+fn disk(free: u64, total: u64, pct: u64, dir: &std::path::Path) -> Option<Finding> {
+    (total > 0 && free.saturating_mul(100) < total.saturating_mul(pct)).then(|| Finding {
+        component: "disk".into(),
+        kind: "disk_nearly_full",
+        message: format!(
+            "{} MiB free of {} MiB on the data dir's disk",
+            free >> 20,
+            total >> 20
+        ),
+        hint: Some(format!("free space on {} or lower the queues' quotas: at the end of the disk, records can no longer be kept", dir.display())),
+        losing: false,
+    })
 }
 
 fn text(v: &Value) -> String {
@@ -304,6 +304,31 @@ mod tests {
         let mut out = Vec::new();
         sink_findings("uns", &entry, &status, accepting, &mut out);
         out
+    }
+
+    #[test]
+    fn the_disk_is_nearly_full_under_its_percent_and_never_at_zero() {
+        let dir = std::path::Path::new("/var/lib/opex-connector");
+        let gib = 1 << 30;
+        let f = disk(4 * gib, 100 * gib, 5, dir).expect("4 % free is under 5 %");
+        assert_eq!(f.kind, "disk_nearly_full");
+        assert_eq!(
+            f.message,
+            "4096 MiB free of 102400 MiB on the data dir's disk"
+        );
+        assert!(f
+            .hint
+            .unwrap_or_default()
+            .contains("/var/lib/opex-connector"));
+        assert!(disk(5 * gib, 100 * gib, 5, dir).is_none());
+        assert!(
+            disk(gib, 100 * gib, 0, dir).is_none(),
+            "0 turns the check off"
+        );
+        assert!(
+            disk(0, 0, 5, dir).is_none(),
+            "a disk of no size is not judged"
+        );
     }
 
     #[test]
