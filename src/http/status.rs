@@ -84,6 +84,10 @@ pub fn status(state: &AppState) -> Value {
     for entry in &mut sinks {
         stamp(state, entry, "sink");
     }
+    let mut channels = state.alerts.channels_json();
+    for c in &mut channels {
+        stamp(state, c, "alert channel");
+    }
     let mut devices = devices(state);
     for d in &mut devices {
         stamp(state, d, "device");
@@ -110,7 +114,7 @@ pub fn status(state: &AppState) -> Value {
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
-        "alert_channels": state.alerts.channels_json(),
+        "alert_channels": channels,
         "schedules": schedules(state),
         "backfills": state.backfills.iter().map(|b| b.status()).collect::<Vec<Value>>(),
         "trends": state.trends.status_json(),
@@ -121,8 +125,9 @@ pub fn status(state: &AppState) -> Value {
     doc
 }
 
-/// `last_error_at` and `recovered_at` of a device's or sink's entry: since when its last
-/// trouble (a problem of `problems`) lasted, and when it cleared; null when it had none.
+/// `last_error_at` and `recovered_at` of a device's, sink's or alert channel's entry: since
+/// when its last trouble (a problem of `problems`) lasted, and when it cleared; null when it
+/// had none.
 fn stamp(state: &AppState, entry: &mut Value, part: &str) {
     let Some(name) = entry["name"].as_str() else {
         return;
