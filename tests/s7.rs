@@ -470,10 +470,7 @@ c.disconnect()
     let values = block_on(async {
         let mut conn = Connection::open(&ep).await.expect("connect");
         let written = conn
-            .write(&[
-                (setpoint, json!(95.5)),
-                (pump, json!(false)),
-            ])
+            .write(&[(setpoint, json!(95.5)), (pump, json!(false))])
             .await;
         assert!(written.iter().all(Result::is_ok), "{written:?}");
         let items = vec![setpoint, pump];
