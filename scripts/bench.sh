@@ -39,6 +39,10 @@
 #            in all and per gateway, RSS and CPU per record of the gateways,
 #            the stream's stored count against the acked total
 #            (benches/fleet.rs)
+#   s7       200 points over three DBs (800 bytes) from python-snap7's server:
+#            ReadVar requests per poll against the minimum the PDU allows, and
+#            polls/s of our client against python-snap7's own client
+#            (read_multi_vars) in the same run, their ratio (benches/s7.rs)
 #   instructions  user-space instructions per acked ingest request, counted
 #            by valgrind's callgrind (a count, not a time: the same to within
 #            about 1 % from run to run on a busy or shared box): the daemon
@@ -68,7 +72,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,60p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,64p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Cargo's target folder as an absolute path (CARGO_TARGET_DIR is relative to
@@ -150,6 +154,11 @@ bench_fleet() {
     release_daemon
     echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_FLEET_SYNC=${BENCH_FLEET_SYNC:-both} BENCH_SECS=${BENCH_SECS:-10})"
     cargo bench --bench fleet
+}
+
+bench_s7() {
+    echo "==> cargo bench --bench s7 (BENCH_SECS=${BENCH_SECS:-10})"
+    cargo bench --bench s7
 }
 
 # The ingest client of `instructions`: CLIENTS threads, each on one keep-alive
@@ -281,6 +290,7 @@ case "${1:-}" in
     commands) bench_commands ;;
     sparkplug) bench_sparkplug ;;
     fleet) bench_fleet ;;
+    s7) bench_s7 ;;
     instructions) bench_instructions ;;
     -h | --help | help) usage ;;
     "")
@@ -288,7 +298,7 @@ case "${1:-}" in
         exit 2
         ;;
     *)
-        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug, fleet, instructions)" >&2
+        echo "unknown benchmark: $1 (known: ingest, databases, modbus, nats, commands, sparkplug, fleet, s7, instructions)" >&2
         exit 2
         ;;
 esac
