@@ -998,15 +998,15 @@ fn the_page_draws_a_sparkline_beside_each_value_and_queue_and_opens_the_hour_cha
         "{chart}"
     );
 
-    // The screenshot the README shows, taken again on every run.
+    // The screenshot the book shows (`docs/src/status/page.md`), taken again on every run.
     let png = browser.screenshot(1280, 1000, false);
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 20_000,
         "{} bytes",
         png.len()
     );
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/trends.png");
-    std::fs::write(&shot, png).expect("write docs/trends.png");
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/images/trends.png");
+    std::fs::write(&shot, png).expect("write docs/src/images/trends.png");
     println!("screenshot: {}", shot.display());
 
     // Close hides it; Escape does too, after a click on a sparkline opens it again.
