@@ -1,7 +1,8 @@
 //! The built-in simulator: a small plant served over Modbus TCP, so that a newcomer sees live
 //! machine values without a machine (`opex-connector simulate`, or `simulator:` in a config,
 //! which the demo uses to poll itself). With the `simulator` cargo feature, [`opcua`] serves
-//! the plant over OPC-UA too (a large addition to the binary; see the README).
+//! the plant over OPC-UA too (a large addition to the binary; see the book's
+//! `docs/src/deployment/README.md`, "Three builds").
 
 pub mod modbus;
 #[cfg(feature = "simulator")]
