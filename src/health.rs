@@ -134,7 +134,34 @@ pub struct Board {
     state: AtomicU8,
     /// Points seen bad at the last check: the poll count of their device when first seen.
     bad_points: Mutex<BTreeMap<String, u64>>,
+    /// Each part's last trouble, by its component: kept a day after it cleared.
+    episodes: Mutex<BTreeMap<String, Episode>>,
 }
+
+/// A part's last trouble: since when, and when it cleared (`None` while it lasts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Episode {
+    /// Unix seconds of the first check that found a problem of the part.
+    pub since: u64,
+    /// Unix seconds of the first check that found none again.
+    pub recovered_at: Option<u64>,
+}
+
+impl Episode {
+    /// `last_error_at` and `recovered_at` of the part's entry in `/api/status`.
+    pub fn fields(episode: Option<Self>) -> (Value, Value) {
+        match episode {
+            None => (Value::Null, Value::Null),
+            Some(e) => (
+                rfc3339(e.since).into(),
+                e.recovered_at.map_or(Value::Null, |t| rfc3339(t).into()),
+            ),
+        }
+    }
+}
+
+/// How long a cleared trouble is remembered (and shown as recovered).
+pub const EPISODE_KEPT_SECS: u64 = 24 * 3600;
 
 impl Board {
     /// Takes the findings of a check at `now` (Unix seconds): a finding seen before keeps its
@@ -143,7 +170,7 @@ impl Board {
         let state = state_of(&findings);
         let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
         let mut kept = BTreeMap::new();
-        let problems = findings
+        let problems: Vec<Problem> = findings
             .into_iter()
             .map(|f| {
                 let key = f.key();
@@ -157,12 +184,49 @@ impl Board {
             .collect();
         *since = kept;
         drop(since);
+        self.remember_episodes(&problems, now);
         self.state.store(state as u8, Ordering::Relaxed);
         Health {
             state,
             problems,
             at: now,
         }
+    }
+
+    /// Opens an episode for each part with a problem now (its earliest `since`), and closes
+    /// the open ones of parts that have none.
+    fn remember_episodes(&self, problems: &[Problem], now: u64) {
+        let mut open: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in problems {
+            let since = open.entry(p.finding.component.as_str()).or_insert(p.since);
+            *since = (*since).min(p.since);
+        }
+        let mut episodes = self.episodes.lock().unwrap_or_else(|e| e.into_inner());
+        for (component, since) in &open {
+            let e = episodes.entry((*component).to_string()).or_insert(Episode {
+                since: *since,
+                recovered_at: None,
+            });
+            if e.recovered_at.is_some() {
+                *e = Episode {
+                    since: *since,
+                    recovered_at: None,
+                };
+            }
+        }
+        episodes.retain(|component, e| {
+            if e.recovered_at.is_none() && !open.contains_key(component.as_str()) {
+                e.recovered_at = Some(now);
+            }
+            e.recovered_at
+                .is_none_or(|t| now.saturating_sub(t) < EPISODE_KEPT_SECS)
+        });
+    }
+
+    /// The last trouble of a part (`device press-1`, `sink uns`), open or cleared.
+    pub fn episode(&self, component: &str) -> Option<Episode> {
+        let episodes = self.episodes.lock().unwrap_or_else(|e| e.into_inner());
+        episodes.get(component).copied()
     }
 
     /// Takes the points bad now (key, their device's poll count now) and returns, for each,
@@ -229,6 +293,37 @@ mod tests {
         assert!(board.healthy());
         let h = board.assess(vec![finding("device a", "device_offline", false)], 150);
         assert_eq!(h.problems[0].since, 150);
+    }
+
+    #[test]
+    fn a_part_keeps_since_when_it_was_down_and_when_it_recovered_for_a_day() {
+        let board = Board::default();
+        assert_eq!(board.episode("device a"), None);
+        board.assess(vec![finding("device a", "device_offline", false)], 100);
+        board.assess(vec![finding("device a", "device_offline", false)], 130);
+        let open = Episode {
+            since: 100,
+            recovered_at: None,
+        };
+        assert_eq!(board.episode("device a"), Some(open));
+        board.assess(Vec::new(), 140);
+        let closed = Episode {
+            since: 100,
+            recovered_at: Some(140),
+        };
+        assert_eq!(board.episode("device a"), Some(closed));
+        assert_eq!(
+            Episode::fields(Some(closed)),
+            (
+                Value::from("1970-01-01T00:01:40Z"),
+                Value::from("1970-01-01T00:02:20Z")
+            )
+        );
+        board.assess(vec![finding("device a", "device_offline", false)], 200);
+        assert_eq!(board.episode("device a").map(|e| e.since), Some(200));
+        board.assess(Vec::new(), 210);
+        board.assess(Vec::new(), 210 + EPISODE_KEPT_SECS);
+        assert_eq!(board.episode("device a"), None, "forgotten a day later");
     }
 
     #[test]

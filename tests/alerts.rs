@@ -254,6 +254,11 @@ fn a_block_queue_that_fills_raises_full_on_the_webhook_and_mqtt_and_ok_once_it_d
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["log", "webhook", "mqtt"]);
+    for c in channels {
+        // No channel has had trouble: nothing to date.
+        assert_eq!(c["last_error_at"], Value::Null, "{c}");
+        assert_eq!(c["recovered_at"], Value::Null, "{c}");
+    }
     let metrics = daemon.metrics();
     assert!(
         metrics.contains(

@@ -1,7 +1,8 @@
 //! The demo a newcomer runs (`config/demo.yaml`, embedded as the default of
 //! `cargo run --release`): its built-in plant served over Modbus TCP and OPC-UA inside the
 //! process, both polled, values on `/api/status` and stored in the push queue. The demo's
-//! fixed ports are moved to free ones; everything else is the file as shipped.
+//! fixed ports are moved to free ones; everything else is the file as shipped. Lighthouse (npm,
+//! installed by `scripts/test.sh`) audits its status page in Debian's Chromium.
 
 #![cfg(feature = "simulator")]
 
@@ -21,8 +22,8 @@ fn device<'a>(status: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no device {name} in {status:#}"))
 }
 
-#[test]
-fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
+/// The demo's config with its fixed ports moved to free ones.
+fn demo_config() -> Value {
     let mut config: Value = serde_saphyr::from_str(DEMO).expect("demo.yaml parses");
     let (modbus, opcua) = (free_port(), free_port());
     config["connector"]["http"]["listen"] = json!("127.0.0.1:0");
@@ -30,7 +31,12 @@ fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
     config["simulator"]["opcua"] = json!(format!("127.0.0.1:{opcua}"));
     config["devices"][0]["port"] = json!(modbus);
     config["devices"][1]["endpoint"] = json!(format!("opc.tcp://127.0.0.1:{opcua}/"));
-    let daemon = Daemon::start(config);
+    config
+}
+
+#[test]
+fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
+    let daemon = Daemon::start(demo_config());
     let client = daemon.client();
     let status = || {
         client
@@ -60,4 +66,77 @@ fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
     let s = status();
     assert_eq!(u64_at(&s, "/engine/stats/backpressure_lost"), 0, "{s:#}");
     assert_eq!(u64_at(device(&s, "boiler-1"), "/errors_total"), 0, "{s:#}");
+}
+
+/// Lighthouse on PATH (`scripts/test.sh` links it to `/usr/local/bin`).
+fn lighthouse() -> Option<std::path::PathBuf> {
+    let found = std::process::Command::new("lighthouse")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    found.then(|| "lighthouse".into())
+}
+
+#[test]
+fn lighthouse_scores_the_demos_page_full_marks_in_accessibility_and_best_practices() {
+    let (Some(lighthouse), true) = (
+        lighthouse(),
+        std::path::Path::new("/usr/bin/chromium").exists(),
+    ) else {
+        println!(
+            "SKIPPED: lighthouse or chromium is not installed (scripts/test.sh installs both)"
+        );
+        return;
+    };
+    let daemon = Daemon::start(demo_config());
+    wait_until(
+        Duration::from_secs(120),
+        "the demo's devices connected",
+        || {
+            let s = daemon.status();
+            s["devices"].as_array().is_some_and(|ds| {
+                ds.len() == 2 && ds.iter().all(|d| d["state"] == json!("connected"))
+            })
+        },
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("report.json");
+    let out = std::process::Command::new(lighthouse)
+        .env("CHROME_PATH", "/usr/bin/chromium")
+        .args([
+            daemon.url("/").as_str(),
+            "--only-categories=accessibility,best-practices",
+            "--output=json",
+            "--quiet",
+        ])
+        .arg(format!("--output-path={}", report.display()))
+        .arg(format!(
+            "--chrome-flags=--headless=new --no-sandbox --disable-gpu --disable-quic --no-first-run \
+             --disable-background-networking --disable-component-update --disable-sync --user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .output()
+        .expect("run lighthouse");
+    assert!(
+        out.status.success(),
+        "lighthouse failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("the report")).expect("JSON");
+    // Every audit that did not pass, by its id and title, for the failure message.
+    let failed: Vec<String> = report["audits"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, a)| a["score"].as_f64().is_some_and(|s| s < 1.0))
+        .map(|(id, a)| format!("{id}: {}", a["title"]))
+        .collect();
+    for category in ["accessibility", "best-practices"] {
+        assert_eq!(
+            report["categories"][category]["score"].as_f64(),
+            Some(1.0),
+            "{category}: {failed:#?}"
+        );
+    }
 }

@@ -35,6 +35,15 @@ fn problem(status: &Value, component: &str, kind: &str) -> Option<Value> {
         .cloned()
 }
 
+/// The entry of device `name` in `devices[]` of `status`.
+fn device_entry(status: &Value, name: &str) -> Value {
+    status["devices"]
+        .as_array()
+        .and_then(|ds| ds.iter().find(|d| d["name"] == name))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The alerts about `component` of kind `kind` the receiver got, oldest first.
 fn alerts_of(receiver: &Receiver, component: &str, kind: &str) -> Vec<Value> {
     receiver
@@ -87,6 +96,10 @@ fn a_stopped_device_makes_the_state_degraded_with_its_hint_is_alerted_and_recove
     assert!(p["hint"].as_str().is_some_and(|h| !h.is_empty()), "{p}");
     assert!(p["since"].as_str().is_some_and(|s| s.ends_with('Z')), "{p}");
     assert!(p["for_secs"].is_u64(), "{p}");
+    // The device's own entry says since when its trouble lasts, not yet recovered.
+    let entry = device_entry(&down, "press-1");
+    assert_eq!(entry["last_error_at"], p["since"], "{entry:#}");
+    assert_eq!(entry["recovered_at"], Value::Null, "{entry:#}");
     let metrics = daemon.metrics();
     assert_eq!(metric(&metrics, "opex_connector_health_state"), Some(1.0));
     assert!(metric(&metrics, "opex_connector_problems").is_some_and(|n| n >= 1.0));
@@ -124,6 +137,15 @@ fn a_stopped_device_makes_the_state_degraded_with_its_hint_is_alerted_and_recove
     let up = daemon.status();
     assert_eq!(up["state"], "ok", "{up:#}");
     assert_eq!(up["problems"], json!([]));
+    // Its last error stays, with when it began and when it cleared.
+    let entry = device_entry(&up, "press-1");
+    assert_eq!(entry["last_error_at"], p["since"], "{entry:#}");
+    assert!(
+        entry["recovered_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z') && t >= p["since"].as_str().unwrap_or("")),
+        "{entry:#}"
+    );
     assert!(up["alerts"]
         .as_array()
         .is_some_and(|a| a.iter().all(|a| a["kind"] != "device_offline")));
@@ -225,15 +247,33 @@ fn a_stopped_broker_makes_its_sink_a_disconnected_problem_alerted_with_its_reaso
         "{alert}"
     );
 
+    let entry = sink_entry(&down, "uns");
+    assert_eq!(entry["last_error_at"], p["since"], "{entry:#}");
+    assert_eq!(entry["recovered_at"], Value::Null, "{entry:#}");
+
     broker.restart();
     wait_until(DEADLINE, "the recovery notice at the webhook", || {
         alerts_of(&alerts, "sink uns", "sink_disconnected")
             .iter()
             .any(|a| a["level"] == "ok")
     });
+    let mut up = Value::Null;
     wait_until(DEADLINE, "the state ok again", || {
-        daemon.status()["state"] == "ok"
+        up = daemon.status();
+        up["state"] == "ok"
     });
+    let entry = sink_entry(&up, "uns");
+    assert_eq!(entry["last_error_at"], p["since"], "{entry:#}");
+    assert!(entry["recovered_at"].is_string(), "{entry:#}");
+}
+
+/// The entry of sink `name` in `sinks[]` of `status`.
+fn sink_entry(status: &Value, name: &str) -> Value {
+    status["sinks"]
+        .as_array()
+        .and_then(|ss| ss.iter().find(|s| s["name"] == name))
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[test]

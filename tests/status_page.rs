@@ -1261,33 +1261,74 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
     assert_eq!(r.status, 405);
 }
 
+/// Writes a screenshot of the page to `docs/src/images/<name>.png` when `OPEX_SCREENSHOTS` is set (they
+/// carry times, so a plain run leaves the committed ones alone).
+fn keep_screenshot(browser: &mut Browser, name: &str) {
+    if std::env::var_os("OPEX_SCREENSHOTS").is_none() {
+        return;
+    }
+    let png = browser.screenshot(1400, 1900, false);
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/src/images/{name}.png"));
+    std::fs::write(&shot, png).expect("write the screenshot");
+    println!("screenshot: {}", shot.display());
+}
+
+/// Waits until the header shows `state`, and returns the header's text.
+fn state_is(browser: &mut Browser, state: &str) -> String {
+    browser.wait_for(
+        "document.getElementById('state').dataset.state",
+        &json!(state),
+    );
+    browser.text("#state").as_str().unwrap_or("").to_string()
+}
+
 #[test]
-fn a_stopped_device_appears_at_the_top_with_its_message_since_and_hint_and_the_state_goes_back_to_ok(
-) {
+fn three_faults_one_after_the_other_each_show_at_the_top_on_their_part_and_as_recovered_after() {
     let Some(bin) = chromium() else {
         println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
         return;
     };
     let mut device = ModbusTcp::start();
+    let mut broker = Mosquitto::start();
+    let uplink = Receiver::start();
     let mut config = writable_config(device.port());
+    config["connector"]["push"] = json!({
+        "url": uplink.url(), "batch_rows": 10, "timeout_secs": 2,
+        "retry_initial_ms": 50, "retry_max_ms": 200,
+    });
+    config["mqtt"] = json!({"connections": [
+        {"name": "b", "url": broker.url(), "client_id": "it-page", "reconnect_max_ms": 200},
+    ]});
+    config["sinks"] = json!([{"name": "uns", "type": "mqtt", "topic": "p/{{key}}", "qos": 1}]);
     config["telemetry"] = json!({"alerts": {"check_interval_secs": 1}});
     let daemon = Daemon::start(config);
     let mut browser = Browser::start(&bin);
     browser.call("Page.navigate", json!({"url": daemon.url("/")}));
-    browser.wait_for(
-        "document.getElementById('state').dataset.state",
-        &json!("ok"),
-    );
+    state_is(&mut browser, "ok");
     assert_eq!(
         browser.eval("document.getElementById('sec-problems').hidden"),
         json!(true)
     );
-
-    device.stop();
-    browser.wait_for(
-        "document.getElementById('state').dataset.state",
-        &json!("degraded"),
+    // Writer channels and dead-letter tables are under Details, closed.
+    assert_eq!(
+        browser.eval("document.getElementById('sec-details').open"),
+        json!(false)
     );
+    assert_eq!(
+        browser.eval("!!document.querySelector('#plumbing [data-queue=\"push_writer\"]')"),
+        json!(true)
+    );
+    assert_eq!(
+        browser.eval("document.getElementById('sec-schedules').hidden"),
+        json!(true),
+        "no schedule is configured: no section"
+    );
+    keep_screenshot(&mut browser, "status-page");
+
+    // 1. The device stops: its problem at the top, its badge not green, its values greyed.
+    device.stop();
+    let header = state_is(&mut browser, "degraded");
+    assert!(header.starts_with("degraded · 1 problem"), "{header}");
     browser.wait_for(
         "document.querySelectorAll('#problems [data-component=\"device oven\"]').length",
         &json!(1),
@@ -1297,18 +1338,84 @@ fn a_stopped_device_appears_at_the_top_with_its_message_since_and_hint_and_the_s
     assert!(card.contains("not connected"), "{card}");
     assert!(card.contains("since "), "{card}");
     assert!(card.contains("nothing accepts connections"), "{card}");
-    let header = browser.text("#state");
+    browser.wait_for(
+        "document.querySelector('[data-device=\"oven\"] .values').classList.contains('stale')",
+        &json!(true),
+    );
+    assert_eq!(
+        browser.eval(
+            "document.querySelector('[data-device=\"oven\"] h3 .badge').classList.contains('ok')"
+        ),
+        json!(false)
+    );
+    let grey = browser.eval(
+        "getComputedStyle(document.querySelector('[data-device=\"oven\"] .values td:nth-child(2)')).color",
+    );
+    let plain = browser.eval("getComputedStyle(document.body).color");
+    assert_ne!(grey, plain, "the old values are greyed");
+    let device_card = browser.text("[data-device=\"oven\"]");
     assert!(
-        header
+        device_card
             .as_str()
-            .is_some_and(|h| h.starts_with("degraded · 1 problem")),
-        "{header}"
+            .is_some_and(|t| t.contains("values as of the last poll")),
+        "{device_card}"
+    );
+    keep_screenshot(&mut browser, "status-page-device-down");
+    device.restart();
+    state_is(&mut browser, "ok");
+    browser.wait_for(
+        "!!document.querySelector('[data-device=\"oven\"] .last-error.recovered')",
+        &json!(true),
+    );
+    let device_card = browser.text("[data-device=\"oven\"] .last-error");
+    assert!(
+        device_card
+            .as_str()
+            .is_some_and(|t| t.contains("recovered")),
+        "{device_card}"
     );
 
-    device.restart();
+    // 2. The broker stops: the sink's reason and hint are on the page.
+    broker.stop();
+    state_is(&mut browser, "degraded");
     browser.wait_for(
-        "document.getElementById('state').dataset.state",
+        "document.querySelector('[data-sink=\"uns\"]').dataset.state",
+        &json!("problem"),
+    );
+    let sink = browser.text("[data-sink=\"uns\"]");
+    let sink = sink.as_str().unwrap_or("");
+    assert!(sink.contains("not connected"), "{sink}");
+    assert!(sink.contains("since "), "{sink}");
+    assert!(
+        sink.contains("check that the destination runs") || sink.contains("nothing accepts"),
+        "{sink}"
+    );
+    keep_screenshot(&mut browser, "status-page-broker-down");
+    broker.restart();
+    state_is(&mut browser, "ok");
+    browser.wait_for(
+        "document.querySelector('[data-sink=\"uns\"]').dataset.state",
         &json!("ok"),
+    );
+
+    // 3. The uplink answers 500: the push sink's row says so, then recovers.
+    uplink.answer_every_request_with(500);
+    assert_eq!(daemon.ingest("k-1", r#"{"n":1}"#).status, 200);
+    state_is(&mut browser, "degraded");
+    browser.wait_for(
+        "document.querySelector('[data-sink=\"push\"]').dataset.state",
+        &json!("problem"),
+    );
+    let push = browser.text("[data-sink=\"push\"]");
+    let push = push.as_str().unwrap_or("");
+    assert!(push.contains("500"), "{push}");
+    assert!(push.contains("server error"), "{push}");
+    keep_screenshot(&mut browser, "status-page-uplink-failing");
+    uplink.answer_normally();
+    state_is(&mut browser, "ok");
+    browser.wait_for(
+        "(document.querySelector('[data-sink=\"push\"]').textContent.indexOf('recovered') >= 0)",
+        &json!(true),
     );
     assert_eq!(
         browser.eval("document.getElementById('sec-problems').hidden"),

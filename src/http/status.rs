@@ -81,6 +81,17 @@ pub fn status(state: &AppState) -> Value {
         }
     }
     let health = super::problems::assess(state);
+    for entry in &mut sinks {
+        stamp(state, entry, "sink");
+    }
+    let mut channels = state.alerts.channels_json();
+    for c in &mut channels {
+        stamp(state, c, "alert channel");
+    }
+    let mut devices = devices(state);
+    for d in &mut devices {
+        stamp(state, d, "device");
+    }
     let mut doc = json!({
         "state": health.state.as_str(),
         "problems": health.problems_json(),
@@ -99,11 +110,11 @@ pub fn status(state: &AppState) -> Value {
         "sink_status": sink_status,
         "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
-        "devices": devices(state),
+        "devices": devices,
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
-        "alert_channels": state.alerts.channels_json(),
+        "alert_channels": channels,
         "schedules": schedules(state),
         "backfills": state.backfills.iter().map(|b| b.status()).collect::<Vec<Value>>(),
         "trends": state.trends.status_json(),
@@ -112,6 +123,19 @@ pub fn status(state: &AppState) -> Value {
         o.extend(documents);
     }
     doc
+}
+
+/// `last_error_at` and `recovered_at` of a device's, sink's or alert channel's entry: since
+/// when its last trouble (a problem of `problems`) lasted, and when it cleared; null when it
+/// had none.
+fn stamp(state: &AppState, entry: &mut Value, part: &str) {
+    let Some(name) = entry["name"].as_str() else {
+        return;
+    };
+    let episode = state.health.episode(&format!("{part} {name}"));
+    let (at, recovered) = crate::health::Episode::fields(episode);
+    entry["last_error_at"] = at;
+    entry["recovered_at"] = recovered;
 }
 
 /// `devices[]`: each device's figures, with its writable points and its commands' counters

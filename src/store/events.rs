@@ -459,9 +459,9 @@ impl EventStore {
         Ok(total)
     }
 
-    /// True while the writer takes records (until [`close`](Self::close)).
+    /// True while the writer takes records: until [`close`](Self::close), or its thread ended.
     pub fn accepting(&self) -> bool {
-        self.writer.sender().is_ok()
+        self.writer.running()
     }
 
     /// Stops the writer after it has committed everything already on its channel, and closes

@@ -345,9 +345,9 @@ impl DurableQueue {
         self.writer.sender()
     }
 
-    /// True while the writer takes records (until [`close`](Self::close)).
+    /// True while the writer takes records: until [`close`](Self::close), or its thread ended.
     pub fn accepting(&self) -> bool {
-        self.writer.sender().is_ok()
+        self.writer.running()
     }
 
     /// Appends one row (its value, from [`record_row`] or [`encode_row`]); resolves to its

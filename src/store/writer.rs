@@ -57,6 +57,14 @@ impl<C: Send + 'static> WriterThread<C> {
             .ok_or(StoreError::Closed)
     }
 
+    /// True while the writer takes commands: it was not told to stop and its thread still
+    /// runs (a thread that panicked or returned leaves the channel open with nobody behind it).
+    pub fn running(&self) -> bool {
+        let open = self.tx.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        open && thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Closes the channel, lets the writer commit what is on it, and joins the thread.
     /// Idempotent.
     pub fn close(&self) {
@@ -318,6 +326,24 @@ mod tests {
     use std::sync::Arc;
 
     const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_writer_whose_thread_ended_is_not_running_though_nobody_closed_it() {
+        let w = WriterThread::<u8>::spawn("test-writer", 4, |rx| {
+            let _ = rx.recv();
+            panic!("the writer's own failure");
+        })
+        .unwrap();
+        assert!(w.running());
+        w.sender().unwrap().send(1).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while w.running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!w.running(), "a panicked writer thread is seen as stopped");
+        w.close();
+        assert!(!w.running());
+    }
 
     #[test]
     fn a_single_caller_sending_one_record_after_the_other_is_committed_without_waiting() {

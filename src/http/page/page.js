@@ -60,8 +60,27 @@
   }
   function badge(text, level) { return el('span', 'badge ' + (level || ''), text); }
   function levelOf(state) {
-    return ({ connected: 'ok', ok: 'ok', running: 'ok', done: 'ok', high: 'high', full: 'full' })[state] ||
+    return ({ connected: 'ok', ok: 'ok', running: 'ok', done: 'ok', high: 'high', full: 'full',
+      connecting: 'high', backoff: 'high', reconnecting: 'high', stopped: '' })[state] ||
       (/error|fail|disconnected|down|bad/.test(String(state)) ? 'bad' : '');
+  }
+  // The problems of one part (`device press-1`, `sink uns`), from the health model.
+  function problemsOf(s, component) {
+    return (Array.isArray(s.problems) ? s.problems : []).filter(function (p) { return p.component === component; });
+  }
+  // A part's last error with since when, and "recovered" once its trouble cleared.
+  function lastError(text, entry, hint) {
+    if (!text) return null;
+    var box = el('div', 'last-error');
+    if (entry.recovered_at) {
+      box.classList.add('recovered');
+      add(box, el('p', 'muted', 'last error: ' + text + ' · recovered ' + ago(Date.parse(entry.recovered_at)) +
+        (entry.last_error_at ? ' (down from ' + when(entry.last_error_at) + ' to ' + when(entry.recovered_at) + ')' : '')));
+      return box;
+    }
+    add(box, el('p', 'warn', 'error: ' + text + (entry.last_error_at ? ' · since ' + when(entry.last_error_at) : '')),
+      hint ? el('p', 'muted hint', hint) : null);
+    return box;
   }
   function table(head, rows, numeric) {
     var t = el('table'), tr = el('tr');
@@ -134,22 +153,39 @@
       blocked_total: q.blocked_total, evicted_total: q.evicted_total, dropped_total: q.dropped_total }];
   }
 
+  // Writer channels and dead-letter tables are plumbing: drawn under Details, closed.
+  function plumbing(q) { return q.kind === 'channel' || /dead_letters$/.test(q.name); }
   function queues(s) {
-    var list = queuesOf(s), box = clear($('queues'));
-    show('sec-queues', !!list);
-    if (!list) return;
-    list.forEach(function (q) {
+    var list = queuesOf(s), box = clear($('queues')), inner = clear($('plumbing'));
+    var front = (list || []).filter(function (q) { return !plumbing(q); });
+    var back = (list || []).filter(plumbing);
+    show('sec-queues', front.length > 0);
+    show('sec-details', back.length > 0);
+    var storage = {};
+    (Array.isArray(s.sinks) ? s.sinks : []).forEach(function (k) { if (k.type === 'storage') storage[k.name] = k; });
+    (list || []).forEach(function (q) {
       var level = q.level || 'ok';
       var c = card(q.name + (q.kind ? ' (' + q.kind + ')' : ''), badge(level, level));
       c.dataset.queue = q.name;
       c.dataset.level = level;
       var quota = q.quota_unit === 'bytes' ? bytes(q.quota) : (q.quota !== undefined ? q.quota + ' ' + (q.quota_unit || '') : '?');
       var used = q.quota_unit === 'bytes' ? bytes(q.used) : (q.used !== undefined ? String(q.used) : '?');
+      var into = plumbing(q) ? inner : box;
+      if (storage[q.name]) {
+        // Storage keeps a history: rows it holds are stored, not waiting.
+        add(c, el('p', 'fill-text', 'stored ' + num(storage[q.name].queue_rows) + ' · ' + used + ' of ' + quota),
+          el('p', 'muted', 'the oldest are evicted at the quota (on_full ' + (q.on_full || '?') + ') · evicted ' + num(q.evicted_total)));
+        into.appendChild(c);
+        return;
+      }
+      if (q.name === 'push_queue' && s.uplink && s.uplink.enabled === false) {
+        add(c, el('p', 'note', 'no uplink configured: records stay on this box'));
+      }
       add(c, bar(q.fill_pct, level),
         add(el('div', 'trend-row'), el('p', 'fill-text', num(q.fill_pct).toFixed(1) + ' % · ' + used + ' of ' + quota), spark('queue/' + q.name)),
         el('p', 'muted', 'on_full ' + (q.on_full || '?') + ' · blocked ' + num(q.blocked_total) +
           ' · evicted ' + num(q.evicted_total) + ' · dropped ' + num(q.dropped_total)));
-      box.appendChild(c);
+      into.appendChild(c);
     });
   }
 
@@ -185,8 +221,10 @@
         } else shown = show_value(v);
         // Numbers and booleans have a trend; strings do not.
         var name = 'point/' + device + '/' + g + '.' + p, line = typeof x === 'number' || typeof x === 'boolean' ? spark(name) : null;
-        var cell = el('span', line ? 'trendable' : '', shown);
+        var bad = !!(v && typeof v === 'object' && v.quality && v.quality !== 'good');
+        var cell = el('span', (line ? 'trendable' : '') + (bad ? ' bad-point' : ''), shown);
         cell.dataset.point = device + '/' + g + '.' + p;
+        if (bad) cell.dataset.quality = 'bad';
         if (line) cell.onclick = function () { openChart(name); };
         rows.push([g + '.' + p, cell, unit, line || '']);
       });
@@ -209,10 +247,16 @@
           (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +
           ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))),
         d.source ? add(el('p', 'muted trend-row'), 'records/s ', spark('in/' + d.source, true)) : null);
-      if (d.last_error) add(c, el('p', 'warn', 'last error: ' + d.last_error), d.last_error_hint ? el('p', 'muted hint', d.last_error_hint) : null);
+      add(c, lastError(d.last_error, d, d.last_error_hint));
       if (d.last_exception) add(c, el('p', 'warn', 'last refusal: ' + d.last_exception), d.last_exception_hint ? el('p', 'muted hint', d.last_exception_hint) : null);
       var rows = valueRows(d.name, d.values);
-      if (rows.length) { var t = table(['point', 'value', 'unit', 'last hour'], rows); t.className = 'values'; c.appendChild(t); }
+      var live = d.state === 'connected';
+      if (rows.length && !live) add(c, el('p', 'muted stale-note', 'not connected: values as of the last poll, ' + ago(d.last_poll_ms)));
+      if (rows.length) {
+        var t = table(['point', 'value', 'unit', 'last hour'], rows);
+        t.className = live ? 'values' : 'values stale';
+        c.appendChild(t);
+      }
       box.appendChild(c);
     });
   }
@@ -220,19 +264,34 @@
   function sinks(s) {
     show('sec-sinks', Array.isArray(s.sinks));
     if (!Array.isArray(s.sinks)) return;
+    var u = s.uplink;
     var rows = s.sinks.map(function (k) {
+      var found = problemsOf(s, 'sink ' + k.name), state = el('div', 'sink-state');
+      state.dataset.sink = k.name;
+      if (found.length) {
+        state.dataset.state = 'problem';
+        found.forEach(function (p) {
+          add(state, badge(p.kind.replace(/_/g, ' '), 'bad'), ' ', el('span', '', p.message + ' · since ' + when(p.since)),
+            p.hint ? el('p', 'muted hint', p.hint) : null);
+        });
+      } else {
+        state.dataset.state = 'ok';
+        add(state, badge(k.connected === false ? 'disconnected' : (k.connected ? 'connected' : 'ok'), k.connected === false ? 'bad' : 'ok'));
+        if (k.recovered_at) add(state, ' ', el('span', 'muted recovered', 'trouble from ' + when(k.last_error_at) + ', recovered ' + ago(Date.parse(k.recovered_at)) + (k.last_error ? ': ' + k.last_error : '')));
+      }
       var extra = [];
-      if (k.connected !== undefined) extra.push(k.connected ? 'connected' : 'disconnected');
+      if (k.type === 'push' && u && !u.enabled) extra.push('no uplink configured: records stay on this box');
       if (k.durable === false) extra.push('memory');
-      if (k.last_error) extra.push('error: ' + k.last_error);
       if (k.note) extra.push(k.note);
       if (k.sparkplug) extra.push(sparkplug(k.sparkplug));
-      return [k.name, k.queue_rows !== undefined ? k.queue_rows : k.queue_depth, num(k.blocked), num(k.dropped), spark('out/' + k.name, true), extra.join(' · ')];
+      if (extra.length) add(state, el('p', 'muted', extra.join(' · ')));
+      var held = k.type === 'storage' ? 'stored ' + num(k.queue_rows) : (k.queue_rows !== undefined ? k.queue_rows : k.queue_depth);
+      return [k.name, held, num(k.blocked), num(k.dropped), spark('out/' + k.name, true), state];
     });
-    var u = s.uplink;
     if (u && u.enabled) {
-      rows.push(['uplink', null, null, null, null, (u.healthy ? 'healthy' : 'failing') + ' · sent ' + num(u.sent_total) +
-        ' · failures ' + num(u.failures_total) + (u.last_error ? ' · ' + u.last_error : '')]);
+      var up = problemsOf(s, 'sink push').filter(function (p) { return p.kind === 'uplink_failing'; }).length ? 'failing' : (u.healthy ? 'healthy' : 'waiting');
+      rows.push(['uplink', null, null, null, null, add(el('div'), badge(up, ({ healthy: 'ok', failing: 'bad' })[up] || ''),
+        ' sent ' + num(u.sent_total) + ' · failures ' + num(u.failures_total) + (u.last_error ? ' · ' + u.last_error : ''))]);
     }
     add(clear($('sinks')), table(['sink', 'queue', 'blocked', 'dropped', 'out/s', 'state'], rows, [0, 1, 1, 1, 0, 0]));
   }
@@ -277,7 +336,7 @@
   }
 
   function schedules(s) {
-    show('sec-schedules', Array.isArray(s.schedules));
+    show('sec-schedules', Array.isArray(s.schedules) && s.schedules.length > 0);
     if (!Array.isArray(s.schedules)) return;
     var rows = s.schedules.map(function (x) {
       var r = x.last_result === undefined || x.last_result === null ? '–' : String(x.last_result);
@@ -287,7 +346,7 @@
   }
 
   function backfills(s) {
-    show('sec-backfills', Array.isArray(s.backfills));
+    show('sec-backfills', Array.isArray(s.backfills) && s.backfills.length > 0);
     if (!Array.isArray(s.backfills)) return;
     var box = clear($('backfills'));
     s.backfills.forEach(function (b) {
@@ -329,7 +388,7 @@
 
   function render() {
     if (!doc) return;
-    [header, problems, queues, alerts, devices, commands, sinks, sources, webhooks, schedules, backfills, deadLetters, footer]
+    [header, problems, alerts, devices, commands, sinks, queues, sources, webhooks, schedules, backfills, deadLetters, footer]
       .forEach(function (f) { try { f(doc); } catch (e) { if (window.console) console.error(e); } });
     app.dataset.statusLoaded = '1';
   }
@@ -420,6 +479,12 @@
     return (lo === null ? '' : lo) + ' … ' + (hi === null ? '' : hi);
   }
 
+  // A point's type in words; an OPC-UA node's is learned from the server at its first read.
+  function typeOf(p) {
+    if (p.type === 'unknown until read') return 'not read yet (the server gives its type at the first read)';
+    return p.type + ' (' + p.area + ')';
+  }
+
   function commands(s) {
     var list = (Array.isArray(s.devices) ? s.devices : []).filter(function (d) { return Array.isArray(d.writable); });
     show('sec-commands', list.length > 0);
@@ -446,7 +511,7 @@
       var rows = d.writable.map(function (p) {
         var where = d.name + '/' + p.name, result = el('span');
         result.dataset.result = where;
-        if (!armed) return [p.name, p.type + ' (' + p.area + ')', range(p), null, null];
+        if (!armed) return [p.name, typeOf(p), range(p), null, null];
         var input;
         if (p.type === 'bool' || p.type === 'Boolean') {
           input = el('select', 'value');
@@ -464,9 +529,9 @@
         input.dataset.value = where;
         var write = button('Write', '', function () { ask(d.name, p, input, result); });
         write.dataset.write = where;
-        return [p.name, p.type + ' (' + p.area + ')', range(p), input, add(el('span'), write, ' ', result)];
+        return [p.name, typeOf(p), range(p), input, add(el('span'), write, ' ', result)];
       });
-      c.appendChild(table(['point', 'type', 'range', 'value', ''], rows));
+      c.appendChild(table(['point', 'type', 'range', 'value', 'write'], rows));
       box.appendChild(c);
     });
   }
@@ -741,7 +806,7 @@
         return [r.id, r.flow + ' / ' + r.node, r.reason, when(r.at_ms), pre(r.record), b];
       });
       say(rows.length + ' open dead letters (oldest first, at most 100).');
-      add(clear($('dlq-list')), table(['id', 'flow / node', 'reason', 'at', 'record', ''], rows));
+      add(clear($('dlq-list')), table(['id', 'flow / node', 'reason', 'at', 'record', 'actions'], rows));
     }).catch(function (e) { say(e.message); });
   }
   function replay(id) {
@@ -785,7 +850,7 @@
         if (rows.length) h.appendChild(button('Replay all', '', function () { replayAll(l.name); }));
         box.appendChild(h);
         if (!rows.length) return;
-        box.appendChild(table(['id', 'seq', 'reason', 'at', 'record', ''], rows.map(function (r) {
+        box.appendChild(table(['id', 'seq', 'reason', 'at', 'record', 'actions'], rows.map(function (r) {
           var actions = el('span');
           actions.dataset.deadLetter = l.name + '/' + r.id;
           var del = button('Delete', 'danger', function () {
