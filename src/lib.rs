@@ -28,7 +28,7 @@
 //! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`, gzip-compressed by `build.rs`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
 //! | [`trends`] | the status page's last hour, in memory: every device point, every queue's fill, records/s in per source and out per sink, as 360 buckets of 10 s (min, max, mean, last) per series, at most 2 000 series; fed by the pollers and a sampler, read by `GET /api/trends` |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
-//! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
+//! | [`simulator`] | a small plant served over Modbus TCP, as a Siemens S7 CPU ([`simulator::s7`]) (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |

@@ -12,9 +12,10 @@ const USAGE: &str = "usage:
   opex-connector validate FILE         check a config; print every problem with its path
   opex-connector demo-config           print the demo config (config/demo.yaml, embedded), to
                                        start a site's config from it
-  opex-connector simulate [--modbus ADDR] [--opcua ADDR]
+  opex-connector simulate [--modbus ADDR] [--opcua ADDR] [--s7 ADDR]
                                        serve the simulated plant over Modbus TCP (default
-                                       127.0.0.1:5020) and OPC-UA (default 127.0.0.1:4840);
+                                       127.0.0.1:5020), OPC-UA (default 127.0.0.1:4840) and
+                                       as a Siemens S7 CPU (default 127.0.0.1:1102);
                                        an address of `off` leaves that protocol out
   opex-connector --version
   opex-connector sign-manifest ARTIFACT KEY OUT --version V --target TRIPLE
@@ -212,12 +213,14 @@ fn simulate(args: &[&str]) -> ExitCode {
     let mut raw = simulator::RawSimulator {
         modbus: Some("127.0.0.1:5020".to_string()),
         opcua: cfg!(feature = "simulator").then(|| "127.0.0.1:4840".to_string()),
+        s7: Some("127.0.0.1:1102".to_string()),
     };
     for pair in args.chunks(2) {
         let value = |v: &str| (v != "off").then(|| v.to_string());
         match pair {
             ["--modbus", addr] => raw.modbus = value(addr),
             ["--opcua", addr] => raw.opcua = value(addr),
+            ["--s7", addr] => raw.s7 = value(addr),
             _ => {
                 eprintln!("{USAGE}");
                 return ExitCode::from(2);

@@ -140,3 +140,80 @@ fn lighthouse_scores_the_demos_page_full_marks_in_accessibility_and_best_practic
         );
     }
 }
+
+/// Checks `instance` against the schema `name` of the OpenAPI document with Python's
+/// `jsonschema` (installed with `openapi-spec-validator` by `scripts/test.sh`); `None` when it
+/// is not installed, else the errors (empty when it fits).
+fn schema_errors(name: &str, instance: &Value) -> Option<String> {
+    use std::io::Write;
+    const CHECK: &str = r##"
+import json, sys
+try:
+    import jsonschema
+except ImportError:
+    print("NO_JSONSCHEMA"); sys.exit(0)
+doc = json.load(open(sys.argv[1]))
+schema = {"$ref": "#/components/schemas/" + sys.argv[2], "components": doc["components"]}
+v = jsonschema.Draft202012Validator(schema)
+for e in v.iter_errors(json.load(sys.stdin)):
+    print("/".join(map(str, e.absolute_path)) + ": " + e.message)
+"##;
+    let doc =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/openapi.json");
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", CHECK])
+        .arg(doc)
+        .arg(name)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(instance.to_string().as_bytes())
+        .expect("write the answer");
+    let out = child.wait_with_output().expect("python3 ends");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    (!text.contains("NO_JSONSCHEMA")).then_some(text)
+}
+
+#[test]
+fn the_demos_status_ledger_and_a_write_match_the_schemas_of_the_openapi_document() {
+    let daemon = Daemon::start(demo_config());
+    wait_until(
+        Duration::from_secs(120),
+        "the demo's devices connected",
+        || {
+            let s = daemon.status();
+            s["devices"].as_array().is_some_and(|ds| {
+                ds.len() == 2 && ds.iter().all(|d| d["state"] == json!("connected"))
+            })
+        },
+    );
+    let write = daemon.request(
+        "POST",
+        "/api/devices/plant-1/write",
+        Some("demo-commands-token"),
+        &[],
+        Some(br#"{"id":"schema-1","points":{"oven_setpoint":120}}"#),
+    );
+    assert_eq!(write.status, 200, "{}", write.body);
+    let ledger = daemon.get("/api/ledger", None);
+    assert_eq!(ledger.status, 200, "{}", ledger.body);
+    for (name, answer) in [
+        ("Status", daemon.status()),
+        ("Ledger", ledger.json()),
+        ("WriteOutcome", write.json()),
+    ] {
+        let Some(errors) = schema_errors(name, &answer) else {
+            println!("SKIPPED: jsonschema is not installed (scripts/test.sh installs it)");
+            return;
+        };
+        assert!(
+            errors.trim().is_empty(),
+            "{name} does not fit its schema:\n{errors}\n{answer:#}"
+        );
+    }
+}

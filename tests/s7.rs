@@ -1,6 +1,8 @@
 //! Siemens S7 against a PLC nobody here wrote: python-snap7's server
 //! (`tests/common/peers/s7.rs`), its memory filled by the test byte by byte. The driver's
-//! library API reads and writes it; the `read s7` tool is run as the real binary.
+//! library API reads and writes it; the `read s7` tool is run as the real binary. And the
+//! other way round: the simulator's S7 CPU (`opex-connector simulate --s7`) answers
+//! python-snap7's client, the `read s7` tool and the driver's library.
 
 mod common;
 
@@ -392,4 +394,94 @@ fn read_s7_prints_each_value_names_a_missing_db_and_never_writes() {
     assert_eq!(lines.len(), 1, "{err}");
     assert!(lines[0].contains("ISO-on-TCP is port 102"), "{err}");
     assert!(!plc.log().contains("write "), "{}", plc.log());
+}
+
+#[test]
+fn the_simulators_s7_cpu_answers_python_snap7s_client_read_s7_and_our_driver() {
+    let mut cpu = SimulatedCpu::start();
+    // A client nobody here wrote: python-snap7's.
+    const CLIENT: &str = r#"
+import sys
+import snap7
+from snap7.util import get_real, set_real
+c = snap7.client.Client()
+c.connect("127.0.0.1", 0, 1, int(sys.argv[1]))
+print("pdu", c.get_pdu_length())
+print("setpoint", get_real(c.db_read(1, 16, 4), 0))
+buf = bytearray(4)
+set_real(buf, 0, 72.5)
+c.db_write(1, 16, buf)
+print("after", get_real(c.db_read(1, 16, 4), 0))
+print("name", bytes(c.db_read(1, 22, 8)).decode())
+c.db_write(2, 10, bytearray(b"\x01\x02\x03"))
+print("db2", list(c.db_read(2, 9, 5)))
+try:
+    c.db_read(99, 0, 1)
+    print("db99 read")
+except Exception as e:
+    print("db99 refused:", e)
+c.disconnect()
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", CLIENT, &cpu.port().to_string()])
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "pdu 480",
+        "setpoint 180.0",
+        "after 72.5",
+        "name OPEX-SIM",
+        "db2 [0, 1, 2, 3, 0]",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+    }
+    assert!(text.contains("db99 refused:"), "{text}");
+
+    // The commissioning tool: what python-snap7 wrote, the name, the pump's bit.
+    let url = cpu.url();
+    let (code, out, err) = tool(&["read", "s7", &url, "DB1.DBD16", "--type", "real"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.trim_end().ends_with("DB1.DBD16 (real)  72.5  good"),
+        "{out}"
+    );
+    let (code, out, _) = tool(&[
+        "read",
+        "s7",
+        &url,
+        "DB1.DBB20",
+        "--type",
+        "string",
+        "--length",
+        "8",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"OPEX-SIM\"  good"), "{out}");
+
+    // The driver's library: the setpoint and the pump written, each read back.
+    let ep = Endpoint::parse_url(&url, Duration::from_secs(5)).expect("endpoint");
+    let (setpoint, pump) = (item("DB1.DBD16", "real"), item("DB1.DBX12.0", "bool"));
+    let values = block_on(async {
+        let mut conn = Connection::open(&ep).await.expect("connect");
+        let written = conn
+            .write(&[
+                (setpoint, json!(95.5)),
+                (pump, json!(false)),
+            ])
+            .await;
+        assert!(written.iter().all(Result::is_ok), "{written:?}");
+        let items = vec![setpoint, pump];
+        let plan = conn.plan(&items);
+        let values = conn.read(&items, &plan).await.expect("read");
+        conn.close().await;
+        values
+    });
+    assert_eq!(json_of(&values), [json!(95.5), json!(false)]);
+    cpu.stop();
 }

@@ -1,6 +1,7 @@
 //! The status page: three static files built into the binary (`page/`), so it works offline
-//! and with no assets to install. The page itself draws `/api/status`, the live view and the
-//! trends (`/api/trends`, as inline SVG); the server only hands out these bytes.
+//! and with no assets to install; and the OpenAPI document of the HTTP API, served the same
+//! way. The page itself draws `/api/status`, the live view and the trends (`/api/trends`, as
+//! inline SVG); the server only hands out these bytes.
 //!
 //! The files are gzip-compressed at build time (`build.rs`) and only the compressed bytes are
 //! in the binary, so they leave as they are, with `Content-Encoding: gzip`. Every browser
@@ -8,7 +9,7 @@
 //! `406` with the reason, and one that names none gets the gzip (RFC 9110: any coding is then
 //! acceptable; `curl --compressed` shows the text).
 //!
-//! Only the three exact paths exist (anything else is 404 from the router): there is no file
+//! Only these exact paths exist (anything else is 404 from the router): there is no file
 //! system behind them, so no path can reach outside. Every answer carries an `ETag` (a hash
 //! of the bytes) with `Cache-Control: no-cache`, so a browser revalidates cheaply and sees a
 //! new version right after an update, and a content security policy that allows nothing but
@@ -59,6 +60,13 @@ pub const SCRIPT: Asset = Asset::new(
 pub const STYLE: Asset = Asset::new(
     include_bytes!(concat!(env!("OUT_DIR"), "/page.css.gz")),
     "text/css; charset=utf-8",
+);
+
+/// `GET /api/openapi.json`: the OpenAPI 3.1 description of the HTTP API, the same file as
+/// the book's `reference/openapi.json`.
+pub const OPENAPI: Asset = Asset::new(
+    include_bytes!(concat!(env!("OUT_DIR"), "/openapi.json.gz")),
+    "application/json",
 );
 
 /// Same origin only, no inline script, no frames around the page.

@@ -1,12 +1,14 @@
-//! The built-in simulator: a small plant served over Modbus TCP, so that a newcomer sees live
-//! machine values without a machine (`opex-connector simulate`, or `simulator:` in a config,
-//! which the demo uses to poll itself). With the `simulator` cargo feature, [`opcua`] serves
-//! the plant over OPC-UA too (a large addition to the binary; see the book's
-//! `docs/src/deployment/README.md`, "Three builds").
+//! The built-in simulator: a small plant served over Modbus TCP and as a Siemens S7 CPU
+//! ([`s7`]), so that a newcomer sees live machine values without a machine
+//! (`opex-connector simulate`, or `simulator:` in a config, which the demo uses to poll
+//! itself). With the `simulator` cargo feature, [`opcua`] serves the plant over OPC-UA too (a
+//! large addition to the binary; see the book's `docs/src/deployment/README.md`, "Three
+//! builds").
 
 pub mod modbus;
 #[cfg(feature = "simulator")]
 pub mod opcua;
+pub mod s7;
 
 use std::net::SocketAddr;
 
@@ -25,6 +27,10 @@ pub struct RawSimulator {
     /// port, e.g. `127.0.0.1:4840`; node ids are `ns=<plant namespace>;s=Plant...` (see
     /// `src/simulator/opcua.rs`). Needs a build with the `simulator` feature (the default).
     pub opcua: Option<String>,
+    /// Serve the simulated plant as a Siemens S7 CPU (S7comm over ISO-on-TCP, any rack and
+    /// slot) at this address and port, e.g. `127.0.0.1:1102`; its memory map is in
+    /// `src/simulator/s7.rs` (the plant in `DB1`).
+    pub s7: Option<String>,
 }
 
 /// `simulator:`, validated.
@@ -34,6 +40,8 @@ pub struct SimulatorConfig {
     pub modbus: Option<SocketAddr>,
     /// Where the OPC-UA plant listens; `None`: not started.
     pub opcua: Option<SocketAddr>,
+    /// Where the S7 CPU listens; `None`: not started.
+    pub s7: Option<SocketAddr>,
 }
 
 impl SimulatorConfig {
@@ -56,13 +64,14 @@ impl SimulatorConfig {
         };
         let modbus = address("modbus", raw.modbus.as_deref(), "127.0.0.1:5020");
         let opcua = address("opcua", raw.opcua.as_deref(), "127.0.0.1:4840");
+        let s7 = address("s7", raw.s7.as_deref(), "127.0.0.1:1102");
         if cfg!(not(feature = "simulator")) && opcua.is_some() {
             p.push(
                 format!("{path}.opcua"),
                 "this build has no OPC-UA simulator (it was built without the `simulator` feature)",
             );
         }
-        Self { modbus, opcua }
+        Self { modbus, opcua, s7 }
     }
 }
 
@@ -70,6 +79,7 @@ impl SimulatorConfig {
 pub struct Simulator {
     modbus: Option<std::net::TcpListener>,
     opcua: Option<std::net::TcpListener>,
+    s7: Option<std::net::TcpListener>,
 }
 
 impl Simulator {
@@ -88,6 +98,7 @@ impl Simulator {
         Ok(Self {
             modbus: listen(cfg.modbus)?,
             opcua: listen(cfg.opcua)?,
+            s7: listen(cfg.s7)?,
         })
     }
 
@@ -99,6 +110,11 @@ impl Simulator {
     /// The OPC-UA address actually bound (port 0 picks one).
     pub fn opcua_addr(&self) -> Option<SocketAddr> {
         self.opcua.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The S7 address actually bound (port 0 picks one).
+    pub fn s7_addr(&self) -> Option<SocketAddr> {
+        self.s7.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `shutdown`; call inside a tokio runtime.
@@ -114,6 +130,19 @@ impl Simulator {
                 };
                 if let Err(e) = result {
                     log::error!("simulator stopped: protocol=modbus addr={addr:?} error=\"{e}\"");
+                }
+            }));
+        }
+        if let Some(l) = self.s7 {
+            let addr = l.local_addr().ok();
+            let shutdown = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let result = match tokio::net::TcpListener::from_std(l) {
+                    Ok(l) => s7::serve(l, shutdown).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    log::error!("simulator stopped: protocol=s7 addr={addr:?} error=\"{e}\"");
                 }
             }));
         }
@@ -138,6 +167,9 @@ pub fn run(cfg: &SimulatorConfig) -> std::io::Result<()> {
     let sim = Simulator::bind(cfg)?;
     if let Some(a) = sim.modbus_addr() {
         println!("simulator: Modbus TCP plant on {a} (any unit id; see src/simulator/modbus.rs for the map)");
+    }
+    if let Some(a) = sim.s7_addr() {
+        println!("simulator: Siemens S7 CPU on {a} (any rack and slot; the plant in DB1, see src/simulator/s7.rs for the map)");
     }
     #[cfg(feature = "simulator")]
     if let Some(a) = sim.opcua_addr() {

@@ -19,6 +19,7 @@
 //! | asyncua OPC-UA server | [`OpcuaServer`] (`start_secure` for Basic256Sha256) | `opcua.rs` |
 //! | the built-in simulator's OPC-UA plant, in process | `SimulatorPlant` | `opcua.rs` |
 //! | python-snap7 S7 PLC (areas and bytes given by the test) | [`S7Plc`] | `s7.rs` |
+//! | the built-in simulator's S7 CPU, as the real binary | [`SimulatedCpu`] | `s7.rs` |
 //!
 //! The Python peers' scripts (`modbus_device.py`, `opcua_server.py`, `s7_plc.py`) live beside the file
 //! that starts them. `process.rs` holds what they share: finding a program, the child with

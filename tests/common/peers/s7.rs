@@ -92,3 +92,53 @@ impl S7Plc {
             .collect()
     }
 }
+
+/// The connector's own simulated S7 CPU (`opex-connector simulate --s7`), run as the real
+/// binary on a free loopback port.
+pub struct SimulatedCpu {
+    port: u16,
+    process: PeerProcess,
+    _dir: TempDir,
+}
+
+impl SimulatedCpu {
+    /// Starts `opex-connector simulate` serving only the S7 CPU; returns once it listens.
+    pub fn start() -> SimulatedCpu {
+        let dir = tempfile::Builder::new()
+            .prefix("opex-s7sim-")
+            .tempdir()
+            .expect("temp dir");
+        let port = free_port();
+        let mut process = PeerProcess::new("simulated S7 CPU", dir.path().join("sim.log"));
+        process.spawn(Command::new(crate::common::BIN).args([
+            "simulate",
+            "--modbus",
+            "off",
+            "--opcua",
+            "off",
+            "--s7",
+            &format!("127.0.0.1:{port}"),
+        ]));
+        process.wait_for_port(port);
+        SimulatedCpu {
+            port,
+            process,
+            _dir: dir,
+        }
+    }
+
+    /// `s7://127.0.0.1:PORT?rack=0&slot=1`.
+    pub fn url(&self) -> String {
+        format!("s7://127.0.0.1:{}?rack=0&slot=1", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops it (SIGTERM).
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+}
