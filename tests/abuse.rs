@@ -513,7 +513,8 @@ fn admin_endpoints_refuse_missing_and_wrong_tokens_and_change_nothing() {
 }
 
 /// The failed token checks an address may make before its 401s are delayed (10), and the
-/// delay (1 s), as documented in the README.
+/// delay (1 s), as the book documents them (`docs/src/getting-started/http-api.md`, "Failed
+/// tokens").
 const FREE_FAILURES: usize = opex_connector::http::FREE_FAILURES as usize;
 const FAILURE_DELAY: Duration = opex_connector::http::FAILURE_DELAY;
 

@@ -892,14 +892,15 @@ fn a_reused_id_with_other_values_is_refused_409_writes_nothing_and_no_path_can_c
 
 // ---------------------------------------------------------------- the demo
 
-/// The README's demo `curl` that writes the setpoint: its token, path and body.
-fn readme_setpoint_curl() -> (String, String, String) {
-    let readme = include_str!("../README.md");
-    let at = readme
+/// The demo `curl` that writes the setpoint, as the book's Getting started shows it: its
+/// token, path and body.
+fn demo_setpoint_curl() -> (String, String, String) {
+    let page = include_str!("../docs/src/getting-started/README.md");
+    let at = page
         .find("/api/devices/plant-1/write")
-        .expect("the README writes plant-1");
-    let start = readme[..at].rfind("curl ").expect("a curl");
-    let curl = &readme[start..at + "/api/devices/plant-1/write".len()];
+        .expect("Getting started writes plant-1");
+    let start = page[..at].rfind("curl ").expect("a curl");
+    let curl = &page[start..at + "/api/devices/plant-1/write".len()];
     let between = |open: &str, close: char| {
         let i = curl.find(open).expect(open) + open.len();
         curl[i..i + curl[i..].find(close).expect("closed")].to_string()
@@ -910,7 +911,7 @@ fn readme_setpoint_curl() -> (String, String, String) {
 
 #[cfg(feature = "simulator")]
 #[test]
-fn the_readme_curl_writes_the_demo_ovens_setpoint_and_the_oven_temperature_follows_it() {
+fn the_demo_curl_writes_the_ovens_setpoint_and_the_oven_temperature_follows_it() {
     let demo: Value =
         serde_saphyr::from_str(include_str!("../config/demo.yaml")).expect("demo.yaml parses");
     let mut config = demo.clone();
@@ -933,7 +934,7 @@ fn the_readme_curl_writes_the_demo_ovens_setpoint_and_the_oven_temperature_follo
     let names: Vec<&str> = writable.iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(names, ["oven_setpoint", "pump_running"], "{writable:#?}");
 
-    let (token, path, body) = readme_setpoint_curl();
+    let (token, path, body) = demo_setpoint_curl();
     let r = d.post(&path, Some(&token), body.as_bytes());
     assert_eq!(r.status, 200, "{}", r.body);
     let outcome = r.json();

@@ -214,19 +214,19 @@ fn the_systemd_unit_with_each_boards_devices_passes_systemd_analyze_verify() {
     }
 }
 
-/// The exposure `systemd-analyze security` gave the unit (systemd 252), as the README's
-/// Deployment section reports it; it was 5.1 before the unit's second round of hardening.
+/// The exposure `systemd-analyze security` gave the unit (systemd 252), as the book reports it
+/// (`docs/src/deployment/systemd.md`); it was 5.1 before the unit's second round of hardening.
 const EXPOSURE: f64 = 1.7;
 
 #[test]
-fn the_units_exposure_is_at_most_the_figure_the_readme_reports() {
+fn the_units_exposure_is_at_most_the_figure_the_book_reports() {
     if !systemd_analyze() {
         return;
     }
-    let readme = include_str!("../README.md");
+    let page = include_str!("../docs/src/deployment/systemd.md");
     assert!(
-        readme.contains(&format!("exposure level **{EXPOSURE}")),
-        "README does not report {EXPOSURE}"
+        page.contains(&format!("exposure level **{EXPOSURE}")),
+        "docs/src/deployment/systemd.md does not report {EXPOSURE}"
     );
     let d = tempfile::tempdir().unwrap();
     for board in boards() {

@@ -998,15 +998,15 @@ fn the_page_draws_a_sparkline_beside_each_value_and_queue_and_opens_the_hour_cha
         "{chart}"
     );
 
-    // The screenshot the README shows, taken again on every run.
+    // The screenshot the book shows (`docs/src/status/page.md`), taken again on every run.
     let png = browser.screenshot(1280, 1000, false);
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 20_000,
         "{} bytes",
         png.len()
     );
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/trends.png");
-    std::fs::write(&shot, png).expect("write docs/trends.png");
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/images/trends.png");
+    std::fs::write(&shot, png).expect("write docs/src/images/trends.png");
     println!("screenshot: {}", shot.display());
 
     // Close hides it; Escape does too, after a click on a sparkline opens it again.
@@ -1261,14 +1261,14 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
     assert_eq!(r.status, 405);
 }
 
-/// Writes a screenshot of the page to `docs/<name>.png` when `OPEX_SCREENSHOTS` is set (they
+/// Writes a screenshot of the page to `docs/src/images/<name>.png` when `OPEX_SCREENSHOTS` is set (they
 /// carry times, so a plain run leaves the committed ones alone).
 fn keep_screenshot(browser: &mut Browser, name: &str) {
     if std::env::var_os("OPEX_SCREENSHOTS").is_none() {
         return;
     }
     let png = browser.screenshot(1400, 1900, false);
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/{name}.png"));
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/src/images/{name}.png"));
     std::fs::write(&shot, png).expect("write the screenshot");
     println!("screenshot: {}", shot.display());
 }

@@ -2,7 +2,8 @@
 //! ([`s7`]), so that a newcomer sees live machine values without a machine
 //! (`opex-connector simulate`, or `simulator:` in a config, which the demo uses to poll
 //! itself). With the `simulator` cargo feature, [`opcua`] serves the plant over OPC-UA too (a
-//! large addition to the binary; see the README).
+//! large addition to the binary; see the book's `docs/src/deployment/README.md`, "Three
+//! builds").
 
 pub mod modbus;
 #[cfg(feature = "simulator")]

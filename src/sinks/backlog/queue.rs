@@ -210,7 +210,8 @@ pub struct BacklogStatus {
     pub level: Level,
 }
 
-/// The warning `/api/status` and the README show next to these backlogs.
+/// The warning `/api/status` and the book (`docs/src/sinks/databases.md`) show next to these
+/// backlogs.
 pub const MEMORY_NOTE: &str = "memory only: rows waiting here are lost if the process crashes; route data that must survive a crash through NATS JetStream or the push queue";
 
 struct Slot<T> {
