@@ -16,12 +16,13 @@ use crate::shutdown::Shutdown;
 use crate::simulator::Simulator;
 use crate::sinks::{Sink, Sinks};
 use crate::sources::backfill::BackfillSource;
+use crate::sources::catalogue::Catalogue;
 use crate::sources::ingest::IngestSource;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
-use crate::sources::opcua::DeviceStatus;
 use crate::sources::schedule::ScheduleSource;
+use crate::sources::status::DeviceStatus;
 use crate::sources::webhook::{config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
@@ -99,6 +100,15 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     if let Some(addr) = simulator.modbus_addr() {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
+    let trends = Arc::new(Trends::default());
+    let devices = Catalogue::new(
+        config
+            .devices
+            .catalogue()
+            .into_iter()
+            .map(|d| Arc::new(DeviceStatus::new(d).with_trends(Arc::clone(&trends))))
+            .collect(),
+    );
     let mut commands = Commands::new(config.commands.clone().unwrap_or_default());
     // Registered before `commands` is shared; each device's task reads its own inbox.
     let opcua_inboxes = config
@@ -106,17 +116,17 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
         .opcua
         .iter()
         .map(|d| {
+            let writable = devices.by_name(&d.name).map(|s| s.def.writable());
             config
                 .commands
                 .as_ref()
-                .map(|_| commands.register(&d.name, d.writable_points()))
+                .map(|_| commands.register(&d.name, writable.unwrap_or_default()))
         })
         .collect();
-    let trends = Arc::new(Trends::default());
     let modbus = ModbusPollers::new(
         &config.devices.modbus,
+        &devices,
         config.commands.is_some().then_some(&mut commands),
-        &trends,
     );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels)
@@ -140,19 +150,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|s| Arc::new(IngestSource::new(s)))
             .collect(),
         webhooks,
-        devices: modbus.devices.clone(),
-        opcua: config
-            .devices
-            .opcua
-            .iter()
-            .map(|d| {
-                Arc::new(
-                    DeviceStatus::new(&d.name, &d.endpoint)
-                        .with_template(d.template.clone())
-                        .with_trends(Arc::clone(&trends)),
-                )
-            })
-            .collect(),
+        devices,
         stats: HttpStats::default(),
         auth: Default::default(),
         ledger_scan: Default::default(),

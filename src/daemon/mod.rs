@@ -15,7 +15,7 @@ use crate::alerts;
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::shutdown::Shutdown;
-use crate::sinks::{BuildError, DeviceStatuses, Running, StartContext};
+use crate::sinks::{BuildError, Running, StartContext};
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::webhook;
 use crate::store::StoreError;
@@ -73,10 +73,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         engine: Arc::clone(&engine),
         runtime: runtime.handle().clone(),
         shutdown: shutdown.clone(),
-        devices: DeviceStatuses {
-            modbus: state.devices.clone(),
-            opcua: state.opcua.clone(),
-        },
+        devices: state.devices.clone(),
         commands: Arc::clone(&state.commands),
         health: Arc::clone(&state.health),
     };
@@ -97,13 +94,10 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     let mut poll_tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     #[cfg(feature = "opcua")]
     if let Some(rt) = &pollers {
-        for ((d, status), inbox) in config
-            .devices
-            .opcua
-            .iter()
-            .zip(&state.opcua)
-            .zip(opcua_inboxes)
-        {
+        for (d, inbox) in config.devices.opcua.iter().zip(opcua_inboxes) {
+            let Some(status) = state.devices.by_name(&d.name) else {
+                continue;
+            };
             poll_tasks.push(crate::sources::opcua::spawn(
                 rt,
                 d.clone(),

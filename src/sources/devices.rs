@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::config::checks::checked_name;
 use crate::config::Problems;
+use crate::sources::catalogue::DeviceDef;
 use crate::sources::modbus::config::{
     check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusPoint, RawPort,
 };
@@ -160,6 +161,14 @@ impl DevicesConfig {
             .iter()
             .filter(|d| d.nodes().any(|n| n.writable))
             .map(|d| d.name.as_str());
+        modbus.chain(opcua).collect()
+    }
+
+    /// Every device as the point catalogue lists it, in config order (Modbus first). The one
+    /// place that lists the protocols a running connector reads.
+    pub fn catalogue(&self) -> Vec<DeviceDef> {
+        let modbus = self.modbus.iter().map(ModbusDeviceConfig::describe);
+        let opcua = self.opcua.iter().map(OpcuaDeviceConfig::describe);
         modbus.chain(opcua).collect()
     }
 

@@ -9,15 +9,12 @@
 //!   (FC 5, 15, 6, 16), at most once.
 //! - [`poller`]: the line tasks: timeouts, drop-and-reopen, exceptions as data, circuit breaker,
 //!   and the commands waiting in the line's inbox run between two polls.
-//! - [`status`]: what each device shows in `/api/status` `devices[]` and `/metrics`.
 
 pub mod config;
 pub mod decode;
 pub mod encode;
 pub mod plan;
 pub mod poller;
-pub mod status;
 pub mod write;
 
 pub use poller::{Breaker, LinkError, ModbusPollers};
-pub use status::{ConnState, DeviceStatus};

@@ -39,16 +39,16 @@ use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
 use super::config::{LineConfig, ModbusDeviceConfig, Parity, RegisterKind, Transport};
 use super::decode::{decode_answer, exception_point, Answer};
 use super::plan::{coalesce, split, ReadRequest};
-use super::status::{ConnState, DeviceStatus};
-use super::write::{self, writable_points};
+use super::write;
 use crate::commands::{channel, CommandReceiver, Commands, Pending, PointResult};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
+use crate::sources::catalogue::Catalogue;
 use crate::sources::hints;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::pollers::PollerRuntime;
-use crate::trends::Trends;
+use crate::sources::status::{ConnState, DeviceStatus};
 
 /// The circuit breaker's first wait.
 pub const BACKOFF_START: Duration = Duration::from_secs(1);
@@ -264,20 +264,24 @@ async fn next_command(inbox: &mut Option<CommandReceiver>) -> Option<Pending> {
 }
 
 impl Line {
-    /// The lines for `devices`: one per TCP device, one per serial port. With `commands`,
-    /// every device is registered there with its writable points, on its line's one inbox.
-    /// Returns the lines and each device's status (feeding `trends`), in config order.
+    /// The lines for `devices`: one per TCP device, one per serial port, each device with its
+    /// status in `catalogue`. With `commands`, every device is registered there with its
+    /// writable points, on its line's one inbox.
     pub fn build(
         devices: &[ModbusDeviceConfig],
+        catalogue: &Catalogue,
         commands: Option<&mut Commands>,
-        trends: &Arc<Trends>,
-    ) -> (Vec<Line>, Vec<Arc<DeviceStatus>>) {
+    ) -> Vec<Line> {
         let mut lines: Vec<Line> = Vec::new();
-        let mut statuses = Vec::new();
         let now = Instant::now();
         for d in devices {
-            let status = Arc::new(DeviceStatus::new(d).with_trends(Arc::clone(trends)));
-            statuses.push(Arc::clone(&status));
+            let Some(status) = catalogue.by_name(&d.name).cloned() else {
+                log::error!(
+                    "modbus device missing from the catalogue: device={}",
+                    d.name
+                );
+                continue;
+            };
             let plans = (0..d.groups.len())
                 .map(|g| {
                     let members: Vec<usize> = (0..d.points.len())
@@ -320,12 +324,12 @@ impl Line {
             for line in &mut lines {
                 let (tx, rx) = channel();
                 for m in &line.members {
-                    commands.register_with(&m.cfg.name, writable_points(&m.cfg), tx.clone());
+                    commands.register_with(&m.cfg.name, m.status.def.writable(), tx.clone());
                 }
                 line.inbox = Some(rx);
             }
         }
-        (lines, statuses)
+        lines
     }
 
     /// Polls until `shutdown`.
@@ -416,9 +420,9 @@ impl Line {
                 Ok(payload) => {
                     member.breaker.ok();
                     member.status.set_state(ConnState::Connected);
-                    let value = Value::Object(payload);
                     // The values first: whoever sees the poll counted finds them.
-                    member.status.set_values(g, value.clone());
+                    member.status.values_in(g, &payload, started_ms);
+                    let value = Value::Object(payload);
                     member.status.polls_total.fetch_add(1, Ordering::Relaxed);
                     let mut record =
                         Record::from_value(member.cfg.source(), &member.cfg.groups[g].name, &value);
@@ -515,27 +519,24 @@ impl Line {
     }
 }
 
-/// The Modbus pollers: each device's status, the lines before they start, their tasks after.
+/// The Modbus pollers: the lines before they start, their tasks after.
 pub struct ModbusPollers {
-    /// Each device's status, in config order.
-    pub devices: Vec<Arc<DeviceStatus>>,
     lines: Vec<Line>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl ModbusPollers {
-    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling; their
-    /// values also go to `trends`. With `commands` (when `commands:` is configured), every
-    /// device is registered there and its line runs its commands.
+    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling; each
+    /// device shows its figures and values in its status in `catalogue`. With `commands`
+    /// (when `commands:` is configured), every device is registered there and its line runs
+    /// its commands.
     pub fn new(
         devices: &[ModbusDeviceConfig],
+        catalogue: &Catalogue,
         commands: Option<&mut Commands>,
-        trends: &Arc<Trends>,
     ) -> Self {
-        let (lines, statuses) = Line::build(devices, commands, trends);
         Self {
-            devices: statuses,
-            lines,
+            lines: Line::build(devices, catalogue, commands),
             tasks: Vec::new(),
         }
     }
@@ -588,9 +589,9 @@ fn failed(member: &mut Member, e: &LinkError) {
         _ => s.errors_total.fetch_add(1, Ordering::Relaxed),
     };
     let c = &member.cfg;
-    s.set_error(
+    s.note_error(
         e.to_string(),
-        hints::link_hint(e, &c.transport, c.unit, c.timeout),
+        Some(hints::link_hint(e, &c.transport, c.unit, c.timeout)),
     );
     match member.breaker.fail(Instant::now()) {
         Some(wait) => {
@@ -678,7 +679,7 @@ async fn poll(
                         hints::exception_text(code, req.kind, req.start, req.count),
                         names.join(", ")
                     ),
-                    hints::exception_hint(code, req.kind, req.start, req.count),
+                    Some(hints::exception_hint(code, req.kind, req.start, req.count)),
                 );
                 for &i in &req.points {
                     let pt = &member.cfg.points[i];
