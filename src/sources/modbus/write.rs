@@ -32,8 +32,9 @@ use tokio_modbus::prelude::{Request, Response};
 use super::config::{ModbusDeviceConfig, MAX_WRITE_BITS};
 use super::decode::decode_registers;
 use super::encode::{encode, Encoded};
-use super::poller::{timed, LinkError};
+use super::poller::timed;
 use crate::commands::{Command, DeviceError, PointResult};
+use crate::sources::driver::LinkError;
 use crate::sources::status::DeviceStatus;
 
 /// What a refused command's other points are answered.
