@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::DaemonError;
 use crate::alerts::{self, Hub};
 use crate::commands::paths::CommandPaths;
-use crate::commands::{CommandReceiver, Commands};
+use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::flow::Plan;
@@ -18,9 +18,9 @@ use crate::sinks::{Sink, Sinks};
 use crate::sources::backfill::BackfillSource;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::ingest::IngestSource;
-use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
+use crate::sources::pollers::Pollers;
 use crate::sources::schedule::ScheduleSource;
 use crate::sources::status::DeviceStatus;
 use crate::sources::webhook::{config::load_secret, WebhookSource};
@@ -32,16 +32,12 @@ use crate::trends::Trends;
 pub struct Parts {
     /// What request handlers see; holds the engine and every source.
     pub state: Arc<AppState>,
-    /// The config the parts were built from (devices, data dir).
-    pub config: Config,
     /// The simulated plant, bound (the demo's first poll finds it).
     pub simulator: Simulator,
     /// The alert channels' workers, started with the runtime.
     pub alert_workers: alerts::channels::Workers,
-    /// The Modbus lines, not yet polling.
-    pub modbus: ModbusPollers,
-    /// The command inbox of each OPC-UA device, in config order (`None` without `commands:`).
-    pub opcua_inboxes: Vec<Option<CommandReceiver>>,
+    /// Every device's task, not yet polling.
+    pub pollers: Pollers,
 }
 
 /// Builds every part of the connector `config` describes.
@@ -111,22 +107,11 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     );
     let mut commands = Commands::new(config.commands.clone().unwrap_or_default());
     // Registered before `commands` is shared; each device's task reads its own inbox.
-    let opcua_inboxes = config
-        .devices
-        .opcua
-        .iter()
-        .map(|d| {
-            let writable = devices.by_name(&d.name).map(|s| s.def.writable());
-            config
-                .commands
-                .as_ref()
-                .map(|_| commands.register(&d.name, writable.unwrap_or_default()))
-        })
-        .collect();
-    let modbus = ModbusPollers::new(
-        &config.devices.modbus,
+    let pollers = Pollers::build(
+        &config.devices,
         &devices,
         config.commands.is_some().then_some(&mut commands),
+        &c.data_dir,
     );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels)
@@ -188,10 +173,8 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     });
     Ok(Parts {
         state,
-        config,
         simulator,
         alert_workers,
-        modbus,
-        opcua_inboxes,
+        pollers,
     })
 }

@@ -376,6 +376,19 @@ impl ModbusPollers {
         }
     }
 
+    /// No lines.
+    pub fn empty() -> Self {
+        Self {
+            lines: Vec::new(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// True without lines.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty() && self.tasks.is_empty()
+    }
+
     /// Starts one task per line on the pollers' runtime.
     pub fn start(&mut self, engine: &Arc<Engine>, runtime: &PollerRuntime, shutdown: &Shutdown) {
         self.tasks.extend(
