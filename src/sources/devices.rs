@@ -148,20 +148,13 @@ pub struct DevicesConfig {
 }
 
 impl DevicesConfig {
-    /// The names of the devices with a point or node marked `writable: true`, in config order
-    /// (Modbus first).
-    pub fn with_writable_points(&self) -> Vec<&str> {
-        let modbus = self
-            .modbus
-            .iter()
+    /// The names of the devices with a point marked `writable: true`, in config order.
+    pub fn with_writable_points(&self) -> Vec<String> {
+        self.catalogue()
+            .into_iter()
             .filter(|d| d.points.iter().any(|p| p.writable))
-            .map(|d| d.name.as_str());
-        let opcua = self
-            .opcua
-            .iter()
-            .filter(|d| d.nodes().any(|n| n.writable))
-            .map(|d| d.name.as_str());
-        modbus.chain(opcua).collect()
+            .map(|d| d.name)
+            .collect()
     }
 
     /// Every device as the point catalogue lists it, in config order (Modbus first). The one
@@ -174,11 +167,7 @@ impl DevicesConfig {
 
     /// Every device's source name, as flows name it: `modbus/<name>`.
     pub fn source_names(&self) -> Vec<String> {
-        self.modbus
-            .iter()
-            .map(|d| format!("modbus/{}", d.name))
-            .chain(self.opcua.iter().map(|d| format!("opcua/{}", d.name)))
-            .collect()
+        self.catalogue().into_iter().map(|d| d.source).collect()
     }
 }
 
