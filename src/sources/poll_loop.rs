@@ -204,11 +204,8 @@ impl<D: Driver> PollLoop<D> {
                 }
             })
         };
-        loop {
-            // The earliest due (device, group), the breaker's wait included.
-            let Some((m, g, due)) = self.next() else {
-                break;
-            };
+        // The earliest due (device, group), the breaker's wait included.
+        while let Some((m, g, due)) = self.next() {
             // A command waiting goes before the poll that is due; one that comes while the
             // loop sleeps is run at once.
             let wake = tokio::select! {
@@ -438,6 +435,189 @@ fn failed<D: Driver>(driver: &D, m: usize, member: &mut Member<D::Plan>, e: &Lin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::OnFull;
+    use crate::commands::{Command, Origin, Request};
+    use crate::flow::Plan;
+    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
+    use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
+    use crate::sources::catalogue::{DeviceDef, PointDef};
+    use crate::sources::driver::{GroupRead, Results};
+    use crate::store::dead_letters::DeadLetterQueue;
+    use serde_json::json;
+
+    /// Two devices on one link: device 0 never answers, device 1 always does.
+    struct Shared {
+        open: bool,
+    }
+
+    impl Driver for Shared {
+        type Plan = ();
+        type Writes = ();
+
+        fn plan(&self, _: usize, _: usize) {}
+
+        fn is_open(&self) -> bool {
+            self.open
+        }
+
+        async fn open(&mut self, _: usize) -> Result<(), LinkError> {
+            self.open = true;
+            Ok(())
+        }
+
+        async fn read(
+            &mut self,
+            member: usize,
+            _: &mut (),
+            _: &DeviceStatus,
+        ) -> Result<GroupRead, LinkError> {
+            if member == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Err(LinkError::Timeout);
+            }
+            let mut points = serde_json::Map::new();
+            points.insert("p".into(), json!({"value": 1, "quality": "good"}));
+            Ok(GroupRead {
+                points,
+                requests: 1,
+            })
+        }
+
+        fn check(&self, _: usize, _: &Command) -> Result<(), Results> {
+            Ok(())
+        }
+
+        async fn write(
+            &mut self,
+            _: usize,
+            command: &Command,
+            _: (),
+            status: &DeviceStatus,
+        ) -> (Results, Option<LinkError>) {
+            status.writes_total.fetch_add(1, Ordering::Relaxed);
+            let results = command
+                .points
+                .iter()
+                .map(|(n, _)| (n.clone(), PointResult::Written))
+                .collect();
+            (results, None)
+        }
+
+        fn hint(&self, member: usize, _: &LinkError) -> Option<String> {
+            Some(format!("check unit {member}"))
+        }
+
+        fn close(&mut self) {
+            self.open = false;
+        }
+    }
+
+    fn device(name: &str) -> Arc<DeviceStatus> {
+        Arc::new(DeviceStatus::new(DeviceDef {
+            name: name.into(),
+            source: format!("fake/{name}"),
+            protocol: "fake",
+            address: "line".into(),
+            template: None,
+            groups: vec!["main".into()],
+            points: vec![PointDef {
+                group: "main".into(),
+                name: "p".into(),
+                area: "register",
+                type_name: "u16".into(),
+                kind: None,
+                unit: None,
+                scale: None,
+                writable: true,
+                min: None,
+                max: None,
+            }],
+            details: Vec::new(),
+        }))
+    }
+
+    fn engine(dir: &std::path::Path) -> Arc<Engine> {
+        let cfg = SinkConfig {
+            name: "push".into(),
+            spec: SinkSpec::Push(PushConfig {
+                queue: PushQueueConfig {
+                    enabled: true,
+                    quota_bytes: 1 << 20,
+                    on_full: OnFull::Block,
+                },
+                uplink: None,
+                preprocess: Vec::new(),
+            }),
+        };
+        let push = Sink::build(&cfg, dir).expect("push sink");
+        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).expect("dead letters"));
+        // No route from the devices: their samples are settled at once (unrouted), without
+        // the writer thread's real time under the paused clock.
+        let plan = Plan::direct(&["ingest/other".to_string()], "push");
+        Arc::new(Engine::new(plan, Sinks::new(vec![push]), dlq))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_unit_backs_off_while_its_neighbour_keeps_its_interval_and_takes_commands() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (dead, alive) = (device("dead"), device("alive"));
+        let schedule = Schedule {
+            intervals: vec![Duration::from_secs(1)],
+            hold: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(4),
+        };
+        let mut commands = Commands::new(Default::default());
+        let mut line = PollLoop::new(
+            Shared { open: false },
+            vec![
+                (Arc::clone(&dead), schedule.clone()),
+                (Arc::clone(&alive), schedule),
+            ],
+        );
+        line.register(&mut commands);
+        let shutdown = Shutdown::new();
+        let engine = engine(dir.path());
+        let task = tokio::spawn(line.run(Arc::clone(&engine), shutdown.clone()));
+        tokio::time::sleep(Duration::from_millis(20_500)).await;
+        let polls = alive.polls_total.load(Ordering::Relaxed);
+        assert!((20..=21).contains(&polls), "alive polled {polls} times");
+        assert_eq!(alive.skipped_total.load(Ordering::Relaxed), 0);
+        assert_eq!(alive.state(), ConnState::Connected);
+        // 1 + 1 s, 2 s, then 4 s waits: far fewer tries than 20.
+        let tries = dead.timeouts_total.load(Ordering::Relaxed);
+        assert!((4..=8).contains(&tries), "dead tried {tries} times");
+        assert_eq!(dead.state(), ConnState::Backoff);
+        assert_eq!(dead.to_json()["last_error_hint"], json!("check unit 0"));
+
+        let request = || Request {
+            id: None,
+            points: vec![("p".into(), json!(2))],
+            expires: None,
+            verify: false,
+        };
+        let origin = || Origin::Http {
+            token: "commands".into(),
+        };
+        let commands = Arc::new(commands);
+        let written = commands
+            .execute(&engine, "alive", request(), origin())
+            .await
+            .expect("taken");
+        assert!(written.ok(), "{written:?}");
+        let refused = commands
+            .execute(&engine, "dead", request(), origin())
+            .await
+            .expect("taken");
+        assert!(
+            matches!(refused.points[0].1, PointResult::Unavailable(_)),
+            "{refused:?}"
+        );
+        assert_eq!(dead.writes_total.load(Ordering::Relaxed), 0);
+
+        shutdown.trigger();
+        task.await.expect("the loop ends on the signal");
+        assert_eq!(alive.state(), ConnState::Stopped);
+    }
 
     #[test]
     fn the_breaker_retries_a_glitch_at_once_then_doubles_up_to_its_cap() {

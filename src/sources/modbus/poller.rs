@@ -309,6 +309,9 @@ impl Driver for ModbusLine {
     }
 }
 
+/// The devices of a line with their schedules, in the line's order.
+type Members = Vec<(Arc<DeviceStatus>, Schedule)>;
+
 /// The Modbus lines: one poll loop per TCP device or serial port, before they start; their
 /// tasks after.
 pub struct ModbusPollers {
@@ -326,7 +329,7 @@ impl ModbusPollers {
         catalogue: &Catalogue,
         commands: Option<&mut Commands>,
     ) -> Self {
-        let mut lines: Vec<(ModbusLine, Vec<(Arc<DeviceStatus>, Schedule)>)> = Vec::new();
+        let mut lines: Vec<(ModbusLine, Members)> = Vec::new();
         for d in devices {
             let Some(status) = catalogue.by_name(&d.name).cloned() else {
                 log::error!(

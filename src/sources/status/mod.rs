@@ -113,12 +113,11 @@ struct GroupValues {
     at: HashMap<String, u64>,
 }
 
-/// A remembered text with what it means, and when it happened.
+/// A remembered text with what it means.
 #[derive(Debug, Clone)]
 struct Noted {
     text: String,
     hint: Option<String>,
-    at_ms: u64,
 }
 
 /// One device's figures.
@@ -158,8 +157,6 @@ pub struct DeviceStatus {
     pub last_duration_us: AtomicU64,
     /// Unix milliseconds of the last sign of life (an answer, a notification, a keep-alive).
     last_alive_ms: AtomicU64,
-    /// Unix milliseconds of the last return to `connected` after an error; 0 before any.
-    recovered_at_ms: AtomicU64,
     state: AtomicU8,
     jitter: Mutex<Ring>,
     last_error: Mutex<Option<Noted>>,
@@ -207,7 +204,6 @@ impl DeviceStatus {
             last_poll_ms: AtomicU64::new(0),
             last_duration_us: AtomicU64::new(0),
             last_alive_ms: AtomicU64::new(0),
-            recovered_at_ms: AtomicU64::new(0),
             state: AtomicU8::new(ConnState::Connecting as u8),
             jitter: Mutex::new(Ring::default()),
             last_error: Mutex::new(None),
@@ -243,12 +239,9 @@ impl DeviceStatus {
         ConnState::from_u8(self.state.load(Ordering::Relaxed))
     }
 
-    /// Sets the connection state; a return to `connected` after an error is remembered.
+    /// Sets the connection state.
     pub fn set_state(&self, s: ConnState) {
-        let was = ConnState::from_u8(self.state.swap(s as u8, Ordering::Relaxed));
-        if s == ConnState::Connected && was != ConnState::Connected && self.last_error().is_some() {
-            self.recovered_at_ms.store(now_ms(), Ordering::Relaxed);
-        }
+        self.state.store(s as u8, Ordering::Relaxed);
     }
 
     /// Records how late a poll started against its schedule.
@@ -264,11 +257,7 @@ impl DeviceStatus {
 
     /// Remembers the last error and what it means (shown until the next one), uncounted.
     pub fn note_error(&self, text: String, hint: Option<String>) {
-        *lock(&self.last_error) = Some(Noted {
-            text,
-            hint,
-            at_ms: now_ms(),
-        });
+        *lock(&self.last_error) = Some(Noted { text, hint });
     }
 
     /// Counts an error in `errors_total` and remembers it.
@@ -285,11 +274,7 @@ impl DeviceStatus {
     /// Remembers the last refusal the device answered (e.g. `exception 2 "illegal data
     /// address" at holding register 100 (point p)`) and what it means.
     pub fn set_exception(&self, text: String, hint: Option<String>) {
-        *lock(&self.last_exception) = Some(Noted {
-            text,
-            hint,
-            at_ms: now_ms(),
-        });
+        *lock(&self.last_exception) = Some(Noted { text, hint });
     }
 
     /// Shows `key` in the device's `/api/status` entry (a value the protocol learned at
@@ -383,7 +368,6 @@ impl DeviceStatus {
         let (p50, p99) = self.jitter();
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let stamp = |v: u64| (v > 0).then_some(v);
         let error = lock(&self.last_error).clone();
         let exception = lock(&self.last_exception).clone();
         let state = self.state();
@@ -395,7 +379,7 @@ impl DeviceStatus {
             "template": self.def.template,
             "state": state.as_str(),
             "connected": state == ConnState::Connected,
-            "last_poll_ms": stamp(l(&self.last_poll_ms)),
+            "last_poll_ms": Some(l(&self.last_poll_ms)).filter(|&ms| ms > 0),
             "poll_duration_ms": l(&self.last_duration_us) as f64 / 1000.0,
             "jitter_p50_ms": ms(p50),
             "jitter_p99_ms": ms(p99),
@@ -420,8 +404,6 @@ impl DeviceStatus {
             "notifications_dropped_total": l(&self.notifications_dropped_total),
             "last_error": error.as_ref().map(|n| &n.text),
             "last_error_hint": error.as_ref().and_then(|n| n.hint.as_ref()),
-            "last_error_at": error.as_ref().map(|n| n.at_ms),
-            "recovered_at": stamp(l(&self.recovered_at_ms)),
             "last_exception": exception.as_ref().map(|n| &n.text),
             "last_exception_hint": exception.as_ref().and_then(|n| n.hint.as_ref()),
             "values": self.values(),
