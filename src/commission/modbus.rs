@@ -14,12 +14,12 @@ use super::scan::{Found, Reply, Scan};
 use super::target::{modbus_target, value_of};
 use super::{emit, number, point_line, repeat, runtime, text, Error, Flags, Outcome};
 use crate::record::now_ms;
+use crate::sources::driver::LinkError;
 use crate::sources::hints;
 use crate::sources::modbus::config::{ModbusDeviceConfig, RegisterKind};
 use crate::sources::modbus::decode::{decode_answer, exception_point};
 use crate::sources::modbus::plan::ReadRequest;
 use crate::sources::modbus::poller::{request, Opener};
-use crate::sources::modbus::LinkError;
 
 /// The flags of `read modbus`.
 pub const READ_FLAGS: [&str; 13] = [

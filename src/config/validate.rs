@@ -80,11 +80,9 @@ fn command_source_names(commands: Option<&CommandsConfig>, devices: &DevicesConf
     match commands {
         None => Vec::new(),
         Some(_) => devices
-            .modbus
+            .catalogue()
             .iter()
-            .map(|d| d.name.as_str())
-            .chain(devices.opcua.iter().map(|d| d.name.as_str()))
-            .map(|d| format!("command/{d}"))
+            .map(|d| format!("command/{}", d.name))
             .collect(),
     }
 }

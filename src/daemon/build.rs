@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::DaemonError;
 use crate::alerts::{self, Hub};
 use crate::commands::paths::CommandPaths;
-use crate::commands::{CommandReceiver, Commands};
+use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::flow::Plan;
@@ -16,12 +16,13 @@ use crate::shutdown::Shutdown;
 use crate::simulator::Simulator;
 use crate::sinks::{Sink, Sinks};
 use crate::sources::backfill::BackfillSource;
+use crate::sources::catalogue::Catalogue;
 use crate::sources::ingest::IngestSource;
-use crate::sources::modbus::ModbusPollers;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
-use crate::sources::opcua::DeviceStatus;
+use crate::sources::pollers::Pollers;
 use crate::sources::schedule::ScheduleSource;
+use crate::sources::status::DeviceStatus;
 use crate::sources::webhook::{config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
@@ -31,16 +32,12 @@ use crate::trends::Trends;
 pub struct Parts {
     /// What request handlers see; holds the engine and every source.
     pub state: Arc<AppState>,
-    /// The config the parts were built from (devices, data dir).
-    pub config: Config,
     /// The simulated plant, bound (the demo's first poll finds it).
     pub simulator: Simulator,
     /// The alert channels' workers, started with the runtime.
     pub alert_workers: alerts::channels::Workers,
-    /// The Modbus lines, not yet polling.
-    pub modbus: ModbusPollers,
-    /// The command inbox of each OPC-UA device, in config order (`None` without `commands:`).
-    pub opcua_inboxes: Vec<Option<CommandReceiver>>,
+    /// Every device's task, not yet polling.
+    pub pollers: Pollers,
 }
 
 /// Builds every part of the connector `config` describes.
@@ -99,24 +96,22 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     if let Some(addr) = simulator.modbus_addr() {
         log::info!("simulator: Modbus TCP plant on {addr}");
     }
+    let trends = Arc::new(Trends::default());
+    let devices = Catalogue::new(
+        config
+            .devices
+            .catalogue()
+            .into_iter()
+            .map(|d| Arc::new(DeviceStatus::new(d).with_trends(Arc::clone(&trends))))
+            .collect(),
+    );
     let mut commands = Commands::new(config.commands.clone().unwrap_or_default());
     // Registered before `commands` is shared; each device's task reads its own inbox.
-    let opcua_inboxes = config
-        .devices
-        .opcua
-        .iter()
-        .map(|d| {
-            config
-                .commands
-                .as_ref()
-                .map(|_| commands.register(&d.name, d.writable_points()))
-        })
-        .collect();
-    let trends = Arc::new(Trends::default());
-    let modbus = ModbusPollers::new(
-        &config.devices.modbus,
+    let pollers = Pollers::build(
+        &config.devices,
+        &devices,
         config.commands.is_some().then_some(&mut commands),
-        &trends,
+        &c.data_dir,
     );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
     let mut hub = Hub::new(&c.name, config.alerts.check_interval, channels)
@@ -140,19 +135,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .map(|s| Arc::new(IngestSource::new(s)))
             .collect(),
         webhooks,
-        devices: modbus.devices.clone(),
-        opcua: config
-            .devices
-            .opcua
-            .iter()
-            .map(|d| {
-                Arc::new(
-                    DeviceStatus::new(&d.name, &d.endpoint)
-                        .with_template(d.template.clone())
-                        .with_trends(Arc::clone(&trends)),
-                )
-            })
-            .collect(),
+        devices,
         stats: HttpStats::default(),
         auth: Default::default(),
         ledger_scan: Default::default(),
@@ -190,10 +173,8 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
     });
     Ok(Parts {
         state,
-        config,
         simulator,
         alert_workers,
-        modbus,
-        opcua_inboxes,
+        pollers,
     })
 }

@@ -15,8 +15,7 @@ use crate::alerts;
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::shutdown::Shutdown;
-use crate::sinks::{BuildError, DeviceStatuses, Running, StartContext};
-use crate::sources::pollers::PollerRuntime;
+use crate::sinks::{BuildError, Running, StartContext};
 use crate::sources::webhook;
 use crate::store::StoreError;
 
@@ -53,11 +52,9 @@ impl std::error::Error for DaemonError {}
 pub fn run(config: Config) -> Result<(), DaemonError> {
     let Parts {
         state,
-        config,
         simulator,
         alert_workers,
-        mut modbus,
-        opcua_inboxes,
+        mut pollers,
     } = build(config)?;
     let shutdown = state.shutdown.clone();
     let engine = Arc::clone(&state.engine);
@@ -73,10 +70,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         engine: Arc::clone(&engine),
         runtime: runtime.handle().clone(),
         shutdown: shutdown.clone(),
-        devices: DeviceStatuses {
-            modbus: state.devices.clone(),
-            opcua: state.opcua.clone(),
-        },
+        devices: state.devices.clone(),
         commands: Arc::clone(&state.commands),
         health: Arc::clone(&state.health),
     };
@@ -85,39 +79,9 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         sinks.extend(sink.start(&ctx).map_err(DaemonError::Runtime)?);
     }
     // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
-    let pollers = if config.devices.modbus.is_empty() && config.devices.opcua.is_empty() {
-        None
-    } else {
-        Some(PollerRuntime::start().map_err(DaemonError::Runtime)?)
-    };
-    if let Some(rt) = &pollers {
-        modbus.start(&engine, rt, &shutdown);
-    }
-    #[allow(unused_mut)] // Without the `opcua` feature there is no OPC-UA task to push.
-    let mut poll_tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
-    #[cfg(feature = "opcua")]
-    if let Some(rt) = &pollers {
-        for ((d, status), inbox) in config
-            .devices
-            .opcua
-            .iter()
-            .zip(&state.opcua)
-            .zip(opcua_inboxes)
-        {
-            poll_tasks.push(crate::sources::opcua::spawn(
-                rt,
-                d.clone(),
-                &config.connector.data_dir,
-                Arc::clone(&engine),
-                Arc::clone(status),
-                shutdown.clone(),
-                inbox,
-            ));
-        }
-    }
-    // Without the client there is no OPC-UA device (validation refuses them).
-    #[cfg(not(feature = "opcua"))]
-    drop(opcua_inboxes);
+    pollers
+        .start(&engine, &shutdown)
+        .map_err(DaemonError::Runtime)?;
     let simulator_stop = Shutdown::new();
     let simulator_tasks = {
         let _entered = runtime.enter();
@@ -131,20 +95,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     // Stop, in order. The poll tasks end on the signal; a sample held at that moment is not
     // offered again.
     shutdown.trigger();
-    runtime.block_on(modbus.join());
-    if let Some(rt) = pollers {
-        // Each OPC-UA device task ends on the shutdown signal (a sample held for a full sink
-        // is given up with it); then the pollers' thread is joined, before the stores close.
-        let _ = runtime.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                for t in poll_tasks {
-                    let _ = t.await;
-                }
-            })
-            .await
-        });
-        rt.stop();
-    }
+    runtime.block_on(pollers.join());
     simulator_stop.trigger();
     runtime.block_on(async {
         for t in simulator_tasks {

@@ -50,8 +50,8 @@ use crate::config::HttpConfig;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
 use crate::sources::backfill::BackfillSource;
+use crate::sources::catalogue::Catalogue;
 use crate::sources::ingest::IngestSource;
-use crate::sources::modbus::DeviceStatus;
 use crate::sources::mqtt::MqttSource;
 use crate::sources::nats::NatsSource;
 use crate::sources::schedule::ScheduleSource;
@@ -81,10 +81,8 @@ pub struct AppState {
     pub ingest: Vec<Arc<IngestSource>>,
     /// The webhooks, in config order.
     pub webhooks: Vec<Arc<WebhookSource>>,
-    /// The polled devices' figures, in config order.
-    pub devices: Vec<Arc<DeviceStatus>>,
-    /// The OPC-UA devices' live numbers, in config order.
-    pub opcua: Vec<Arc<crate::sources::opcua::DeviceStatus>>,
+    /// Every device with its figures, points and live values, in config order.
+    pub devices: Catalogue,
     /// Server counters.
     pub stats: HttpStats,
     /// The bearer token checks: failed attempts per client address, their counters.

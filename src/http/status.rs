@@ -143,9 +143,9 @@ fn stamp(state: &AppState, entry: &mut Value, part: &str) {
 pub(super) fn devices(state: &AppState) -> Vec<Value> {
     let mut out: Vec<Value> = state
         .devices
+        .devices()
         .iter()
         .map(|d| d.to_json())
-        .chain(state.opcua.iter().map(|d| d.to_json()))
         .collect();
     for d in &mut out {
         let Some(name) = d["name"].as_str().map(str::to_string) else {
@@ -256,8 +256,7 @@ pub fn metrics(state: &AppState) -> String {
     state.command_paths.write_metrics(&mut p);
     feed_metrics(state, &mut p);
     state.trends.write_metrics(&mut p);
-    crate::sources::modbus::status::write_metrics(&state.devices, &mut p);
-    crate::sources::opcua::status::write_metrics(&state.opcua, &mut p);
+    crate::sources::status::write_metrics(state.devices.devices(), &mut p);
     p.single(
         "opex_connector_http_connections_total",
         Kind::Counter,

@@ -32,6 +32,6 @@ pub mod storage;
 pub use config::{SinkConfig, SinkSpec};
 pub use report::Report;
 pub use sink::{
-    queue_file, BuildError, Delivered, DeliveryError, DeviceStatuses, Running, Sink, Sinks,
-    StartContext, TOP_LEVEL_DOCUMENTS,
+    queue_file, BuildError, Delivered, DeliveryError, Running, Sink, Sinks, StartContext,
+    TOP_LEVEL_DOCUMENTS,
 };

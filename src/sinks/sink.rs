@@ -26,7 +26,7 @@ use crate::engine::Engine;
 use crate::ledger::Book;
 use crate::record::Record;
 use crate::shutdown::Shutdown;
-use crate::sources::{modbus, opcua};
+use crate::sources::catalogue::Catalogue;
 use crate::store::queue::{ReplayError, ReplaySummary};
 use crate::store::{DeadLetter, StoreError};
 
@@ -131,21 +131,12 @@ pub struct StartContext {
     pub runtime: tokio::runtime::Handle,
     /// The stop signal.
     pub shutdown: Shutdown,
-    /// The pollers' statuses: a Sparkplug node's DBIRTH and DDEATH follow them.
-    pub devices: DeviceStatuses,
+    /// The point catalogue: a Sparkplug node's DBIRTH and DDEATH follow its devices.
+    pub devices: Catalogue,
     /// The commands service: a Sparkplug node's DCMDs go through it.
     pub commands: Arc<Commands>,
     /// The health model: a Sparkplug node publishes its state as `Connector/Healthy`.
     pub health: Arc<crate::health::Board>,
-}
-
-/// The pollers' statuses, read by the sinks that report on devices.
-#[derive(Default, Clone)]
-pub struct DeviceStatuses {
-    /// The Modbus devices', in config order.
-    pub modbus: Vec<Arc<modbus::DeviceStatus>>,
-    /// The OPC-UA devices', in config order.
-    pub opcua: Vec<Arc<opcua::DeviceStatus>>,
 }
 
 /// What a started sink leaves running.

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::config::checks::checked_name;
 use crate::config::Problems;
+use crate::sources::catalogue::DeviceDef;
 use crate::sources::modbus::config::{
     check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusPoint, RawPort,
 };
@@ -147,29 +148,26 @@ pub struct DevicesConfig {
 }
 
 impl DevicesConfig {
-    /// The names of the devices with a point or node marked `writable: true`, in config order
-    /// (Modbus first).
-    pub fn with_writable_points(&self) -> Vec<&str> {
-        let modbus = self
-            .modbus
-            .iter()
+    /// The names of the devices with a point marked `writable: true`, in config order.
+    pub fn with_writable_points(&self) -> Vec<String> {
+        self.catalogue()
+            .into_iter()
             .filter(|d| d.points.iter().any(|p| p.writable))
-            .map(|d| d.name.as_str());
-        let opcua = self
-            .opcua
-            .iter()
-            .filter(|d| d.nodes().any(|n| n.writable))
-            .map(|d| d.name.as_str());
+            .map(|d| d.name)
+            .collect()
+    }
+
+    /// Every device as the point catalogue lists it, in config order (Modbus first). The one
+    /// place that lists the protocols a running connector reads.
+    pub fn catalogue(&self) -> Vec<DeviceDef> {
+        let modbus = self.modbus.iter().map(ModbusDeviceConfig::describe);
+        let opcua = self.opcua.iter().map(OpcuaDeviceConfig::describe);
         modbus.chain(opcua).collect()
     }
 
     /// Every device's source name, as flows name it: `modbus/<name>`.
     pub fn source_names(&self) -> Vec<String> {
-        self.modbus
-            .iter()
-            .map(|d| format!("modbus/{}", d.name))
-            .chain(self.opcua.iter().map(|d| format!("opcua/{}", d.name)))
-            .collect()
+        self.catalogue().into_iter().map(|d| d.source).collect()
     }
 }
 

@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
+use crate::sources::driver::LinkError;
 use crate::sources::modbus::config::{RegisterKind, Transport};
-use crate::sources::modbus::LinkError;
 
 /// The name of a Modbus exception code, as the standard calls it.
 pub fn exception_name(code: u8) -> &'static str {

@@ -6,7 +6,8 @@
 //!   `POST /api/ingest/{source}` (a batch).
 //! - [`webhook`]: signed webhooks, `POST /api/hooks/{name}`.
 //! - [`devices`]: the `devices:` list shared by the polled protocols, and [`templates`]: the
-//!   device templates expanded into it; [`modbus`]: Modbus TCP and RTU polling; [`opcua`]:
+//!   device templates expanded into it; [`catalogue`]: every device's points and their live
+//!   values, whatever the protocol; [`status`]: what every device shows, one type for all; [`modbus`]: Modbus TCP and RTU polling; [`opcua`]:
 //!   OPC-UA reads and subscriptions; [`hints`]: what a device's error means and what to try,
 //!   in a technician's words.
 //! - [`nats`]: NATS JetStream consumers (ack once stored, nak with backoff when refused).
@@ -21,7 +22,9 @@
 
 pub mod backfill;
 pub mod buffers;
+pub mod catalogue;
 pub mod devices;
+pub mod driver;
 pub mod hints;
 pub mod hold;
 pub mod ingest;
@@ -29,9 +32,11 @@ pub mod modbus;
 pub mod mqtt;
 pub mod nats;
 pub mod opcua;
+pub mod poll_loop;
 pub mod pollers;
 pub mod s7;
 pub mod schedule;
+pub mod status;
 pub mod templates;
 pub mod webhook;
 

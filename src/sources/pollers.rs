@@ -1,9 +1,29 @@
 //! The pollers' own thread and runtime, so that HTTP or sink load cannot delay a poll: this is
 //! what "prioritizes the polling loops" means. Poll tasks are spawned here; everything else runs
 //! on the main runtime.
+//!
+//! [`Pollers`] is the one start path of every device, whatever its protocol: built from the
+//! config (each device registered with the commands service), started on this runtime, and
+//! joined at stop.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::commands::{CommandReceiver, Commands};
+use crate::engine::Engine;
+use crate::shutdown::Shutdown;
+use crate::sources::catalogue::Catalogue;
+use crate::sources::devices::DevicesConfig;
+use crate::sources::modbus::ModbusPollers;
+use crate::sources::opcua::OpcuaDeviceConfig;
+use crate::sources::status::DeviceStatus;
+
+/// How long the stop waits for the device tasks to end after the shutdown signal (a sample
+/// held for a full sink is given up with it); then the runtime drops what is left.
+pub const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// A single-threaded runtime on a thread of its own.
 pub struct PollerRuntime {
@@ -58,6 +78,110 @@ impl PollerRuntime {
             if t.join().is_err() {
                 log::error!("pollers thread panicked");
             }
+        }
+    }
+}
+
+/// An OPC-UA device waiting to start: its config, status and command inbox.
+#[cfg_attr(not(feature = "opcua"), allow(dead_code))]
+struct OpcuaDevice {
+    config: OpcuaDeviceConfig,
+    status: Arc<DeviceStatus>,
+    inbox: Option<CommandReceiver>,
+}
+
+/// Every device's task: built, then running on the pollers' runtime, then joined.
+pub struct Pollers {
+    modbus: ModbusPollers,
+    opcua: Vec<OpcuaDevice>,
+    #[cfg_attr(not(feature = "opcua"), allow(dead_code))]
+    data_dir: PathBuf,
+    runtime: Option<PollerRuntime>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Pollers {
+    /// The tasks of every device of `devices`, each showing its figures in its status in
+    /// `catalogue`, not yet running. With `commands` (when `commands:` is configured), every
+    /// device is registered there with its writable points. `data_dir` holds the default
+    /// OPC-UA PKI folder.
+    pub fn build(
+        devices: &DevicesConfig,
+        catalogue: &Catalogue,
+        mut commands: Option<&mut Commands>,
+        data_dir: &Path,
+    ) -> Self {
+        let mut opcua = Vec::new();
+        for d in &devices.opcua {
+            let Some(status) = catalogue.by_name(&d.name).cloned() else {
+                log::error!("opcua device missing from the catalogue: device={}", d.name);
+                continue;
+            };
+            let inbox = commands
+                .as_deref_mut()
+                .map(|c| c.register(&d.name, status.def.writable()));
+            opcua.push(OpcuaDevice {
+                config: d.clone(),
+                status,
+                inbox,
+            });
+        }
+        Self {
+            modbus: ModbusPollers::new(&devices.modbus, catalogue, commands),
+            opcua,
+            data_dir: data_dir.to_path_buf(),
+            runtime: None,
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Starts the pollers' thread, when there is a device, and every device's task on it.
+    /// Call it outside an async context (an OPC-UA device may make its key pair first).
+    pub fn start(&mut self, engine: &Arc<Engine>, shutdown: &Shutdown) -> std::io::Result<()> {
+        if self.modbus.is_empty() && self.opcua.is_empty() {
+            return Ok(());
+        }
+        let runtime = PollerRuntime::start()?;
+        self.modbus.start(engine, &runtime, shutdown);
+        for d in std::mem::take(&mut self.opcua) {
+            #[cfg(feature = "opcua")]
+            self.tasks.push(crate::sources::opcua::spawn(
+                &runtime,
+                d.config,
+                &self.data_dir,
+                Arc::clone(engine),
+                d.status,
+                shutdown.clone(),
+                d.inbox,
+            ));
+            // Without the client there is no OPC-UA device (validation refuses them).
+            #[cfg(not(feature = "opcua"))]
+            drop(d);
+        }
+        self.runtime = Some(runtime);
+        Ok(())
+    }
+
+    /// Waits, after the shutdown signal, for every device task to end (up to [`STOP_WAIT`]),
+    /// then stops the pollers' thread, before the stores close.
+    pub async fn join(mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        let modbus = std::mem::replace(&mut self.modbus, ModbusPollers::empty());
+        let waited = tokio::time::timeout(STOP_WAIT, async {
+            modbus.join().await;
+            for t in tasks {
+                if let Err(e) = t.await {
+                    log::error!("device task ended abnormally: {e}");
+                }
+            }
+        })
+        .await;
+        if waited.is_err() {
+            log::warn!("device tasks still running after the stop wait, dropping them");
+        }
+        if let Some(rt) = self.runtime.take() {
+            // Joining a thread blocks: not on the caller's runtime.
+            let _ = tokio::task::spawn_blocking(move || rt.stop()).await;
         }
     }
 }

@@ -245,7 +245,7 @@
         el('p', 'muted', 'last poll ' + ago(d.last_poll_ms) + (typeof d.poll_duration_ms === 'number' ? ' (' + d.poll_duration_ms.toFixed(1) + ' ms)' : '') +
           ' · polls ' + num(d.polls_total) + ' · errors ' + errors +
           (d.exceptions_total !== undefined ? ' · exceptions ' + num(d.exceptions_total) : '') +
-          ' · lost ' + (num(d.lost_total) + num(d.samples_lost_total))),
+          ' · lost ' + num(d.lost_total)),
         d.source ? add(el('p', 'muted trend-row'), 'records/s ', spark('in/' + d.source, true)) : null);
       add(c, lastError(d.last_error, d, d.last_error_hint));
       if (d.last_exception) add(c, el('p', 'warn', 'last refusal: ' + d.last_exception), d.last_exception_hint ? el('p', 'muted hint', d.last_exception_hint) : null);

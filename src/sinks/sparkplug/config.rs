@@ -1,8 +1,8 @@
 //! A `sparkplug` sink (a `sinks[]` entry of `type: sparkplug`): raw, validated without I/O.
 //!
-//! Besides its own keys, the validated config carries the metric definitions of every polled
-//! device (from `devices:`): a Modbus point's datatype follows its register type, so a
-//! device's DBIRTH can name every point before the first poll answered.
+//! Besides its own keys, the validated config carries the metric definitions of every device
+//! of the point catalogue: a point whose type the config fixes has its datatype from the
+//! start, so a device's DBIRTH can name it before the first poll answered.
 
 use serde::Deserialize;
 
@@ -12,8 +12,8 @@ use crate::config::Problems;
 use crate::sinks::push::preprocess::config::Deadband;
 use crate::sinks::queue::config::validate_queue;
 use crate::sinks::queue::{DiskQueueConfig, QueueMode};
+use crate::sources::catalogue::DataKind;
 use crate::sources::devices::DevicesConfig;
-use crate::sources::modbus::config::{DataType as RegisterType, PointConfig};
 
 use super::proto::datatype;
 
@@ -76,15 +76,6 @@ pub struct DeadbandRule {
     pub band: Deadband,
 }
 
-/// What a polled device is read with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// Modbus TCP or RTU.
-    Modbus,
-    /// OPC-UA.
-    Opcua,
-}
-
 /// A metric a polled device will publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricDef {
@@ -92,8 +83,8 @@ pub struct MetricDef {
     pub name: String,
     /// The point's name (its key in the record's payload).
     pub point: String,
-    /// Its datatype, when the config knows it (Modbus); an OPC-UA node's is learned from its
-    /// first value.
+    /// Its datatype, when the catalogue knows it before the first read; else it is learned
+    /// from the first value.
     pub datatype: Option<u32>,
     /// Its engineering unit.
     pub unit: Option<String>,
@@ -102,12 +93,10 @@ pub struct MetricDef {
 /// A polled device, as a Sparkplug device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolledDevice {
-    /// Its records' source: `modbus/<name>` or `opcua/<name>`.
+    /// Its records' source, e.g. `modbus/<name>`.
     pub source: String,
     /// Its name: the Sparkplug device id.
     pub name: String,
-    /// What reads it.
-    pub protocol: Protocol,
     /// Its metrics, in config order.
     pub metrics: Vec<MetricDef>,
 }
@@ -253,67 +242,42 @@ fn validate_deadbands(
     out
 }
 
-/// The Sparkplug datatype of a Modbus point: its register type, or Double once `scale` or
-/// `offset` make it a float.
-pub fn modbus_datatype(point: &PointConfig) -> u32 {
-    if point.scale.is_some() || point.offset.is_some() {
-        return datatype::DOUBLE;
-    }
-    match point.data_type {
-        RegisterType::Bool => datatype::BOOLEAN,
-        RegisterType::U16 => datatype::UINT16,
-        RegisterType::I16 => datatype::INT16,
-        RegisterType::U32 => datatype::UINT32,
-        RegisterType::I32 => datatype::INT32,
-        RegisterType::U64 => datatype::UINT64,
-        RegisterType::I64 => datatype::INT64,
-        RegisterType::F32 => datatype::FLOAT,
-        RegisterType::F64 => datatype::DOUBLE,
-        RegisterType::String(_) => datatype::STRING,
+/// The Sparkplug datatype of a catalogue's value type.
+pub fn datatype_of(kind: DataKind) -> u32 {
+    match kind {
+        DataKind::Bool => datatype::BOOLEAN,
+        DataKind::U16 => datatype::UINT16,
+        DataKind::I16 => datatype::INT16,
+        DataKind::U32 => datatype::UINT32,
+        DataKind::I32 => datatype::INT32,
+        DataKind::U64 => datatype::UINT64,
+        DataKind::I64 => datatype::INT64,
+        DataKind::F32 => datatype::FLOAT,
+        DataKind::F64 => datatype::DOUBLE,
+        DataKind::String => datatype::STRING,
     }
 }
 
-/// Every polled device with its metrics.
+/// Every device of the point catalogue with its metrics.
 fn polled_devices(devices: &DevicesConfig) -> Vec<PolledDevice> {
-    let modbus = devices.modbus.iter().map(|d| PolledDevice {
-        source: d.source(),
-        name: d.name.clone(),
-        protocol: Protocol::Modbus,
-        metrics: d
-            .points
-            .iter()
-            .map(|pt| {
-                let group = d
-                    .groups
-                    .get(pt.group)
-                    .map_or("default", |g| g.name.as_str());
-                MetricDef {
-                    name: format!("{group}/{}", pt.name),
+    devices
+        .catalogue()
+        .into_iter()
+        .map(|d| PolledDevice {
+            metrics: d
+                .points
+                .iter()
+                .map(|pt| MetricDef {
+                    name: format!("{}/{}", pt.group, pt.name),
                     point: pt.name.clone(),
-                    datatype: Some(modbus_datatype(pt)),
+                    datatype: pt.kind.map(datatype_of),
                     unit: pt.unit.clone(),
-                }
-            })
-            .collect(),
-    });
-    let opcua = devices.opcua.iter().map(|d| PolledDevice {
-        source: format!("opcua/{}", d.name),
-        name: d.name.clone(),
-        protocol: Protocol::Opcua,
-        metrics: d
-            .groups
-            .iter()
-            .flat_map(|g| {
-                g.nodes.iter().map(|n| MetricDef {
-                    name: format!("{}/{}", g.group.name, n.name),
-                    point: n.name.clone(),
-                    datatype: None,
-                    unit: None,
                 })
-            })
-            .collect(),
-    });
-    modbus.chain(opcua).collect()
+                .collect(),
+            source: d.source,
+            name: d.name,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -961,7 +961,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::sinks::sparkplug::config::{MetricDef, Protocol};
+    use crate::sinks::sparkplug::config::MetricDef;
 
     /// Pollers in memory: up or not, and their values.
     #[derive(Default)]
@@ -989,7 +989,6 @@ mod tests {
         PolledDevice {
             source: "modbus/press".into(),
             name: "press".into(),
-            protocol: Protocol::Modbus,
             metrics: vec![
                 def("fast/temp", "temp", dt::FLOAT, Some("°C")),
                 def("fast/count", "count", dt::INT16, None),

@@ -38,7 +38,7 @@
 //! Each connection has a new client: a client's queue may still hold messages of the old
 //! session (with its seq), which must never be sent after the next NBIRTH.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +57,8 @@ use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
 use crate::sinks::queue::{DiskQueue, Failure, Verdict, IN_FLIGHT};
-use crate::sources::{modbus, opcua};
+use crate::sources::catalogue::Catalogue;
+use crate::sources::status::ConnState;
 use crate::telemetry::events;
 
 /// How often the pollers' states are looked at (DDEATH / DBIRTH).
@@ -90,46 +91,30 @@ pub struct Batch {
     pub reply: oneshot::Sender<Verdict>,
 }
 
-/// The pollers' statuses of the devices a node serves, by source.
+/// The point catalogue: the devices a node serves, by source.
 #[derive(Default, Clone)]
 pub struct DevicePlant {
-    modbus: HashMap<String, Arc<modbus::DeviceStatus>>,
-    opcua: HashMap<String, Arc<opcua::DeviceStatus>>,
+    devices: Catalogue,
 }
 
 impl DevicePlant {
-    /// The statuses of every poller.
-    pub fn new(modbus: &[Arc<modbus::DeviceStatus>], opcua: &[Arc<opcua::DeviceStatus>]) -> Self {
-        Self {
-            modbus: modbus
-                .iter()
-                .map(|s| (format!("modbus/{}", s.name), Arc::clone(s)))
-                .collect(),
-            opcua: opcua
-                .iter()
-                .map(|s| (format!("opcua/{}", s.name), Arc::clone(s)))
-                .collect(),
-        }
+    /// The plant of every device of `devices`.
+    pub fn new(devices: Catalogue) -> Self {
+        Self { devices }
     }
 }
 
 impl Plant for DevicePlant {
     fn up(&self, source: &str) -> bool {
-        if let Some(s) = self.modbus.get(source) {
-            return s.state() == modbus::ConnState::Connected;
-        }
-        self.opcua
-            .get(source)
-            .is_some_and(|s| s.state() == opcua::status::State::Connected)
+        self.devices
+            .by_source(source)
+            .is_some_and(|s| s.state() == ConnState::Connected)
     }
 
     fn current(&self, source: &str) -> Option<(u64, Json)> {
-        if let Some(s) = self.modbus.get(source) {
-            let ts = s.last_poll_ms.load(Ordering::Relaxed);
-            return Some((ts, Json::Object(s.values())));
-        }
-        let s = self.opcua.get(source)?;
-        Some((s.last_poll_ms(), s.to_json()["values"].take()))
+        let s = self.devices.by_source(source)?;
+        let ts = s.last_poll_ms.load(Ordering::Relaxed);
+        Some((ts, Json::Object(s.values())))
     }
 }
 

@@ -178,7 +178,7 @@ impl SparkplugSink {
             Parts {
                 name: self.name.clone(),
                 node,
-                plant: DevicePlant::new(&ctx.devices.modbus, &ctx.devices.opcua),
+                plant: DevicePlant::new(ctx.devices.clone()),
                 commands: Arc::clone(&ctx.commands),
                 engine: Arc::clone(&ctx.engine),
                 bdseq: self.bdseq.clone(),

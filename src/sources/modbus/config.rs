@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::config::checks::in_range;
 use crate::config::Problems;
+use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
 use crate::sources::devices::{validate_groups, GroupConfig, RawDevice};
 use crate::sources::hold::DEFAULT_HOLD;
 
@@ -196,6 +197,22 @@ impl DataType {
         }
     }
 
+    /// The catalogue's type of its raw value.
+    pub fn kind(self) -> DataKind {
+        match self {
+            Self::Bool => DataKind::Bool,
+            Self::U16 => DataKind::U16,
+            Self::I16 => DataKind::I16,
+            Self::U32 => DataKind::U32,
+            Self::I32 => DataKind::I32,
+            Self::U64 => DataKind::U64,
+            Self::I64 => DataKind::I64,
+            Self::F32 => DataKind::F32,
+            Self::F64 => DataKind::F64,
+            Self::String(_) => DataKind::String,
+        }
+    }
+
     /// Registers (or bits) the point spans.
     pub fn width(self) -> u16 {
         match self {
@@ -276,6 +293,48 @@ impl ModbusDeviceConfig {
     /// The source name of its records.
     pub fn source(&self) -> String {
         format!("modbus/{}", self.name)
+    }
+
+    /// The device and its points as the point catalogue lists them. A scaled or offset
+    /// point's value is a float whatever its registers hold.
+    pub fn describe(&self) -> DeviceDef {
+        let (protocol, address) = match &self.transport {
+            Transport::Tcp { host, port } => ("modbus_tcp", format!("{host}:{port}")),
+            Transport::Rtu(l) => ("modbus_rtu", format!("{} unit {}", l.path, self.unit)),
+        };
+        let points = self
+            .points
+            .iter()
+            .map(|p| PointDef {
+                group: self
+                    .groups
+                    .get(p.group)
+                    .map_or_else(|| "default".to_string(), |g| g.name.clone()),
+                name: p.name.clone(),
+                area: p.kind.area(),
+                type_name: p.data_type.name().to_string(),
+                kind: Some(if p.scale.is_some() || p.offset.is_some() {
+                    DataKind::F64
+                } else {
+                    p.data_type.kind()
+                }),
+                unit: p.unit.clone(),
+                scale: p.scale,
+                writable: p.writable,
+                min: p.min,
+                max: p.max,
+            })
+            .collect();
+        DeviceDef {
+            name: self.name.clone(),
+            source: self.source(),
+            protocol,
+            address,
+            template: self.template.clone(),
+            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
+            points,
+            details: Vec::new(),
+        }
     }
 }
 

@@ -7,17 +7,14 @@
 //!   point's `min` / `max`).
 //! - [`write`]: commands: checked all or nothing, written by the line task between polls
 //!   (FC 5, 15, 6, 16), at most once.
-//! - [`poller`]: the line tasks: timeouts, drop-and-reopen, exceptions as data, circuit breaker,
-//!   and the commands waiting in the line's inbox run between two polls.
-//! - [`status`]: what each device shows in `/api/status` `devices[]` and `/metrics`.
+//! - [`poller`]: the driver of a line ([`crate::sources::driver`]): timeouts, drop-and-reopen,
+//!   exceptions as data; the one poll loop runs it (schedule, breaker, commands between polls).
 
 pub mod config;
 pub mod decode;
 pub mod encode;
 pub mod plan;
 pub mod poller;
-pub mod status;
 pub mod write;
 
-pub use poller::{Breaker, LinkError, ModbusPollers};
-pub use status::{ConnState, DeviceStatus};
+pub use poller::{ModbusLine, ModbusPollers};

@@ -32,29 +32,15 @@ use tokio_modbus::prelude::{Request, Response};
 use super::config::{ModbusDeviceConfig, MAX_WRITE_BITS};
 use super::decode::decode_registers;
 use super::encode::{encode, Encoded};
-use super::poller::{timed, LinkError};
-use super::status::DeviceStatus;
-use crate::commands::{Command, DeviceError, PointResult, WritablePoint};
+use super::poller::timed;
+use crate::commands::{Command, DeviceError, PointResult};
+use crate::sources::driver::LinkError;
+use crate::sources::status::DeviceStatus;
 
 /// What a refused command's other points are answered.
 pub const OTHER_REFUSED: &str = "another point of the command was refused";
 /// What the points after an unknown write are answered.
 pub const NOT_SENT: &str = "not sent after an unknown write";
-
-/// The writable points of `dev`, as the commands service lists them.
-pub fn writable_points(dev: &ModbusDeviceConfig) -> Vec<WritablePoint> {
-    dev.points
-        .iter()
-        .filter(|p| p.writable)
-        .map(|p| WritablePoint {
-            name: p.name.clone(),
-            area: p.kind.area(),
-            data_type: p.data_type.name().to_string(),
-            min: p.min,
-            max: p.max,
-        })
-        .collect()
-}
 
 /// What one write request carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -383,7 +369,7 @@ async fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::Origin;
+    use crate::commands::{Origin, WritablePoint};
     use crate::config::from_yaml;
     use serde_json::{json, Value};
 
@@ -475,7 +461,7 @@ devices:
 
     #[test]
     fn the_writable_points_are_listed_with_their_area_type_and_bounds() {
-        let w = writable_points(&device());
+        let w = device().describe().writable();
         assert_eq!(w.len(), 7);
         assert_eq!(
             w[0],

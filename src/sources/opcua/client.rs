@@ -61,15 +61,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::config::{Identity, OpcuaDeviceConfig, OpcuaGroupConfig, SecurityMode, SecurityPolicy};
-use super::status::{DeviceStatus, State};
 use super::values::{bad_point, point_json, unix_ms};
 use super::write::Writer;
 use crate::commands::{CommandReceiver, Pending};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
 use crate::shutdown::Shutdown;
+use crate::sources::hints;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::pollers::PollerRuntime;
+use crate::sources::status::{ConnState, DeviceStatus};
 
 /// Subscription notifications waiting to become records, per device. The callback runs
 /// inside the session's event loop and must not wait: past this cap a notification is
@@ -118,7 +119,10 @@ pub fn spawn(
                 config.name,
                 pki_dir.display()
             );
-            status.error(format!("client certificate in {}: {e}", pki_dir.display()));
+            failed(
+                &status,
+                format!("client certificate in {}: {e}", pki_dir.display()),
+            );
         }
     }
     if !config.check_server_hostname {
@@ -365,11 +369,11 @@ impl Device {
                         "the device has no session (next try in {} ms): {reason}",
                         w.as_millis()
                     );
-                    self.status.error(reason);
+                    failed(&self.status, reason);
                     (w, why)
                 }
             };
-            self.status.set_state(State::Connecting);
+            self.status.set_state(ConnState::Connecting);
             let stop = writer
                 .while_down(&why, async {
                     tokio::select! {
@@ -383,7 +387,7 @@ impl Device {
             }
         }
         writer.close("the connector is stopping");
-        self.status.set_state(State::Stopped);
+        self.status.set_state(ConnState::Stopped);
         log::info!("opcua device stopped: device={name}");
     }
 
@@ -502,7 +506,7 @@ impl Device {
             writer.new_session();
             *seen = now;
         }
-        let connected = self.status.state() == State::Connected;
+        let connected = self.status.state() == ConnState::Connected;
         writer.run(&self.config, session, connected, p).await;
     }
 
@@ -667,8 +671,8 @@ impl Device {
                 );
                 points.insert(group.nodes[*n].name.clone(), bad_point(*code));
             }
-            self.status
-                .polled(&group.group.name, Duration::ZERO, &points);
+            self.status.values_in(index, &points, now_ms());
+            self.status.polled(Duration::ZERO);
             let record = Record::from_value(
                 self.config.source(),
                 &group.group.name,
@@ -696,7 +700,7 @@ async fn drive(
     while let Some(event) = stream.next().await {
         match event? {
             SessionPollResult::Reconnected(mode) => {
-                status.set_state(State::Connected);
+                status.set_state(ConnState::Connected);
                 status.alive();
                 if !first {
                     sessions.fetch_add(1, Ordering::Relaxed);
@@ -714,12 +718,12 @@ async fn drive(
             }
             SessionPollResult::ConnectionLost(code) => {
                 sessions.fetch_add(1, Ordering::Relaxed);
-                status.set_state(State::Reconnecting);
-                status.error(format!("connection lost: {code}"));
+                status.set_state(ConnState::Reconnecting);
+                failed(&status, format!("connection lost: {code}"));
                 log::warn!("opcua connection lost: device={device} status={code}");
             }
             SessionPollResult::ReconnectFailed(code) => {
-                status.error(format!("reconnect failed: {code}"));
+                failed(&status, format!("reconnect failed: {code}"));
             }
             _ => {}
         }
@@ -751,10 +755,10 @@ async fn poll_group(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         let scheduled = ticks.tick().await;
-        if status.state() != State::Connected {
+        if status.state() != ConnState::Connected {
             continue;
         }
-        status.jitter(tokio::time::Instant::now().saturating_duration_since(scheduled));
+        status.record_jitter(tokio::time::Instant::now().saturating_duration_since(scheduled));
         let started = Instant::now();
         let poll_ms = now_ms();
         let read = tokio::time::timeout(
@@ -765,11 +769,11 @@ async fn poll_group(
         let values = match read {
             Ok(Ok(values)) => values,
             Ok(Err(e)) => {
-                status.error(format!("read {}: {e}", group.group.name));
+                failed(&status, format!("read {}: {e}", group.group.name));
                 continue;
             }
             Err(_) => {
-                status.error(format!("read {}: timed out", group.group.name));
+                failed(&status, format!("read {}: timed out", group.group.name));
                 continue;
             }
         };
@@ -790,7 +794,8 @@ async fn poll_group(
             };
             points.insert(node.name.clone(), point);
         }
-        status.polled(&group.group.name, started.elapsed(), &points);
+        status.values_in(index, &points, newest.unwrap_or(poll_ms));
+        status.polled(started.elapsed());
         let mut record =
             Record::from_value(config.source(), &group.group.name, &Value::Object(points));
         record.ts_ms = newest.unwrap_or(poll_ms);
@@ -822,7 +827,8 @@ async fn deliver_notifications(
         if points.is_empty() {
             continue;
         }
-        status.polled(&group.group.name, Duration::ZERO, &points);
+        status.values_in(n.group, &points, newest.unwrap_or_else(now_ms));
+        status.polled(Duration::ZERO);
         let mut record =
             Record::from_value(config.source(), &group.group.name, &Value::Object(points));
         record.ts_ms = newest.unwrap_or(record.ts_ms);
@@ -830,10 +836,16 @@ async fn deliver_notifications(
     }
 }
 
+/// Counts an error of the device and keeps it, with what it means.
+fn failed(status: &DeviceStatus, text: String) {
+    let hint = hints::opcua_hint(&text);
+    status.error(text, hint);
+}
+
 async fn offer(engine: &Engine, status: &DeviceStatus, config: &OpcuaDeviceConfig, record: Record) {
     if let Held::Lost { .. } = offer_with_hold(engine, record, config.hold).await {
         status
-            .samples_lost_total
+            .lost_total
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::commands::WritablePoint;
 use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
+use crate::sources::catalogue::{DeviceDef, PointDef};
 use crate::sources::devices::{opcua_group_keys, validate_groups, GroupConfig, RawDevice};
 use crate::sources::hold::DEFAULT_HOLD;
 
@@ -271,20 +271,39 @@ impl OpcuaDeviceConfig {
         Some(named.find(|n| n.writable).unwrap_or(first))
     }
 
-    /// Its writable nodes, as the commands service and the status page show them.
-    pub fn writable_points(&self) -> Vec<WritablePoint> {
-        self.nodes()
-            .filter(|n| n.writable)
-            .map(|n| WritablePoint {
-                name: n.name.clone(),
-                area: "node",
-                data_type: n
-                    .data_type
-                    .map_or_else(|| UNKNOWN_TYPE.to_string(), |t| t.as_str().to_string()),
-                min: n.min,
-                max: n.max,
+    /// The device and its nodes as the point catalogue lists them. A node's value type is
+    /// the server's (a configured `data_type` only checks what a command writes).
+    pub fn describe(&self) -> DeviceDef {
+        let points = self
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.nodes.iter().map(|n| PointDef {
+                    group: g.group.name.clone(),
+                    name: n.name.clone(),
+                    area: "node",
+                    type_name: n
+                        .data_type
+                        .map_or_else(|| UNKNOWN_TYPE.to_string(), |t| t.as_str().to_string()),
+                    kind: None,
+                    unit: None,
+                    scale: None,
+                    writable: n.writable,
+                    min: n.min,
+                    max: n.max,
+                })
             })
-            .collect()
+            .collect();
+        DeviceDef {
+            name: self.name.clone(),
+            source: self.source(),
+            protocol: "opcua",
+            address: self.endpoint.clone(),
+            template: self.template.clone(),
+            groups: self.groups.iter().map(|g| g.group.name.clone()).collect(),
+            points,
+            details: vec![("endpoint", self.endpoint.clone().into())],
+        }
     }
 }
 
@@ -814,7 +833,7 @@ mod tests {
         assert!(nodes[1].writable);
         assert_eq!(nodes[1].data_type, Some(super::NodeType::Double));
         assert_eq!((nodes[1].min, nodes[1].max), (Some(0.0), Some(120.5)));
-        let points = d.writable_points();
+        let points = d.describe().writable();
         assert_eq!(points.len(), 2, "{points:?}");
         assert_eq!(points[0].name, "sp");
         assert_eq!(points[0].area, "node");

@@ -7,7 +7,6 @@
 //! - `client`: the runtime (sessions, reconnects, watchdog, polls, subscriptions).
 //! - `server_cert`: the client's own checks of a server certificate (validity, host name and
 //!   application URI over every subject alternative name).
-//! - [`status`]: what a device shows in `/api/status` and `/metrics`.
 //! - `values`: OPC-UA values → JSON, and JSON → the exact type of a node a command writes.
 //! - `write`: commands, run by the device's task on its session (data types read once per
 //!   session, all or nothing before sending, one Write request, the status per node).
@@ -20,7 +19,6 @@ pub mod client;
 pub mod config;
 #[cfg(feature = "opcua")]
 pub mod server_cert;
-pub mod status;
 #[cfg(feature = "opcua")]
 pub mod values;
 #[cfg(feature = "opcua")]
@@ -29,4 +27,3 @@ pub mod write;
 #[cfg(feature = "opcua")]
 pub use client::spawn;
 pub use config::OpcuaDeviceConfig;
-pub use status::DeviceStatus;

@@ -1,0 +1,217 @@
+//! The point catalogue: every device's points, whatever protocol reads them.
+//!
+//! Each protocol describes its devices once, from their validated config, as a
+//! [`DeviceDef`]: the device's name, its records' source, where it is, its groups and its
+//! points with their data type, unit, scale, bounds and whether commands may write them. The
+//! running connector holds one [`DeviceStatus`] per device (built from its definition), whose
+//! live values (value, quality, timestamp per point) the device's task keeps current.
+//!
+//! Everything that reads points (Sparkplug births and data, the trends, the status page,
+//! the commands' list of writable points) reads this catalogue and never names a protocol.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::commands::WritablePoint;
+use crate::sources::status::DeviceStatus;
+
+/// A point's value type, when the config fixes it before the first read. Protocols whose
+/// device decides (OPC-UA without a configured type) leave it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataKind {
+    /// true / false.
+    Bool,
+    /// Unsigned, 16 bits.
+    U16,
+    /// Signed, 16 bits.
+    I16,
+    /// Unsigned, 32 bits.
+    U32,
+    /// Signed, 32 bits.
+    I32,
+    /// Unsigned, 64 bits.
+    U64,
+    /// Signed, 64 bits.
+    I64,
+    /// IEEE 754 single precision.
+    F32,
+    /// IEEE 754 double precision (also every scaled value).
+    F64,
+    /// Text.
+    String,
+}
+
+/// One point of a device, as its config defines it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointDef {
+    /// The group that reads it (its records' key).
+    pub group: String,
+    /// Its name (its key in the group's records).
+    pub name: String,
+    /// Where it lives in the device, in the protocol's words (`holding_register`, `coil`,
+    /// `node`, ...), as the commands' list shows it.
+    pub area: &'static str,
+    /// Its data type in the config's words (`u16`, `f32`, `Double`, ...).
+    pub type_name: String,
+    /// The type of its value, when known before the first read.
+    pub kind: Option<DataKind>,
+    /// Its engineering unit.
+    pub unit: Option<String>,
+    /// The multiplier from raw to engineering value.
+    pub scale: Option<f64>,
+    /// Commands may write it.
+    pub writable: bool,
+    /// Lowest value a command may write, in engineering units.
+    pub min: Option<f64>,
+    /// Highest value a command may write, in engineering units.
+    pub max: Option<f64>,
+}
+
+/// One device, as its config defines it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceDef {
+    /// Its name.
+    pub name: String,
+    /// Its records' source: `<family>/<name>`, e.g. `modbus/press-1`.
+    pub source: String,
+    /// Its protocol as `devices[].protocol` names it (`modbus_tcp`, `opcua`, ...).
+    pub protocol: &'static str,
+    /// Where it is: `host:port`, a serial device and unit, an endpoint URL.
+    pub address: String,
+    /// The template it was made from.
+    pub template: Option<String>,
+    /// Its groups' names, in config order.
+    pub groups: Vec<String>,
+    /// Its points, in config order.
+    pub points: Vec<PointDef>,
+    /// Fields of its protocol that its `/api/status` entry shows besides the common ones
+    /// (an OPC-UA device's `endpoint`).
+    pub details: Vec<(&'static str, Value)>,
+}
+
+impl DeviceDef {
+    /// Its writable points, as the commands service lists them.
+    pub fn writable(&self) -> Vec<WritablePoint> {
+        self.points
+            .iter()
+            .filter(|p| p.writable)
+            .map(|p| WritablePoint {
+                name: p.name.clone(),
+                area: p.area,
+                data_type: p.type_name.clone(),
+                min: p.min,
+                max: p.max,
+            })
+            .collect()
+    }
+}
+
+/// A point's live value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Live {
+    /// The value (`null` when bad).
+    pub value: Value,
+    /// True when the device answered it good.
+    pub good: bool,
+    /// Unix milliseconds of the poll (or notification) it came with.
+    pub ts_ms: u64,
+    /// The point as the group's last record carries it (`{"value","quality",..}`).
+    pub entry: Value,
+}
+
+/// Every device of the connector with its points and their live values, in config order.
+#[derive(Debug, Clone, Default)]
+pub struct Catalogue {
+    devices: Vec<Arc<DeviceStatus>>,
+    by_source: HashMap<String, usize>,
+}
+
+impl Catalogue {
+    /// The catalogue of `devices`.
+    pub fn new(devices: Vec<Arc<DeviceStatus>>) -> Self {
+        let by_source = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.def.source.clone(), i))
+            .collect();
+        Self { devices, by_source }
+    }
+
+    /// Every device, in config order.
+    pub fn devices(&self) -> &[Arc<DeviceStatus>] {
+        &self.devices
+    }
+
+    /// True without devices.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// The device whose records carry `source`.
+    pub fn by_source(&self, source: &str) -> Option<&Arc<DeviceStatus>> {
+        self.by_source
+            .get(source)
+            .and_then(|&i| self.devices.get(i))
+    }
+
+    /// The device named `name`.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<DeviceStatus>> {
+        self.devices.iter().find(|d| d.def.name == name)
+    }
+
+    /// Point `name` of device `device`, with its live value once read.
+    pub fn point(&self, device: &str, name: &str) -> Option<(&PointDef, Option<Live>)> {
+        let d = self.by_name(device)?;
+        let def = d.def.points.iter().find(|p| p.name == name)?;
+        Some((def, d.live(&def.group, name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn def() -> DeviceDef {
+        let point = |name: &str, writable| PointDef {
+            group: "main".into(),
+            name: name.into(),
+            area: "holding_register",
+            type_name: "u16".into(),
+            kind: Some(DataKind::U16),
+            unit: Some("bar".into()),
+            scale: None,
+            writable,
+            min: Some(0.0),
+            max: Some(10.0),
+        };
+        DeviceDef {
+            name: "press-1".into(),
+            source: "modbus/press-1".into(),
+            protocol: "modbus_tcp",
+            address: "h:502".into(),
+            template: None,
+            groups: vec!["main".into()],
+            points: vec![point("p", false), point("sp", true)],
+            details: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_point_is_found_by_device_and_name_with_its_live_value() {
+        let status = Arc::new(DeviceStatus::new(def()));
+        let cat = Catalogue::new(vec![Arc::clone(&status)]);
+        let (p, live) = cat.point("press-1", "sp").expect("catalogued");
+        assert!(p.writable && live.is_none());
+        let mut points = serde_json::Map::new();
+        points.insert("sp".into(), json!({"value": 4, "quality": "good"}));
+        status.values_in(0, &points, 1234);
+        let (_, live) = cat.point("press-1", "sp").expect("catalogued");
+        let live = live.expect("read");
+        assert_eq!((live.value, live.good, live.ts_ms), (json!(4), true, 1234));
+        assert!(cat.by_source("modbus/press-1").is_some());
+        assert_eq!(def().writable().len(), 1);
+    }
+}
