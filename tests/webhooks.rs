@@ -848,6 +848,53 @@ fn a_sender_that_gave_up_on_a_slow_sink_and_resends_is_stored_once_and_never_tol
 }
 
 #[test]
+fn an_on_receipt_request_whose_sender_hangs_up_at_once_still_runs_once_and_a_resend_is_answered_the_same(
+) {
+    let server = NatsServer::start();
+    let js = Js::connect(&server.url());
+    js.create_stream("PAY", &["pay.>"]);
+    let mut config = hook_config("on_receipt", to_nats());
+    config["nats"] = json!({
+        "connections": [{"name": "js", "servers": [server.url()]}],
+        "sink": {"subject": "pay.{{key}}", "timeout_secs": 15},
+    });
+    let daemon = Daemon::start(config);
+    wait_until(POLL_DEADLINE, "the nats sink connected", || {
+        named(&daemon.status(), "/sinks", "nats")["connected"] == json!(true)
+    });
+    server.freeze();
+    let body = br#"{"payment":"p-11","amount":7}"#;
+    let sig = signature(HOOK_SECRET, unix_secs(), body);
+    // The whole request, then the connection closed without waiting for any answer: the
+    // handler may be dropped between the inbox write and the flow's start.
+    {
+        let addr = daemon.base().trim_start_matches("http://").to_string();
+        let mut s = TcpStream::connect(&addr).expect("connect");
+        let head = format!(
+            "POST /api/hooks/{HOOK} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nX-Opex-Signature: {sig}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).expect("send head");
+        s.write_all(body).expect("send body");
+    }
+    wait_until(Duration::from_secs(20), "the request received", || {
+        u64_at(&webhook_stats(&daemon.status(), HOOK), "/received") >= 1
+    });
+    server.thaw();
+    wait_until(POLL_DEADLINE, "the record in the stream", || {
+        js.stream_state("PAY").0 >= 1
+    });
+    // The sender's resend is answered as the first was (accepted) and stores nothing again.
+    let again = daemon.hook_raw(HOOK, &[("X-Opex-Signature", &sig)], body);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.json()["result"], json!("accepted"), "{again:?}");
+    wait_until(POLL_DEADLINE, "the inbox empty", || {
+        u64_at(&webhook_stats(&daemon.status(), HOOK), "/kept_in_inbox") == 0
+    });
+    assert_eq!(js.stream_state("PAY").0, 1, "published more than once");
+}
+
+#[test]
 fn an_identical_request_after_a_restart_gets_the_first_answer_and_stores_nothing_twice() {
     let mut daemon = Daemon::start(hook_config("on_done", to_storage()));
     let body = br#"{"order":88,"amount":3}"#;
