@@ -1,6 +1,7 @@
 //! Build script: the status page's three files (`src/http/page/`) gzip-compressed into
 //! `OUT_DIR`. The binary carries only the compressed bytes (about a third of the text) and
-//! serves them as they are (`src/http/page.rs`); every browser takes gzip.
+//! serves them as they are to every browser (`src/http/page.rs`); a client that does not take
+//! gzip gets them inflated.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
