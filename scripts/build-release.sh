@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
-# SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
+# SHA256SUMS, under dist/ as opex-connector-<version>-<target>, and beside them the man page
+# opex-connector-<version>.1 (man/opex-connector.1, written from the command table).
 #
 # Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator]
 #                                 [--opt-level z] [--build-std] [--bloat N] [TARGET...]
@@ -268,6 +269,9 @@ for t in "${targets[@]}"; do
             --version "$version" --target "$t" --valid-for "$valid_for" >&2
     fi
 done
+# The man page is the same for every target (`man -l opex-connector-<version>.1` reads it).
+cp man/opex-connector.1 "dist/opex-connector-$version.1"
+artifacts+=("opex-connector-$version.1")
 # SHA256SUMS keeps the lines of artifacts built before (other targets, the other build) and
 # replaces those of the artifacts built now.
 (

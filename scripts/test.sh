@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd shells
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd shells)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -135,6 +135,10 @@ install_shellcheck() { apt_install shellcheck; }
 # it as PID 1 of private namespaces (with util-linux's unshare/nsenter) to start the unit.
 # It is only installed, never started as this machine's init.
 install_systemd() { apt_install systemd util-linux curl; }
+
+# The shells whose completion scripts tests/command_line.rs checks (bash is there already),
+# and groff, which renders the man page there.
+install_shells() { apt_install zsh fish groff-base; }
 
 # Headless browser for the status page test (/usr/bin/chromium). The test
 # starts it itself with a fresh profile and no network features.

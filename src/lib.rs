@@ -9,7 +9,8 @@
 //!
 //! | room | owns |
 //! | --- | --- |
-//! | `main.rs` | the command line: `run`, `validate`, `demo-config`, `overlay`, `simulate`, `browse`, `read` (Modbus, OPC-UA, S7), `scan`, `--version`, release tooling; no behaviour of its own |
+//! | `main.rs` | the command line: `run`, `validate`, `demo-config`, `overlay`, `simulate`, `browse`, `read` (Modbus, OPC-UA, S7), `scan`, `--version`, release tooling; parses with [`cli`] and dispatches, no behaviour of its own |
+//! | [`cli`] | the command table: every command's arguments, options, exit status and examples, and what is written from it (the parser's checks, `--help`, shell completions, the man page, the book's command-line page) |
 //! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, [`sources::s7`] (Siemens S7comm over ISO-on-TCP: connection, planner, types; its poller comes with the device contract), with the device templates of [`sources::templates`] expanded into `devices:` before parsing and [`sources::hints`] saying what a device's error means, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
@@ -43,6 +44,7 @@
 pub mod admission;
 pub mod alerts;
 pub mod brokers;
+pub mod cli;
 pub mod commands;
 pub mod commission;
 pub mod config;
