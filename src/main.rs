@@ -64,20 +64,21 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
             }
             Err(problems) => report(file, &problems),
         },
-        ("demo-config", []) => {
-            print!("{}", config::DEMO_YAML);
-            ExitCode::SUCCESS
-        }
+        ("demo-config", []) => emit(config::DEMO_YAML),
+        ("schema", []) => match config::schema::schema() {
+            Some(text) => emit(&text),
+            None => {
+                eprintln!("opex-connector schema: this build's schema does not inflate");
+                ExitCode::from(1)
+            }
+        },
         ("overlay", [site, board]) => {
             let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
             match read(site)
                 .and_then(|s| read(board).map(|b| (s, b)))
                 .and_then(|(s, b)| config::overlay(&s, &b))
             {
-                Ok(merged) => {
-                    print!("{merged}");
-                    ExitCode::SUCCESS
-                }
+                Ok(merged) => emit(&merged),
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::from(1)
@@ -93,10 +94,7 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
                 })
                 .and_then(|text| config::expanded_yaml(&text));
             match expanded {
-                Ok(yaml) => {
-                    print!("{yaml}");
-                    ExitCode::SUCCESS
-                }
+                Ok(yaml) => emit(&yaml),
                 Err(problems) => report(file, &problems),
             }
         }
@@ -136,10 +134,7 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
         }
         ("check-status", [version]) => check_status(version),
         ("completions", [shell]) => match cli::render::completions(shell) {
-            Some(script) => {
-                print!("{script}");
-                ExitCode::SUCCESS
-            }
+            Some(script) => emit(&script),
             None => usage_error(
                 p,
                 &format!(
@@ -159,6 +154,17 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
     }
 }
 
+/// Writes `text` to stdout. A reader that went away (`| head`) ends the command quietly with
+/// exit status 1 instead of a panic.
+fn emit(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::from(1),
+    }
+}
+
 fn version() -> ExitCode {
     println!("opex-connector {VERSION}");
     if let Some(previous) = release::previous_version() {
@@ -175,10 +181,7 @@ fn help(words: &[&str]) -> ExitCode {
         None => words.first().and_then(|w| cli::render::group_help(w)),
     };
     match text {
-        Some(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Some(text) => emit(&text),
         None => {
             let word = words.first().copied().unwrap_or_default();
             eprintln!("opex-connector: unknown command `{word}` (see `opex-connector --help`)");

@@ -187,6 +187,18 @@ pub const COMMANDS: &[Command] = &[
         examples: &[("opex-connector demo-config > site.yaml", "start a site's config from the demo")],
     },
     Command {
+        name: "schema",
+        args: &[],
+        summary: "print the JSON Schema of the config file",
+        about: "Prints the JSON Schema (2020-12) of the config file, written from the config's own types: every key with its type, its documentation, its default and its allowed values, and unknown keys refused. Editors that read a `# yaml-language-server: $schema=...` line complete and check a config with it.",
+        options: &[],
+        exit: CHECK_EXIT,
+        examples: &[(
+            "opex-connector schema > opex-connector.schema.json",
+            "save the schema for an editor",
+        )],
+    },
+    Command {
         name: "overlay",
         args: &["FILE", "[BOARD]"],
         summary: "print a config with templates or overlay applied",

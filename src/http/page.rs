@@ -29,6 +29,7 @@ use hyper::header::{
 use hyper::{Response, StatusCode};
 
 use super::respond::{error, Resp};
+use crate::gzip::inflate;
 
 /// One embedded file.
 pub struct Asset {
@@ -56,7 +57,7 @@ impl Asset {
     /// The file's text, inflated once and kept.
     fn text(&self) -> Option<Bytes> {
         self.text
-            .get_or_init(|| inflate(self.gzip).map(Bytes::from))
+            .get_or_init(|| inflate(self.gzip, MAX_TEXT).map(Bytes::from))
             .clone()
     }
 }
@@ -64,21 +65,6 @@ impl Asset {
 /// The most a file may inflate to: well above the page's files (the tests hold them under
 /// 48 KiB in all), so a broken build cannot make a large allocation.
 const MAX_TEXT: usize = 256 * 1024;
-
-/// The text of a gzip member as `build.rs` writes it: a 10-byte header without optional
-/// fields, a deflate stream, then the CRC-32 and the length of the text (RFC 1952). `None`
-/// when it is not one, is longer than [`MAX_TEXT`], or its length does not match.
-fn inflate(gzip: &[u8]) -> Option<Vec<u8>> {
-    let (header, rest) = gzip.split_at_checked(10)?;
-    // ID1, ID2, CM = deflate, FLG = no optional fields.
-    if header[..4] != [0x1f, 0x8b, 8, 0] {
-        return None;
-    }
-    let (deflate, trailer) = rest.split_at_checked(rest.len().checked_sub(8)?)?;
-    let text = miniz_oxide::inflate::decompress_to_vec_with_limit(deflate, MAX_TEXT).ok()?;
-    let size = u32::from_le_bytes(trailer.get(4..8)?.try_into().ok()?);
-    (text.len() as u64 == u64::from(size)).then_some(text)
-}
 
 /// `GET /`.
 pub static INDEX: Asset = Asset::new(
@@ -316,25 +302,6 @@ mod tests {
             h.insert(IF_NONE_MATCH, gzip.headers()[ETAG].clone());
             assert_eq!(serve(asset, &h).status(), StatusCode::OK);
         }
-    }
-
-    #[test]
-    fn bytes_that_are_not_a_gzip_member_as_the_build_writes_it_do_not_inflate() {
-        let good = INDEX.gzip;
-        assert!(inflate(good).is_some());
-        assert_eq!(inflate(&[]), None);
-        assert_eq!(inflate(&good[..9]), None);
-        assert_eq!(inflate(&good[..good.len() - 1]), None);
-        let mut named = good.to_vec();
-        named[3] = 0x08; // FNAME set
-        assert_eq!(inflate(&named), None);
-        let mut wrong_size = good.to_vec();
-        let at = wrong_size.len() - 4;
-        wrong_size[at] ^= 1;
-        assert_eq!(inflate(&wrong_size), None);
-        let mut garbage = good[..10].to_vec();
-        garbage.extend_from_slice(&[0xff; 64]);
-        assert_eq!(inflate(&garbage), None);
     }
 
     #[test]
