@@ -4,7 +4,7 @@
 //! the user documentation of its key, so the schema's descriptions and the page are that
 //! text. From it, by the conventions the docs follow:
 //!
-//! - a default: `Default 1000.`, ``Default `u16` ``, or `` `none` (default) ``;
+//! - a default: `Default 1000.`, ``Default `u16` ``, `(default 1)`, or `` `none` (default) ``;
 //! - allowed values: a doc that opens (after a `Modbus RTU: ` kind of qualifier) with the
 //!   choices, `` `none` (default), `even` or `odd`. ``, each a word (`` `table` or
 //!   `database.table` `` shows shapes, not values);
@@ -367,6 +367,14 @@ fn default_of(doc: &str, ty: &Ty) -> Option<Value> {
             }
         }
     }
+    if let Some(at) = doc.find("(default ") {
+        let rest = &doc[at + "(default ".len()..];
+        if let Some(v) = rest.split_once(')').and_then(|(word, _)| text(word)) {
+            if !matches!(ty, Ty::Str) {
+                return Some(v);
+            }
+        }
+    }
     let at = doc.find("` (default")?;
     let start = doc[..at].rfind('`')?;
     text(&doc[start + 1..at])
@@ -559,8 +567,8 @@ fn reachable(defs: &BTreeMap<String, Def>) -> Vec<String> {
     fn visit(defs: &BTreeMap<String, Def>, ty: &Ty, out: &mut Vec<String>) {
         match ty {
             Ty::List(t) | Ty::Map(t) => visit(defs, t, out),
-            Ty::Def(n) => add(defs, n, out),
-            Ty::Tagged(n) | Ty::Named(n) => {
+            Ty::Def(n) | Ty::Tagged(n) => add(defs, n, out),
+            Ty::Named(n) => {
                 if let Some(Def {
                     shape: Shape::Variants(v),
                     ..

@@ -52,6 +52,42 @@ fn the_committed_schema_and_configuration_page_are_what_the_config_types_give() 
     assert_eq!(String::from_utf8_lossy(&out.stdout), text);
 }
 
+/// The id mdBook gives a heading: lower case, letters, digits, `_` and `-` kept, spaces as
+/// `-`.
+fn heading_id(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c),
+            ' ' => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_link_within_the_reference_pages_names_a_heading_of_its_page() {
+    for page in [
+        "docs/src/reference/configuration.md",
+        "docs/src/reference/command-line.md",
+    ] {
+        let text = std::fs::read_to_string(root().join(page)).expect("read");
+        let ids: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("## ").or(l.strip_prefix("# ")))
+            .map(heading_id)
+            .collect();
+        let mut links = 0;
+        for part in text.split("](#").skip(1) {
+            let anchor = &part[..part.find(')').expect("a closed link")];
+            assert!(ids.iter().any(|i| i == anchor), "{page}: #{anchor}");
+            links += 1;
+        }
+        assert!(links > 10, "{page}: {links} links");
+    }
+}
+
 #[test]
 fn the_example_configs_name_the_schema_on_their_first_line() {
     for file in config_files() {
