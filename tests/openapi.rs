@@ -2,7 +2,9 @@
 //! binary: it validates with `openapi-spec-validator` (PyPI, pinned and installed by
 //! `scripts/test.sh`); every path and method in it is served (none answers the router's
 //! `404 no such endpoint` or `405`); every route the router matches (`src/http/routes.rs`
-//! and `src/http/admin.rs`, read as text) is in it; and the book's
+//! and `src/http/admin.rs`, read as text) is in it; the answers of a running connector
+//! (status, ledger, an ingest, refusals) match their schemas in it (Python `jsonschema`); and
+//! the book's
 //! `docs/src/reference/http-api.md` is what the document gives (`UPDATE_REFERENCE=1`
 //! rewrites it).
 
@@ -361,5 +363,104 @@ fn the_committed_http_api_page_is_what_the_document_gives() {
     assert!(
         on_disk == generated,
         "docs/src/reference/http-api.md differs from what src/http/openapi.json gives: run `UPDATE_REFERENCE=1 cargo test --test openapi` and commit it"
+    );
+}
+
+/// The JSON schema the document gives the answer `status` of `method path`, with the
+/// document's component schemas as its `$defs`.
+fn answer_schema(doc: &Value, path: &str, method: &str, status: u16) -> Value {
+    let mut response = &doc["paths"][path][method]["responses"][status.to_string()];
+    if let Some(r) = response["$ref"].as_str() {
+        response = &doc["components"]["responses"][r.rsplit('/').next().unwrap_or_default()];
+    }
+    let schema = &response["content"]["application/json"]["schema"];
+    assert!(
+        schema.is_object(),
+        "{method} {path} {status} has no JSON schema"
+    );
+    let text = serde_json::to_string(schema)
+        .expect("JSON")
+        .replace("#/components/schemas/", "#/$defs/");
+    let defs = serde_json::to_string(&doc["components"]["schemas"])
+        .expect("JSON")
+        .replace("#/components/schemas/", "#/$defs/");
+    let mut s: Value = serde_json::from_str(&text).expect("JSON");
+    s["$defs"] = serde_json::from_str(&defs).expect("JSON");
+    s["$schema"] = json!("https://json-schema.org/draft/2020-12/schema");
+    s
+}
+
+#[test]
+fn the_answers_of_a_running_connector_match_their_schemas_in_the_document() {
+    let daemon = Daemon::start(served_config());
+    let doc = document();
+    let ingest = format!("/api/ingest/{SOURCE}/order-1");
+    let cases = [
+        ("/api/status", "get", daemon.get("/api/status", None)),
+        ("/api/ledger", "get", daemon.get("/api/ledger", None)),
+        (
+            "/api/ingest/{source}/{id}",
+            "post",
+            daemon.post(&ingest, Some(TOKEN), br#"{"qty": 3}"#),
+        ),
+        (
+            "/api/ingest/{source}/{id}",
+            "post",
+            daemon.post(&ingest, Some("a-wrong-token-0123"), b"{}"),
+        ),
+        (
+            "/api/ingest/{source}/{id}",
+            "post",
+            daemon.post("/api/ingest/nosuch/1", Some(TOKEN), b"{}"),
+        ),
+        (
+            "/api/devices/{device}/write",
+            "post",
+            daemon.request(
+                "POST",
+                "/api/devices/nosuch/write",
+                Some("c0mmands-t0ken-0123"),
+                &[],
+                Some(br#"{"points": {"setpoint": 1}}"#),
+            ),
+        ),
+        (
+            "/api/status",
+            "get",
+            daemon.request("DELETE", "/api/status", None, &[], None),
+        ),
+    ];
+    let mut docs = Vec::new();
+    for (path, method, reply) in &cases {
+        let schema = answer_schema(&doc, path, method, reply.status);
+        let body: Value = serde_json::from_str(&reply.body).expect("a JSON answer");
+        docs.push(json!([
+            format!("{method} {path} {}", reply.status),
+            schema,
+            body
+        ]));
+    }
+    let statuses: Vec<u16> = cases.iter().map(|(_, _, r)| r.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 401, 404, 404, 405]);
+    let script = "import json, sys\nfrom jsonschema import Draft202012Validator\nbad = []\nfor name, schema, body in json.load(sys.stdin):\n    bad += [name + ': ' + e.message for e in Draft202012Validator(schema).iter_errors(body)]\nprint('\\n'.join(bad))\nsys.exit(1 if bad else 0)";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&serde_json::to_vec(&docs).expect("JSON"))
+        .expect("write");
+    let out = child.wait_with_output().expect("python3 ends");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
