@@ -59,6 +59,7 @@ fn the_served_document_is_valid_openapi_3_1_and_is_the_committed_one() {
     let served: Value = serde_json::from_str(&r.body).expect("JSON");
     assert_eq!(served, document());
     assert_eq!(served["openapi"], "3.1.0");
+    assert_eq!(served["info"]["version"], env!("CARGO_PKG_VERSION"));
     let mut child = Command::new("python3")
         .args([
             "-c",
