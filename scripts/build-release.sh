@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Release binaries for the boards: stripped, size-tuned (see [profile.release]), with
-# SHA256SUMS, under dist/ as opex-connector-<version>-<target>.
+# SHA256SUMS, under dist/ as opex-connector-<version>-<target>, and beside them the man page
+# opex-connector-<version>.1 (man/opex-connector.1, written from the command table) and the
+# config schema opex-connector.schema.json (config/, written from the config types).
 #
 # Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator]
 #                                 [--opt-level z] [--build-std] [--bloat N] [TARGET...]
@@ -268,6 +270,12 @@ for t in "${targets[@]}"; do
             --version "$version" --target "$t" --valid-for "$valid_for" >&2
     fi
 done
+# The man page and the config schema are the same for every target (`man -l
+# opex-connector-<version>.1` reads the page; the schema is what the example configs' first
+# line names, for editors).
+cp man/opex-connector.1 "dist/opex-connector-$version.1"
+cp config/opex-connector.schema.json dist/opex-connector.schema.json
+artifacts+=("opex-connector-$version.1" opex-connector.schema.json)
 # SHA256SUMS keeps the lines of artifacts built before (other targets, the other build) and
 # replaces those of the artifacts built now.
 (

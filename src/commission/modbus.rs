@@ -21,34 +21,6 @@ use crate::sources::modbus::decode::{decode_answer, exception_point};
 use crate::sources::modbus::plan::ReadRequest;
 use crate::sources::modbus::poller::{request, Opener};
 
-/// The flags of `read modbus`.
-pub const READ_FLAGS: [&str; 13] = [
-    "--unit",
-    "--timeout-ms",
-    "--register",
-    "--kind",
-    "--table",
-    "--type",
-    "--length",
-    "--word-order",
-    "--byte-order",
-    "--scale",
-    "--offset",
-    "--count",
-    "--interval-ms",
-];
-
-/// The flags of `scan modbus`.
-pub const SCAN_FLAGS: [&str; 7] = [
-    "--unit",
-    "--timeout-ms",
-    "--table",
-    "--kind",
-    "--range",
-    "--block",
-    "--max-requests",
-];
-
 /// Device keys the Modbus tools take from flags.
 const DEVICE_KEYS: [(&str, &str); 2] = [("--unit", "unit"), ("--timeout-ms", "timeout_ms")];
 

@@ -27,22 +27,6 @@ use crate::sources::opcua::client::{client_builder, open_session};
 use crate::sources::opcua::config::{OpcuaDeviceConfig, SecurityPolicy};
 use crate::sources::opcua::values::point_json;
 
-/// The security flags every OPC-UA tool takes (valued).
-pub const SECURITY_FLAGS: [&str; 6] = [
-    "--security-policy",
-    "--security-mode",
-    "--username",
-    "--password-file",
-    "--pki-dir",
-    "--timeout-ms",
-];
-
-/// The switches every OPC-UA tool takes.
-pub const SECURITY_SWITCHES: [&str; 2] = ["--trust-server-certs", "--no-check-hostname"];
-
-/// The flags of `read opcua` besides the security flags.
-pub const READ_FLAGS: [&str; 2] = ["--count", "--interval-ms"];
-
 /// Most node ids one `read opcua` reads.
 pub const MAX_NODES: usize = 1000;
 

@@ -12,15 +12,6 @@ use super::{emit, number, point_line, repeat, runtime, text, Error, Flags, Outco
 use crate::record::now_ms;
 use crate::sources::s7::{Address, Connection, DataType, Endpoint, Item, Width};
 
-/// The flags of `read s7`.
-pub const READ_FLAGS: [&str; 5] = [
-    "--type",
-    "--length",
-    "--timeout-ms",
-    "--count",
-    "--interval-ms",
-];
-
 /// The type read when `--type` is not given: the address's width as unsigned (a bit as a
 /// bool).
 fn default_type(address: &Address) -> DataType {

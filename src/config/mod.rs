@@ -16,6 +16,7 @@ mod overlay;
 mod parse;
 pub mod raw;
 mod routes;
+pub mod schema;
 mod validate;
 
 use std::fmt;

@@ -1,19 +1,25 @@
 //! The status page: three static files built into the binary (`page/`), so it works offline
-//! and with no assets to install; and the OpenAPI document of the HTTP API, served the same
-//! way. The page itself draws `/api/status`, the live view and the trends (`/api/trends`, as
-//! inline SVG); the server only hands out these bytes.
+//! and with no assets to install. The page itself draws `/api/status`, the live view and the
+//! trends (`/api/trends`, as inline SVG); the server only hands out these bytes.
 //!
 //! The files are gzip-compressed at build time (`build.rs`) and only the compressed bytes are
-//! in the binary, so they leave as they are, with `Content-Encoding: gzip`. Every browser
-//! takes gzip; a client that names the codings it takes without gzip (or with `gzip;q=0`) gets
-//! `406` with the reason, and one that names none gets the gzip (RFC 9110: any coding is then
-//! acceptable; `curl --compressed` shows the text).
+//! in the binary, so to a browser (every one sends `Accept-Encoding: gzip`) they leave as they
+//! are, with `Content-Encoding: gzip`. A client that does not take gzip gets the text: one
+//! that sends no `Accept-Encoding` at all (`curl` without `--compressed`, a shell script), an
+//! empty one, or one that lists `identity` and not gzip. The file is inflated the first time
+//! such a client asks for it and the text is kept (about 40 KiB for the three files), so each
+//! later request costs nothing more. Only a client that refuses both gzip and the text
+//! (`identity;q=0`, or `*;q=0` without gzip) gets `406` with the reason.
+//!
+//! The OpenAPI document (`GET /api/openapi.json`) is one more such file, served the same way.
 //!
 //! Only these exact paths exist (anything else is 404 from the router): there is no file
 //! system behind them, so no path can reach outside. Every answer carries an `ETag` (a hash
 //! of the bytes) with `Cache-Control: no-cache`, so a browser revalidates cheaply and sees a
 //! new version right after an update, and a content security policy that allows nothing but
 //! this origin.
+
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -25,6 +31,7 @@ use hyper::header::{
 use hyper::{Response, StatusCode};
 
 use super::respond::{error, Resp};
+use crate::gzip::inflate;
 
 /// One embedded file.
 pub struct Asset {
@@ -34,6 +41,9 @@ pub struct Asset {
     pub content_type: &'static str,
     /// The hash its `ETag` carries, computed when the binary is built.
     etag: u64,
+    /// Its text, inflated the first time a client that does not take gzip asks for it; `None`
+    /// when the embedded bytes do not inflate (a broken build, caught by the tests).
+    text: OnceLock<Option<Bytes>>,
 }
 
 impl Asset {
@@ -42,29 +52,42 @@ impl Asset {
             gzip,
             content_type,
             etag: fnv1a(gzip),
+            text: OnceLock::new(),
         }
+    }
+
+    /// The file's text, inflated once and kept.
+    fn text(&self) -> Option<Bytes> {
+        self.text
+            .get_or_init(|| inflate(self.gzip, MAX_TEXT).map(Bytes::from))
+            .clone()
     }
 }
 
+/// The most a file may inflate to: well above the page's files (the tests hold them under
+/// 48 KiB in all), so a broken build cannot make a large allocation.
+const MAX_TEXT: usize = 256 * 1024;
+
 /// `GET /`.
-pub const INDEX: Asset = Asset::new(
+pub static INDEX: Asset = Asset::new(
     include_bytes!(concat!(env!("OUT_DIR"), "/index.html.gz")),
     "text/html; charset=utf-8",
 );
 /// `GET /page.js`.
-pub const SCRIPT: Asset = Asset::new(
+pub static SCRIPT: Asset = Asset::new(
     include_bytes!(concat!(env!("OUT_DIR"), "/page.js.gz")),
     "text/javascript; charset=utf-8",
 );
 /// `GET /page.css`.
-pub const STYLE: Asset = Asset::new(
+pub static STYLE: Asset = Asset::new(
     include_bytes!(concat!(env!("OUT_DIR"), "/page.css.gz")),
     "text/css; charset=utf-8",
 );
 
-/// `GET /api/openapi.json`: the OpenAPI 3.1 description of the HTTP API, the same file as
-/// the book's `reference/openapi.json`.
-pub const OPENAPI: Asset = Asset::new(
+/// `GET /api/openapi.json`: the OpenAPI 3.1 description of every route (the book's
+/// `docs/src/reference/openapi.json`, checked against the routes by `tests/openapi.rs`),
+/// served like the page's files.
+pub static OPENAPI: Asset = Asset::new(
     include_bytes!(concat!(env!("OUT_DIR"), "/openapi.json.gz")),
     "application/json",
 );
@@ -72,8 +95,8 @@ pub const OPENAPI: Asset = Asset::new(
 /// Same origin only, no inline script, no frames around the page.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// What a client that refuses gzip is told.
-const GZIP_ONLY: &str = "the status page is sent gzip-compressed only, and this request's Accept-Encoding refuses gzip (every browser takes it; curl: --compressed)";
+/// What a client that refuses both codings is told.
+const NO_CODING: &str = "the status page is sent gzip-compressed or as it is, and this request's Accept-Encoding refuses both (leave the header out, or name gzip or identity)";
 
 /// FNV-1a, 64 bits: enough to tell two versions of a file apart.
 const fn fnv1a(bytes: &[u8]) -> u64 {
@@ -86,16 +109,25 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// Whether the request's `Accept-Encoding` lets gzip through (RFC 9110, 12.5.3): no header
-/// at all allows any coding; otherwise `gzip` (or `x-gzip`), else `*`, must be listed with a
-/// weight above zero. An element whose weight does not parse is passed over.
-fn accepts_gzip(request: &HeaderMap) -> bool {
-    let mut lines = request.get_all(ACCEPT_ENCODING).iter().peekable();
-    if lines.peek().is_none() {
-        return true;
-    }
-    let (mut gzip, mut any) = (None, None);
-    for element in lines
+/// How a file leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Coding {
+    /// The embedded bytes, `Content-Encoding: gzip`.
+    Gzip,
+    /// The text, inflated.
+    Identity,
+}
+
+/// The coding the request's `Accept-Encoding` lets through (RFC 9110, 12.5.3), gzip first:
+/// `gzip` (or `x-gzip`), else `*`, listed with a weight above zero. Otherwise the text,
+/// unless `identity` (else `*`) is listed with weight zero. No header at all, or an empty
+/// one, means the text: a client that names no coding is one that cannot inflate (`curl`
+/// without `--compressed`). An element whose weight does not parse is passed over.
+fn choose(request: &HeaderMap) -> Option<Coding> {
+    let (mut gzip, mut identity, mut any) = (None, None, None);
+    for element in request
+        .get_all(ACCEPT_ENCODING)
+        .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
     {
@@ -112,23 +144,44 @@ fn accepts_gzip(request: &HeaderMap) -> bool {
         };
         if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
             gzip = Some(q);
+        } else if coding.eq_ignore_ascii_case("identity") {
+            identity = Some(q);
         } else if coding == "*" {
             any = Some(q);
         }
     }
-    gzip.or(any).is_some_and(|q| q > 0.0)
+    if gzip.or(any).is_some_and(|q| q > 0.0) {
+        Some(Coding::Gzip)
+    } else if identity.or(any).is_none_or(|q| q > 0.0) {
+        Some(Coding::Identity)
+    } else {
+        None
+    }
 }
 
-/// The file, or 304 when the browser holds this version already, or 406 when the client
-/// refuses gzip.
+/// The file, gzip-compressed or as text, or 304 when the client holds this version already,
+/// or 406 when the client refuses both.
 pub fn serve(asset: &Asset, request: &HeaderMap) -> Resp {
-    if !accepts_gzip(request) {
-        let mut r = error(StatusCode::NOT_ACCEPTABLE, GZIP_ONLY);
+    let Some(coding) = choose(request) else {
+        let mut r = error(StatusCode::NOT_ACCEPTABLE, NO_CODING);
         r.headers_mut()
             .insert(VARY, HeaderValue::from_static("Accept-Encoding"));
         return r;
-    }
-    let etag = format!("\"{:016x}\"", asset.etag);
+    };
+    let (etag, bytes) = match coding {
+        Coding::Gzip => (
+            format!("\"{:016x}\"", asset.etag),
+            Bytes::from_static(asset.gzip),
+        ),
+        // Another representation, so another tag: a cache must not answer one with the other.
+        Coding::Identity => match asset.text() {
+            Some(text) => (format!("\"{:016x}-text\"", asset.etag), text),
+            None => return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "this build's status page does not inflate; ask for it with Accept-Encoding: gzip",
+            ),
+        },
+    };
     let fresh = request
         .get(IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -136,13 +189,15 @@ pub fn serve(asset: &Asset, request: &HeaderMap) -> Resp {
     let (status, body) = if fresh {
         (StatusCode::NOT_MODIFIED, Bytes::new())
     } else {
-        (StatusCode::OK, Bytes::from_static(asset.gzip))
+        (StatusCode::OK, bytes)
     };
     let mut r = Response::new(Full::new(body));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
-    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    if coding == Coding::Gzip {
+        h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
     h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     if let Ok(v) = HeaderValue::from_str(&etag) {
@@ -194,33 +249,68 @@ mod tests {
     }
 
     #[test]
-    fn a_client_that_refuses_gzip_gets_406_and_one_that_names_no_coding_gets_the_gzip() {
+    fn a_client_that_does_not_take_gzip_gets_the_text_and_one_that_refuses_both_gets_406() {
+        use Coding::{Gzip, Identity};
         for (asked, served) in [
-            (&[][..], true),
-            (&["gzip"][..], true),
-            (&["GZIP"][..], true),
-            (&["x-gzip"][..], true),
-            (&["br;q=1.0, gzip;q=0.5"][..], true),
-            (&["*"][..], true),
-            (&["br", "gzip"][..], true),
-            (&["*;q=0, gzip"][..], true),
-            (&["gzip;q=nonsense, *"][..], true),
-            (&[""][..], false),
-            (&["identity"][..], false),
-            (&["br, deflate"][..], false),
-            (&["gzip;q=0"][..], false),
-            (&["gzip; q=0.000"][..], false),
-            (&["*;q=0"][..], false),
-            (&["*, gzip;q=0"][..], false),
+            (&["gzip"][..], Some(Gzip)),
+            (&["GZIP"][..], Some(Gzip)),
+            (&["x-gzip"][..], Some(Gzip)),
+            (&["br;q=1.0, gzip;q=0.5"][..], Some(Gzip)),
+            (&["*"][..], Some(Gzip)),
+            (&["br", "gzip"][..], Some(Gzip)),
+            (&["*;q=0, gzip"][..], Some(Gzip)),
+            (&["gzip;q=nonsense, *"][..], Some(Gzip)),
+            (&["identity;q=0, gzip"][..], Some(Gzip)),
+            (&[][..], Some(Identity)),
+            (&[""][..], Some(Identity)),
+            (&["identity"][..], Some(Identity)),
+            (&["IDENTITY;q=0.5"][..], Some(Identity)),
+            (&["br, deflate"][..], Some(Identity)),
+            (&["gzip;q=0"][..], Some(Identity)),
+            (&["gzip; q=0.000"][..], Some(Identity)),
+            (&["*, gzip;q=0"][..], Some(Identity)),
+            (&["*;q=0, identity"][..], Some(Identity)),
+            (&["*;q=0"][..], None),
+            (&["identity;q=0"][..], None),
+            (&["br, identity;q=0"][..], None),
+            (&["gzip;q=0, identity;q=0"][..], None),
         ] {
             let r = serve(&SCRIPT, &asking(asked));
-            let want = if served {
-                StatusCode::OK
-            } else {
-                StatusCode::NOT_ACCEPTABLE
-            };
-            assert_eq!(r.status(), want, "Accept-Encoding: {asked:?}");
-            assert_eq!(r.headers()[VARY], "Accept-Encoding");
+            assert_eq!(r.headers()[VARY], "Accept-Encoding", "{asked:?}");
+            let encoding = r.headers().get(CONTENT_ENCODING);
+            match served {
+                Some(Gzip) => {
+                    assert_eq!(r.status(), StatusCode::OK, "{asked:?}");
+                    assert_eq!(encoding.map(|v| v.as_bytes()), Some(&b"gzip"[..]));
+                }
+                Some(Identity) => {
+                    assert_eq!(r.status(), StatusCode::OK, "{asked:?}");
+                    assert_eq!(encoding, None, "{asked:?}");
+                }
+                None => assert_eq!(r.status(), StatusCode::NOT_ACCEPTABLE, "{asked:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn each_file_inflates_once_to_its_source_and_its_text_has_its_own_etag() {
+        for (asset, source) in [
+            (&INDEX, include_str!("page/index.html")),
+            (&SCRIPT, include_str!("page/page.js")),
+            (&STYLE, include_str!("page/page.css")),
+        ] {
+            let first = asset.text().expect("the embedded file inflates");
+            assert_eq!(first, source.as_bytes());
+            let again = asset.text().expect("kept");
+            assert_eq!(first.as_ptr(), again.as_ptr(), "inflated once, then kept");
+            let plain = serve(asset, &asking(&["identity"]));
+            let gzip = serve(asset, &asking(&["gzip"]));
+            assert_ne!(plain.headers()[ETAG], gzip.headers()[ETAG]);
+            let mut h = asking(&["identity"]);
+            h.insert(IF_NONE_MATCH, plain.headers()[ETAG].clone());
+            assert_eq!(serve(asset, &h).status(), StatusCode::NOT_MODIFIED);
+            h.insert(IF_NONE_MATCH, gzip.headers()[ETAG].clone());
+            assert_eq!(serve(asset, &h).status(), StatusCode::OK);
         }
     }
 
@@ -231,7 +321,7 @@ mod tests {
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
         for asset in [&INDEX, &SCRIPT, &STYLE] {
-            let sent = serve(asset, &HeaderMap::new());
+            let sent = serve(asset, &asking(&["gzip"]));
             let want = format!("\"{:016x}\"", fnv1a(asset.gzip));
             assert_eq!(sent.headers()[ETAG], want.as_str());
         }
@@ -241,11 +331,11 @@ mod tests {
 
     #[test]
     fn a_known_etag_gets_304_and_another_gets_the_file() {
-        let first = serve(&SCRIPT, &HeaderMap::new());
+        let first = serve(&SCRIPT, &asking(&["gzip"]));
         assert_eq!(first.status(), StatusCode::OK);
         let etag = first.headers()[ETAG].clone();
         assert_eq!(first.headers()[CONTENT_TYPE], SCRIPT.content_type);
-        let mut h = HeaderMap::new();
+        let mut h = asking(&["gzip"]);
         h.insert(IF_NONE_MATCH, etag);
         assert_eq!(serve(&SCRIPT, &h).status(), StatusCode::NOT_MODIFIED);
         h.insert(IF_NONE_MATCH, HeaderValue::from_static("\"0\""));
