@@ -198,6 +198,21 @@ json.dump(out, sys.stdout)
     serde_json::from_slice(&out.stdout).expect("its answer")
 }
 
+/// Every Markdown page under `dir`, the book's, in a stable order.
+fn markdown_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            markdown_under(&path, out);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+}
+
 #[test]
 fn every_config_that_validate_accepts_validates_against_the_schema() {
     let mut docs: Vec<(String, Value)> = Vec::new();
@@ -225,12 +240,13 @@ fn every_config_that_validate_accepts_validates_against_the_schema() {
         }
     }
     let mut sources: Vec<(String, String)> = Vec::new();
-    for (i, block) in
-        yaml_blocks(&std::fs::read_to_string(root().join("README.md")).expect("README"))
-            .into_iter()
-            .enumerate()
-    {
-        sources.push((format!("README.md yaml block {i}"), block));
+    let mut pages = vec![root().join("README.md")];
+    markdown_under(&root().join("docs/src"), &mut pages);
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        for (i, block) in yaml_blocks(&text).into_iter().enumerate() {
+            sources.push((format!("{} yaml block {i}", page.display()), block));
+        }
     }
     let mut tests: Vec<PathBuf> = std::fs::read_dir(root().join("tests"))
         .expect("tests/")
@@ -253,7 +269,7 @@ fn every_config_that_validate_accepts_validates_against_the_schema() {
     }
     assert!(
         from_sources >= 8,
-        "only {from_sources} configs from the README and the tests"
+        "only {from_sources} configs from the README, the book and the tests"
     );
     // The configs the tests' daemons run, with the data dir the harness adds.
     let mut with_flow = queue_config(16, "block");

@@ -216,7 +216,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "simulate",
         args: &[],
-        summary: "serve a simulated plant over Modbus TCP, OPC-UA and as an S7 CPU",
+        summary: "serve a simulated plant (Modbus, OPC-UA, S7)",
         about: "Serves the simulated plant (an oven, a boiler, a pump, a line counter) that the demo polls, until SIGINT or SIGTERM: over Modbus TCP, over OPC-UA, and as a Siemens S7 CPU (S7comm over ISO-on-TCP, any rack and slot, the plant in DB1). An address of `off` leaves that protocol out; a build without the `simulator` feature has no OPC-UA.",
         options: &[&[
             valued("--modbus", "ADDR", "the Modbus TCP address (default 127.0.0.1:5020), or off"),
