@@ -49,7 +49,7 @@ fn main() {
         let text = std::fs::read(source)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", source.display()));
         let name = source.file_name().unwrap_or_default().to_string_lossy();
-        write(&out.join(format!("{name}.gz")), &gzip(&text, &source));
+        write(&out.join(format!("{name}.gz")), &gzip(&text, source));
     }
     // A new file with config types is named by an existing one, which changes with it.
     println!("cargo::rerun-if-changed=build/schema.rs");

@@ -1,7 +1,7 @@
 //! The config file's JSON Schema (`opex-connector schema`) against a JSON Schema validator
 //! written by others: Python `jsonschema` (pinned and installed by `scripts/test.sh`). The
 //! schema is a valid 2020-12 schema; every config of `config/`, the board overlays, the
-//! README's and the tests' configs that `opex-connector validate` accepts validate against
+//! README's, the book's and the tests' configs that `opex-connector validate` accepts validate against
 //! it; a typo'd key, a key of the wrong type and a value outside the allowed ones fail it.
 //! The committed `config/opex-connector.schema.json` and
 //! `docs/src/reference/configuration.md` are what the build writes from the config types
