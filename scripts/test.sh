@@ -267,12 +267,28 @@ build_book() {
     cargo test --quiet --test readme_examples -- every_internal_link every_page_of_the_book
 }
 
+# The target dir outlives the clones (.ci/run keeps it outside them), and a clone at another
+# path builds the crate's tests again beside the old ones (13 GB each). When the disk gets
+# short, the crate's own artifacts go (the dependencies' stay, which are the slow part): a
+# build that fails on a full disk would say nothing about the code.
+free_target_space() {
+    local target="${CARGO_TARGET_DIR:-$repo/target}" free_gib
+    mkdir -p "$target"
+    free_gib=$(($(df --output=avail -k "$target" | tail -1) / 1048576))
+    if ((free_gib < 30)); then
+        log "only ${free_gib} GiB free beside ${target}: cargo clean -p opex-connector"
+        cargo clean -p opex-connector
+        rm -rf "$target/release" "$target/bench"
+    fi
+}
+
 main() {
     install_peers
     # One build of each test and no incremental state: a suite run builds everything once,
     # and the incremental files would double the target dir on a small disk.
     export CARGO_INCREMENTAL=0
     log "cargo $(cargo --version | cut -d' ' -f2), target dir ${CARGO_TARGET_DIR:-$repo/target}"
+    free_target_space
     log "cargo fmt --check"
     cargo fmt --check
     log "cargo clippy --all-targets -- -D warnings"
