@@ -349,12 +349,14 @@ fn read(cpu: &Cpu, params: &[u8], pdu: u16) -> Option<(Vec<u8>, Vec<u8>)> {
         let bit = (transport == 0x01).then_some((addr % 8) as u8);
         let found = match element(transport) {
             None => Err(TYPE_NOT_SUPPORTED),
+            // An item of no element is no read a PLC takes.
+            Some(_) if count == 0 => Err(DATA_INCONSISTENT),
             Some(size) => cpu.read(area, db, (addr / 8) as usize, count * size),
         };
         match found {
             Ok(bytes) => {
                 let value = match bit {
-                    Some(b) => vec![(bytes[0] >> b) & 1],
+                    Some(b) => vec![(bytes.first().copied().unwrap_or(0) >> b) & 1],
                     None => bytes,
                 };
                 let (code, bits) = if bit.is_some() {
@@ -437,7 +439,36 @@ mod tests {
         assert_eq!(cpu.read(0x83, 0, 5, 1), Ok(vec![0b1010_0110]));
     }
 
+    #[test]
+    fn an_item_of_no_element_is_refused_not_a_panic() {
+        let cpu = Cpu::default();
+        // ReadVar of one item: BIT, count 0, DB1, bit 0.
+        let params = [0x04, 1, 0x12, 0x0A, 0x10, 0x01, 0, 0, 0, 1, 0x84, 0, 0, 0];
+        let (_, data) = read(&cpu, &params, MAX_PDU).expect("an answer");
+        assert_eq!(data, [DATA_INCONSISTENT, 0, 0, 0]);
+    }
+
     proptest! {
+        #[test]
+        fn a_read_of_well_formed_items_with_any_fields_never_panics(
+            items in proptest::collection::vec(
+                (any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>(), 0u32..0x0100_0000),
+                0..30,
+            ),
+        ) {
+            let cpu = Cpu::default();
+            let mut params = vec![0x04, items.len() as u8];
+            for (transport, count, db, area, addr) in &items {
+                params.extend([0x12, 0x0A, 0x10, *transport]);
+                params.extend(count.to_be_bytes());
+                params.extend(db.to_be_bytes());
+                params.push(*area);
+                params.extend(&addr.to_be_bytes()[1..]);
+            }
+            let _ = read(&cpu, &params, MAX_PDU);
+            let _ = write(&cpu, &params, &[0x00, 0x03, 0x00, 0x01, 0x01]);
+        }
+
         #[test]
         fn any_job_is_answered_or_dropped_never_a_panic(
             bytes in proptest::collection::vec(any::<u8>(), 0..400),
