@@ -5,8 +5,12 @@
 //! test fails when they differ from what the code writes (`UPDATE_REFERENCE=1` rewrites
 //! them).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
+
+use common::committed_page;
 
 use opex_connector::cli::{render, COMMANDS};
 
@@ -229,28 +233,14 @@ fn the_completions_offer_the_commands_their_kinds_options_and_shells_in_bash_zsh
     }
 }
 
-/// Compares `path` (from the repository's root) with `generated`; with `UPDATE_REFERENCE=1`
-/// writes it instead.
-fn committed(path: &str, generated: &str) {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    if std::env::var_os("UPDATE_REFERENCE").is_some_and(|v| v == "1") {
-        if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir).expect("make the folder");
-        }
-        std::fs::write(&file, generated).expect("write the file");
-        return;
-    }
-    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "{path} differs from what the code writes: run `UPDATE_REFERENCE=1 cargo test --test command_line` and commit it"
-    );
-}
-
 #[test]
 fn the_committed_man_page_and_command_line_page_are_what_the_command_table_writes() {
-    committed("man/opex-connector.1", &render::man_page());
-    committed("docs/src/reference/command-line.md", &render::markdown());
+    committed_page("man/opex-connector.1", &render::man_page(), "command_line");
+    committed_page(
+        "docs/src/reference/command-line.md",
+        &render::markdown(),
+        "command_line",
+    );
     let page = render::markdown();
     for c in COMMANDS {
         assert!(page.contains(&format!("\n## {}\n", c.name)), "{}", c.name);

@@ -21,31 +21,14 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Compares `path` (from the repository's root) with `generated`; with `UPDATE_REFERENCE=1`
-/// writes it instead.
-fn committed(path: &str, generated: &str) {
-    let file = root().join(path);
-    if std::env::var_os("UPDATE_REFERENCE").is_some_and(|v| v == "1") {
-        if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir).expect("make the folder");
-        }
-        std::fs::write(&file, generated).expect("write the file");
-        return;
-    }
-    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "{path} differs from what the config types give: run `UPDATE_REFERENCE=1 cargo test --test config_schema` and commit it"
-    );
-}
-
 #[test]
 fn the_committed_schema_and_configuration_page_are_what_the_config_types_give() {
     let text = schema::schema().expect("the schema inflates");
-    committed("config/opex-connector.schema.json", &text);
-    committed(
+    committed_page("config/opex-connector.schema.json", &text, "config_schema");
+    committed_page(
         "docs/src/reference/configuration.md",
         schema::REFERENCE_PAGE,
+        "config_schema",
     );
     let out = run_cli(&["schema"]);
     assert!(out.status.success());

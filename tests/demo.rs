@@ -68,6 +68,22 @@ fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
     assert_eq!(u64_at(device(&s, "boiler-1"), "/errors_total"), 0, "{s:#}");
 }
 
+/// The demo started, once both its simulated devices are connected.
+fn demo_with_both_devices_connected() -> Daemon {
+    let daemon = Daemon::start(demo_config());
+    wait_until(
+        Duration::from_secs(120),
+        "the demo's devices connected",
+        || {
+            let s = daemon.status();
+            s["devices"].as_array().is_some_and(|ds| {
+                ds.len() == 2 && ds.iter().all(|d| d["state"] == json!("connected"))
+            })
+        },
+    );
+    daemon
+}
+
 /// Lighthouse on PATH (`scripts/test.sh` links it to `/usr/local/bin`).
 fn lighthouse() -> Option<std::path::PathBuf> {
     let found = std::process::Command::new("lighthouse")
@@ -88,17 +104,7 @@ fn lighthouse_scores_the_demos_page_full_marks_in_accessibility_and_best_practic
         );
         return;
     };
-    let daemon = Daemon::start(demo_config());
-    wait_until(
-        Duration::from_secs(120),
-        "the demo's devices connected",
-        || {
-            let s = daemon.status();
-            s["devices"].as_array().is_some_and(|ds| {
-                ds.len() == 2 && ds.iter().all(|d| d["state"] == json!("connected"))
-            })
-        },
-    );
+    let daemon = demo_with_both_devices_connected();
     let dir = tempfile::tempdir().expect("temp dir");
     let report = dir.path().join("report.json");
     let out = std::process::Command::new(lighthouse)
@@ -181,17 +187,7 @@ for e in v.iter_errors(json.load(sys.stdin)):
 
 #[test]
 fn the_demos_status_ledger_and_a_write_match_the_schemas_of_the_openapi_document() {
-    let daemon = Daemon::start(demo_config());
-    wait_until(
-        Duration::from_secs(120),
-        "the demo's devices connected",
-        || {
-            let s = daemon.status();
-            s["devices"].as_array().is_some_and(|ds| {
-                ds.len() == 2 && ds.iter().all(|d| d["state"] == json!("connected"))
-            })
-        },
-    );
+    let daemon = demo_with_both_devices_connected();
     let write = daemon.request(
         "POST",
         "/api/devices/plant-1/write",

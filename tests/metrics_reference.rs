@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -150,17 +149,9 @@ fn the_metrics_reference_is_what_metrics_writes_for_one_part_of_every_kind() {
             "a counter's name ends in _total, a gauge's does not: {f:?}"
         );
     }
-    let written = page(&found);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/metrics.md");
-    if std::env::var_os("UPDATE_REFERENCE").is_some() {
-        std::fs::create_dir_all(path.parent().expect("a parent")).expect("create the folder");
-        std::fs::write(&path, &written).expect("write the page");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == written,
-        "{} is not what /metrics writes now: run UPDATE_REFERENCE=1 cargo test --test metrics_reference",
-        path.display()
+    committed_page(
+        "docs/src/reference/metrics.md",
+        &page(&found),
+        "metrics_reference",
     );
 }

@@ -315,16 +315,9 @@ fn http_api_page(doc: &Value) -> String {
 
 #[test]
 fn the_books_http_api_page_is_what_the_document_says() {
-    let written = http_api_page(&document());
-    let path = root().join("docs/src/reference/http-api.md");
-    if std::env::var_os("UPDATE_REFERENCE").is_some() {
-        std::fs::write(&path, &written).expect("write the page");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == written,
-        "{} is not what the document says: run UPDATE_REFERENCE=1 cargo test --test openapi",
-        path.display()
+    committed_page(
+        "docs/src/reference/http-api.md",
+        &http_api_page(&document()),
+        "openapi",
     );
 }

@@ -201,3 +201,22 @@ fn yaml_block(value: &Value, indent: usize, out: &mut String) {
         scalar => out.push_str(&format!("{pad}{}\n", yaml_scalar(scalar))),
     }
 }
+
+/// A generated page of the repository (`path` from its root) against what the code writes
+/// now: the test fails when they differ, naming the test binary (`test`) whose run with
+/// `UPDATE_REFERENCE=1` writes the page again instead.
+pub fn committed_page(path: &str, generated: &str, test: &str) {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    if std::env::var_os("UPDATE_REFERENCE").is_some_and(|v| v == "1") {
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir).expect("make the folder");
+        }
+        std::fs::write(&file, generated).expect("write the file");
+        return;
+    }
+    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "{path} differs from what the code writes: run `UPDATE_REFERENCE=1 cargo test --test {test}` and commit it"
+    );
+}
