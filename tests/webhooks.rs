@@ -848,7 +848,7 @@ fn a_sender_that_gave_up_on_a_slow_sink_and_resends_is_stored_once_and_never_tol
 }
 
 #[test]
-fn an_on_receipt_request_whose_sender_hangs_up_at_once_still_runs_once_and_a_resend_is_answered_the_same(
+fn an_on_receipt_request_whose_sender_hangs_up_without_reading_the_answer_still_runs_once_and_a_resend_is_answered_the_same(
 ) {
     let server = NatsServer::start();
     let js = Js::connect(&server.url());
@@ -865,8 +865,10 @@ fn an_on_receipt_request_whose_sender_hangs_up_at_once_still_runs_once_and_a_res
     server.freeze();
     let body = br#"{"payment":"p-11","amount":7}"#;
     let sig = signature(HOOK_SECRET, unix_secs(), body);
-    // The whole request, then the connection closed without waiting for any answer: the
-    // handler may be dropped between the inbox write and the flow's start.
+    // The whole request, then the connection closed without reading any answer once the
+    // request is in: hyper drops the handler, which must not cut the request's run short.
+    // (Closed before the request is in, the handler may be dropped before it counts the
+    // request, which is right, but tests nothing: so the close waits for `received`.)
     {
         let addr = daemon.base().trim_start_matches("http://").to_string();
         let mut s = TcpStream::connect(&addr).expect("connect");
@@ -876,10 +878,10 @@ fn an_on_receipt_request_whose_sender_hangs_up_at_once_still_runs_once_and_a_res
         );
         s.write_all(head.as_bytes()).expect("send head");
         s.write_all(body).expect("send body");
+        wait_until(Duration::from_secs(20), "the request received", || {
+            u64_at(&webhook_stats(&daemon.status(), HOOK), "/received") >= 1
+        });
     }
-    wait_until(Duration::from_secs(20), "the request received", || {
-        u64_at(&webhook_stats(&daemon.status(), HOOK), "/received") >= 1
-    });
     server.thaw();
     wait_until(POLL_DEADLINE, "the record in the stream", || {
         js.stream_state("PAY").0 >= 1
