@@ -282,6 +282,30 @@ free_target_space() {
     fi
 }
 
+# Every config a test's daemon started on (tests/common/daemon.rs copies each into
+# $OPEX_CONFIGS_SEEN, named by its test) validates against the committed config schema
+# with Python's jsonschema: the configs the tests build inline are checked as the ones in
+# config/ and the book are (tests/config_schema.rs).
+check_seen_configs() {
+    log "the tests' daemon configs against config/opex-connector.schema.json"
+    python3 - "$OPEX_CONFIGS_SEEN" config/opex-connector.schema.json <<'PY'
+import json, os, sys
+from jsonschema import Draft202012Validator
+seen, schema = sys.argv[1], json.load(open(sys.argv[2]))
+validator = Draft202012Validator(schema)
+names = sorted(os.listdir(seen))
+bad = 0
+for name in names:
+    errors = list(validator.iter_errors(json.load(open(os.path.join(seen, name)))))
+    for e in errors[:5]:
+        print(f"{name}: /{'/'.join(map(str, e.absolute_path))}: {e.message}")
+    bad += bool(errors)
+print(f"{len(names)} configs of the tests' daemons, {bad} not valid against the schema")
+if bad or len(names) < 100:
+    sys.exit(1)
+PY
+}
+
 main() {
     install_peers
     # One build of each test and no incremental state: a suite run builds everything once,
@@ -299,8 +323,11 @@ main() {
     cargo clippy --no-default-features --lib --bins -- -D warnings
     log "cargo test --all-targets"
     test_log="$(mktemp)" # global: the EXIT trap runs after main returns
-    trap 'rm -f "$test_log"' EXIT
+    OPEX_CONFIGS_SEEN="$(mktemp -d)"
+    export OPEX_CONFIGS_SEEN
+    trap 'rm -f "$test_log"; rm -rf "$OPEX_CONFIGS_SEEN"' EXIT
     cargo test --all-targets 2>&1 | tee "$test_log"
+    check_seen_configs
     check_scripts
     build_book
     cross_smoke

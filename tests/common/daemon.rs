@@ -91,6 +91,7 @@ impl Daemon {
             file_limit,
         };
         daemon.spawn();
+        keep_for_the_schema_check(&config);
         daemon
     }
 
@@ -370,4 +371,28 @@ pub fn run_cli(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run opex-connector")
+}
+
+/// Copies a config the daemon started on into `$OPEX_CONFIGS_SEEN` (when set), named by the
+/// test: `scripts/test.sh` checks every one against the config schema after the suite, so the
+/// configs the tests build inline are checked as the committed ones are (tests/config_schema.rs).
+fn keep_for_the_schema_check(config: &Value) {
+    let Some(dir) = std::env::var_os("OPEX_CONFIGS_SEEN") else {
+        return;
+    };
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let binary = std::env::args()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let binary = binary.rsplit_once('-').map_or(binary.as_str(), |(b, _)| b);
+    let test = thread::current()
+        .name()
+        .unwrap_or("main")
+        .replace("::", ".");
+    let name = format!("{binary}.{test}.{}.{n}.json", std::process::id());
+    let text = serde_json::to_vec_pretty(config).expect("JSON");
+    std::fs::write(PathBuf::from(dir).join(name), text).expect("write the config's copy");
 }
