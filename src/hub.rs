@@ -31,7 +31,7 @@ pub const MAX_CLIENTS: usize = 16;
 pub const MAX_PAYLOAD_BYTES: usize = 4096;
 
 /// Sources whose payloads the live view shows: machine values, not callers' data.
-const PUBLIC_SOURCES: [&str; 3] = ["modbus/", "opcua/", "schedule/"];
+const PUBLIC_SOURCES: [&str; 4] = ["modbus/", "opcua/", "s7/", "schedule/"];
 
 /// The hub's counters.
 #[derive(Debug, Default)]

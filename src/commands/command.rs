@@ -106,7 +106,8 @@ pub enum PointResult {
     Unavailable(String),
     /// More commands for the device than `max_per_second`; nothing was sent.
     RateLimited,
-    /// The device answered with an error: a Modbus exception code or an OPC-UA status.
+    /// The device answered with an error: a Modbus exception code, an OPC-UA status or an S7
+    /// return code.
     Exception(DeviceError),
     /// Sent, but whether it took effect is not known (a timeout, a lost connection, a read
     /// back that differs). Never retried by the connector.
@@ -120,6 +121,14 @@ pub enum DeviceError {
     Modbus(u8),
     /// An OPC-UA status name (`BadUserAccessDenied`).
     Opcua(String),
+    /// An S7 return code (an item's, e.g. 0x0A, or the request's, e.g. 0x8104), a number in
+    /// JSON, with what it means in words.
+    S7 {
+        /// The code.
+        code: u16,
+        /// What it means.
+        reason: String,
+    },
 }
 
 impl PointResult {
@@ -148,6 +157,9 @@ impl PointResult {
             Self::Exception(DeviceError::Opcua(status)) => {
                 json!({"result": "exception", "exception": status})
             }
+            Self::Exception(DeviceError::S7 { code, reason }) => {
+                json!({"result": "exception", "exception": code, "reason": reason})
+            }
             Self::Refused(why)
             | Self::OutOfRange(why)
             | Self::Unavailable(why)
@@ -155,6 +167,12 @@ impl PointResult {
         }
     }
 }
+
+/// What a command's points that were fine are answered when another point was refused:
+/// nothing of the command is sent.
+pub const OTHER_REFUSED: &str = "another point of the command was refused";
+/// What the points after a write of unknown outcome are answered: nothing more is sent.
+pub const NOT_SENT: &str = "not sent after an unknown write";
 
 /// Every point of a command: the same result for each.
 pub fn all(points: &[(String, Value)], result: &PointResult) -> Vec<(String, PointResult)> {

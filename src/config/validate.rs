@@ -118,7 +118,7 @@ fn messaging_source_names(nats: &NatsConfig, mqtt: &MqttConfig) -> Vec<String> {
 }
 
 /// The sources of the devices validation left out for a problem of their own, by the name
-/// and protocol written: `modbus/<name>` or `opcua/<name>`, and `command/<name>` with
+/// and protocol written: `modbus/<name>`, `opcua/<name>` or `s7/<name>`, and `command/<name>` with
 /// `commands:`. An entry without a usable name or protocol has no source to name.
 fn left_out_devices(
     raw: Option<&[RawDevice]>,
@@ -134,6 +134,7 @@ fn left_out_devices(
         let kind = match protocol {
             "modbus_tcp" | "modbus_rtu" => "modbus",
             "opcua" => "opcua",
+            "s7" => "s7",
             _ => continue,
         };
         let source = format!("{kind}/{name}");

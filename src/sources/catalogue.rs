@@ -169,6 +169,39 @@ impl Catalogue {
     }
 }
 
+/// The value in engineering units of raw number `x` at a point with `scale` and `offset`
+/// (each absent: 1 and 0). A `whole` raw number (from an integer) times `scale` plus
+/// `offset` has no more decimals than they have, so the binary noise is rounded away (`41 *
+/// 0.1` is 4.1, not 4.1000000000000005); a float is kept as it is: its digits are the
+/// device's. What a poll reads, and what a command's rounded raw number will read as (its
+/// `min` / `max` are checked on it).
+pub fn engineering(x: f64, scale: Option<f64>, offset: Option<f64>, whole: bool) -> f64 {
+    let (scale, offset) = (scale.unwrap_or(1.0), offset.unwrap_or(0.0));
+    let mut v = x * scale + offset;
+    if whole {
+        let places = decimals(scale).max(decimals(offset));
+        let p = 10f64.powi(i32::from(places));
+        let rounded = (v * p).round() / p;
+        if rounded.is_finite() {
+            v = rounded;
+        }
+    }
+    v
+}
+
+/// The decimals of `x` as written in a config (`0.1` has 1, `0.25` has 2, `5` has 0), at
+/// most 12 (past that a float has no decimals worth keeping).
+pub fn decimals(x: f64) -> u8 {
+    let mut p = 1.0;
+    for places in 0..12u8 {
+        if ((x * p).round() / p - x).abs() <= f64::EPSILON * x.abs().max(1.0) {
+            return places;
+        }
+        p *= 10.0;
+    }
+    12
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

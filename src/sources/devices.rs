@@ -4,7 +4,7 @@
 //! `protocol` key picks which validator reads the entry, and that validator reports the keys
 //! of another protocol as problems (an `endpoint` on a Modbus device is a mistake worth a
 //! message, not a silent no-op). Poll groups are shared: each names an interval, and points
-//! (Modbus) or nodes (OPC-UA) say which group polls them.
+//! (Modbus, S7) or nodes (OPC-UA) say which group polls them.
 
 use serde::Deserialize;
 
@@ -12,9 +12,10 @@ use crate::config::checks::checked_name;
 use crate::config::Problems;
 use crate::sources::catalogue::DeviceDef;
 use crate::sources::modbus::config::{
-    check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusPoint, RawPort,
+    check_lines, validate_modbus_device, ModbusDeviceConfig, RawPort,
 };
 use crate::sources::opcua::config::{validate_opcua_device, OpcuaDeviceConfig, RawOpcuaNode};
+use crate::sources::s7::config::{validate_s7_device, S7DeviceConfig};
 
 /// `devices[]`
 #[derive(Debug, Default, Deserialize)]
@@ -22,7 +23,7 @@ pub struct RawDevice {
     /// The device's name; its records carry `source: <protocol family>/<name>`, e.g.
     /// `modbus/press-1`. 1 to 64 letters, digits, '-' or '_', unique among devices.
     pub name: Option<String>,
-    /// `modbus_tcp`, `modbus_rtu` (or `opcua`). Required (here or in the template).
+    /// `modbus_tcp`, `modbus_rtu`, `opcua` or `s7`. Required (here or in the template).
     pub protocol: Option<String>,
     /// The template this device starts from (a `templates[].name`): the device has the
     /// template's keys, each key given here replacing the template's, and its `points`,
@@ -37,10 +38,11 @@ pub struct RawDevice {
     pub groups: Option<Vec<RawGroup>>,
 
     // ---- Modbus (TCP and RTU) ----
-    /// Modbus TCP: the device's host name or IP address.
+    /// Modbus TCP and S7: the device's host name or IP address.
     pub host: Option<String>,
     /// Modbus TCP: the TCP port (default 502). Modbus RTU: the serial device, e.g.
-    /// `/dev/ttyUSB0`; devices with the same port share the line.
+    /// `/dev/ttyUSB0`; devices with the same port share the line. S7: the ISO-on-TCP port
+    /// (default 102).
     pub port: Option<RawPort>,
     /// Modbus unit id (slave address), 0 to 247; default 1 (TCP: 255 also allowed).
     pub unit: Option<u64>,
@@ -55,20 +57,35 @@ pub struct RawDevice {
     /// Modbus RTU: quiet time between two frames on the line, in milliseconds. Default 0
     /// (the 3.5 character times of the standard are kept by the serial timing itself).
     pub inter_frame_delay_ms: Option<u64>,
-    /// Modbus: how long one request may take, in milliseconds; then the connection (or the
-    /// serial port) is dropped and reopened. Default 1000.
+    /// Modbus and S7: how long one request (and the connect) may take, in milliseconds; then
+    /// the connection (or the serial port) is dropped and reopened. Default 1000.
     pub timeout_ms: Option<u64>,
     /// Modbus: registers (or bits) that may lie unread between two points read in one
     /// request. Default 8; 0 coalesces only contiguous points.
     pub max_gap: Option<u64>,
-    /// Modbus: the most the circuit breaker waits before trying a failing device again, in
-    /// seconds (it starts at 1 s and doubles). Default 60.
+    /// Modbus and S7: the most the circuit breaker waits before trying a failing device
+    /// again, in seconds (it starts at 1 s and doubles). Default 60.
     pub backoff_max_secs: Option<u64>,
     /// How long a poll is held, in milliseconds, while a sink refuses its sample (`block` at
     /// the quota); then the sample is dropped and counted. Default 10000.
     pub hold_ms: Option<u64>,
-    /// Modbus: the registers and bits to read.
-    pub points: Option<Vec<RawModbusPoint>>,
+    /// Modbus: the registers and bits to read. S7: the addresses to read.
+    pub points: Option<Vec<RawPoint>>,
+
+    // ---- S7 ----
+    /// S7: the CPU's rack, 0 to 7 (default 0). With `slot`, instead of `remote_tsap`.
+    pub rack: Option<u64>,
+    /// S7: the CPU's slot, 0 to 31 (default 1: S7-1200/1500; an S7-300 is in slot 2).
+    pub slot: Option<u64>,
+    /// S7: our TSAP as TIA Portal writes it, e.g. `"01.00"` (the default, a PG
+    /// connection), for CPs and CPUs configured for other connection resources.
+    pub local_tsap: Option<String>,
+    /// S7: the CPU's TSAP as TIA Portal writes it, e.g. `"03.01"`, instead of `rack` and
+    /// `slot`.
+    pub remote_tsap: Option<String>,
+    /// S7: the PDU size asked for, 240 to 960 bytes (default 480). The CPU may grant less;
+    /// the size it granted is used, and shown in the device's status as `pdu_size`.
+    pub pdu_size: Option<u64>,
 
     // ---- OPC-UA ----
     /// OPC-UA: the server's endpoint URL, e.g. `opc.tcp://10.0.0.5:4840/`. Required.
@@ -129,6 +146,65 @@ pub struct RawGroup {
     pub deadband: Option<f64>,
 }
 
+/// `devices[].points[]`
+#[derive(Debug, Default, Deserialize)]
+pub struct RawPoint {
+    /// The point's name: its key in the record's payload. Unique within the device.
+    pub name: Option<String>,
+    /// The poll group that reads it; may be left out when the device has one group.
+    pub group: Option<String>,
+    /// Modbus: the address of its first register or bit, 0 to 65535 (protocol addresses,
+    /// starting at 0). Required for Modbus.
+    pub register: Option<u64>,
+    /// S7: where it is in the PLC, as TIA Portal and STEP 7 write it: `DB10.DBD4`,
+    /// `DB10.DBW2`, `DB10.DBB0`, `DB1.DBX0.3`, `MW20`, `MD24`, `M0.1`, `IW0`, `I0.1`, `QW2`,
+    /// `Q4.0` (`E` and `A` for inputs and outputs also). Required for S7.
+    pub address: Option<String>,
+    /// Modbus: `holding` (default), `input`, `coil` or `discrete`.
+    pub kind: Option<String>,
+    /// Modbus: `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f32`, `f64` or `string`.
+    /// Default `u16` for registers and `bool` for coils and discrete inputs (which can only be
+    /// `bool`). A `bool` register is true when it is not 0. S7: `bool`, `byte`, `word`,
+    /// `int`, `dword`, `dint`, `real`, `lreal`, `char`, `string`, `date_and_time`, `dtl`
+    /// (both as RFC 3339 text), `s5time` or `time` (both in milliseconds); default `bool` for
+    /// a bit address, `byte`, `word` or `dword` for the others. It must fit the address's
+    /// width (`real` needs a double word address such as `DB10.DBD4`).
+    #[serde(rename = "type")]
+    pub data_type: Option<String>,
+    /// For `string`: Modbus, its length in bytes (2 per register), 1 to 250; S7, its
+    /// declared maximum in characters, 1 to 254 (the two-byte header not counted).
+    pub length: Option<u64>,
+    /// Modbus: `big` (default: the first register holds the high word) or `little`.
+    pub word_order: Option<String>,
+    /// Modbus: `big` (default: the high byte first within a register, as the standard says)
+    /// or `little`.
+    pub byte_order: Option<String>,
+    /// Multiplies the raw number (after which the value is a float). Default 1. A whole-number
+    /// register's value is rounded to the decimals of `scale` and `offset` (`scale: 0.1` gives
+    /// `4.1`, not `4.1000000000000005`); a float register's is not.
+    pub scale: Option<f64>,
+    /// Modbus: added after `scale`. Default 0.
+    pub offset: Option<f64>,
+    /// The engineering unit, copied into the record (e.g. `°C`).
+    pub unit: Option<String>,
+    /// S7: a number is reported only once it moved by more than this (in engineering
+    /// units) from the value last reported; until then the point's entry keeps that value.
+    /// Default: every change is reported.
+    pub deadband: Option<f64>,
+    /// Commands may write this point (`POST /api/devices/{device}/write`, NATS, MQTT; needs
+    /// `commands:`). Modbus: only holding registers and coils can be writable; S7: every
+    /// area but the inputs (I), which the PLC's input modules write. Default false: nothing
+    /// is writable unless it says so.
+    pub writable: Option<bool>,
+    /// The lowest value a command may write, in engineering units (after `scale` and
+    /// `offset`, as the point reads). A lower value is refused `out_of_range` before anything
+    /// is sent. Only for writable numeric points.
+    pub min: Option<f64>,
+    /// The highest value a command may write, in engineering units. Only for writable
+    /// numeric points; not below `min`.
+    pub max: Option<f64>,
+}
+
 /// A poll group, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupConfig {
@@ -145,6 +221,8 @@ pub struct DevicesConfig {
     pub modbus: Vec<ModbusDeviceConfig>,
     /// The OPC-UA devices.
     pub opcua: Vec<OpcuaDeviceConfig>,
+    /// The S7 PLCs.
+    pub s7: Vec<S7DeviceConfig>,
 }
 
 impl DevicesConfig {
@@ -157,12 +235,13 @@ impl DevicesConfig {
             .collect()
     }
 
-    /// Every device as the point catalogue lists it, in config order (Modbus first). The one
-    /// place that lists the protocols a running connector reads.
+    /// Every device as the point catalogue lists it, by protocol (Modbus, OPC-UA, S7), each
+    /// in config order. The one place that lists the protocols a running connector reads.
     pub fn catalogue(&self) -> Vec<DeviceDef> {
         let modbus = self.modbus.iter().map(ModbusDeviceConfig::describe);
         let opcua = self.opcua.iter().map(OpcuaDeviceConfig::describe);
-        modbus.chain(opcua).collect()
+        let s7 = self.s7.iter().map(S7DeviceConfig::describe);
+        modbus.chain(opcua).chain(s7).collect()
     }
 
     /// Every device's source name, as flows name it: `modbus/<name>`.
@@ -214,6 +293,20 @@ pub fn opcua_keys(d: &RawDevice) -> Vec<&'static str> {
     .collect()
 }
 
+/// The S7 keys an entry has, to report them on a device of another protocol.
+pub fn s7_keys(d: &RawDevice) -> Vec<&'static str> {
+    [
+        ("rack", d.rack.is_some()),
+        ("slot", d.slot.is_some()),
+        ("local_tsap", d.local_tsap.is_some()),
+        ("remote_tsap", d.remote_tsap.is_some()),
+        ("pdu_size", d.pdu_size.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, present)| present.then_some(k))
+    .collect()
+}
+
 /// The OPC-UA keys of a group, to report them on a device of another protocol.
 pub fn opcua_group_keys(g: &RawGroup) -> Vec<&'static str> {
     [
@@ -245,10 +338,15 @@ pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems)
                     out.opcua.push(dev);
                 }
             }
+            Some("s7") => {
+                if let Some(dev) = validate_s7_device(d, name, &at, p) {
+                    out.s7.push(dev);
+                }
+            }
             None => p.push(format!("{at}.protocol"), "is required"),
             Some(other) => p.push(
                 format!("{at}.protocol"),
-                format!("expected modbus_tcp, modbus_rtu or opcua, got {other:?}"),
+                format!("expected modbus_tcp, modbus_rtu, opcua or s7, got {other:?}"),
             ),
         }
     }
@@ -291,6 +389,68 @@ pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> 
         });
     }
     out
+}
+
+/// A point's name (`points[i].name`): 1 to 64 characters, not `taken` by an earlier point.
+pub fn point_name(
+    r: &RawPoint,
+    pat: &str,
+    taken: impl Fn(&str) -> bool,
+    p: &mut Problems,
+) -> String {
+    match r.name.as_deref() {
+        None => {
+            p.push(format!("{pat}.name"), "is required");
+            String::new()
+        }
+        Some(n) if n.is_empty() || n.len() > 64 => {
+            p.push(format!("{pat}.name"), "must be 1 to 64 characters");
+            String::new()
+        }
+        Some(n) => {
+            if taken(n) {
+                p.push(format!("{pat}.name"), format!("{n:?} is used twice"));
+            }
+            n.to_string()
+        }
+    }
+}
+
+/// The index of a point's group in `groups` (`points[i].group`, which may be left out when
+/// the device has one group).
+pub fn point_group(r: &RawPoint, groups: &[GroupConfig], pat: &str, p: &mut Problems) -> usize {
+    match r.group.as_deref() {
+        None if groups.len() <= 1 => 0,
+        None => {
+            p.push(
+                format!("{pat}.group"),
+                "is required when the device has more than one group",
+            );
+            0
+        }
+        Some(g) => match groups.iter().position(|c| c.name == g) {
+            Some(i) => i,
+            None => {
+                p.push(format!("{pat}.group"), format!("no group is named {g:?}"));
+                0
+            }
+        },
+    }
+}
+
+/// Reports each group no point is in (`used`: every point's group), once there are points.
+pub fn check_groups_used(groups: &[GroupConfig], used: &[usize], at: &str, p: &mut Problems) {
+    if used.is_empty() {
+        return;
+    }
+    for (g, group) in groups.iter().enumerate() {
+        if !used.contains(&g) {
+            p.push(
+                format!("{at}.groups[{g}]"),
+                format!("no point is in group {:?}", group.name),
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -344,7 +504,7 @@ devices:
             "devices[0].points[6].group: no group is named \"nope\"",
             "devices[0].points[6].word_order: expected big or little, got \"middle\"",
             "devices[1].name: \"press-1\" is used twice",
-            "devices[1].protocol: expected modbus_tcp, modbus_rtu or opcua, got \"profibus\"",
+            "devices[1].protocol: expected modbus_tcp, modbus_rtu, opcua or s7, got \"profibus\"",
         ] {
             assert!(errs.iter().any(|e| e == want), "missing {want:?} in {errs:#?}");
         }

@@ -19,6 +19,8 @@ use crate::sources::catalogue::Catalogue;
 use crate::sources::devices::DevicesConfig;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::opcua::OpcuaDeviceConfig;
+use crate::sources::poll_loop::PollLoop;
+use crate::sources::s7::driver::{poll_loops, S7Driver};
 use crate::sources::status::DeviceStatus;
 
 /// How long the stop waits for the device tasks to end after the shutdown signal (a sample
@@ -94,6 +96,7 @@ struct OpcuaDevice {
 pub struct Pollers {
     modbus: ModbusPollers,
     opcua: Vec<OpcuaDevice>,
+    s7: Vec<PollLoop<S7Driver>>,
     #[cfg_attr(not(feature = "opcua"), allow(dead_code))]
     data_dir: PathBuf,
     runtime: Option<PollerRuntime>,
@@ -126,9 +129,11 @@ impl Pollers {
                 inbox,
             });
         }
+        let s7 = poll_loops(&devices.s7, catalogue, commands.as_deref_mut());
         Self {
             modbus: ModbusPollers::new(&devices.modbus, catalogue, commands),
             opcua,
+            s7,
             data_dir: data_dir.to_path_buf(),
             runtime: None,
             tasks: Vec::new(),
@@ -138,11 +143,15 @@ impl Pollers {
     /// Starts the pollers' thread, when there is a device, and every device's task on it.
     /// Call it outside an async context (an OPC-UA device may make its key pair first).
     pub fn start(&mut self, engine: &Arc<Engine>, shutdown: &Shutdown) -> std::io::Result<()> {
-        if self.modbus.is_empty() && self.opcua.is_empty() {
+        if self.modbus.is_empty() && self.opcua.is_empty() && self.s7.is_empty() {
             return Ok(());
         }
         let runtime = PollerRuntime::start()?;
         self.modbus.start(engine, &runtime, shutdown);
+        for plc in std::mem::take(&mut self.s7) {
+            self.tasks
+                .push(runtime.spawn(plc.run(Arc::clone(engine), shutdown.clone())));
+        }
         for d in std::mem::take(&mut self.opcua) {
             #[cfg(feature = "opcua")]
             self.tasks.push(crate::sources::opcua::spawn(

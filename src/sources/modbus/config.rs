@@ -8,7 +8,9 @@ use serde::Deserialize;
 use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
-use crate::sources::devices::{validate_groups, GroupConfig, RawDevice};
+use crate::sources::devices::{
+    check_groups_used, point_group, point_name, validate_groups, GroupConfig, RawDevice, RawPoint,
+};
 use crate::sources::hold::DEFAULT_HOLD;
 
 /// Most registers one read request may carry (the protocol's limit for function 3 and 4).
@@ -28,49 +30,6 @@ pub enum RawPort {
     Number(u64),
     /// Modbus RTU.
     Path(String),
-}
-
-/// `devices[].points[]`
-#[derive(Debug, Default, Deserialize)]
-pub struct RawModbusPoint {
-    /// The point's name: its key in the record's payload. Unique within the device.
-    pub name: Option<String>,
-    /// The poll group that reads it; may be left out when the device has one group.
-    pub group: Option<String>,
-    /// The address of its first register or bit, 0 to 65535 (protocol addresses, starting at 0).
-    pub register: Option<u64>,
-    /// `holding` (default), `input`, `coil` or `discrete`.
-    pub kind: Option<String>,
-    /// `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f32`, `f64` or `string`. Default `u16`
-    /// for registers and `bool` for coils and discrete inputs (which can only be `bool`). A
-    /// `bool` register is true when it is not 0.
-    #[serde(rename = "type")]
-    pub data_type: Option<String>,
-    /// For `string`: its length in bytes (2 per register), 1 to 250.
-    pub length: Option<u64>,
-    /// `big` (default: the first register holds the high word) or `little`.
-    pub word_order: Option<String>,
-    /// `big` (default: the high byte first within a register, as the standard says) or `little`.
-    pub byte_order: Option<String>,
-    /// Multiplies the raw number (after which the value is a float). Default 1. A whole-number
-    /// register's value is rounded to the decimals of `scale` and `offset` (`scale: 0.1` gives
-    /// `4.1`, not `4.1000000000000005`); a float register's is not.
-    pub scale: Option<f64>,
-    /// Added after `scale`. Default 0.
-    pub offset: Option<f64>,
-    /// The engineering unit, copied into the record (e.g. `°C`).
-    pub unit: Option<String>,
-    /// Commands may write this point (`POST /api/devices/{device}/write`, NATS, MQTT; needs
-    /// `commands:`). Only holding registers and coils can be writable. Default false: nothing
-    /// is writable unless it says so.
-    pub writable: Option<bool>,
-    /// The lowest value a command may write, in engineering units (after `scale` and
-    /// `offset`, as the point reads). A lower value is refused `out_of_range` before anything
-    /// is sent. Only for writable numeric points.
-    pub min: Option<f64>,
-    /// The highest value a command may write, in engineering units. Only for writable
-    /// numeric points; not below `min`.
-    pub max: Option<f64>,
 }
 
 /// How a device is reached.
@@ -358,7 +317,13 @@ pub fn validate_modbus_device(
     p: &mut Problems,
 ) -> Option<ModbusDeviceConfig> {
     let before = p.0.len();
-    for key in crate::sources::opcua::config::misplaced_opcua_keys(d) {
+    let s7 = crate::sources::devices::s7_keys(d)
+        .into_iter()
+        .map(String::from);
+    for key in crate::sources::opcua::config::misplaced_opcua_keys(d)
+        .into_iter()
+        .chain(s7)
+    {
         p.push(
             format!("{at}.{key}"),
             format!("is not a key of a {protocol} device"),
@@ -482,16 +447,8 @@ pub fn validate_modbus_device(
     );
     let groups = validate_groups(d.groups.as_deref(), at, p);
     let points = validate_points(d.points.as_deref(), &groups, at, p);
-    if !points.is_empty() {
-        for (g, group) in groups.iter().enumerate() {
-            if !points.iter().any(|pt| pt.group == g) {
-                p.push(
-                    format!("{at}.groups[{g}]"),
-                    format!("no point is in group {:?}", group.name),
-                );
-            }
-        }
-    }
+    let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
+    check_groups_used(&groups, &used, at, p);
     (p.0.len() == before).then(|| ModbusDeviceConfig {
         name,
         template: d.template.clone(),
@@ -507,7 +464,7 @@ pub fn validate_modbus_device(
 }
 
 fn validate_points(
-    raw: Option<&[RawModbusPoint]>,
+    raw: Option<&[RawPoint]>,
     groups: &[GroupConfig],
     at: &str,
     p: &mut Problems,
@@ -522,39 +479,19 @@ fn validate_points(
     let mut out: Vec<PointConfig> = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let pat = format!("{at}.points[{i}]");
-        let name = match r.name.as_deref() {
-            None => {
-                p.push(format!("{pat}.name"), "is required");
-                String::new()
-            }
-            Some(n) if n.is_empty() || n.len() > 64 => {
-                p.push(format!("{pat}.name"), "must be 1 to 64 characters");
-                String::new()
-            }
-            Some(n) => {
-                if out.iter().any(|o| o.name == n) {
-                    p.push(format!("{pat}.name"), format!("{n:?} is used twice"));
-                }
-                n.to_string()
-            }
-        };
-        let group = match r.group.as_deref() {
-            None if groups.len() <= 1 => 0,
-            None => {
+        let name = point_name(r, &pat, |n| out.iter().any(|o| o.name == n), p);
+        let group = point_group(r, groups, &pat, p);
+        for (key, present) in [
+            ("address", r.address.is_some()),
+            ("deadband", r.deadband.is_some()),
+        ] {
+            if present {
                 p.push(
-                    format!("{pat}.group"),
-                    "is required when the device has more than one group",
+                    format!("{pat}.{key}"),
+                    "is an s7 key, not a key of a Modbus point",
                 );
-                0
             }
-            Some(g) => match groups.iter().position(|c| c.name == g) {
-                Some(i) => i,
-                None => {
-                    p.push(format!("{pat}.group"), format!("no group is named {g:?}"));
-                    0
-                }
-            },
-        };
+        }
         let kind = match r.kind.as_deref() {
             None | Some("holding") => RegisterKind::Holding,
             Some("input") => RegisterKind::Input,

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Number, Value};
 
 use super::config::{DataType, Order, PointConfig};
 use super::plan::ReadRequest;
+use crate::sources::catalogue;
 
 /// What a device answered to one read request: registers or bits, as many as it sent (a
 /// device may answer with fewer or more than asked).
@@ -135,33 +136,7 @@ fn scaled(point: &PointConfig, raw: Raw) -> Value {
 /// at a point with `scale` or `offset`: what a poll reads, and what a command's rounded raw
 /// number will read as ([`super::encode`] checks `min` / `max` on it).
 pub fn engineering(point: &PointConfig, x: f64, whole: bool) -> f64 {
-    let (scale, offset) = (point.scale.unwrap_or(1.0), point.offset.unwrap_or(0.0));
-    let mut v = x * scale + offset;
-    // A whole number times `scale` plus `offset` has no more decimals than they have: round
-    // the binary noise away (`41 * 0.1` is 4.1, not 4.1000000000000005). A float register is
-    // kept as it is: its own digits are the device's.
-    if whole {
-        let places = decimals(scale).max(decimals(offset));
-        let p = 10f64.powi(i32::from(places));
-        let rounded = (v * p).round() / p;
-        if rounded.is_finite() {
-            v = rounded;
-        }
-    }
-    v
-}
-
-/// The decimals of `x` as written in a config (`0.1` has 1, `0.25` has 2, `5` has 0), at
-/// most 12 (past that a float has no decimals worth keeping).
-pub fn decimals(x: f64) -> u8 {
-    let mut p = 1.0;
-    for places in 0..12u8 {
-        if ((x * p).round() / p - x).abs() <= f64::EPSILON * x.abs().max(1.0) {
-            return places;
-        }
-        p *= 10.0;
-    }
-    12
+    catalogue::engineering(x, point.scale, point.offset, whole)
 }
 
 #[cfg(test)]
@@ -289,7 +264,7 @@ mod tests {
             "a float is not rounded"
         );
         assert_eq!(
-            [decimals(0.1), decimals(0.25), decimals(5.0), decimals(1e-3)],
+            [0.1, 0.25, 5.0, 1e-3].map(catalogue::decimals),
             [1, 2, 0, 3]
         );
     }

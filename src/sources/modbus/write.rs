@@ -33,14 +33,10 @@ use super::config::{ModbusDeviceConfig, MAX_WRITE_BITS};
 use super::decode::decode_registers;
 use super::encode::{encode, Encoded};
 use super::poller::timed;
+use crate::commands::command::{NOT_SENT, OTHER_REFUSED};
 use crate::commands::{Command, DeviceError, PointResult};
 use crate::sources::driver::LinkError;
 use crate::sources::status::DeviceStatus;
-
-/// What a refused command's other points are answered.
-pub const OTHER_REFUSED: &str = "another point of the command was refused";
-/// What the points after an unknown write are answered.
-pub const NOT_SENT: &str = "not sent after an unknown write";
 
 /// What one write request carries.
 #[derive(Debug, Clone, PartialEq, Eq)]

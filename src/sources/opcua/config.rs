@@ -517,7 +517,9 @@ pub fn validate_opcua_device(
 
 /// Keys of other protocols set on an OPC-UA entry.
 fn other_protocol_keys(d: &RawDevice) -> Vec<&'static str> {
-    crate::sources::devices::modbus_keys(d)
+    let mut keys = crate::sources::devices::modbus_keys(d);
+    keys.extend(crate::sources::devices::s7_keys(d));
+    keys
 }
 
 /// The OPC-UA keys set on an entry of another protocol, device and groups, with their paths

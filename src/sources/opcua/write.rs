@@ -40,11 +40,8 @@ use serde_json::Value;
 
 use super::config::{NodeType, OpcuaDeviceConfig, OpcuaNodeConfig};
 use super::values::{a_node, to_variant, variant_json, Unfit};
-use crate::commands::command::all;
+use crate::commands::command::{all, OTHER_REFUSED};
 use crate::commands::{Command, CommandReceiver, DeviceError, Pending, PointResult};
-
-/// The reason given to the points that were fine when another point of the command was not.
-pub const ANOTHER_REFUSED: &str = "another point of the command was refused";
 
 /// The commands side of one OPC-UA device: its inbox and the data types learnt this session.
 pub struct Writer {
@@ -278,7 +275,7 @@ fn unavailable(p: Pending, why: &str) {
 }
 
 /// The results of a command with refusals: each refused point its own, the others
-/// [`ANOTHER_REFUSED`].
+/// [`OTHER_REFUSED`].
 fn all_or_nothing(c: &Command, refusals: Vec<Option<PointResult>>) -> Vec<(String, PointResult)> {
     c.points
         .iter()
@@ -286,7 +283,7 @@ fn all_or_nothing(c: &Command, refusals: Vec<Option<PointResult>>) -> Vec<(Strin
         .map(|((name, _), r)| {
             (
                 name.clone(),
-                r.unwrap_or_else(|| PointResult::Refused(ANOTHER_REFUSED.into())),
+                r.unwrap_or_else(|| PointResult::Refused(OTHER_REFUSED.into())),
             )
         })
         .collect()

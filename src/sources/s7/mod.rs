@@ -18,6 +18,9 @@
 //! - [`Connection::read`]: each item's [`Value`] or its own [`ItemError`] in words, and
 //!   [`Connection::write`]: each item's result; an [`Error`] ends the connection.
 //!
+//! As a device (`protocol: s7` in `devices:`): [`config`] validates its entry, and
+//! [`driver`] is its driver on the one poll loop, reads and commands alike.
+//!
 //! Bits are read through their byte (one item per point, the bit taken here) and written
 //! as a WriteVar item of transport size BIT at byte × 8 + bit, never as a read-modify-write
 //! of the byte: the PLC program may change the other bits at any time.
@@ -25,6 +28,8 @@
 pub mod address;
 pub mod client;
 pub mod clock;
+pub mod config;
+pub mod driver;
 pub mod endpoint;
 pub mod error;
 pub mod frame;
@@ -33,6 +38,7 @@ pub mod types;
 
 pub use address::{Address, Area, Width};
 pub use client::{Connection, Values};
+pub use config::S7DeviceConfig;
 pub use endpoint::Endpoint;
 pub use error::{Error, ItemError, WriteError};
 pub use plan::{minimum_requests, plan, Item, Plan};

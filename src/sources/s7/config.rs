@@ -1,0 +1,526 @@
+//! S7 devices (`protocol: s7`): where the PLC is, and its points as TIA Portal addresses
+//! with a type each, validated without I/O. The device entry itself is
+//! [`crate::sources::devices::RawDevice`], shared with the other protocols.
+
+use std::time::Duration;
+
+use super::address::{Area, Width};
+use super::endpoint::{parse_tsap, rack_slot_tsap, Endpoint, DEFAULT_PDU, LOCAL_TSAP, PDU_RANGE};
+use super::plan::Item;
+use super::types::DataType;
+use crate::config::checks::in_range;
+use crate::config::Problems;
+use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
+use crate::sources::devices::{
+    check_groups_used, modbus_keys, point_group, point_name, validate_groups, GroupConfig,
+    RawDevice, RawPoint,
+};
+use crate::sources::hold::DEFAULT_HOLD;
+
+/// One point, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct S7PointConfig {
+    /// Its name.
+    pub name: String,
+    /// Index into the device's groups.
+    pub group: usize,
+    /// Where it is and its type.
+    pub item: Item,
+    /// Multiplier from the PLC's number to the engineering value.
+    pub scale: Option<f64>,
+    /// Engineering unit.
+    pub unit: Option<String>,
+    /// A number is reported only once it moved by more than this.
+    pub deadband: Option<f64>,
+    /// Commands may write it.
+    pub writable: bool,
+    /// Lowest value a command may write, in engineering units.
+    pub min: Option<f64>,
+    /// Highest value a command may write, in engineering units.
+    pub max: Option<f64>,
+}
+
+impl S7PointConfig {
+    /// True for the types whose value is a number (and so may have a scale, a deadband,
+    /// bounds): not bool, text or a date.
+    pub fn is_number(&self) -> bool {
+        is_number(self.item.data_type)
+    }
+}
+
+fn is_number(t: DataType) -> bool {
+    !matches!(
+        t,
+        DataType::Bool
+            | DataType::Char
+            | DataType::String { .. }
+            | DataType::DateAndTime
+            | DataType::Dtl
+    )
+}
+
+/// One S7 device, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct S7DeviceConfig {
+    /// Its name.
+    pub name: String,
+    /// The template it was made from (`template:`), shown in `/api/status`.
+    pub template: Option<String>,
+    /// How to reach the CPU (its timeout is every request's).
+    pub endpoint: Endpoint,
+    /// Longest circuit-breaker wait.
+    pub backoff_max: Duration,
+    /// How long a refused sample holds the poll.
+    pub hold: Duration,
+    /// Its poll groups.
+    pub groups: Vec<GroupConfig>,
+    /// Its points.
+    pub points: Vec<S7PointConfig>,
+}
+
+impl S7DeviceConfig {
+    /// The source name of its records.
+    pub fn source(&self) -> String {
+        format!("s7/{}", self.name)
+    }
+
+    /// The device and its points as the point catalogue lists them.
+    pub fn describe(&self) -> DeviceDef {
+        let ep = &self.endpoint;
+        let points = self
+            .points
+            .iter()
+            .map(|p| PointDef {
+                group: self
+                    .groups
+                    .get(p.group)
+                    .map_or_else(|| "default".to_string(), |g| g.name.clone()),
+                name: p.name.clone(),
+                area: area_name(p.item.address.area),
+                type_name: p.item.data_type.name().to_string(),
+                kind: Some(if p.scale.is_some() {
+                    DataKind::F64
+                } else {
+                    kind(p.item.data_type)
+                }),
+                unit: p.unit.clone(),
+                scale: p.scale,
+                writable: p.writable,
+                min: p.min,
+                max: p.max,
+            })
+            .collect();
+        DeviceDef {
+            name: self.name.clone(),
+            source: self.source(),
+            protocol: "s7",
+            address: format!("{}:{}", ep.host, ep.port),
+            template: self.template.clone(),
+            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
+            points,
+            details: vec![(
+                "remote_tsap",
+                format!("{:02X}.{:02X}", ep.remote_tsap >> 8, ep.remote_tsap & 0xFF).into(),
+            )],
+        }
+    }
+}
+
+/// The area as the commands' list of writable points names it.
+fn area_name(area: Area) -> &'static str {
+    match area {
+        Area::Inputs => "input",
+        Area::Outputs => "output",
+        Area::Flags => "bit_memory",
+        Area::Db(_) => "data_block",
+    }
+}
+
+/// The type of a point's value.
+fn kind(t: DataType) -> DataKind {
+    match t {
+        DataType::Bool => DataKind::Bool,
+        DataType::Byte | DataType::Word => DataKind::U16,
+        DataType::Int => DataKind::I16,
+        DataType::DWord => DataKind::U32,
+        DataType::DInt | DataType::Time | DataType::S5Time => DataKind::I32,
+        DataType::Real => DataKind::F32,
+        DataType::LReal => DataKind::F64,
+        DataType::Char | DataType::String { .. } | DataType::DateAndTime | DataType::Dtl => {
+            DataKind::String
+        }
+    }
+}
+
+/// The keys of a Modbus device (and not of an S7 one) an entry has.
+fn modbus_only_keys(d: &RawDevice) -> Vec<&'static str> {
+    let shared = ["host", "port", "timeout_ms", "backoff_max_secs", "points"];
+    modbus_keys(d)
+        .into_iter()
+        .filter(|k| !shared.contains(k))
+        .collect()
+}
+
+/// Validates the S7 fields of a `devices[]` entry; `None` when a problem was found.
+pub fn validate_s7_device(
+    d: &RawDevice,
+    name: String,
+    at: &str,
+    p: &mut Problems,
+) -> Option<S7DeviceConfig> {
+    let before = p.0.len();
+    let opcua = crate::sources::opcua::config::misplaced_opcua_keys(d);
+    let modbus = modbus_only_keys(d).into_iter().map(String::from);
+    for key in opcua.into_iter().chain(modbus) {
+        p.push(format!("{at}.{key}"), "is not a key of an s7 device");
+    }
+    let host = match d.host.as_deref() {
+        Some(h) if !h.trim().is_empty() => h.to_string(),
+        Some(_) => {
+            p.push(format!("{at}.host"), "must not be empty");
+            String::new()
+        }
+        None => {
+            p.push(format!("{at}.host"), "is required for s7");
+            String::new()
+        }
+    };
+    let port = match &d.port {
+        None => super::endpoint::DEFAULT_PORT,
+        Some(crate::sources::modbus::config::RawPort::Number(n)) if (1..=65_535).contains(n) => {
+            *n as u16
+        }
+        Some(crate::sources::modbus::config::RawPort::Number(n)) => {
+            p.push(format!("{at}.port"), format!("{n} is outside 1..=65535"));
+            0
+        }
+        Some(crate::sources::modbus::config::RawPort::Path(s)) => {
+            p.push(
+                format!("{at}.port"),
+                format!("expected a TCP port number for s7, got {s:?}"),
+            );
+            0
+        }
+    };
+    let tsap = |key: &str, raw: Option<&str>, p: &mut Problems| -> Option<u16> {
+        let text = raw?;
+        parse_tsap(text)
+            .map_err(|e| p.push(format!("{at}.{key}"), e))
+            .ok()
+    };
+    let local_tsap = tsap("local_tsap", d.local_tsap.as_deref(), p).unwrap_or(LOCAL_TSAP);
+    let remote_tsap = match (
+        tsap("remote_tsap", d.remote_tsap.as_deref(), p),
+        d.rack.is_some() || d.slot.is_some(),
+    ) {
+        (Some(_), true) => {
+            p.push(
+                format!("{at}.remote_tsap"),
+                "give rack and slot or remote_tsap, not both",
+            );
+            0
+        }
+        (Some(t), false) => t,
+        (None, _) => {
+            let rack = in_range(d.rack, 0, 0..=7, format!("{at}.rack"), p) as u8;
+            let slot = in_range(d.slot, 1, 0..=31, format!("{at}.slot"), p) as u8;
+            rack_slot_tsap(rack.min(7), slot.min(31)).unwrap_or_default()
+        }
+    };
+    let pdu_size = in_range(
+        d.pdu_size,
+        u64::from(DEFAULT_PDU),
+        u64::from(*PDU_RANGE.start())..=u64::from(*PDU_RANGE.end()),
+        format!("{at}.pdu_size"),
+        p,
+    ) as u16;
+    let timeout = in_range(
+        d.timeout_ms,
+        1000,
+        10..=60_000,
+        format!("{at}.timeout_ms"),
+        p,
+    );
+    let backoff_max = in_range(
+        d.backoff_max_secs,
+        60,
+        1..=3600,
+        format!("{at}.backoff_max_secs"),
+        p,
+    );
+    let hold = in_range(
+        d.hold_ms,
+        DEFAULT_HOLD.as_millis() as u64,
+        0..=600_000,
+        format!("{at}.hold_ms"),
+        p,
+    );
+    let groups = validate_groups(d.groups.as_deref(), at, p);
+    let points = validate_points(d.points.as_deref(), &groups, at, p);
+    let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
+    check_groups_used(&groups, &used, at, p);
+    (p.0.len() == before).then(|| S7DeviceConfig {
+        name,
+        template: d.template.clone(),
+        endpoint: Endpoint {
+            host,
+            port,
+            local_tsap,
+            remote_tsap,
+            pdu_size,
+            timeout: Duration::from_millis(timeout),
+        },
+        backoff_max: Duration::from_secs(backoff_max),
+        hold: Duration::from_millis(hold),
+        groups,
+        points,
+    })
+}
+
+fn validate_points(
+    raw: Option<&[RawPoint]>,
+    groups: &[GroupConfig],
+    at: &str,
+    p: &mut Problems,
+) -> Vec<S7PointConfig> {
+    let raw = raw.unwrap_or_default();
+    if raw.is_empty() {
+        p.push(
+            format!("{at}.points"),
+            "an S7 device needs at least one point",
+        );
+    }
+    let mut out: Vec<S7PointConfig> = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let pat = format!("{at}.points[{i}]");
+        let name = point_name(r, &pat, |n| out.iter().any(|o| o.name == n), p);
+        let group = point_group(r, groups, &pat, p);
+        for (key, present) in [
+            ("register", r.register.is_some()),
+            ("kind", r.kind.is_some()),
+            ("word_order", r.word_order.is_some()),
+            ("byte_order", r.byte_order.is_some()),
+            ("offset", r.offset.is_some()),
+        ] {
+            if present {
+                p.push(
+                    format!("{pat}.{key}"),
+                    "is a Modbus key, not a key of an S7 point (S7 points have an address)",
+                );
+            }
+        }
+        let Some(item) = item(r, &pat, p) else {
+            continue;
+        };
+        let number = is_number(item.data_type);
+        let not_a_number = |key: &str, p: &mut Problems| {
+            p.push(
+                format!("{pat}.{key}"),
+                format!("is only for numbers, not a {}", item.data_type.name()),
+            )
+        };
+        match r.scale {
+            Some(_) if !number => not_a_number("scale", p),
+            Some(s) if !s.is_finite() || s == 0.0 => p.push(
+                format!("{pat}.scale"),
+                format!("{s} must be a number other than 0"),
+            ),
+            _ => {}
+        }
+        match r.deadband {
+            Some(_) if !number => not_a_number("deadband", p),
+            Some(d) if !d.is_finite() || d < 0.0 => {
+                p.push(format!("{pat}.deadband"), format!("{d} must be 0 or more"))
+            }
+            _ => {}
+        }
+        let writable = r.writable.unwrap_or(false);
+        if writable && item.address.area == Area::Inputs {
+            p.push(
+                format!("{pat}.writable"),
+                "inputs (I) are written by the PLC's input modules, not by commands",
+            );
+        }
+        for (key, v) in [("min", r.min), ("max", r.max)] {
+            if v.is_some() && !(writable && number) {
+                p.push(
+                    format!("{pat}.{key}"),
+                    "is only for writable numeric points",
+                );
+            }
+        }
+        if let (Some(lo), Some(hi)) = (r.min, r.max) {
+            if hi < lo {
+                p.push(format!("{pat}.max"), format!("{hi} is below min {lo}"));
+            }
+        }
+        out.push(S7PointConfig {
+            name,
+            group,
+            item,
+            scale: r.scale,
+            unit: r.unit.clone(),
+            deadband: r.deadband,
+            writable,
+            min: r.min,
+            max: r.max,
+        });
+    }
+    out
+}
+
+/// The point's address and type; `None` (with the problem) when either is wrong or they do
+/// not fit each other.
+fn item(r: &RawPoint, pat: &str, p: &mut Problems) -> Option<Item> {
+    let Some(text) = r.address.as_deref() else {
+        p.push(
+            format!("{pat}.address"),
+            "is required for an S7 point (e.g. DB10.DBD4, MW20, I0.1)",
+        );
+        return None;
+    };
+    let address = super::address::Address::parse(text)
+        .map_err(|e| p.push(format!("{pat}.address"), e))
+        .ok()?;
+    let type_name = r.data_type.as_deref().unwrap_or(match address.width {
+        Width::Bit(_) => "bool",
+        Width::Byte => "byte",
+        Width::Word => "word",
+        Width::DWord => "dword",
+    });
+    let length = match r.length {
+        Some(n) if type_name != "string" => {
+            p.push(
+                format!("{pat}.length"),
+                format!("is only for a string, not {n}"),
+            );
+            return None;
+        }
+        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        None => None,
+    };
+    let data_type = DataType::parse(type_name, length)
+        .map_err(|e| {
+            let key = if e.contains("length") {
+                "length"
+            } else {
+                "type"
+            };
+            p.push(format!("{pat}.{key}"), e)
+        })
+        .ok()?;
+    Item::new(address, data_type)
+        .map_err(|e| p.push(format!("{pat}.type"), e))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_yaml;
+
+    fn problems(text: &str) -> Vec<String> {
+        from_yaml(&format!("connector:\n  data_dir: /d\n{text}"))
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_s7_device_gets_its_defaults_types_from_its_widths_and_names_a_flow_source() {
+        let cfg = from_yaml(
+            r#"
+connector: {data_dir: /d}
+devices:
+  - name: line-plc
+    protocol: s7
+    host: 10.0.0.9
+    slot: 2
+    points:
+      - {name: temp, address: DB10.DBD4, type: real, unit: "°C", deadband: 0.5}
+      - {name: count, address: DB10.DBW8}
+      - {name: running, address: DB1.DBX0.3, writable: true}
+      - {name: setpoint, address: MW20, type: int, scale: 0.1, writable: true, min: 0, max: 100}
+      - {name: label, address: DB10.DBB20, type: string, length: 16}
+"#,
+        )
+        .expect("valid");
+        let d = &cfg.devices.s7[0];
+        let ep = &d.endpoint;
+        assert_eq!(
+            (ep.port, ep.local_tsap, ep.remote_tsap, ep.pdu_size),
+            (102, 0x0100, 0x0102, 480)
+        );
+        assert_eq!(d.points[1].item.data_type.name(), "word");
+        assert_eq!(d.points[2].item.data_type.name(), "bool");
+        assert!(cfg.source_names().contains(&"s7/line-plc".to_string()));
+        let def = d.describe();
+        assert_eq!(def.protocol, "s7");
+        assert_eq!(def.writable().len(), 2);
+    }
+
+    #[test]
+    fn every_problem_of_an_s7_device_is_reported_with_its_path() {
+        let errs = problems(
+            r#"
+devices:
+  - name: plc
+    protocol: s7
+    rack: 9
+    remote_tsap: "03.01"
+    pdu_size: 100
+    unit: 3
+    endpoint: opc.tcp://x
+    points:
+      - {name: a, address: DB10.DBB4, type: real}
+      - {name: b, address: DB10.DBQ4}
+      - {name: c, address: DB10.DBD4, type: float}
+      - {name: d, address: IW0, writable: true}
+      - {name: e, address: DB1.DBB0, type: string}
+      - {name: f, register: 4, address: MW0, deadband: -1}
+      - {name: g, address: M0.1, scale: 2}
+      - {name: h}
+"#,
+        );
+        for want in [
+            "devices[0].host: is required for s7",
+            "devices[0].remote_tsap: give rack and slot or remote_tsap, not both",
+            "devices[0].pdu_size: 100 is outside 240..=960",
+            "devices[0].unit: is not a key of an s7 device",
+            "devices[0].endpoint: is not a key of an s7 device",
+            "devices[0].points[0].type: DB10.DBB4 does not fit the type real",
+            "devices[0].points[1].address: ",
+            "devices[0].points[2].type: ",
+            "devices[0].points[3].writable: inputs (I) are written by the PLC's input modules, not by commands",
+            "devices[0].points[4].length: ",
+            "devices[0].points[5].register: is a Modbus key, not a key of an S7 point (S7 points have an address)",
+            "devices[0].points[5].deadband: -1 must be 0 or more",
+            "devices[0].points[6].scale: is only for numbers, not a bool",
+            "devices[0].points[7].address: is required for an S7 point (e.g. DB10.DBD4, MW20, I0.1)",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.starts_with(want)),
+                "missing {want:?} in {errs:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn s7_keys_on_a_modbus_device_and_an_address_on_a_modbus_point_are_reported() {
+        let errs = problems(
+            "devices:\n  - {name: m, protocol: modbus_tcp, host: h, slot: 2, points: [{name: a, register: 1, address: DB1.DBW0}]}\n",
+        );
+        assert!(
+            errs.contains(&"devices[0].slot: is not a key of a modbus_tcp device".to_string()),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.contains(
+                &"devices[0].points[0].address: is an s7 key, not a key of a Modbus point"
+                    .to_string()
+            ),
+            "{errs:#?}"
+        );
+    }
+}
