@@ -1,6 +1,6 @@
 //! The demo a newcomer runs (`config/demo.yaml`, embedded as the default of
-//! `cargo run --release`): its built-in plant served over Modbus TCP and OPC-UA inside the
-//! process, both polled, values on `/api/status` and stored in the push queue. The demo's
+//! `cargo run --release`): its built-in plant served over Modbus TCP, OPC-UA and S7 inside
+//! the process, all three polled, values on `/api/status` and stored in the push queue. The demo's
 //! fixed ports are moved to free ones; everything else is the file as shipped. Lighthouse (npm,
 //! installed by `scripts/test.sh`) audits its status page in Debian's Chromium.
 
@@ -25,17 +25,19 @@ fn device<'a>(status: &'a Value, name: &str) -> &'a Value {
 /// The demo's config with its fixed ports moved to free ones.
 fn demo_config() -> Value {
     let mut config: Value = serde_saphyr::from_str(DEMO).expect("demo.yaml parses");
-    let (modbus, opcua) = (free_port(), free_port());
+    let (modbus, opcua, s7) = (free_port(), free_port(), free_port());
     config["connector"]["http"]["listen"] = json!("127.0.0.1:0");
     config["simulator"]["modbus"] = json!(format!("127.0.0.1:{modbus}"));
     config["simulator"]["opcua"] = json!(format!("127.0.0.1:{opcua}"));
+    config["simulator"]["s7"] = json!(format!("127.0.0.1:{s7}"));
     config["devices"][0]["port"] = json!(modbus);
     config["devices"][1]["endpoint"] = json!(format!("opc.tcp://127.0.0.1:{opcua}/"));
+    config["devices"][2]["port"] = json!(s7);
     config
 }
 
 #[test]
-fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
+fn the_demo_polls_its_plant_over_modbus_opcua_and_s7_and_stores_the_values() {
     let daemon = Daemon::start(demo_config());
     let client = daemon.client();
     let status = || {
@@ -47,12 +49,18 @@ fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
     wait_until(
         // Generous: the first start makes the OPC-UA client's RSA key.
         Duration::from_secs(120),
-        "both simulated devices connected with values",
+        "the three simulated devices connected with values",
         || {
             let s = status();
             let plant = device(&s, "plant-1");
             let boiler = device(&s, "boiler-1");
-            plant["state"] == json!("connected")
+            let plc = device(&s, "line-plc");
+            plc["state"] == json!("connected")
+                && plc["values"]["line"]["oven_temp"]["value"].is_f64()
+                && plc["values"]["line"]["pump_running"]["value"].is_boolean()
+                && plc["values"]["line"]["model"]["value"] == json!("OPEX-SIM")
+                && plc["pdu_size"].is_u64()
+                && plant["state"] == json!("connected")
                 && plant["values"]["process"]["oven_temp"]["value"].is_f64()
                 && boiler["state"] == json!("connected")
                 && boiler["values"]["boiler"]["temperature"]["value"].is_f64()
@@ -66,10 +74,11 @@ fn the_demo_polls_its_plant_over_modbus_and_opcua_and_stores_the_values() {
     let s = status();
     assert_eq!(u64_at(&s, "/engine/stats/backpressure_lost"), 0, "{s:#}");
     assert_eq!(u64_at(device(&s, "boiler-1"), "/errors_total"), 0, "{s:#}");
+    assert_eq!(u64_at(device(&s, "line-plc"), "/errors_total"), 0, "{s:#}");
 }
 
-/// The demo started, once both its simulated devices are connected.
-fn demo_with_both_devices_connected() -> Daemon {
+/// The demo started, once its simulated devices are connected.
+fn demo_with_its_devices_connected() -> Daemon {
     let daemon = Daemon::start(demo_config());
     wait_until(
         Duration::from_secs(120),
@@ -77,7 +86,7 @@ fn demo_with_both_devices_connected() -> Daemon {
         || {
             let s = daemon.status();
             s["devices"].as_array().is_some_and(|ds| {
-                ds.len() == 2 && ds.iter().all(|d| d["state"] == json!("connected"))
+                ds.len() == 3 && ds.iter().all(|d| d["state"] == json!("connected"))
             })
         },
     );
@@ -104,7 +113,7 @@ fn lighthouse_scores_the_demos_page_full_marks_in_accessibility_and_best_practic
         );
         return;
     };
-    let daemon = demo_with_both_devices_connected();
+    let daemon = demo_with_its_devices_connected();
     let dir = tempfile::tempdir().expect("temp dir");
     let report = dir.path().join("report.json");
     let out = std::process::Command::new(lighthouse)
@@ -187,7 +196,7 @@ for e in v.iter_errors(json.load(sys.stdin)):
 
 #[test]
 fn the_demos_status_ledger_and_a_write_match_the_schemas_of_the_openapi_document() {
-    let daemon = demo_with_both_devices_connected();
+    let daemon = demo_with_its_devices_connected();
     let write = daemon.request(
         "POST",
         "/api/devices/plant-1/write",

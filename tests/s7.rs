@@ -57,26 +57,6 @@ fn json_of(values: &Values) -> Vec<Value> {
         .collect()
 }
 
-/// DB10 with one value of every type at a known place, big-endian as the CPU stores it.
-fn typed_db() -> Vec<u8> {
-    let mut db = vec![0u8; 66];
-    db[0] = 0b0010_1000; // DBX0.3 and DBX0.5 set, DBX0.4 clear
-    db[1] = 200; // byte
-    db[2] = b'Z'; // char
-    db[4..6].copy_from_slice(&[0xFF, 0xFE]); // word 65534
-    db[6..8].copy_from_slice(&(-2i16).to_be_bytes()); // int
-    db[8..12].copy_from_slice(&0xDEAD_BEEFu32.to_be_bytes()); // dword
-    db[12..16].copy_from_slice(&(-100_000i32).to_be_bytes()); // dint
-    db[16..20].copy_from_slice(&(-3.5f32).to_be_bytes()); // real
-    db[20..28].copy_from_slice(&12345.678f64.to_be_bytes()); // lreal
-    db[28..36].copy_from_slice(&[10, 6, b'O', b'f', b'e', b'n', b' ', b'3']); // string[10]
-    db[40..48].copy_from_slice(&[0x26, 0x12, 0x04, 0x18, 0x03, 0x49, 0x12, 0x36]); // DT
-    db[48..60].copy_from_slice(&[0x07, 0xEA, 12, 4, 6, 18, 3, 49, 0x0E, 0xE6, 0xB2, 0x80]); // DTL
-    db[60..62].copy_from_slice(&[0x11, 0x23]); // s5time: 123 × 100 ms
-    db[62..66].copy_from_slice(&(-5000i32).to_be_bytes()); // time
-    db
-}
-
 #[test]
 fn every_type_decodes_to_the_value_written_into_the_plc_memory() {
     let plc = S7Plc::start(&[

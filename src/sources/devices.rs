@@ -162,13 +162,14 @@ pub struct RawPoint {
     pub address: Option<String>,
     /// Modbus: `holding` (default), `input`, `coil` or `discrete`.
     pub kind: Option<String>,
-    /// Modbus: `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f32`, `f64` or `string`.
-    /// Default `u16` for registers and `bool` for coils and discrete inputs (which can only be
-    /// `bool`). A `bool` register is true when it is not 0. S7: `bool`, `byte`, `word`,
-    /// `int`, `dword`, `dint`, `real`, `lreal`, `char`, `string`, `date_and_time`, `dtl`
-    /// (both as RFC 3339 text), `s5time` or `time` (both in milliseconds); default `bool` for
-    /// a bit address, `byte`, `word` or `dword` for the others. It must fit the address's
-    /// width (`real` needs a double word address such as `DB10.DBD4`).
+    /// The value's data type. Modbus: `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`,
+    /// `f32`, `f64` or `string`; default `u16` for registers and `bool` for coils and
+    /// discrete inputs (which can only be `bool`); a `bool` register is true when it is not
+    /// 0. S7: `bool`, `byte`, `word`, `int`, `dword`, `dint`, `real`, `lreal`, `char`,
+    /// `string`, `date_and_time`, `dtl` (both as RFC 3339 text), `s5time` or `time` (both in
+    /// milliseconds); default `bool` for a bit address, `byte`, `word` or `dword` for the
+    /// others. It must fit the address's width (`real` needs a double word address such as
+    /// `DB10.DBD4`).
     #[serde(rename = "type")]
     pub data_type: Option<String>,
     /// For `string`: Modbus, its length in bytes (2 per register), 1 to 250; S7, its

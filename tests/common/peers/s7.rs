@@ -50,13 +50,25 @@ impl S7Plc {
             process,
             dir,
         };
-        plc.process.spawn(
-            Command::new("python3")
-                .args([SCRIPT, &plc.port.to_string(), &spec_file.to_string_lossy()])
-                .current_dir(plc.dir.path()),
-        );
-        plc.process.wait_for_port(plc.port);
+        plc.start_again();
         plc
+    }
+
+    /// Stops the PLC (SIGTERM): its port refuses connections until [`S7Plc::start_again`].
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Starts the PLC on its port with the areas and bytes it was first given; returns once
+    /// it listens.
+    pub fn start_again(&mut self) {
+        let spec_file = self.dir.path().join("areas.json");
+        self.process.spawn(
+            Command::new("python3")
+                .args([SCRIPT, &self.port.to_string(), &spec_file.to_string_lossy()])
+                .current_dir(self.dir.path()),
+        );
+        self.process.wait_for_port(self.port);
     }
 
     /// The port.
@@ -91,6 +103,30 @@ impl S7Plc {
             .filter_map(|n| n.trim().parse().ok())
             .collect()
     }
+}
+
+/// DB10 with one value of every S7 type at a known place, big-endian as the CPU stores it:
+/// `DBX0.3` and `DBX0.5` set (`DBX0.4` clear), `DBB1` byte 200, `DBB2` char `Z`, `DBW4` word
+/// 65534, `DBW6` int -2, `DBD8` dword 0xDEADBEEF, `DBD12` dint -100000, `DBD16` real -3.5,
+/// `DBB20` lreal 12345.678, `DBB28` string[10] `Ofen 3`, `DBB40` date_and_time and `DBB48`
+/// dtl 2026-12-04 18:03:49 (.123 and .250), `DBW60` s5time 12.3 s, `DBD62` time -5 s.
+pub fn typed_db() -> Vec<u8> {
+    let mut db = vec![0u8; 66];
+    db[0] = 0b0010_1000; // DBX0.3 and DBX0.5 set, DBX0.4 clear
+    db[1] = 200; // byte
+    db[2] = b'Z'; // char
+    db[4..6].copy_from_slice(&[0xFF, 0xFE]); // word 65534
+    db[6..8].copy_from_slice(&(-2i16).to_be_bytes()); // int
+    db[8..12].copy_from_slice(&0xDEAD_BEEFu32.to_be_bytes()); // dword
+    db[12..16].copy_from_slice(&(-100_000i32).to_be_bytes()); // dint
+    db[16..20].copy_from_slice(&(-3.5f32).to_be_bytes()); // real
+    db[20..28].copy_from_slice(&12345.678f64.to_be_bytes()); // lreal
+    db[28..36].copy_from_slice(&[10, 6, b'O', b'f', b'e', b'n', b' ', b'3']); // string[10]
+    db[40..48].copy_from_slice(&[0x26, 0x12, 0x04, 0x18, 0x03, 0x49, 0x12, 0x36]); // DT
+    db[48..60].copy_from_slice(&[0x07, 0xEA, 12, 4, 6, 18, 3, 49, 0x0E, 0xE6, 0xB2, 0x80]); // DTL
+    db[60..62].copy_from_slice(&[0x11, 0x23]); // s5time: 123 × 100 ms
+    db[62..66].copy_from_slice(&(-5000i32).to_be_bytes()); // time
+    db
 }
 
 /// The connector's own simulated S7 CPU (`opex-connector simulate --s7`), run as the real
