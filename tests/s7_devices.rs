@@ -140,6 +140,15 @@ fn every_type_polls_to_its_typed_value_and_a_point_in_a_missing_db_is_bad_with_i
         plc.read_requests()
     );
     assert_eq!(u64_at(&d, "/requests_per_cycle"), 1, "{d:#}");
+    // Its numbers are in the trends, as every device's.
+    let real = "point/plc/main.real";
+    let trend = daemon
+        .get(&format!("/api/trends?series={real}"), None)
+        .json();
+    let series = &trend["series"][0];
+    assert_eq!(series["name"], real, "{trend:#}");
+    let lasts = series["last"].as_array().cloned().unwrap_or_default();
+    assert!(lasts.contains(&json!(-3.5)), "{trend:#}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! The `sparkplug` sink against real peers: `mosquitto`, a pymodbus device, the daemon
-//! binary, and a Sparkplug B host application on pysparkplug (`sparkplug/host.py`, pinned in
-//! scripts/test.sh), which decodes every payload and resolves the data messages' aliases
-//! with the births it saw. The tests read what the host printed.
+//! The `sparkplug` sink against real peers: `mosquitto`, a pymodbus device, python-snap7's
+//! S7 PLC, the daemon binary, and a Sparkplug B host application on pysparkplug
+//! (`sparkplug/host.py`, pinned in scripts/test.sh), which decodes every payload and resolves
+//! the data messages' aliases with the births it saw. The tests read what the host printed.
 
 mod common;
 
@@ -1317,4 +1317,85 @@ fn connector_healthy_follows_the_health_model_a_device_down_is_unhealthy_there_a
     wait_until(POLL_DEADLINE, "the state ok again", || {
         daemon.status()["state"] == "ok"
     });
+}
+
+#[test]
+fn an_s7_plcs_points_are_born_with_their_types_and_a_dcmd_writes_one_bit_of_the_plc_alone() {
+    let broker = Mosquitto::start();
+    let plc = S7Plc::start(&[("DB", 10, typed_db())]);
+    let mut host = Host::start(&broker);
+    let p =
+        |name: &str, address: &str, t: &str| json!({"name": name, "address": address, "type": t});
+    let cfg = json!({
+        "connector": {"name": "it", "http": {"admin_token": ADMIN_TOKEN}},
+        "commands": {},
+        "mqtt": {"connections": [{"name": "broker", "url": broker.url(), "client_id": "it-spb",
+                                  "keep_alive_secs": 5, "reconnect_max_ms": 200}]},
+        "devices": [{
+            "name": "plc", "protocol": "s7", "host": "127.0.0.1", "port": plc.port(),
+            "timeout_ms": 2000, "backoff_max_secs": 1,
+            "groups": [{"name": "main", "interval_ms": 100}],
+            "points": [
+                p("running", "DB10.DBX0.3", "bool"),
+                {"name": "lamp", "address": "DB10.DBX0.4", "writable": true},
+                p("int", "DB10.DBW6", "int"),
+                p("dword", "DB10.DBD8", "dword"),
+                p("real", "DB10.DBD16", "real"),
+                {"name": "text", "address": "DB10.DBB28", "type": "string", "length": 10},
+            ],
+        }],
+        "sinks": [{"name": "uns", "type": "sparkplug", "connection": "broker",
+                   "group_id": GROUP, "edge_node_id": NODE, "primary_host_id": HOST_ID,
+                   "queue": "disk", "max_quota_mb": 16}],
+    });
+    let _daemon = Daemon::start(cfg);
+    host.wait("the PLC's DBIRTH with its values", |m| {
+        m.iter().any(|v| {
+            v["type"] == "DBIRTH"
+                && v["device"] == "plc"
+                && v["metrics"].as_array().is_some_and(|ms| {
+                    ms.iter()
+                        .any(|x| x["name"] == "main/int" && x["value"] == -2)
+                })
+        })
+    });
+    let msgs = host.node_messages();
+    let dbirth = of_type(&msgs, "DBIRTH")
+        .into_iter()
+        .rev()
+        .find(|v| v["device"] == "plc" && metric(v, "main/int")["value"] == -2)
+        .expect("a DBIRTH with values")
+        .clone();
+    for (name, datatype, value) in [
+        ("main/running", "BOOLEAN", json!(true)),
+        ("main/lamp", "BOOLEAN", json!(false)),
+        ("main/int", "INT16", json!(-2)),
+        ("main/dword", "UINT32", json!(3_735_928_559u64)),
+        ("main/real", "FLOAT", json!(-3.5)),
+        ("main/text", "STRING", json!("Ofen 3")),
+    ] {
+        let m = metric(&dbirth, name);
+        assert_eq!(
+            (&m["datatype"], &m["value"]),
+            (&json!(datatype), &value),
+            "{m:#}"
+        );
+    }
+
+    host.send(&format!("dcmd {NODE} plc main/lamp BOOLEAN true"));
+    wait_until(POLL_DEADLINE, "the PLC's bit set by the DCMD", || {
+        plc.memory("DB", 10).first() == Some(&0b0011_1000)
+    });
+    host.wait("the write shows as the next DDATA of the metric", |m| {
+        m.iter()
+            .any(|x| x["type"] == "DDATA" && live_value(x, "main/lamp") == Some(json!(true)))
+    });
+    assert!(
+        plc.log()
+            .lines()
+            .any(|l| l.starts_with("write area=DB index=10 start=0 bit=4 data=01")),
+        "one BIT item, never the byte: {}",
+        plc.log()
+    );
+    assert!(host.messages().iter().all(|v| v["type"] != "error"));
 }
