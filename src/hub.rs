@@ -30,8 +30,11 @@ pub const MAX_CLIENTS: usize = 16;
 /// Largest payload a value message carries; a larger one is replaced by its size.
 pub const MAX_PAYLOAD_BYTES: usize = 4096;
 
-/// Sources whose payloads the live view shows: machine values, not callers' data.
-const PUBLIC_SOURCES: [&str; 4] = ["modbus/", "opcua/", "s7/", "schedule/"];
+/// Sources whose payloads the live view shows: machine values (every device's, and the
+/// schedules' ticks), not callers' data.
+fn is_public(source: &str) -> bool {
+    crate::sources::devices::is_device_source(source) || source.starts_with("schedule/")
+}
 
 /// The hub's counters.
 #[derive(Debug, Default)]
@@ -122,7 +125,7 @@ impl DataHub {
             return None;
         }
         let text = record.payload.get();
-        let public = PUBLIC_SOURCES.iter().any(|p| record.source.starts_with(p));
+        let public = is_public(&record.source);
         Some(Watched {
             source: record.source.clone(),
             key: public.then(|| record.key.clone()),

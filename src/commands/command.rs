@@ -106,8 +106,8 @@ pub enum PointResult {
     Unavailable(String),
     /// More commands for the device than `max_per_second`; nothing was sent.
     RateLimited,
-    /// The device answered with an error: a Modbus exception code, an OPC-UA status or an S7
-    /// return code.
+    /// The device answered with an error: a Modbus exception code, an OPC-UA status or
+    /// another protocol's return code.
     Exception(DeviceError),
     /// Sent, but whether it took effect is not known (a timeout, a lost connection, a read
     /// back that differs). Never retried by the connector.
@@ -121,9 +121,9 @@ pub enum DeviceError {
     Modbus(u8),
     /// An OPC-UA status name (`BadUserAccessDenied`).
     Opcua(String),
-    /// An S7 return code (an item's, e.g. 0x0A, or the request's, e.g. 0x8104), a number in
+    /// A protocol's return code (an S7 item's 0x0A, or its request's 0x8104), a number in
     /// JSON, with what it means in words.
-    S7 {
+    Coded {
         /// The code.
         code: u16,
         /// What it means.
@@ -157,7 +157,7 @@ impl PointResult {
             Self::Exception(DeviceError::Opcua(status)) => {
                 json!({"result": "exception", "exception": status})
             }
-            Self::Exception(DeviceError::S7 { code, reason }) => {
+            Self::Exception(DeviceError::Coded { code, reason }) => {
                 json!({"result": "exception", "exception": code, "reason": reason})
             }
             Self::Refused(why)

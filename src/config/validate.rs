@@ -118,7 +118,7 @@ fn messaging_source_names(nats: &NatsConfig, mqtt: &MqttConfig) -> Vec<String> {
 }
 
 /// The sources of the devices validation left out for a problem of their own, by the name
-/// and protocol written: `modbus/<name>`, `opcua/<name>` or `s7/<name>`, and `command/<name>` with
+/// and protocol written (`modbus/<name>`, `s7/<name>`, ...), and `command/<name>` with
 /// `commands:`. An entry without a usable name or protocol has no source to name.
 fn left_out_devices(
     raw: Option<&[RawDevice]>,
@@ -131,11 +131,8 @@ fn left_out_devices(
         let (Some(name), Some(protocol)) = (d.name.as_deref(), d.protocol.as_deref()) else {
             continue;
         };
-        let kind = match protocol {
-            "modbus_tcp" | "modbus_rtu" => "modbus",
-            "opcua" => "opcua",
-            "s7" => "s7",
-            _ => continue,
+        let Some(kind) = crate::sources::devices::family(protocol) else {
+            continue;
         };
         let source = format!("{kind}/{name}");
         if name.trim().is_empty() || kept.contains(&source) || out.contains(&source) {

@@ -1,9 +1,9 @@
 //! `devices:`: the field devices the pollers read, one list for every protocol.
 //!
 //! One raw struct, [`RawDevice`], holds the fields of every protocol, each `Option`: the
-//! `protocol` key picks which validator reads the entry, and that validator reports the keys
-//! of another protocol as problems (an `endpoint` on a Modbus device is a mistake worth a
-//! message, not a silent no-op). Poll groups are shared: each names an interval, and points
+//! `protocol` key picks which validator reads the entry, and the keys of another protocol
+//! are reported as problems here, from one table of which protocols read which key (an
+//! `endpoint` on a Modbus device is a mistake worth a message, not a silent no-op). Poll groups are shared: each names an interval, and points
 //! (Modbus, S7) or nodes (OPC-UA) say which group polls them.
 
 use serde::Deserialize;
@@ -215,6 +215,32 @@ pub struct GroupConfig {
     pub interval: std::time::Duration,
 }
 
+/// Every protocol `devices[].protocol` names, with the family its devices' records carry in
+/// their source (`modbus/press-1`): the one list of the protocols.
+pub const PROTOCOLS: [(&str, &str); 4] = [
+    ("modbus_tcp", "modbus"),
+    ("modbus_rtu", "modbus"),
+    ("opcua", "opcua"),
+    ("s7", "s7"),
+];
+
+/// The source family of `protocol`'s devices (`modbus` for `modbus_tcp`).
+pub fn family(protocol: &str) -> Option<&'static str> {
+    PROTOCOLS
+        .iter()
+        .find(|(p, _)| *p == protocol)
+        .map(|(_, f)| *f)
+}
+
+/// True when `source` is a device's (`<family>/<name>` of a protocol's family).
+pub fn is_device_source(source: &str) -> bool {
+    PROTOCOLS.iter().any(|(_, f)| {
+        source
+            .strip_prefix(f)
+            .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
 /// `devices:`, validated, by protocol.
 #[derive(Debug, Clone, Default)]
 pub struct DevicesConfig {
@@ -251,72 +277,125 @@ impl DevicesConfig {
     }
 }
 
-/// The Modbus keys an entry has, to report them on a device of another protocol.
-pub fn modbus_keys(d: &RawDevice) -> Vec<&'static str> {
-    [
-        ("host", d.host.is_some()),
-        ("port", d.port.is_some()),
-        ("unit", d.unit.is_some()),
-        ("baud", d.baud.is_some()),
-        ("parity", d.parity.is_some()),
-        ("data_bits", d.data_bits.is_some()),
-        ("stop_bits", d.stop_bits.is_some()),
-        ("inter_frame_delay_ms", d.inter_frame_delay_ms.is_some()),
-        ("timeout_ms", d.timeout_ms.is_some()),
-        ("max_gap", d.max_gap.is_some()),
-        ("backoff_max_secs", d.backoff_max_secs.is_some()),
-        ("points", d.points.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(k, present)| present.then_some(k))
-    .collect()
-}
+/// The keys of a `devices[]` entry that not every protocol reads, each with the families of
+/// the protocols that read it. A key set on a device of another protocol is a mistake worth a
+/// message (an `endpoint` on a Modbus device), not a silent no-op. Keys every device has
+/// (`name`, `protocol`, `template`, `vars`, `groups`, `hold_ms`) are not here.
+const PROTOCOL_KEYS: [(&str, &[&str]); 27] = [
+    ("host", &["modbus", "s7"]),
+    ("port", &["modbus", "s7"]),
+    ("unit", &["modbus"]),
+    ("baud", &["modbus"]),
+    ("parity", &["modbus"]),
+    ("data_bits", &["modbus"]),
+    ("stop_bits", &["modbus"]),
+    ("inter_frame_delay_ms", &["modbus"]),
+    ("timeout_ms", &["modbus", "s7"]),
+    ("max_gap", &["modbus"]),
+    ("backoff_max_secs", &["modbus", "s7"]),
+    ("points", &["modbus", "s7"]),
+    ("rack", &["s7"]),
+    ("slot", &["s7"]),
+    ("local_tsap", &["s7"]),
+    ("remote_tsap", &["s7"]),
+    ("pdu_size", &["s7"]),
+    ("endpoint", &["opcua"]),
+    ("security_policy", &["opcua"]),
+    ("security_mode", &["opcua"]),
+    ("username", &["opcua"]),
+    ("password", &["opcua"]),
+    ("pki_dir", &["opcua"]),
+    ("trust_server_certs", &["opcua"]),
+    ("check_server_hostname", &["opcua"]),
+    ("request_timeout_ms", &["opcua"]),
+    ("reconnect_initial_ms", &["opcua"]),
+];
 
-/// The OPC-UA keys an entry has, to report them on a device of another protocol.
-pub fn opcua_keys(d: &RawDevice) -> Vec<&'static str> {
-    [
-        ("endpoint", d.endpoint.is_some()),
-        ("security_policy", d.security_policy.is_some()),
-        ("security_mode", d.security_mode.is_some()),
-        ("username", d.username.is_some()),
-        ("password", d.password.is_some()),
-        ("pki_dir", d.pki_dir.is_some()),
-        ("trust_server_certs", d.trust_server_certs.is_some()),
-        ("check_server_hostname", d.check_server_hostname.is_some()),
-        ("request_timeout_ms", d.request_timeout_ms.is_some()),
-        ("reconnect_initial_ms", d.reconnect_initial_ms.is_some()),
+/// The keys of a group that not every protocol reads, as [`PROTOCOL_KEYS`].
+const GROUP_KEYS: [(&str, &[&str]); 2] = [("subscribe", &["opcua"]), ("deadband", &["opcua"])];
+
+/// The keys of [`PROTOCOL_KEYS`] set on `d` (and three more of OPC-UA's, read by it alone).
+fn keys_set(d: &RawDevice) -> Vec<(&'static str, &'static [&'static str])> {
+    let set = [
+        d.host.is_some(),
+        d.port.is_some(),
+        d.unit.is_some(),
+        d.baud.is_some(),
+        d.parity.is_some(),
+        d.data_bits.is_some(),
+        d.stop_bits.is_some(),
+        d.inter_frame_delay_ms.is_some(),
+        d.timeout_ms.is_some(),
+        d.max_gap.is_some(),
+        d.backoff_max_secs.is_some(),
+        d.points.is_some(),
+        d.rack.is_some(),
+        d.slot.is_some(),
+        d.local_tsap.is_some(),
+        d.remote_tsap.is_some(),
+        d.pdu_size.is_some(),
+        d.endpoint.is_some(),
+        d.security_policy.is_some(),
+        d.security_mode.is_some(),
+        d.username.is_some(),
+        d.password.is_some(),
+        d.pki_dir.is_some(),
+        d.trust_server_certs.is_some(),
+        d.check_server_hostname.is_some(),
+        d.request_timeout_ms.is_some(),
+        d.reconnect_initial_ms.is_some(),
+    ];
+    let opcua_only: [(&'static str, bool); 3] = [
         ("reconnect_max_ms", d.reconnect_max_ms.is_some()),
         ("watchdog_ms", d.watchdog_ms.is_some()),
         ("nodes", d.nodes.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(k, present)| present.then_some(k))
-    .collect()
+    ];
+    PROTOCOL_KEYS
+        .iter()
+        .zip(set)
+        .filter(|(_, on)| *on)
+        .map(|(k, _)| *k)
+        .chain(
+            opcua_only
+                .into_iter()
+                .filter(|(_, on)| *on)
+                .map(|(k, _)| (k, &["opcua"][..])),
+        )
+        .collect()
 }
 
-/// The S7 keys an entry has, to report them on a device of another protocol.
-pub fn s7_keys(d: &RawDevice) -> Vec<&'static str> {
-    [
-        ("rack", d.rack.is_some()),
-        ("slot", d.slot.is_some()),
-        ("local_tsap", d.local_tsap.is_some()),
-        ("remote_tsap", d.remote_tsap.is_some()),
-        ("pdu_size", d.pdu_size.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(k, present)| present.then_some(k))
-    .collect()
-}
-
-/// The OPC-UA keys of a group, to report them on a device of another protocol.
-pub fn opcua_group_keys(g: &RawGroup) -> Vec<&'static str> {
-    [
-        ("subscribe", g.subscribe.is_some()),
-        ("deadband", g.deadband.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(k, present)| present.then_some(k))
-    .collect()
+/// Reports every key of entry `d` (device and groups) that devices of `protocol` (of
+/// `family`) do not read; true when there was one.
+fn report_other_protocols_keys(
+    d: &RawDevice,
+    protocol: &str,
+    family: &str,
+    at: &str,
+    p: &mut Problems,
+) -> bool {
+    let article = if protocol.starts_with(['o', 's']) {
+        "an"
+    } else {
+        "a"
+    };
+    let why = format!("is not a key of {article} {protocol} device");
+    let mut found = false;
+    for (key, families) in keys_set(d) {
+        if !families.contains(&family) {
+            p.push(format!("{at}.{key}"), why.clone());
+            found = true;
+        }
+    }
+    for (i, g) in d.groups.as_deref().unwrap_or_default().iter().enumerate() {
+        let set = [g.subscribe.is_some(), g.deadband.is_some()];
+        for ((key, families), on) in GROUP_KEYS.iter().zip(set) {
+            if on && !families.contains(&family) {
+                p.push(format!("{at}.groups[{i}].{key}"), why.clone());
+                found = true;
+            }
+        }
+    }
+    found
 }
 
 /// Validates `devices:`.
@@ -328,6 +407,11 @@ pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems)
         let name = checked_name(d.name.as_deref(), &at, |n| names.iter().any(|o| o == n), p)
             .unwrap_or_default();
         names.push(name.clone());
+        if let Some(protocol) = d.protocol.as_deref() {
+            if let Some(family) = family(protocol) {
+                report_other_protocols_keys(d, protocol, family, &at, p);
+            }
+        }
         match d.protocol.as_deref() {
             Some(proto @ ("modbus_tcp" | "modbus_rtu")) => {
                 if let Some(dev) = validate_modbus_device(d, name, proto, &at, p) {
@@ -345,10 +429,14 @@ pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems)
                 }
             }
             None => p.push(format!("{at}.protocol"), "is required"),
-            Some(other) => p.push(
-                format!("{at}.protocol"),
-                format!("expected modbus_tcp, modbus_rtu, opcua or s7, got {other:?}"),
-            ),
+            Some(other) => {
+                let known: Vec<&str> = PROTOCOLS.iter().map(|(p, _)| *p).collect();
+                let (last, rest) = known.split_last().unwrap_or((&"", &[]));
+                p.push(
+                    format!("{at}.protocol"),
+                    format!("expected {} or {last}, got {other:?}", rest.join(", ")),
+                )
+            }
         }
     }
     check_lines(&out.modbus, path, p);

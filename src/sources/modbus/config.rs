@@ -317,18 +317,6 @@ pub fn validate_modbus_device(
     p: &mut Problems,
 ) -> Option<ModbusDeviceConfig> {
     let before = p.0.len();
-    let s7 = crate::sources::devices::s7_keys(d)
-        .into_iter()
-        .map(String::from);
-    for key in crate::sources::opcua::config::misplaced_opcua_keys(d)
-        .into_iter()
-        .chain(s7)
-    {
-        p.push(
-            format!("{at}.{key}"),
-            format!("is not a key of a {protocol} device"),
-        );
-    }
     let tcp = protocol == "modbus_tcp";
     let transport = if tcp {
         let host = match d.host.as_deref() {

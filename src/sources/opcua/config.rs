@@ -10,7 +10,7 @@ use serde::Deserialize;
 use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
 use crate::sources::catalogue::{DeviceDef, PointDef};
-use crate::sources::devices::{opcua_group_keys, validate_groups, GroupConfig, RawDevice};
+use crate::sources::devices::{validate_groups, GroupConfig, RawDevice};
 use crate::sources::hold::DEFAULT_HOLD;
 
 /// `devices[].nodes[]` of an OPC-UA device.
@@ -490,9 +490,6 @@ pub fn validate_opcua_device(
         format!("{at}.watchdog_ms"),
         p,
     );
-    for key in other_protocol_keys(d) {
-        p.push(format!("{at}.{key}"), "is not a key of an opcua device");
-    }
     if p.0.len() > before {
         return None;
     }
@@ -513,30 +510,6 @@ pub fn validate_opcua_device(
         hold: Duration::from_millis(hold),
         groups: opcua_groups,
     })
-}
-
-/// Keys of other protocols set on an OPC-UA entry.
-fn other_protocol_keys(d: &RawDevice) -> Vec<&'static str> {
-    let mut keys = crate::sources::devices::modbus_keys(d);
-    keys.extend(crate::sources::devices::s7_keys(d));
-    keys
-}
-
-/// The OPC-UA keys set on an entry of another protocol, device and groups, with their paths
-/// relative to the entry: for the other protocols' validators to report.
-pub fn misplaced_opcua_keys(d: &RawDevice) -> Vec<String> {
-    let mut keys: Vec<String> = crate::sources::devices::opcua_keys(d)
-        .into_iter()
-        .map(String::from)
-        .collect();
-    for (i, g) in d.groups.as_deref().unwrap_or_default().iter().enumerate() {
-        keys.extend(
-            opcua_group_keys(g)
-                .into_iter()
-                .map(|k| format!("groups[{i}].{k}")),
-        );
-    }
-    keys
 }
 
 fn validate_nodes(

@@ -12,8 +12,7 @@ use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
 use crate::sources::devices::{
-    check_groups_used, modbus_keys, point_group, point_name, validate_groups, GroupConfig,
-    RawDevice, RawPoint,
+    check_groups_used, point_group, point_name, validate_groups, GroupConfig, RawDevice, RawPoint,
 };
 use crate::sources::hold::DEFAULT_HOLD;
 
@@ -152,15 +151,6 @@ fn kind(t: DataType) -> DataKind {
     }
 }
 
-/// The keys of a Modbus device (and not of an S7 one) an entry has.
-fn modbus_only_keys(d: &RawDevice) -> Vec<&'static str> {
-    let shared = ["host", "port", "timeout_ms", "backoff_max_secs", "points"];
-    modbus_keys(d)
-        .into_iter()
-        .filter(|k| !shared.contains(k))
-        .collect()
-}
-
 /// Validates the S7 fields of a `devices[]` entry; `None` when a problem was found.
 pub fn validate_s7_device(
     d: &RawDevice,
@@ -169,11 +159,6 @@ pub fn validate_s7_device(
     p: &mut Problems,
 ) -> Option<S7DeviceConfig> {
     let before = p.0.len();
-    let opcua = crate::sources::opcua::config::misplaced_opcua_keys(d);
-    let modbus = modbus_only_keys(d).into_iter().map(String::from);
-    for key in opcua.into_iter().chain(modbus) {
-        p.push(format!("{at}.{key}"), "is not a key of an s7 device");
-    }
     let host = match d.host.as_deref() {
         Some(h) if !h.trim().is_empty() => h.to_string(),
         Some(_) => {

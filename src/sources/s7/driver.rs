@@ -161,11 +161,11 @@ fn to_plc(point: &S7PointConfig, value: &Value) -> Result<Value, String> {
 /// A write's outcome when the PLC refused it.
 fn refused(e: &ItemError) -> PointResult {
     match e {
-        ItemError::Refused { code, .. } => PointResult::Exception(DeviceError::S7 {
+        ItemError::Refused { code, .. } => PointResult::Exception(DeviceError::Coded {
             code: u16::from(*code),
             reason: e.to_string(),
         }),
-        ItemError::Request { code } => PointResult::Exception(DeviceError::S7 {
+        ItemError::Request { code } => PointResult::Exception(DeviceError::Coded {
             code: *code,
             reason: e.to_string(),
         }),
