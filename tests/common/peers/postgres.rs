@@ -210,30 +210,49 @@ impl Postgres {
         let log = self.log();
         let data = self.data();
         let secs = PEER_START_DEADLINE.as_secs().to_string();
-        let out = self
-            .cmd(
-                "pg_ctl",
-                &[
-                    "-D",
-                    &data.to_string_lossy(),
-                    "-l",
-                    &log.to_string_lossy(),
-                    "-o",
-                    &opts,
-                    "-w",
-                    "-t",
-                    &secs,
-                    "start",
-                ],
-            )
-            .output()
-            .expect("run pg_ctl start");
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            fs::read_to_string(&log).unwrap_or_default()
-        );
+        // The port may be held for a moment by another process's outgoing connection (an
+        // ephemeral port of a test running beside this one, after a restart on the same
+        // port): the start is tried again while the server says so, until the deadline.
+        let deadline = std::time::Instant::now() + PEER_START_DEADLINE;
+        loop {
+            let logged = fs::metadata(&log).map_or(0, |m| m.len() as usize);
+            let out = self.start_once(&data, &log, &opts, &secs);
+            if out.status.success() {
+                return;
+            }
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            let busy = text
+                .get(logged..)
+                .is_some_and(|t| t.contains("Address already in use"));
+            if busy && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+            panic!(
+                "pg_ctl start failed: {}\n{text}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    fn start_once(&self, data: &Path, log: &Path, opts: &str, secs: &str) -> std::process::Output {
+        self.cmd(
+            "pg_ctl",
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-l",
+                &log.to_string_lossy(),
+                "-o",
+                opts,
+                "-w",
+                "-t",
+                secs,
+                "start",
+            ],
+        )
+        .output()
+        .expect("run pg_ctl start")
     }
 
     /// Stops the server (`pg_ctl -m fast`: open connections are cut, a clean shutdown).
