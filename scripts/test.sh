@@ -85,7 +85,8 @@ install_socat() { apt_install socat; }
 # PostgreSQL 15 from bookworm (initdb, pg_ctl, postgres and psql under
 # /usr/lib/postgresql/15/bin). The tests run them as the `postgres` user the
 # package creates when they run as root; they never use the packaged cluster.
-# openssl makes the certificates of the TLS test.
+# openssl makes the certificates of the TLS tests (Postgres; the HTTP client's unit test
+# runs `openssl s_server`).
 install_postgresql() { apt_install postgresql postgresql-client openssl; }
 
 # ClickHouse: Debian 12 ships 18.16.1 (/usr/sbin/clickhouse-server; HTTP

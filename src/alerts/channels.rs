@@ -15,12 +15,13 @@ use tokio::task::JoinHandle;
 
 use super::alert::Alert;
 use super::config::{AlertsConfig, WebhookChannelConfig};
+use crate::http::client::{Client, Request};
 use crate::shutdown::Shutdown;
 
 /// Alerts waiting per channel; beyond it new ones are dropped and counted.
 pub const CHANNEL_QUEUE: usize = 256;
 /// Most bytes of an error answer kept in `last_error`.
-const MAX_REASON: u64 = 200;
+const MAX_REASON: usize = 200;
 
 /// Counters of one channel (`alert_channels[]` in `/api/status`).
 #[derive(Debug, Default)]
@@ -168,18 +169,13 @@ enum Attempt {
 }
 
 /// The webhook worker: one alert at a time, each POSTed with retries (on a blocking thread,
-/// with the same `ureq` client as the uplink).
+/// with the connector's HTTP client, as the uplink).
 pub async fn webhook(
     cfg: WebhookChannelConfig,
     mut rx: mpsc::Receiver<Alert>,
     stats: Arc<ChannelStats>,
     shutdown: Shutdown,
 ) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(cfg.timeout))
-        .http_status_as_error(false)
-        .build()
-        .into();
     let cfg = Arc::new(cfg);
     loop {
         let alert = tokio::select! {
@@ -190,8 +186,8 @@ pub async fn webhook(
         let mut delay = cfg.retry_initial;
         let mut attempt = 0;
         loop {
-            let (agent, cfg2, body2) = (agent.clone(), Arc::clone(&cfg), Arc::clone(&body));
-            let request = tokio::task::spawn_blocking(move || post(&agent, &cfg2, &body2));
+            let (cfg2, body2) = (Arc::clone(&cfg), Arc::clone(&body));
+            let request = tokio::task::spawn_blocking(move || post(&cfg2, &body2));
             // A request in flight at shutdown ends within its timeout on its own thread.
             let outcome = tokio::select! {
                 r = request => r
@@ -228,25 +224,27 @@ pub async fn webhook(
     }
 }
 
-fn post(agent: &ureq::Agent, cfg: &WebhookChannelConfig, body: &[u8]) -> Attempt {
-    let mut request = agent
-        .post(&cfg.url)
-        .header("Content-Type", "application/json");
-    if let Some(token) = &cfg.token {
-        request = request.header("Authorization", &format!("Bearer {token}"));
+/// One attempt, on a fresh connection (alerts are rare; nothing is kept between them).
+fn post(cfg: &WebhookChannelConfig, body: &[u8]) -> Attempt {
+    let auth = cfg.token.as_ref().map(|t| format!("Bearer {t}"));
+    let mut request = Request::post(&cfg.url, body)
+        .header("Content-Type", "application/json")
+        .max_body(MAX_REASON);
+    if let Some(auth) = &auth {
+        request = request.header("Authorization", auth);
     }
     for (k, v) in &cfg.headers {
         request = request.header(k, v);
     }
-    let mut response = match request.send(body) {
+    let response = match Client::new(cfg.timeout).send(request) {
         Ok(r) => r,
         Err(e) => return Attempt::Retry(e.to_string()),
     };
-    if response.status().is_success() {
+    if response.is_success() {
         return Attempt::Delivered;
     }
     // The same judgement as the push uplink's: only a refusal of the content is final.
-    match crate::sinks::push::judge(&mut response, MAX_REASON) {
+    match crate::sinks::push::judge(&response, MAX_REASON) {
         (crate::sinks::push::Refusal::Content, f) => Attempt::GiveUp(f.detail),
         (_, f) => Attempt::Retry(f.detail),
     }

@@ -9,10 +9,14 @@
 //! the bodies read before their check (`budget.rs`). A request waits only
 //! on its own settlement. Before any route runs, the request's `Host` must be one of the
 //! connector's own (`hosts.rs`), which stops DNS-rebinding pages.
+//!
+//! Beside the server, the connector's own small HTTP client (`client.rs`), blocking, for its
+//! outgoing requests: the push uplink, ClickHouse and alert webhooks.
 
 mod admin;
 mod auth;
 mod budget;
+pub mod client;
 mod commands;
 pub mod config;
 mod hosts;

@@ -14,7 +14,6 @@
 //! - everything else (connection refused, timeout, too many parts, memory limit, server
 //!   starting): retried.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use serde_json::{json, Value};
 use super::binary::Layout;
 use super::config::ClickHouseConfig;
 use crate::admission::Reservation;
+use crate::http::client::{Client, Request};
 use crate::record::Record;
 use crate::sinks::backlog::columns::{extract, text};
 use crate::sinks::backlog::{
@@ -33,9 +33,9 @@ use crate::sinks::report::Report;
 use crate::sinks::{Delivered, DeliveryError, Running, StartContext};
 
 /// Most bytes of an error body read.
-const MAX_ERROR_BODY: u64 = 16 * 1024;
+const MAX_ERROR_BODY: usize = 16 * 1024;
 /// Most bytes of a `DESCRIBE TABLE` answer read.
-const MAX_DESCRIBE_BODY: u64 = 256 * 1024;
+const MAX_DESCRIBE_BODY: usize = 256 * 1024;
 /// Longest a `DESCRIBE TABLE` may take; without an answer the batch goes as `JSONEachRow`.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -224,7 +224,7 @@ pub fn encode_row(record: &Record, columns: &[Column]) -> String {
 }
 
 struct HttpInserter {
-    agent: ureq::Agent,
+    client: Client,
     columns: Vec<Column>,
     /// `INSERT ... FORMAT RowBinary`.
     binary_url: String,
@@ -251,14 +251,8 @@ impl HttpInserter {
             .collect();
         let insert = format!("INSERT INTO {table} ({})", cols.join(","));
         let url = |query: &str| format!("{}/?query={}", cfg.url, percent_encode(query));
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(cfg.timeout))
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .build()
-            .into();
         Self {
-            agent,
+            client: Client::new(cfg.timeout),
             columns: cfg.columns.clone(),
             binary_url: url(&format!("{insert} FORMAT RowBinary")),
             json_url: url(&format!("{insert} FORMAT JSONEachRow")),
@@ -272,27 +266,17 @@ impl HttpInserter {
         }
     }
 
-    fn describe(&self) -> Option<Option<Layout>> {
-        let mut reply = self
-            .agent
-            .get(&self.describe_url)
+    fn describe(&mut self) -> Option<Option<Layout>> {
+        let request = Request::get(&self.describe_url)
             .header("Authorization", &self.auth)
-            .config()
-            .timeout_global(Some(DESCRIBE_TIMEOUT))
-            .build()
-            .call()
-            .ok()?;
-        if reply.status().as_u16() != 200 {
+            .timeout(DESCRIBE_TIMEOUT)
+            .max_body(MAX_DESCRIBE_BODY);
+        let reply = self.client.send(request).ok()?;
+        if reply.status() != 200 {
             return None;
         }
-        let mut text = String::new();
-        reply
-            .body_mut()
-            .as_reader()
-            .take(MAX_DESCRIBE_BODY)
-            .read_to_string(&mut text)
-            .ok()?;
-        Some(Layout::read(&text, &self.columns))
+        let text = std::str::from_utf8(reply.body()).ok()?;
+        Some(Layout::read(text, &self.columns))
     }
 
     /// The batch as `RowBinary` into `body`; false when a value of it cannot be written so.
@@ -311,38 +295,28 @@ impl HttpInserter {
             .all(|r| layout.encode(&r.record, &mut self.body))
     }
 
-    fn post(&self, binary: bool) -> Result<(), InsertError> {
+    fn post(&mut self, binary: bool) -> Result<(), InsertError> {
         let (url, content_type) = if binary {
             (&self.binary_url, "application/octet-stream")
         } else {
             (&self.json_url, "application/x-ndjson")
         };
-        let reply = self
-            .agent
-            .post(url)
+        let request = Request::post(url, &self.body)
             .header("Authorization", &self.auth)
             .header("Content-Type", content_type)
-            .send(&self.body[..]);
-        let mut reply = match reply {
+            .max_body(MAX_ERROR_BODY);
+        let reply = match self.client.send(request) {
             Ok(r) => r,
             Err(e) => return Err(InsertError::Transient(format!("request failed: {e}"))),
         };
-        let status = reply.status().as_u16();
+        let status = reply.status();
         let header_code = reply
-            .headers()
-            .get("X-ClickHouse-Exception-Code")
-            .and_then(|v| v.to_str().ok())
+            .header("X-ClickHouse-Exception-Code")
             .and_then(|v| v.trim().parse::<u32>().ok());
-        let mut text = String::new();
-        let _ = reply
-            .body_mut()
-            .as_reader()
-            .take(MAX_ERROR_BODY)
-            .read_to_string(&mut text);
         if status == 200 && header_code.is_none() {
             return Ok(());
         }
-        Err(classify(status, header_code, text.trim()))
+        Err(classify(status, header_code, reply.text().trim()))
     }
 }
 

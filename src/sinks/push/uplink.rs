@@ -8,15 +8,15 @@
 //! says something about the request or the configuration, so the rows are kept, retried and
 //! the queue held with an alert. A rotated token never empties the queue.
 
-use std::io::Read;
 use std::time::Duration;
 
 use super::config::UplinkConfig;
+use crate::http::client::{Client, ClientError, Request, Response};
 use crate::sinks::queue::{Destination, Failure, Verdict};
 use crate::store::Row;
 
 /// Longest part of a receiver's error body kept.
-const MAX_REASON: u64 = 512;
+const MAX_REASON: usize = 512;
 
 /// How a receiver's non-2xx answer is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,14 +43,10 @@ impl Refusal {
 
 /// Judges a receiver's non-2xx answer: its class, and the failure (`HTTP <status>` as the
 /// public class, the status with at most `max` bytes of the body as the detail).
-pub fn judge(response: &mut ureq::http::Response<ureq::Body>, max: u64) -> (Refusal, Failure) {
-    let status = response.status().as_u16();
-    let mut text = String::new();
-    let _ = response
-        .body_mut()
-        .as_reader()
-        .take(max)
-        .read_to_string(&mut text);
+pub fn judge(response: &Response, max: usize) -> (Refusal, Failure) {
+    let status = response.status();
+    let body = response.body();
+    let text = String::from_utf8_lossy(&body[..body.len().min(max)]);
     let class = format!("HTTP {status}");
     let detail = format!("HTTP {status}: {}", text.trim());
     (Refusal::of(status), Failure::new(class, detail))
@@ -59,19 +55,17 @@ pub fn judge(response: &mut ureq::http::Response<ureq::Body>, max: u64) -> (Refu
 /// The HTTP receiver of a push sink.
 pub struct HttpUplink {
     cfg: UplinkConfig,
-    agent: ureq::Agent,
+    client: Client,
+    /// `Bearer <token>`, when the config has a token.
+    auth: Option<String>,
 }
 
 impl HttpUplink {
     /// A client for `cfg.url`.
     pub fn new(cfg: UplinkConfig) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(cfg.timeout))
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .build()
-            .into();
-        Self { cfg, agent }
+        let client = Client::new(cfg.timeout);
+        let auth = cfg.token.as_ref().map(|t| format!("Bearer {t}"));
+        Self { cfg, client, auth }
     }
 }
 
@@ -82,20 +76,19 @@ impl Destination for HttpUplink {
             body.extend_from_slice(&r.line);
             body.push(b'\n');
         }
-        let mut request = self
-            .agent
-            .post(&self.cfg.url)
-            .header("Content-Type", "application/x-ndjson");
-        if let Some(token) = &self.cfg.token {
-            request = request.header("Authorization", &format!("Bearer {token}"));
+        let mut request = Request::post(&self.cfg.url, &body)
+            .header("Content-Type", "application/x-ndjson")
+            .max_body(MAX_REASON);
+        if let Some(auth) = &self.auth {
+            request = request.header("Authorization", auth);
         }
-        let mut response = match request.send(&body[..]) {
+        let response = match self.client.send(request) {
             Ok(r) => r,
             Err(e) => {
                 let class = match &e {
-                    ureq::Error::Timeout(_) => "timeout",
-                    ureq::Error::Io(_) | ureq::Error::ConnectionFailed => "connect",
-                    ureq::Error::HostNotFound => "host not found",
+                    ClientError::Timeout(_) => "timeout",
+                    ClientError::Io(_) | ClientError::Connect(_) => "connect",
+                    ClientError::HostNotFound(..) => "host not found",
                     _ => "request failed",
                 };
                 return Verdict::Retry {
@@ -104,16 +97,14 @@ impl Destination for HttpUplink {
                 };
             }
         };
-        if response.status().is_success() {
+        if response.is_success() {
             return Verdict::Delivered;
         }
         let after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
+            .header("retry-after")
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        match judge(&mut response, MAX_REASON) {
+        match judge(&response, MAX_REASON) {
             (Refusal::Transient, error) => Verdict::Retry { error, after },
             (Refusal::Request, error) => Verdict::Held { error },
             (Refusal::Content, error) => Verdict::Refused { error },
