@@ -13,7 +13,9 @@
 #                       what scripts/ota-update.sh installs (`opex-connector keygen` makes KEY)
 #   --valid-for D       how long a box may install it: not_after is now + D [90d; at most 366d]
 #   The field build has every source and sink, OPC-UA included, but not the simulator's
-#   OPC-UA server (about 6 MB of address space; the Modbus simulator stays). Instead:
+#   OPC-UA server (about 6 MB of address space; the Modbus simulator stays). Every artifact
+#   is built with the no-debug-logs feature: no debug or trace lines (about 160 KB; info
+#   and above stay). Instead of the field build:
 #   --no-opcua          the smallest build, without OPC-UA: <artifact>-no-opcua
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
 #   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
@@ -50,7 +52,7 @@ target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 sign_key=""
 valid_for=90d
-features=(--no-default-features --features opcua)
+features=(--no-default-features --features "opcua no-debug-logs")
 suffix=""
 bloat=0
 build_std=0
@@ -59,8 +61,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --sign) sign_key="$2"; shift 2 ;;
         --valid-for) valid_for="$2"; shift 2 ;;
-        --no-opcua) features=(--no-default-features); suffix="-no-opcua"; shift ;;
-        --with-simulator) features=(); suffix="-with-simulator"; shift ;;
+        --no-opcua) features=(--no-default-features --features no-debug-logs); suffix="-no-opcua"; shift ;;
+        --with-simulator) features=(--features no-debug-logs); suffix="-with-simulator"; shift ;;
         --bloat) bloat="$2"; shift 2 ;;
         --opt-level) export CARGO_PROFILE_RELEASE_OPT_LEVEL="$2"; shift 2 ;;
         --build-std) build_std=1; shift ;;

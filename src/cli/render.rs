@@ -389,7 +389,7 @@ pub fn man_page() -> String {
         }
         out.push_str(".RE\n");
     }
-    out.push_str(".SH ENVIRONMENT\n.TP\n.B RUST_LOG\nthe log filter, e.g. \\fBRUST_LOG=debug\\fR (default: info for the daemon, errors only for the commissioning tools)\n.SH FILES\n.TP\n.I /etc/opex\\-connector/config.yaml\nthe config the systemd unit runs\n.SH SEE ALSO\nThe book in the release archive and the repository (docs/), chapter Reference.\n");
+    out.push_str(".SH ENVIRONMENT\n.TP\n.B RUST_LOG\nthe log filter, e.g. \\fBRUST_LOG=debug\\fR (default: info for the daemon, errors only for the commissioning tools); the release binaries of scripts/build\\-release.sh carry no debug or trace lines\n.SH FILES\n.TP\n.I /etc/opex\\-connector/config.yaml\nthe config the systemd unit runs\n.SH SEE ALSO\nThe book in the release archive and the repository (docs/), chapter Reference.\n");
     out
 }
 

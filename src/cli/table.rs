@@ -152,7 +152,7 @@ pub const COMMANDS: &[Command] = &[
         name: "run",
         args: &[],
         summary: "run the daemon with a config file",
-        about: "Runs the connector with FILE: the pollers, the sources, the flows, the sinks and the HTTP server. It logs to stderr (filter with RUST_LOG, e.g. RUST_LOG=debug). Once the HTTP server is bound it prints `opex-connector listening on http://ADDR/` to stdout, which tells the real port when `listen` uses port 0. SIGTERM or SIGINT stops it gracefully: batches are flushed and every store committed (exit 0).\n\nWithout any command, `opex-connector` runs the demo config it carries (config/demo.yaml: data in ./data, HTTP on 127.0.0.1:8080).",
+        about: "Runs the connector with FILE: the pollers, the sources, the flows, the sinks and the HTTP server. It logs to stderr (filter with RUST_LOG, e.g. RUST_LOG=debug; the release binaries of scripts/build-release.sh carry no debug or trace lines, so there RUST_LOG=debug shows info and above). Once the HTTP server is bound it prints `opex-connector listening on http://ADDR/` to stdout, which tells the real port when `listen` uses port 0. SIGTERM or SIGINT stops it gracefully: batches are flushed and every store committed (exit 0).\n\nWithout any command, `opex-connector` runs the demo config it carries (config/demo.yaml: data in ./data, HTTP on 127.0.0.1:8080).",
         options: &[&[Opt {
             long: "--config",
             short: Some("-c"),
