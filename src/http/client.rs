@@ -4,8 +4,15 @@
 //! Mozilla roots, as the Postgres sink without a `ca_file`).
 //!
 //! Small on purpose (the field build's 6 MiB): no redirects (a redirect is an answer like any
-//! other, which the callers take as a configuration problem), no proxy from the environment,
-//! no compression, no cookies. Bounded: one timeout for the whole request (connect, send and
+//! other, which the callers take as a configuration problem), no compression, no cookies.
+//!
+//! An HTTP proxy is taken from the environment, as curl takes it: `https_proxy` (or
+//! `HTTPS_PROXY`) for `https://` URLs, reached through a `CONNECT` tunnel, `http_proxy` (or
+//! `HTTP_PROXY`) for `http://` URLs, `all_proxy` (or `ALL_PROXY`) for both when those are
+//! not set, `http://[user:password@]host[:port]` each (port 80 when not given; the user and
+//! password go as Basic credentials), and `no_proxy` (or `NO_PROXY`): host names, with their
+//! subdomains, and addresses reached directly, comma-separated, `*` for every host. This box
+//! itself (`localhost`, loopback addresses) is always reached directly. Bounded: one timeout for the whole request (connect, send and
 //! answer), an answer's header at most [`MAX_HEADER`] bytes, a body kept up to the request's
 //! `max_body` and read past it only to [`MAX_DRAIN`] to keep the connection (else closed).
 //!
@@ -165,15 +172,18 @@ impl Response {
 pub struct Client {
     timeout: Duration,
     tls: Option<Arc<ClientConfig>>,
+    proxies: Proxies,
     kept: Option<(Origin, Transport)>,
 }
 
 impl Client {
-    /// A client whose requests time out after `timeout` unless they say otherwise.
+    /// A client whose requests time out after `timeout` unless they say otherwise, through
+    /// the proxies of the environment.
     pub fn new(timeout: Duration) -> Self {
         Self {
             timeout,
             tls: None,
+            proxies: Proxies::from_env(),
             kept: None,
         }
     }
@@ -181,7 +191,8 @@ impl Client {
     /// Sends `request` and reads its answer, whatever its status.
     pub fn send(&mut self, request: Request<'_>) -> Result<Response, ClientError> {
         let target = Target::parse(request.url)?;
-        let head = head(&request, &target)?;
+        let proxy = self.proxies.of(&target.origin).cloned();
+        let head = head(&request, &target, proxy.as_ref())?;
         let timeout = request.timeout.unwrap_or(self.timeout);
         let deadline = Instant::now() + timeout;
         let kept = match self.kept.take() {
@@ -191,14 +202,14 @@ impl Client {
         let reused = kept.is_some();
         let mut transport = match kept {
             Some(t) => t,
-            None => self.connect(&target, deadline, timeout)?,
+            None => self.connect(&target, proxy.as_ref(), deadline, timeout)?,
         };
         let mut outcome = exchange(&mut transport, &head, &request, deadline);
         if reused
             && matches!(&outcome, Err(Failed { answered: false, error }) if !is_timeout(error))
         {
             // The server closed the idle connection: once more on a fresh one.
-            transport = self.connect(&target, deadline, timeout)?;
+            transport = self.connect(&target, proxy.as_ref(), deadline, timeout)?;
             outcome = exchange(&mut transport, &head, &request, deadline);
         }
         match outcome {
@@ -212,34 +223,26 @@ impl Client {
         }
     }
 
+    /// A connection to `target`, directly or through `proxy` (a tunnel for `https://`).
     fn connect(
         &mut self,
         target: &Target<'_>,
+        proxy: Option<&Proxy>,
         deadline: Instant,
         timeout: Duration,
     ) -> Result<Transport, ClientError> {
         let host = target.origin.host.as_str();
-        let addrs = (host, target.origin.port)
-            .to_socket_addrs()
-            .map_err(|e| ClientError::HostNotFound(host.to_string(), e))?;
-        let mut last = io::Error::new(ErrorKind::NotFound, "the host name has no address");
-        let mut stream = None;
-        for addr in addrs {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ClientError::Timeout(timeout));
-            }
-            match TcpStream::connect_timeout(&addr, left) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
+        let stream = match proxy {
+            None => tcp(host, target.origin.port, deadline, timeout)?,
+            Some(proxy) => {
+                let stream = tcp(&proxy.host, proxy.port, deadline, timeout)?;
+                if target.origin.tls {
+                    tunnel(stream, target, proxy, deadline, timeout)?
+                } else {
+                    stream
                 }
-                Err(e) if is_timeout(&e) => return Err(ClientError::Timeout(timeout)),
-                Err(e) => last = e,
             }
-        }
-        let stream = stream.ok_or(ClientError::Connect(last))?;
-        let _ = stream.set_nodelay(true);
+        };
         if !target.origin.tls {
             return Ok(Transport::Plain(stream));
         }
@@ -255,6 +258,222 @@ impl Client {
             .map_err(|e| ClientError::Url(format!("{host}: {e}")))?;
         let conn = ClientConnection::new(config, name).map_err(ClientError::Tls)?;
         Ok(Transport::Tls(Box::new(StreamOwned::new(conn, stream))))
+    }
+}
+
+/// A TCP connection to `host:port`, trying each of its addresses until `deadline`.
+fn tcp(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpStream, ClientError> {
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| ClientError::HostNotFound(host.to_string(), e))?;
+    let mut last = io::Error::new(ErrorKind::NotFound, "the host name has no address");
+    let mut stream = None;
+    for addr in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ClientError::Timeout(timeout));
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) if is_timeout(&e) => return Err(ClientError::Timeout(timeout)),
+            Err(e) => last = e,
+        }
+    }
+    let stream = stream.ok_or(ClientError::Connect(last))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Asks `proxy`, on `stream`, for a tunnel to `target`: the stream once the proxy said yes.
+fn tunnel(
+    stream: TcpStream,
+    target: &Target<'_>,
+    proxy: &Proxy,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpStream, ClientError> {
+    let origin = &target.origin;
+    let authority = if origin.host.contains(':') {
+        format!("[{}]:{}", origin.host, origin.port)
+    } else {
+        format!("{}:{}", origin.host, origin.port)
+    };
+    let mut ask = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
+    if let Some(auth) = &proxy.auth {
+        ask.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+    }
+    ask.push_str("\r\n");
+    let mut transport = Transport::Plain(stream);
+    let failed = |error: io::Error| match classify(error, timeout) {
+        ClientError::Io(e) => ClientError::Connect(e),
+        other => other,
+    };
+    transport
+        .write_all(ask.as_bytes(), deadline)
+        .map_err(failed)?;
+    let mut reader = Reader {
+        transport: &mut transport,
+        deadline,
+        buf: Vec::with_capacity(1024),
+        start: 0,
+    };
+    let head = reader.head().map_err(|f| failed(f.error))?;
+    if !(200..300).contains(&head.status) || !reader.unread().is_empty() {
+        return Err(ClientError::Connect(io::Error::other(format!(
+            "the proxy {}:{} answered {} to CONNECT {authority}",
+            proxy.host, proxy.port, head.status
+        ))));
+    }
+    let Transport::Plain(stream) = transport else {
+        return Err(ClientError::Answer("a tunnel that is not plain TCP".into()));
+    };
+    Ok(stream)
+}
+
+/// An HTTP proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proxy {
+    host: String,
+    port: u16,
+    /// `Basic ...` when the proxy's URL has a user.
+    auth: Option<String>,
+}
+
+impl Proxy {
+    /// `http://[user:password@]host[:port][/]` (the scheme may be left out); `None` for
+    /// another scheme or no host.
+    fn parse(url: &str) -> Option<Self> {
+        let url = url.trim();
+        let rest = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+            Some(_) => return None,
+            None => url,
+        };
+        let rest = rest.trim_end_matches('/');
+        let (user, hostport) = match rest.rsplit_once('@') {
+            Some((user, hostport)) => (Some(user), hostport),
+            None => (None, rest),
+        };
+        let url = format!("http://{hostport}/");
+        let target = Target::parse(&url).ok()?;
+        let auth = user.map(|u| {
+            use base64::Engine as _;
+            let (name, password) = u.split_once(':').unwrap_or((u, ""));
+            let plain = format!(
+                "{}:{}",
+                super::percent_decode(name),
+                super::percent_decode(password)
+            );
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(plain)
+            )
+        });
+        Some(Self {
+            host: target.origin.host,
+            port: target.origin.port,
+            auth,
+        })
+    }
+}
+
+/// The proxies of the environment (see the module's doc).
+#[derive(Debug, Clone, Default)]
+struct Proxies {
+    http: Option<Proxy>,
+    https: Option<Proxy>,
+    /// Hosts reached directly, lower case, without a leading dot; `*` for all.
+    direct: Vec<String>,
+}
+
+impl Proxies {
+    fn from_env() -> Self {
+        let var = |lower: &str, upper: &str| {
+            std::env::var(lower)
+                .or_else(|_| std::env::var(upper))
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+        };
+        let proxies = Self::parse(
+            var("http_proxy", "HTTP_PROXY").as_deref(),
+            var("https_proxy", "HTTPS_PROXY").as_deref(),
+            var("all_proxy", "ALL_PROXY").as_deref(),
+            var("no_proxy", "NO_PROXY").as_deref(),
+        );
+        for (which, proxy) in [("http", &proxies.http), ("https", &proxies.https)] {
+            if let Some(p) = proxy {
+                log::info!(
+                    "{which}:// requests go through the proxy of the environment: proxy={}:{}",
+                    p.host,
+                    p.port
+                );
+            }
+        }
+        proxies
+    }
+
+    fn parse(
+        http: Option<&str>,
+        https: Option<&str>,
+        all: Option<&str>,
+        none: Option<&str>,
+    ) -> Self {
+        let proxy = |v: Option<&str>| {
+            let v = v.or(all)?;
+            let p = Proxy::parse(v);
+            if p.is_none() {
+                log::warn!("proxy setting not used (only http:// proxies are): proxy={v:?}");
+            }
+            p
+        };
+        let direct = none
+            .unwrap_or("")
+            .split(',')
+            .map(|h| {
+                let h = h.trim().trim_start_matches('.').to_ascii_lowercase();
+                // A port in an entry is not looked at: the host is.
+                match h.rsplit_once(':') {
+                    Some((host, port)) if !host.contains(':') && port.parse::<u16>().is_ok() => {
+                        host.to_string()
+                    }
+                    _ => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+                }
+            })
+            .filter(|h| !h.is_empty())
+            .collect();
+        Self {
+            http: proxy(http),
+            https: proxy(https),
+            direct,
+        }
+    }
+
+    /// The proxy for `origin`, unless its host is reached directly: named in `no_proxy`, or
+    /// this box itself (`localhost`, a loopback address), which no proxy can reach.
+    fn of(&self, origin: &Origin) -> Option<&Proxy> {
+        let proxy = if origin.tls { &self.https } else { &self.http };
+        let host = origin.host.to_ascii_lowercase();
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.is_loopback());
+        let direct = loopback
+            || self.direct.iter().any(|d| {
+                d == "*"
+                    || host == *d
+                    || host
+                        .strip_suffix(d.as_str())
+                        .is_some_and(|sub| sub.ends_with('.'))
+            });
+        proxy.as_ref().filter(|_| !direct)
     }
 }
 
@@ -353,17 +572,29 @@ impl<'a> Target<'a> {
     }
 }
 
-/// The request line and header fields, checked.
-fn head(request: &Request<'_>, target: &Target<'_>) -> Result<Vec<u8>, ClientError> {
+/// The request line and header fields, checked; through a proxy to an `http://` URL, the
+/// request line names the whole URL and the proxy's credentials go with it.
+fn head(
+    request: &Request<'_>,
+    target: &Target<'_>,
+    proxy: Option<&Proxy>,
+) -> Result<Vec<u8>, ClientError> {
     let mut head = Vec::with_capacity(256);
+    let via = proxy.filter(|_| !target.origin.tls);
+    let _ = write!(head, "{} ", request.method);
+    if via.is_some() {
+        let _ = write!(head, "http://{}", target.authority);
+    }
     let _ = write!(
         head,
-        "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: opex-connector/{}\r\n",
-        request.method,
+        "{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: opex-connector/{}\r\n",
         target.path,
         target.authority,
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(auth) = via.and_then(|p| p.auth.as_deref()) {
+        let _ = write!(head, "Proxy-Authorization: {auth}\r\n");
+    }
     if let Some(body) = request.body {
         let _ = write!(head, "Content-Length: {}\r\n", body.len());
     }
@@ -882,7 +1113,7 @@ mod tests {
         // A self-signed certificate that is not a CA's (rustls refuses a CA's as a server's).
         const REQ: &str = "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
             -keyout key.pem -out cert.pem -days 2 -subj /CN=localhost \
-            -addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE";
+            -addext subjectAltName=IP:127.0.0.1,DNS:uplink.test -addext basicConstraints=critical,CA:FALSE";
         let made = Command::new("openssl")
             .args(REQ.split_whitespace())
             .current_dir(dir)
@@ -931,6 +1162,134 @@ mod tests {
         let _ = server.wait();
         assert_eq!(r.status(), 200);
         assert!(r.text().contains("s_server"), "{}", r.text());
+    }
+
+    #[test]
+    fn proxies_come_from_their_variables_and_no_proxy_names_the_hosts_reached_directly() {
+        let p = Proxies::parse(
+            Some("http://u%40plant:p%3Ass@10.0.0.5:3128/"),
+            None,
+            Some("proxy.site"),
+            Some("localhost, .plant.local,10.1.2.3:8080,[::1]"),
+        );
+        let http = p.http.clone().unwrap();
+        assert_eq!((http.host.as_str(), http.port), ("10.0.0.5", 3128));
+        // base64 of "u@plant:p:ss"
+        assert_eq!(http.auth.as_deref(), Some("Basic dUBwbGFudDpwOnNz"));
+        let https = p.https.clone().unwrap();
+        assert_eq!(
+            (https.host.as_str(), https.port, https.auth.as_deref()),
+            ("proxy.site", 80, None)
+        );
+        let origin = |tls, host: &str| Origin {
+            tls,
+            host: host.into(),
+            port: 443,
+        };
+        assert_eq!(p.of(&origin(true, "cloud.example.com")), Some(&https));
+        assert_eq!(p.of(&origin(false, "cloud.example.com")), Some(&http));
+        for direct in [
+            "localhost",
+            "hist.plant.local",
+            "plant.local",
+            "10.1.2.3",
+            "::1",
+        ] {
+            assert_eq!(p.of(&origin(true, direct)), None, "{direct}");
+        }
+        assert!(p.of(&origin(true, "notplant.local")).is_some());
+        let all = Proxies::parse(Some("http://p:1"), None, None, Some("*"));
+        assert_eq!(all.of(&origin(false, "anything")), None);
+        for own in ["localhost", "127.0.0.1", "127.3.4.5", "::1"] {
+            assert_eq!(p.of(&origin(true, own)), None, "{own} is this box");
+        }
+        let socks = Proxies::parse(None, Some("socks5://p:1080"), None, None);
+        assert!(socks.https.is_none(), "only http:// proxies are spoken");
+    }
+
+    #[test]
+    fn through_a_proxy_an_http_request_names_the_whole_url_and_carries_the_credentials() {
+        let (proxy_url, server) = serve(vec![vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        ]]);
+        let proxy = proxy_url.replace("http://", "http://line3:s3cret@");
+        let mut client = Client::new(Duration::from_secs(5));
+        client.proxies = Proxies::parse(Some(&proxy), None, None, None);
+        // The host does not resolve: only the proxy is connected to.
+        let r = client
+            .send(Request::post("http://uplink.invalid:8080/in?a=1", b"x"))
+            .unwrap();
+        assert_eq!((r.status(), r.text().as_str()), (200, "ok"));
+        let seen = server.join().unwrap();
+        assert!(
+            seen[0].starts_with("POST http://uplink.invalid:8080/in?a=1 HTTP/1.1\r\n"),
+            "{}",
+            seen[0]
+        );
+        assert!(seen[0].contains("Host: uplink.invalid:8080\r\n"));
+        // base64 of "line3:s3cret"
+        assert!(seen[0].contains("Proxy-Authorization: Basic bGluZTM6czNjcmV0\r\n"));
+    }
+
+    #[test]
+    fn through_a_proxy_https_goes_in_a_connect_tunnel_and_a_refused_tunnel_says_so() {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut server, url, pem) = openssl_server(dir.path());
+        let upstream = url
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .to_string();
+        // A proxy that grants one tunnel to the TLS server, then refuses the next one.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy_url = format!("http://{}", listener.local_addr().unwrap());
+        let proxy = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let asked = read_request(&mut s);
+            s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .unwrap();
+            let to = TcpStream::connect(&upstream).unwrap();
+            let (mut a, mut b) = (s.try_clone().unwrap(), to.try_clone().unwrap());
+            let up = thread::spawn(move || {
+                let _ = std::io::copy(&mut a, &mut b);
+                let _ = b.shutdown(std::net::Shutdown::Write);
+            });
+            let (mut from, mut back) = (to, s);
+            let _ = std::io::copy(&mut from, &mut back);
+            let _ = back.shutdown(std::net::Shutdown::Both);
+            let _ = up.join();
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = read_request(&mut s);
+            s.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+                .unwrap();
+            asked
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let mut client = Client::new(Duration::from_secs(10));
+        client.tls = Some(tls_config(roots));
+        client.proxies = Proxies::parse(None, Some(&proxy_url), None, None);
+        // A name only the proxy would resolve (loopback is always reached directly); the
+        // certificate carries it.
+        let url = url.replace("127.0.0.1", "uplink.test");
+        let r = client.send(Request::get(&url)).unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.text().contains("s_server"), "{}", r.text());
+        client.kept = None;
+        let e = client.send(Request::get(&url)).unwrap_err();
+        let _ = server.kill();
+        let _ = server.wait();
+        assert!(matches!(e, ClientError::Connect(_)), "{e}");
+        assert!(e.to_string().contains("407"), "{e}");
+        let asked = proxy.join().unwrap();
+        let port = url.trim_end_matches('/').rsplit(':').next().unwrap();
+        assert!(
+            asked.starts_with(&format!("CONNECT uplink.test:{port} HTTP/1.1\r\n")),
+            "{asked}"
+        );
     }
 
     #[test]
