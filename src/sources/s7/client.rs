@@ -30,6 +30,8 @@ pub struct Connection {
     pdu: u16,
     seq: u16,
     timeout: Duration,
+    /// ReadVar requests sent (whole items and parts alike).
+    reads: u64,
 }
 
 impl Connection {
@@ -46,6 +48,7 @@ impl Connection {
             stream,
             pdu: ep.pdu_size,
             seq: 0,
+            reads: 0,
             timeout: ep.timeout,
         };
         let confirm = conn
@@ -74,6 +77,11 @@ impl Connection {
             }
         }
         Ok(conn)
+    }
+
+    /// ReadVar requests sent on this connection so far, answered or not.
+    pub fn reads_sent(&self) -> u64 {
+        self.reads
     }
 
     /// The PDU size the PLC granted (plan with it).
@@ -109,6 +117,7 @@ impl Connection {
                 .collect();
             let spans: Vec<Span> = members.iter().map(|(_, it)| it.span()).collect();
             let seq = self.next_seq();
+            self.reads += 1;
             let answer = self
                 .exchange("read", &frame::read_request(seq, &spans), false)
                 .await?;
@@ -156,6 +165,7 @@ impl Connection {
                 len: len as u16,
             };
             let seq = self.next_seq();
+            self.reads += 1;
             let answer = self
                 .exchange("read", &frame::read_request(seq, &[span]), false)
                 .await?;

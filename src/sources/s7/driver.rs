@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use super::client::Connection;
 use super::config::{S7DeviceConfig, S7PointConfig};
 use super::error::{Error, ItemError, WriteError};
-use super::plan::{part_len, Item, Plan};
+use super::plan::{Item, Plan};
 use super::types::{self, DataType};
 use crate::commands::command::{all, NOT_SENT, OTHER_REFUSED};
 use crate::commands::{Command, Commands, DeviceError, PointResult};
@@ -220,14 +220,9 @@ impl Driver for S7Driver {
         let Some(planned) = plan.plan.as_ref() else {
             return Err(LinkError::Open("not planned".into()));
         };
-        let parts: usize = planned
-            .in_parts
-            .iter()
-            .filter_map(|&k| plan.items.get(k))
-            .map(|it| it.data_type.size().div_ceil(part_len(pdu)))
-            .sum();
-        let requests = (planned.requests.len() + parts) as u64;
+        let before = conn.reads_sent();
         let values = conn.read(&plan.items, planned).await;
+        let requests = conn.reads_sent() - before;
         status.requests_total.fetch_add(requests, Ordering::Relaxed);
         let values = match values {
             Ok(v) => v,
@@ -315,8 +310,11 @@ impl Driver for S7Driver {
                 let sent = conn.write(&[(item, raw.clone())]).await;
                 match sent.into_iter().next() {
                     Some(Ok(())) if command.verify => {
-                        status.requests_total.fetch_add(1, Ordering::Relaxed);
-                        match read_back(conn, item, &raw).await {
+                        let before = conn.reads_sent();
+                        let back = read_back(conn, item, &raw).await;
+                        let reads = conn.reads_sent() - before;
+                        status.requests_total.fetch_add(reads, Ordering::Relaxed);
+                        match back {
                             Ok(r) => r,
                             Err(e) => {
                                 let r = PointResult::Unknown(format!(
