@@ -8,7 +8,8 @@
 //! queue dead letter and sees the test receiver get it, ahead of the rows behind it, and
 //! deletes another with its two clicks. One writes a pymodbus device's setpoint and pump from
 //! the Commands section (token, confirmation, result per point) and reads them back from the
-//! device. Another draws a fixture
+//! device; another does the same with a python-snap7 S7 PLC's setpoint and one bit of a byte.
+//! Another draws a fixture
 //! of the status fields other parts add (queues, alerts, schedules, backfills, Sparkplug nodes) with
 //! `--dump-dom`. The WebSocket test speaks RFC 6455 by hand over a TCP socket.
 
@@ -674,6 +675,87 @@ fn the_page_lists_writable_points_and_with_the_commands_token_writes_a_value_aft
         "document.querySelectorAll('[data-write]').length",
         &json!(0),
     );
+}
+
+#[test]
+#[cfg(feature = "s7")]
+fn the_page_writes_an_s7_plcs_setpoint_and_one_bit_alone_after_a_confirmation() {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let mut db = vec![0u8; 8];
+    db[0] = 0b0010_1000; // DBX0.3 and DBX0.5 set: the program's other bits
+    let plc = S7Plc::start(&[("DB", 10, db)]);
+    let daemon = Daemon::start(json!({
+        "connector": {"name": "line-3", "push_queue": {"enabled": true, "max_quota_mb": 16}},
+        "commands": {"token": COMMANDS_TOKEN},
+        "devices": [{
+            "name": "plc",
+            "protocol": "s7",
+            "host": "127.0.0.1",
+            "port": plc.port(),
+            "timeout_ms": 2000,
+            "groups": [{"name": "process", "interval_ms": 250}],
+            "points": [
+                {"name": "setpoint", "address": "DB10.DBD2", "type": "real",
+                 "writable": true, "min": 0, "max": 250},
+                {"name": "lamp", "address": "DB10.DBX0.4", "writable": true},
+            ],
+        }],
+    }));
+    let mut browser = Browser::start(&bin);
+    browser.call("Page.navigate", json!({"url": daemon.url("/")}));
+    browser.wait_for(
+        "document.getElementById('sec-commands').hidden",
+        &json!(false),
+    );
+    let dom = browser.dom();
+    assert!(dom.contains("data-commands=\"plc\""), "{dom}");
+    assert!(dom.contains("0 … 250"), "{dom}");
+    browser.eval(&format!(
+        "document.getElementById('cmd-token').value = {}; document.getElementById('cmd-token-form').requestSubmit()",
+        json!(COMMANDS_TOKEN)
+    ));
+    browser.wait_for(
+        "document.querySelectorAll('[data-write]').length",
+        &json!(2),
+    );
+    browser.eval("document.querySelector('[data-value=\"plc/setpoint\"]').value = '120.5'");
+    browser.click("[data-write=\"plc/setpoint\"]");
+    assert_eq!(
+        browser.text(".confirm"),
+        json!("Write 120.5 to plc/setpoint?")
+    );
+    browser.click("[data-confirm=\"plc/setpoint\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"plc/setpoint\"]').dataset.outcome",
+        &json!("written"),
+    );
+    assert_eq!(&plc.memory("DB", 10)[2..6], &120.5f32.to_be_bytes());
+
+    browser.eval("document.querySelector('[data-value=\"plc/lamp\"]').value = 'true'");
+    browser.click("[data-write=\"plc/lamp\"]");
+    assert_eq!(browser.text(".confirm"), json!("Write true to plc/lamp?"));
+    browser.click("[data-confirm=\"plc/lamp\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"plc/lamp\"]').dataset.outcome",
+        &json!("written"),
+    );
+    assert_eq!(
+        plc.memory("DB", 10)[0],
+        0b0011_1000,
+        "DBX0.4 set, its neighbours left alone"
+    );
+    // A value past max: its result, and nothing sent.
+    browser.eval("document.querySelector('[data-value=\"plc/setpoint\"]').value = '300'");
+    browser.click("[data-write=\"plc/setpoint\"]");
+    browser.click("[data-confirm=\"plc/setpoint\"]");
+    browser.wait_for(
+        "document.querySelector('[data-result=\"plc/setpoint\"]').dataset.outcome",
+        &json!("out_of_range"),
+    );
+    assert_eq!(&plc.memory("DB", 10)[2..6], &120.5f32.to_be_bytes());
 }
 
 /// Serves the page's own files (from the source tree), `status` as `/api/status` and, unless
