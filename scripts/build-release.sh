@@ -52,7 +52,7 @@ target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 sign_key=""
 valid_for=90d
-features=(--no-default-features --features "opcua no-debug-logs")
+features=(--no-default-features --features "opcua s7 no-debug-logs")
 suffix=""
 bloat=0
 build_std=0
@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --sign) sign_key="$2"; shift 2 ;;
         --valid-for) valid_for="$2"; shift 2 ;;
-        --no-opcua) features=(--no-default-features --features no-debug-logs); suffix="-no-opcua"; shift ;;
+        --no-opcua) features=(--no-default-features --features "s7 no-debug-logs"); suffix="-no-opcua"; shift ;;
         --with-simulator) features=(--features no-debug-logs); suffix="-with-simulator"; shift ;;
         --bloat) bloat="$2"; shift 2 ;;
         --opt-level) export CARGO_PROFILE_RELEASE_OPT_LEVEL="$2"; shift 2 ;;

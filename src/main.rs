@@ -102,9 +102,15 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
         ("read modbus", [target]) => {
             tool(p, |flags, out| commission::modbus::read(target, flags, out))
         }
+        #[cfg(feature = "s7")]
         ("read s7", [url, addresses @ ..]) => tool(p, |flags, out| {
             commission::s7::read(url, addresses, flags, out)
         }),
+        #[cfg(not(feature = "s7"))]
+        ("read s7", _) => {
+            eprintln!("opex-connector: this build has no S7 client (it was built without the `s7` feature)");
+            ExitCode::from(2)
+        }
         ("scan modbus", [target]) => {
             tool(p, |flags, out| commission::modbus::scan(target, flags, out))
         }

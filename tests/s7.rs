@@ -3,6 +3,7 @@
 //! library API reads and writes it; the `read s7` tool is run as the real binary. And the
 //! other way round: the simulator's S7 CPU (`opex-connector simulate --s7`) answers
 //! python-snap7's client, the `read s7` tool and the driver's library.
+#![cfg(feature = "s7")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! S7 devices in the connector (`protocol: s7`), through the real binary, against a PLC
 //! nobody here wrote: python-snap7's server (`tests/common/peers/s7.rs`), its memory filled
 //! by the test byte by byte and read back from the server's own memory after a write.
+#![cfg(feature = "s7")]
 
 mod common;
 

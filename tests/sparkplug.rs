@@ -1320,6 +1320,7 @@ fn connector_healthy_follows_the_health_model_a_device_down_is_unhealthy_there_a
 }
 
 #[test]
+#[cfg(feature = "s7")]
 fn an_s7_plcs_points_are_born_with_their_types_and_a_dcmd_writes_one_bit_of_the_plc_alone() {
     let broker = Mosquitto::start();
     let plc = S7Plc::start(&[("DB", 10, typed_db())]);

@@ -19,10 +19,12 @@
 //!
 //! - [`target`]: URLs and flags → validated device configs.
 //! - [`modbus`]: `read modbus` and `scan modbus` against a device; [`scan`], the scan's plan.
-//! - [`s7`]: `read s7` against a Siemens S7 PLC (ISO connect, setup and ReadVar only).
+//! - `s7` (feature `s7`): `read s7` against a Siemens S7 PLC (ISO connect, setup and ReadVar
+//!   only).
 //! - `opcua` (feature `opcua`): the tools' OPC-UA session and `read opcua`; `browse`: the walk.
 
 pub mod modbus;
+#[cfg(feature = "s7")]
 pub mod s7;
 pub mod scan;
 pub mod target;

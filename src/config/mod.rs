@@ -121,6 +121,16 @@ pub fn pick_connection<T: Clone>(
     }
 }
 
+/// The problems of `text` as a config (after a `connector:` section with a data dir), each
+/// as `path: message`; none when it is valid. The config tests' one helper.
+#[cfg(test)]
+pub fn test_problems(text: &str) -> Vec<String> {
+    match from_yaml(&format!("connector:\n  data_dir: /d\n{text}")) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.0.into_iter().map(|p| p.to_string()).collect(),
+    }
+}
+
 /// Parses and validates YAML text. Pure: no I/O.
 ///
 /// Structural problems (unknown keys, wrong types) and value problems are reported together;

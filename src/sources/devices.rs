@@ -6,14 +6,14 @@
 //! `endpoint` on a Modbus device is a mistake worth a message, not a silent no-op). Poll groups are shared: each names an interval, and points
 //! (Modbus, S7) or nodes (OPC-UA) say which group polls them.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
-use crate::config::checks::checked_name;
+use crate::config::checks::{checked_name, in_range};
 use crate::config::Problems;
 use crate::sources::catalogue::DeviceDef;
-use crate::sources::modbus::config::{
-    check_lines, validate_modbus_device, ModbusDeviceConfig, RawPort,
-};
+use crate::sources::modbus::config::{check_lines, validate_modbus_device, ModbusDeviceConfig};
 use crate::sources::opcua::config::{validate_opcua_device, OpcuaDeviceConfig, RawOpcuaNode};
 use crate::sources::s7::config::{validate_s7_device, S7DeviceConfig};
 
@@ -212,7 +212,7 @@ pub struct GroupConfig {
     /// Its name.
     pub name: String,
     /// Its interval.
-    pub interval: std::time::Duration,
+    pub interval: Duration,
 }
 
 /// Every protocol `devices[].protocol` names, with the family its devices' records carry in
@@ -443,13 +443,109 @@ pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems)
     out
 }
 
+/// `devices[].port`: a TCP port number or a serial device path.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawPort {
+    /// A TCP port (Modbus TCP, S7).
+    Number(u64),
+    /// A serial device (Modbus RTU).
+    Path(String),
+}
+
+/// `host` and `port` of a device of `protocol` reached over TCP, `default_port` when `port`
+/// is not set: every problem with its path.
+pub fn tcp_address(
+    d: &RawDevice,
+    protocol: &str,
+    default_port: u16,
+    at: &str,
+    p: &mut Problems,
+) -> (String, u16) {
+    let host = match d.host.as_deref() {
+        Some(h) if !h.trim().is_empty() => h.to_string(),
+        Some(_) => {
+            p.push(format!("{at}.host"), "must not be empty");
+            String::new()
+        }
+        None => {
+            p.push(format!("{at}.host"), format!("is required for {protocol}"));
+            String::new()
+        }
+    };
+    let port = match &d.port {
+        None => default_port,
+        Some(RawPort::Number(n)) => match u16::try_from(*n) {
+            Ok(port) if port > 0 => port,
+            _ => {
+                p.push(format!("{at}.port"), format!("{n} is outside 1..=65535"));
+                default_port
+            }
+        },
+        Some(RawPort::Path(s)) => {
+            p.push(
+                format!("{at}.port"),
+                format!("expected a TCP port number for {protocol}, got {s:?}"),
+            );
+            default_port
+        }
+    };
+    (host, port)
+}
+
+/// The timing keys of a polled device (Modbus, S7), validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// `timeout_ms`: one request's answer [1000 ms; 10..=60000].
+    pub timeout: Duration,
+    /// `backoff_max_secs`: the breaker's longest wait [60 s; 1..=3600].
+    pub backoff_max: Duration,
+    /// `hold_ms`: how long a refused sample holds the loop.
+    pub hold: Duration,
+}
+
+/// `timeout_ms`, `backoff_max_secs` and `hold_ms` of device `d`: every problem with its path.
+pub fn timing(d: &RawDevice, at: &str, p: &mut Problems) -> Timing {
+    let timeout = in_range(
+        d.timeout_ms,
+        1000,
+        10..=60_000,
+        format!("{at}.timeout_ms"),
+        p,
+    );
+    let backoff_max = in_range(
+        d.backoff_max_secs,
+        60,
+        1..=3600,
+        format!("{at}.backoff_max_secs"),
+        p,
+    );
+    Timing {
+        timeout: Duration::from_millis(timeout),
+        backoff_max: Duration::from_secs(backoff_max),
+        hold: hold(d, at, p),
+    }
+}
+
+/// `hold_ms` of device `d` [the delivery document's 10 s; 0..=600000].
+pub fn hold(d: &RawDevice, at: &str, p: &mut Problems) -> Duration {
+    let ms = in_range(
+        d.hold_ms,
+        crate::sources::hold::DEFAULT_HOLD.as_millis() as u64,
+        0..=600_000,
+        format!("{at}.hold_ms"),
+        p,
+    );
+    Duration::from_millis(ms)
+}
+
 /// Validates `groups:` of one device: every problem with its path. Without groups, one group
 /// `default` every second.
 pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> Vec<GroupConfig> {
     let Some(raw) = raw else {
         return vec![GroupConfig {
             name: "default".into(),
-            interval: std::time::Duration::from_secs(1),
+            interval: Duration::from_secs(1),
         }];
     };
     if raw.is_empty() {
@@ -474,7 +570,7 @@ pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> 
         }
         out.push(GroupConfig {
             name,
-            interval: std::time::Duration::from_millis(ms),
+            interval: Duration::from_millis(ms),
         });
     }
     out
@@ -547,14 +643,7 @@ mod tests {
     use crate::config::from_yaml;
     use crate::sources::modbus::config::{DataType, Order, RegisterKind, Transport};
 
-    fn problems(text: &str) -> Vec<String> {
-        from_yaml(&format!("connector:\n  data_dir: /d\n{text}"))
-            .unwrap_err()
-            .0
-            .into_iter()
-            .map(|p| p.to_string())
-            .collect()
-    }
+    use crate::config::test_problems as problems;
 
     #[test]
     fn every_problem_of_a_modbus_device_is_reported_with_its_path() {

@@ -19,7 +19,9 @@ use crate::sources::catalogue::Catalogue;
 use crate::sources::devices::DevicesConfig;
 use crate::sources::modbus::ModbusPollers;
 use crate::sources::opcua::OpcuaDeviceConfig;
+#[cfg(feature = "s7")]
 use crate::sources::poll_loop::PollLoop;
+#[cfg(feature = "s7")]
 use crate::sources::s7::driver::{poll_loops, S7Driver};
 use crate::sources::status::DeviceStatus;
 
@@ -96,6 +98,7 @@ struct OpcuaDevice {
 pub struct Pollers {
     modbus: ModbusPollers,
     opcua: Vec<OpcuaDevice>,
+    #[cfg(feature = "s7")]
     s7: Vec<PollLoop<S7Driver>>,
     #[cfg_attr(not(feature = "opcua"), allow(dead_code))]
     data_dir: PathBuf,
@@ -129,10 +132,13 @@ impl Pollers {
                 inbox,
             });
         }
+        // Without the client there is no S7 device (validation refuses them).
+        #[cfg(feature = "s7")]
         let s7 = poll_loops(&devices.s7, catalogue, commands.as_deref_mut());
         Self {
             modbus: ModbusPollers::new(&devices.modbus, catalogue, commands),
             opcua,
+            #[cfg(feature = "s7")]
             s7,
             data_dir: data_dir.to_path_buf(),
             runtime: None,
@@ -143,11 +149,16 @@ impl Pollers {
     /// Starts the pollers' thread, when there is a device, and every device's task on it.
     /// Call it outside an async context (an OPC-UA device may make its key pair first).
     pub fn start(&mut self, engine: &Arc<Engine>, shutdown: &Shutdown) -> std::io::Result<()> {
-        if self.modbus.is_empty() && self.opcua.is_empty() && self.s7.is_empty() {
+        #[cfg(feature = "s7")]
+        let no_s7 = self.s7.is_empty();
+        #[cfg(not(feature = "s7"))]
+        let no_s7 = true;
+        if self.modbus.is_empty() && self.opcua.is_empty() && no_s7 {
             return Ok(());
         }
         let runtime = PollerRuntime::start()?;
         self.modbus.start(engine, &runtime, shutdown);
+        #[cfg(feature = "s7")]
         for plc in std::mem::take(&mut self.s7) {
             self.tasks
                 .push(runtime.spawn(plc.run(Arc::clone(engine), shutdown.clone())));

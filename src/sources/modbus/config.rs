@@ -3,15 +3,13 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
 use crate::sources::devices::{
-    check_groups_used, point_group, point_name, validate_groups, GroupConfig, RawDevice, RawPoint,
+    check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, GroupConfig,
+    RawDevice, RawPoint, RawPort,
 };
-use crate::sources::hold::DEFAULT_HOLD;
 
 /// Most registers one read request may carry (the protocol's limit for function 3 and 4).
 pub const MAX_REGISTERS: u16 = 125;
@@ -21,16 +19,6 @@ pub const MAX_BITS: u16 = 2000;
 pub const MAX_WRITE_REGISTERS: u16 = 123;
 /// Most coils one write request may carry (the protocol's limit for function 15).
 pub const MAX_WRITE_BITS: u16 = 1968;
-
-/// `devices[].port`: a TCP port number or a serial device path.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawPort {
-    /// Modbus TCP.
-    Number(u64),
-    /// Modbus RTU.
-    Path(String),
-}
 
 /// How a device is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,32 +307,7 @@ pub fn validate_modbus_device(
     let before = p.0.len();
     let tcp = protocol == "modbus_tcp";
     let transport = if tcp {
-        let host = match d.host.as_deref() {
-            Some(h) if !h.trim().is_empty() => h.to_string(),
-            Some(_) => {
-                p.push(format!("{at}.host"), "must not be empty");
-                String::new()
-            }
-            None => {
-                p.push(format!("{at}.host"), "is required for modbus_tcp");
-                String::new()
-            }
-        };
-        let port = match &d.port {
-            None => 502,
-            Some(RawPort::Number(n)) if (1..=65_535).contains(n) => *n as u16,
-            Some(RawPort::Number(n)) => {
-                p.push(format!("{at}.port"), format!("{n} is outside 1..=65535"));
-                502
-            }
-            Some(RawPort::Path(s)) => {
-                p.push(
-                    format!("{at}.port"),
-                    format!("expected a TCP port number for modbus_tcp, got {s:?}"),
-                );
-                502
-            }
-        };
+        let (host, port) = tcp_address(d, protocol, 502, at, p);
         for (key, present) in [
             ("baud", d.baud.is_some()),
             ("parity", d.parity.is_some()),
@@ -411,28 +374,8 @@ pub fn validate_modbus_device(
     };
     let max_unit = if tcp { 255 } else { 247 };
     let unit = in_range(d.unit, 1, 0..=max_unit, format!("{at}.unit"), p) as u8;
-    let timeout = in_range(
-        d.timeout_ms,
-        1000,
-        10..=60_000,
-        format!("{at}.timeout_ms"),
-        p,
-    );
+    let timing = timing(d, at, p);
     let max_gap = in_range(d.max_gap, 8, 0..=124, format!("{at}.max_gap"), p) as u16;
-    let backoff_max = in_range(
-        d.backoff_max_secs,
-        60,
-        1..=3600,
-        format!("{at}.backoff_max_secs"),
-        p,
-    );
-    let hold = in_range(
-        d.hold_ms,
-        DEFAULT_HOLD.as_millis() as u64,
-        0..=600_000,
-        format!("{at}.hold_ms"),
-        p,
-    );
     let groups = validate_groups(d.groups.as_deref(), at, p);
     let points = validate_points(d.points.as_deref(), &groups, at, p);
     let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
@@ -442,10 +385,10 @@ pub fn validate_modbus_device(
         template: d.template.clone(),
         transport,
         unit,
-        timeout: Duration::from_millis(timeout),
+        timeout: timing.timeout,
         max_gap,
-        backoff_max: Duration::from_secs(backoff_max),
-        hold: Duration::from_millis(hold),
+        backoff_max: timing.backoff_max,
+        hold: timing.hold,
         groups,
         points,
     })

@@ -10,8 +10,7 @@ use serde::Deserialize;
 use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
 use crate::sources::catalogue::{DeviceDef, PointDef};
-use crate::sources::devices::{validate_groups, GroupConfig, RawDevice};
-use crate::sources::hold::DEFAULT_HOLD;
+use crate::sources::devices::{hold, validate_groups, GroupConfig, RawDevice};
 
 /// `devices[].nodes[]` of an OPC-UA device.
 #[derive(Debug, Default, Deserialize)]
@@ -437,13 +436,7 @@ pub fn validate_opcua_device(
             format!("{reconnect_initial} is more than reconnect_max_ms ({reconnect_max})"),
         );
     }
-    let hold = in_range(
-        d.hold_ms,
-        DEFAULT_HOLD.as_millis() as u64,
-        0..=600_000,
-        format!("{at}.hold_ms"),
-        p,
-    );
+    let hold = hold(d, at, p);
     let raw_groups = d.groups.as_deref();
     let groups = validate_groups(raw_groups, at, p);
     let mut opcua_groups: Vec<OpcuaGroupConfig> = groups
@@ -507,7 +500,7 @@ pub fn validate_opcua_device(
         reconnect_initial: Duration::from_millis(reconnect_initial),
         reconnect_max: Duration::from_millis(reconnect_max),
         watchdog: Duration::from_millis(watchdog),
-        hold: Duration::from_millis(hold),
+        hold,
         groups: opcua_groups,
     })
 }

@@ -12,9 +12,9 @@ use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
 use crate::sources::devices::{
-    check_groups_used, point_group, point_name, validate_groups, GroupConfig, RawDevice, RawPoint,
+    check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, GroupConfig,
+    RawDevice, RawPoint,
 };
-use crate::sources::hold::DEFAULT_HOLD;
 
 /// One point, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,34 +159,13 @@ pub fn validate_s7_device(
     p: &mut Problems,
 ) -> Option<S7DeviceConfig> {
     let before = p.0.len();
-    let host = match d.host.as_deref() {
-        Some(h) if !h.trim().is_empty() => h.to_string(),
-        Some(_) => {
-            p.push(format!("{at}.host"), "must not be empty");
-            String::new()
-        }
-        None => {
-            p.push(format!("{at}.host"), "is required for s7");
-            String::new()
-        }
-    };
-    let port = match &d.port {
-        None => super::endpoint::DEFAULT_PORT,
-        Some(crate::sources::modbus::config::RawPort::Number(n)) if (1..=65_535).contains(n) => {
-            *n as u16
-        }
-        Some(crate::sources::modbus::config::RawPort::Number(n)) => {
-            p.push(format!("{at}.port"), format!("{n} is outside 1..=65535"));
-            0
-        }
-        Some(crate::sources::modbus::config::RawPort::Path(s)) => {
-            p.push(
-                format!("{at}.port"),
-                format!("expected a TCP port number for s7, got {s:?}"),
-            );
-            0
-        }
-    };
+    if cfg!(not(feature = "s7")) {
+        p.push(
+            format!("{at}.protocol"),
+            "this build has no S7 client (it was built without the `s7` feature)",
+        );
+    }
+    let (host, port) = tcp_address(d, "s7", super::endpoint::DEFAULT_PORT, at, p);
     let tsap = |key: &str, raw: Option<&str>, p: &mut Problems| -> Option<u16> {
         let text = raw?;
         parse_tsap(text)
@@ -219,27 +198,7 @@ pub fn validate_s7_device(
         format!("{at}.pdu_size"),
         p,
     ) as u16;
-    let timeout = in_range(
-        d.timeout_ms,
-        1000,
-        10..=60_000,
-        format!("{at}.timeout_ms"),
-        p,
-    );
-    let backoff_max = in_range(
-        d.backoff_max_secs,
-        60,
-        1..=3600,
-        format!("{at}.backoff_max_secs"),
-        p,
-    );
-    let hold = in_range(
-        d.hold_ms,
-        DEFAULT_HOLD.as_millis() as u64,
-        0..=600_000,
-        format!("{at}.hold_ms"),
-        p,
-    );
+    let timing = timing(d, at, p);
     let groups = validate_groups(d.groups.as_deref(), at, p);
     let points = validate_points(d.points.as_deref(), &groups, at, p);
     let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
@@ -253,10 +212,10 @@ pub fn validate_s7_device(
             local_tsap,
             remote_tsap,
             pdu_size,
-            timeout: Duration::from_millis(timeout),
+            timeout: timing.timeout,
         },
-        backoff_max: Duration::from_secs(backoff_max),
-        hold: Duration::from_millis(hold),
+        backoff_max: timing.backoff_max,
+        hold: timing.hold,
         groups,
         points,
     })
@@ -399,18 +358,26 @@ fn item(r: &RawPoint, pat: &str, p: &mut Problems) -> Option<Item> {
         .ok()
 }
 
+#[cfg(all(test, not(feature = "s7")))]
+mod without_the_client {
+    #[test]
+    fn a_build_without_the_client_refuses_s7_devices() {
+        let text = "connector:\n  data_dir: /d\ndevices:\n  - name: plc\n    protocol: s7\n    host: 127.0.0.1\n    groups: [{name: fast, interval_ms: 200}]\n    points: [{name: t, group: fast, address: DB1.DBW0}]\n";
+        let problems = crate::config::from_yaml(text).unwrap_err();
+        assert!(
+            problems.0.iter().any(|p| p
+                .to_string()
+                .contains("devices[0].protocol: this build has no S7 client")),
+            "{problems:?}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::from_yaml;
 
-    fn problems(text: &str) -> Vec<String> {
-        from_yaml(&format!("connector:\n  data_dir: /d\n{text}"))
-            .unwrap_err()
-            .0
-            .into_iter()
-            .map(|p| p.to_string())
-            .collect()
-    }
+    use crate::config::test_problems as problems;
 
     #[test]
     fn a_valid_s7_device_gets_its_defaults_types_from_its_widths_and_names_a_flow_source() {

@@ -21,14 +21,20 @@
 //! As a device (`protocol: s7` in `devices:`): [`config`] validates its entry, and
 //! [`driver`] is its driver on the one poll loop, reads and commands alike.
 //!
+//! The client and the driver need the `s7` cargo feature (on by default, in the field build
+//! too); without it the addresses, types and config remain, and `validate` refuses every S7
+//! device.
+//!
 //! Bits are read through their byte (one item per point, the bit taken here) and written
 //! as a WriteVar item of transport size BIT at byte × 8 + bit, never as a read-modify-write
 //! of the byte: the PLC program may change the other bits at any time.
 
 pub mod address;
+#[cfg(feature = "s7")]
 pub mod client;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "s7")]
 pub mod driver;
 pub mod endpoint;
 pub mod error;
@@ -37,6 +43,7 @@ pub mod plan;
 pub mod types;
 
 pub use address::{Address, Area, Width};
+#[cfg(feature = "s7")]
 pub use client::{Connection, Values};
 pub use config::S7DeviceConfig;
 pub use endpoint::Endpoint;
