@@ -5,9 +5,16 @@
 # config schema opex-connector.schema.json (config/, written from the config types).
 #
 # Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator]
-#                                 [--opt-level z] [--build-std] [--bloat N] [TARGET...]
+#                                 [--stable] [--opt-level L] [--bloat N] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
+#   The boards' targets (aarch64 and armv7, gnu and musl) get the small build, what a site
+#   flashes: opt-level "z" and the standard library compiled with the build (cargo's
+#   -Z build-std on the nightly pinned below, NIGHTLY, installed with its rust-src when
+#   missing; panic = "abort", no unwind tables, LTO with the rest): about 2.8 MB smaller than
+#   the stable build, its code about 3 times slower (docs/src/deployment/build-size.md).
+#   Panic messages stay, backtraces go. It builds with the local toolchains (not cross).
+#   x86_64-unknown-linux-musl, an industrial PC with room to spare, gets the stable build.
 #   --sign KEY          also write <artifact>.manifest.json (version, target, sha256,
 #                       not_after) and its ed25519 signature <artifact>.manifest.json.sig,
 #                       what scripts/ota-update.sh installs (`opex-connector keygen` makes KEY)
@@ -18,16 +25,11 @@
 #   and above stay). Instead of the field build:
 #   --no-opcua          the smallest build, without OPC-UA: <artifact>-no-opcua
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
-#   --opt-level L       build with opt-level L instead of [profile.release]'s "s": "z" makes
-#                       the field build about 1.1 MB smaller (1.6 MB with --build-std) and its
-#                       code about 3 times slower (docs/src/deployment/build-size.md): <artifact>-opt-L
-#   --build-std         compile the standard library too, with the build's profile
-#                       (panic = "abort", the opt-level, no unwind tables, LTO with the
-#                       rest), instead of linking the prebuilt one: cargo's -Z build-std on
-#                       the nightly pinned in this script (NIGHTLY; installed with its
-#                       rust-src when missing). Panic messages stay, backtraces go. For
-#                       aarch64-unknown-linux-musl only, with local toolchains (no cross).
-#                       docs/src/deployment/build-size.md. <artifact>-build-std (after any -opt-L)
+#   --stable            the stable build for every target: stable Rust, [profile.release]'s
+#                       opt-level "s", the prebuilt standard library: <artifact>-stable on
+#                       the boards' targets
+#   --opt-level L       build with opt-level L instead of the target's ("z" small, "s"
+#                       stable): <artifact>-opt-L
 #   --bloat N           also print the N biggest crates of each build (cargo-bloat, installed
 #                       here when missing, pinned), weighed on that build's unstripped link
 #
@@ -40,7 +42,7 @@ set -euo pipefail
 ZIG_VERSION=0.13.0
 ZIGBUILD_VERSION=0.19.8
 BLOAT_VERSION=0.12.1
-# The nightly that --build-std uses, and its rustc's commit (a toolchain named `nightly`
+# The nightly that the small build uses, and its rustc's commit (a toolchain named `nightly`
 # counts when its rustc is this one). -Z build-std is unstable: move both together and
 # measure again (docs/src/deployment/build-size.md).
 NIGHTLY="nightly-2026-05-20"
@@ -55,7 +57,8 @@ valid_for=90d
 features=(--no-default-features --features "opcua s7 no-debug-logs")
 suffix=""
 bloat=0
-build_std=0
+stable=0
+opt_level=""
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -64,22 +67,45 @@ while [ $# -gt 0 ]; do
         --no-opcua) features=(--no-default-features --features "s7 no-debug-logs"); suffix="-no-opcua"; shift ;;
         --with-simulator) features=(--features no-debug-logs); suffix="-with-simulator"; shift ;;
         --bloat) bloat="$2"; shift 2 ;;
-        --opt-level) export CARGO_PROFILE_RELEASE_OPT_LEVEL="$2"; shift 2 ;;
-        --build-std) build_std=1; shift ;;
+        --opt-level) opt_level="$2"; shift 2 ;;
+        --stable) stable=1; shift ;;
         -h | --help)
             sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
+        -*) printf 'build-release.sh: unknown option %s (see --help)\n' "$1" >&2; exit 2 ;;
         *) targets+=("$1"); shift ;;
     esac
 done
 ((${#targets[@]})) || targets=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
     armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl)
-# A build made another way is named so: it never replaces the default artifact in dist/, and
-# a technician can tell which one a box runs.
-opt_level="${CARGO_PROFILE_RELEASE_OPT_LEVEL:-s}"
-[ "$opt_level" = s ] || suffix+="-opt-$opt_level"
-((!build_std)) || suffix+="-build-std"
+
+# True for a board's target (aarch64 and armv7, gnu and musl).
+board() { # TARGET
+    case "$1" in
+        aarch64-unknown-linux-gnu | aarch64-unknown-linux-musl | armv7-unknown-linux-gnueabihf) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+# True when TARGET gets the small build: a board's, without --stable.
+small() { # TARGET
+    ((!stable)) && board "$1"
+}
+
+# TARGET's artifact name. A build made another way than the target's own is named so: it
+# never replaces the default artifact in dist/, and a technician can tell which one a box
+# runs.
+artifact() { # TARGET
+    local name="opex-connector-$version-$1$suffix" own=s
+    if small "$1"; then
+        own=z
+    elif board "$1"; then
+        name+="-stable"
+    fi
+    [ -z "$opt_level" ] || [ "$opt_level" = "$own" ] || name+="-opt-$opt_level"
+    printf '%s' "$name"
+}
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -108,24 +134,18 @@ if command -v cross >/dev/null && { docker info >/dev/null 2>&1 || podman info >
     use_cross=1
 fi
 
-# --build-std: cargo runs as "${cargo[@]}" (cargo +NIGHTLY) with "${std_flags[@]}" added to
-# its build; without, plain cargo and no flags. The nightly is the pinned one: a toolchain
-# named $NIGHTLY, or one named `nightly` whose rustc is $NIGHTLY_COMMIT, else $NIGHTLY is
-# installed. std's sources come from its rust-src; the target's prebuilt std is not needed.
-cargo=(cargo)
-std_flags=()
-if ((build_std)); then
-    for t in "${targets[@]}"; do
-        # The one target it is measured and run on (docs/src/deployment/build-size.md); not tried on the
-        # others (their start files and unwinder come from elsewhere).
-        [ "$t" = aarch64-unknown-linux-musl ] ||
-            die "--build-std is for aarch64-unknown-linux-musl (the field build) only, not $t: name that target (scripts/build-release.sh --build-std aarch64-unknown-linux-musl)"
-    done
-    if ((use_cross)); then
-        log "--build-std builds with the local toolchain, not cross"
-        use_cross=0
-    fi
-    nightly=""
+# The small build: cargo runs as "${cargo[@]}" (cargo +NIGHTLY) with "${std_flags[@]}"
+# added to its build; the stable one as plain cargo with no flags (set per target below).
+# The nightly is the pinned one: a toolchain named $NIGHTLY, or one named `nightly` whose
+# rustc is $NIGHTLY_COMMIT, else $NIGHTLY is installed. std's sources come from its
+# rust-src; the target's prebuilt std is not needed.
+any_small=0
+for t in "${targets[@]}"; do
+    if small "$t"; then any_small=1; fi
+done
+nightly=""
+small_flags=()
+if ((any_small)); then
     host=$(rustc -vV | sed -n 's/^host: //p')
     for tc in "$NIGHTLY" nightly; do
         rustup toolchain list | grep -q "^$tc-$host\b" || continue
@@ -137,34 +157,35 @@ if ((build_std)); then
     if [ -z "$nightly" ]; then
         log "rustup toolchain install $NIGHTLY --profile minimal --component rust-src"
         rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src ||
-            die "--build-std needs the nightly toolchain $NIGHTLY (rustc $NIGHTLY_COMMIT) with rust-src, and installing it failed; install it (rustup toolchain install $NIGHTLY --component rust-src) or build without --build-std"
+            die "the small build needs the nightly toolchain $NIGHTLY (rustc $NIGHTLY_COMMIT) with rust-src, and installing it failed; install it (rustup toolchain install $NIGHTLY --component rust-src) or build with --stable"
         nightly="$NIGHTLY"
     fi
     if ! rustup component list --installed --toolchain "$nightly" | grep -qx rust-src; then
         rustup component add rust-src --toolchain "$nightly" ||
-            die "--build-std needs rust-src of $nightly, and adding it failed (rustup component add rust-src --toolchain $nightly)"
+            die "the small build needs rust-src of $nightly, and adding it failed (rustup component add rust-src --toolchain $nightly)"
     fi
-    log "--build-std with $(rustc "+$nightly" -V)"
-    cargo=(cargo "+$nightly")
+    log "the small build with $(rustc "+$nightly" -V)"
     # std's features: optimize_for_size (its smaller sort and string algorithms), and not
     # cargo's default `backtrace`, the symbolizer (gimli, addr2line, miniz_oxide) that reads
     # the debug info and symbols a stripped binary does not have. A panic still prints its
     # message and location.
-    std_flags=(-Z "build-std=std,panic_abort" -Z build-std-features=optimize_for_size)
+    small_flags=(-Z "build-std=std,panic_abort" -Z build-std-features=optimize_for_size)
 fi
+cargo=(cargo)
+std_flags=()
 
 # Source paths as a panic's location names them, without the directories of the machine that
 # built it: `<cargo home>/registry/src/<index>/tokio-1.54.1/src/...` becomes
-# `tokio-1.54.1/src/...` (this package's own are `src/...` already), and with --build-std the
+# `tokio-1.54.1/src/...` (this package's own are `src/...` already), and in the small build the
 # nightly's `.../lib/rustlib/src/rust/library/...` becomes `library/...`. 731 paths, 69 632
-# bytes of the aarch64 musl field build with --opt-level z --build-std (about 56 KB of the
-# default one), and no builder's home directory in the artifact. A path with white space in it
+# bytes of the aarch64 musl small build (about 56 KB of the
+# stable one), and no builder's home directory in the artifact. A path with white space in it
 # is left as it is (the flags are split on white space).
 remaps=()
 for dir in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
     [ -d "$dir" ] && [[ "$dir" != *[[:space:]]* ]] && remaps+=("--remap-path-prefix=$dir=")
 done
-if ((build_std)); then
+if ((any_small)); then
     std_src="$(rustc "+$nightly" --print sysroot)/lib/rustlib/src/rust/"
     [[ "$std_src" != *[[:space:]]* ]] && remaps+=("--remap-path-prefix=$std_src=")
 fi
@@ -175,14 +196,14 @@ fi
 strip_tool=""
 build() { # TARGET
     local t="$1"
-    if ((use_cross)); then
+    if ((use_cross)) && ! small "$t"; then
         log "cross build --release --target $t"
         CROSS_CONFIG=cross/Cross.toml cross build --release "${features[@]}" --target "$t"
         strip_tool=""
         return
     fi
-    # (--build-std compiles the target's std from source.)
-    ((build_std)) || rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    # (The small build compiles the target's std from source.)
+    small "$t" || rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     case "$t" in
         aarch64-unknown-linux-gnu)
             apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
@@ -256,14 +277,37 @@ for t in "${targets[@]}"; do
     # build (docs/src/deployment/build-size.md).
     # (RUSTFLAGS, when set, replaces this.)
     rustflags=-Cforce-unwind-tables=no
-    # With --build-std the sysroot has no musl start files (crt1.o and the like) for rustc
-    # to pass: zig links its own musl, start files and libunwind instead.
-    if ((build_std)); then rustflags+=" -Clink-self-contained=no"; fi
+    if small "$t"; then
+        cargo=(cargo "+$nightly")
+        std_flags=("${small_flags[@]}")
+        export CARGO_PROFILE_RELEASE_OPT_LEVEL="${opt_level:-z}"
+        # A std built here has no musl start files (crt1.o and the like) for rustc to
+        # pass: zig links its own musl, start files and libunwind instead.
+        [[ "$t" != *-musl ]] || rustflags+=" -Clink-self-contained=no"
+        # armv7: Thumb-2 code (16- and 32-bit instructions) instead of A32, std included:
+        # every ARMv7-A core runs it, and the build's code is about a quarter smaller.
+        [[ "$t" != armv7-* ]] || rustflags+=" -Ctarget-feature=+thumb-mode"
+        ((!use_cross)) || log "the small build of $t builds with the local toolchain, not cross"
+    else
+        cargo=(cargo)
+        std_flags=()
+        export CARGO_PROFILE_RELEASE_OPT_LEVEL="${opt_level:-s}"
+    fi
+    # A board's gnu target in the small build: linked by the nightly's own lld (through
+    # Debian's gcc driver) with the relative relocations of the position-independent
+    # executable packed (DT_RELR) instead of 24 bytes each: 632 688 bytes of .rela.dyn in
+    # the aarch64 gnu build. Debian 12's ld ignores the option for aarch64. It needs glibc
+    # 2.36 on the box, as a build linked on Debian 12 does anyway (cross/cargo-config.toml).
+    if small "$t" && [[ "$t" == *-gnu* ]]; then
+        lld_dir="$(rustc "+$nightly" --print sysroot)/lib/rustlib/$host/bin/gcc-ld"
+        [ -x "$lld_dir/ld.lld" ] || die "the small build links with the nightly's lld, and $lld_dir/ld.lld is missing"
+        rustflags+=" -Clink-arg=-fuse-ld=lld -Clink-arg=-B$lld_dir -Clink-arg=-Wl,-z,pack-relative-relocs"
+    fi
     rustflags+="${remaps[*]/#/ }"
     export "CARGO_TARGET_$(printf %s "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=$rustflags"
     build "$t"
     if ((bloat)); then bloat_table "$t"; fi
-    out="opex-connector-$version-$t$suffix"
+    out="$(artifact "$t")"
     cp "$target_dir/$t/release/opex-connector" "dist/$out"
     if [ -n "$strip_tool" ]; then "$strip_tool" --strip-all "dist/$out"; fi
     artifacts+=("$out")
@@ -292,6 +336,6 @@ artifacts+=("opex-connector-$version.1" opex-connector.schema.json)
 
 printf '\n%-64s %12s\n' "artifact" "bytes" >&2
 for t in "${targets[@]}"; do
-    f="dist/opex-connector-$version-$t$suffix"
+    f="dist/$(artifact "$t")"
     printf '%-64s %12s\n' "$(basename "$f")" "$(stat -c %s "$f")" >&2
 done
