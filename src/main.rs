@@ -59,8 +59,7 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
                 for w in &cfg.warnings {
                     eprintln!("warning: {w}");
                 }
-                println!("{file}: ok");
-                ExitCode::SUCCESS
+                emit(&format!("{file}: ok\n"))
             }
             Err(problems) => report(file, &problems),
         },
@@ -162,6 +161,8 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
 
 /// Writes `text` to stdout. A reader that went away (`| head`) ends the command quietly with
 /// exit status 1 instead of a panic.
+/// Writes `text` to stdout: exit 1, without a panic, when it cannot be written (a closed
+/// pipe, `| head`).
 fn emit(text: &str) -> ExitCode {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -172,11 +173,11 @@ fn emit(text: &str) -> ExitCode {
 }
 
 fn version() -> ExitCode {
-    println!("opex-connector {VERSION}");
+    let mut text = format!("opex-connector {VERSION}\n");
     if let Some(previous) = release::previous_version() {
-        println!("previous {previous}");
+        text.push_str(&format!("previous {previous}\n"));
     }
-    ExitCode::SUCCESS
+    emit(&text)
 }
 
 /// The help of the command `words` name (`[]`: every command; `read`: the three reads).
@@ -283,8 +284,7 @@ fn sign_manifest(p: &cli::Parsed<'_>, artifact: &str, key: &str, out: &str) -> E
             if not_after_ms < record::now_ms() {
                 eprintln!("warning: {out} has already expired ({})", m.not_after);
             }
-            print!("{}", String::from_utf8_lossy(&m.to_bytes()));
-            ExitCode::SUCCESS
+            emit(&String::from_utf8_lossy(&m.to_bytes()))
         }
         Err(e) => {
             eprintln!("{artifact}: {e}");
@@ -318,12 +318,11 @@ fn verify_manifest(p: &cli::Parsed<'_>, manifest: &str, artifact: &str, pubkey: 
         &expect,
     ) {
         Ok(m) => {
-            println!("version={}", m.version);
-            println!("target={}", m.target);
-            println!("sha256={}", m.sha256);
-            println!("not_after={}", m.not_after);
             eprintln!("{manifest}: ok, {artifact} may be installed");
-            ExitCode::SUCCESS
+            emit(&format!(
+                "version={}\ntarget={}\nsha256={}\nnot_after={}\n",
+                m.version, m.target, m.sha256, m.not_after
+            ))
         }
         Err(e) => {
             eprintln!("{manifest}: refused: {e}");
@@ -355,20 +354,22 @@ fn run_demo() -> ExitCode {
         Ok(c) => c,
         Err(problems) => return report("config/demo.yaml (embedded)", &problems),
     };
-    println!(
-        "opex-connector {VERSION}: running the demo (config/demo.yaml), data in {}",
+    let mut banner = format!(
+        "opex-connector {VERSION}: running the demo (config/demo.yaml), data in {}\n",
         cfg.connector.data_dir.display()
     );
-    println!(
-        "  status page: http://{0}/   status JSON: http://{0}/api/status   metrics: http://{0}/metrics",
+    banner.push_str(&format!(
+        "  status page: http://{0}/   status JSON: http://{0}/api/status   metrics: http://{0}/metrics\n",
         cfg.connector.http.listen
-    );
+    ));
     if let Some(s) = cfg.ingest.sources.first() {
-        println!(
-            "  try: curl -H 'Authorization: Bearer {}' -d '{{\"temp\": 21.5}}' http://{}/api/ingest/{}/sensor-1",
+        banner.push_str(&format!(
+            "  try: curl -H 'Authorization: Bearer {}' -d '{{\"temp\": 21.5}}' http://{}/api/ingest/{}/sensor-1\n",
             s.token, cfg.connector.http.listen, s.name
-        );
+        ));
     }
+    // The demo runs whether or not anyone reads its banner.
+    let _ = emit(&banner);
     run(cfg)
 }
 

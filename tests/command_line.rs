@@ -1,5 +1,6 @@
 //! The command line of the real binary: `--help` for it and every command, the one-line
-//! errors of a wrong or missing argument, `--version`, the shell completions (run in bash,
+//! errors of a wrong or missing argument, `--version`, output to a reader that is gone, the
+//! shell completions (run in bash,
 //! and checked by zsh and fish when they are installed, as `scripts/test.sh` does), and the
 //! man page and the book's page, which are written from the same table and committed: a
 //! test fails when they differ from what the code writes (`UPDATE_REFERENCE=1` rewrites
@@ -121,6 +122,32 @@ fn version_prints_the_packages_version() {
             stdout(&o).lines().next(),
             Some(format!("opex-connector {}", env!("CARGO_PKG_VERSION")).as_str())
         );
+    }
+}
+
+#[test]
+fn a_reader_gone_before_the_output_is_written_is_exit_status_1_without_a_panic() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::process::Stdio;
+    for args in [
+        &["--version"][..],
+        &["--help"][..],
+        &["validate", "config/demo.yaml"][..],
+    ] {
+        // Stdout is a socket whose other end is closed before the command starts: every
+        // write fails, as after `| head` has read its lines.
+        let (ours, theirs) = UnixStream::pair().expect("socket pair");
+        drop(ours);
+        let o = Command::new(BIN)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::from(OwnedFd::from(theirs)))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run opex-connector");
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
     }
 }
 

@@ -10,6 +10,7 @@ pub mod modbus;
 pub mod opcua;
 pub mod s7;
 
+use std::io::Write;
 use std::net::SocketAddr;
 
 use serde::Deserialize;
@@ -165,15 +166,24 @@ pub fn run(cfg: &SimulatorConfig) -> std::io::Result<()> {
         .enable_all()
         .build()?;
     let sim = Simulator::bind(cfg)?;
+    // What it serves, on stdout; a closed stdout (`| head`) does not stop the simulator.
+    let mut out = std::io::stdout();
     if let Some(a) = sim.modbus_addr() {
-        println!("simulator: Modbus TCP plant on {a} (any unit id; see src/simulator/modbus.rs for the map)");
+        let _ = writeln!(
+            out,
+            "simulator: Modbus TCP plant on {a} (any unit id; see src/simulator/modbus.rs for the map)"
+        );
     }
     if let Some(a) = sim.s7_addr() {
-        println!("simulator: Siemens S7 CPU on {a} (any rack and slot; the plant in DB1, see src/simulator/s7.rs for the map)");
+        let _ = writeln!(
+            out,
+            "simulator: Siemens S7 CPU on {a} (any rack and slot; the plant in DB1, see src/simulator/s7.rs for the map)"
+        );
     }
     #[cfg(feature = "simulator")]
     if let Some(a) = sim.opcua_addr() {
-        println!(
+        let _ = writeln!(
+            out,
             "simulator: OPC-UA plant on opc.tcp://{a}/ (security None, anonymous; node ids ns={};s=Plant..., see src/simulator/opcua.rs)",
             opcua::PLANT_NAMESPACE
         );
