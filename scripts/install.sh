@@ -14,6 +14,9 @@
 #   --etc DIR         config folder [/etc/opex-connector]; the board profile is copied
 #                     there as board.yaml (scripts/ota-update.sh reads its target)
 #   --bin-dir DIR     where the `opex-connector` command is linked [/usr/local/bin]
+#   --share DIR       where the man page (DIR/man/man1/opex-connector.1) and the shell
+#                     completions (DIR/bash-completion/completions, DIR/zsh/site-functions,
+#                     DIR/fish/vendor_completions.d) go [/usr/local/share]
 #   --pubkey FILE     release public key for OTA updates, copied to --etc
 #   --unit-dir DIR    where the systemd unit goes [/etc/systemd/system], with the
 #                     board's DeviceAllow= lines in DIR/opex-connector.service.d/devices.conf
@@ -29,6 +32,7 @@ binary=""
 root=/opt/opex-connector
 etc=/etc/opex-connector
 bin_dir=/usr/local/bin
+share=/usr/local/share
 pubkey=""
 unit_dir=/etc/systemd/system
 start=1
@@ -49,13 +53,14 @@ while [ $# -gt 0 ]; do
         --root) root="$2"; shift 2 ;;
         --etc) etc="$2"; shift 2 ;;
         --bin-dir) bin_dir="$2"; shift 2 ;;
+        --share) share="$2"; shift 2 ;;
         --pubkey) pubkey="$2"; shift 2 ;;
         --unit-dir) unit_dir="$2"; shift 2 ;;
         --no-start) start=0; shift ;;
         --no-systemd) systemd=0; shift ;;
         --no-user) user=0; shift ;;
         -h | --help)
-            sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument $1" ;;
@@ -89,6 +94,15 @@ ln -sfn "releases/$release" "$root/.current.tmp"
 mv -T "$root/.current.tmp" "$root/current"
 ln -sfn "$root/current/opex-connector" "$bin_dir/opex-connector"
 say "installed $release for $board ($target) in $root"
+# The man page (written from the same command table as the binary's --help) and the
+# completions, which the installed binary writes for itself.
+install -D -m 0644 "$repo/man/opex-connector.1" "$share/man/man1/opex-connector.1"
+for shell_dir in bash:bash-completion/completions/opex-connector zsh:zsh/site-functions/_opex-connector \
+    fish:fish/vendor_completions.d/opex-connector.fish; do
+    mkdir -p "$(dirname "$share/${shell_dir#*:}")"
+    "$root/current/opex-connector" completions "${shell_dir%%:*}" >"$share/${shell_dir#*:}"
+done
+say "man page and bash, zsh and fish completions in $share"
 
 if [ ! -f "$etc/config.yaml" ]; then
     [ -n "$site" ] || die "first install: give the site config with --config"

@@ -57,6 +57,7 @@ fn install(board: &str, how: &str) -> (tempfile::TempDir, Output) {
         .args(["--etc", d.path().join("etc").to_str().unwrap()])
         .args(["--bin-dir", d.path().join("bin").to_str().unwrap()])
         .args(["--unit-dir", d.path().join("units").to_str().unwrap()])
+        .args(["--share", d.path().join("share").to_str().unwrap()])
         .output()
         .unwrap();
     (d, out)
@@ -117,6 +118,31 @@ fn install_lays_out_a_pi_3_with_its_smaller_queue_and_a_valid_config() {
     // The board profile, whose target scripts/ota-update.sh checks updates against.
     let board = std::fs::read_to_string(d.path().join("etc/board.yaml")).unwrap();
     assert!(board.contains("target: armv7-unknown-linux-gnueabihf"));
+    // The man page the unit's Documentation= names, and the completions of the binary.
+    let share = d.path().join("share");
+    let man = std::fs::read_to_string(share.join("man/man1/opex-connector.1")).unwrap();
+    assert!(
+        man.starts_with(".TH OPEX\\-CONNECTOR 1"),
+        "{}",
+        &man[..man.len().min(200)]
+    );
+    for (file, says) in [
+        (
+            "bash-completion/completions/opex-connector",
+            "-F _opex_connector opex-connector",
+        ),
+        (
+            "zsh/site-functions/_opex-connector",
+            "#compdef opex-connector",
+        ),
+        (
+            "fish/vendor_completions.d/opex-connector.fish",
+            "complete -c opex-connector",
+        ),
+    ] {
+        let text = std::fs::read_to_string(share.join(file)).unwrap();
+        assert!(text.contains(says), "{file}: {text}");
+    }
 }
 
 #[test]
