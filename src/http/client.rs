@@ -23,7 +23,7 @@
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
@@ -183,7 +183,7 @@ impl Client {
         Self {
             timeout,
             tls: None,
-            proxies: Proxies::from_env(),
+            proxies: Proxies::of_env(),
             kept: None,
         }
     }
@@ -246,14 +246,7 @@ impl Client {
         if !target.origin.tls {
             return Ok(Transport::Plain(stream));
         }
-        let config = self
-            .tls
-            .get_or_insert_with(|| {
-                let mut roots = rustls::RootCertStore::empty();
-                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                tls_config(roots)
-            })
-            .clone();
+        let config = self.tls.get_or_insert_with(mozilla_tls).clone();
         let name = ServerName::try_from(host.to_string())
             .map_err(|e| ClientError::Url(format!("{host}: {e}")))?;
         let conn = ClientConnection::new(config, name).map_err(ClientError::Tls)?;
@@ -395,6 +388,13 @@ struct Proxies {
 }
 
 impl Proxies {
+    /// The environment's proxies, read (and logged) once per process: every client, an
+    /// alert webhook's for each attempt included, gets a copy.
+    fn of_env() -> Self {
+        static ENV: OnceLock<Proxies> = OnceLock::new();
+        ENV.get_or_init(Self::from_env).clone()
+    }
+
     fn from_env() -> Self {
         let var = |lower: &str, upper: &str| {
             std::env::var(lower)
@@ -475,6 +475,17 @@ impl Proxies {
             });
         proxy.as_ref().filter(|_| !direct)
     }
+}
+
+/// The rustls client config trusting the Mozilla roots, built once per process.
+fn mozilla_tls() -> Arc<ClientConfig> {
+    static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        tls_config(roots)
+    });
+    Arc::clone(config)
 }
 
 /// The rustls client config: ring, trusting `roots`.
@@ -1140,10 +1151,19 @@ mod tests {
         (server, format!("https://127.0.0.1:{port}/"), pem)
     }
 
-    #[test]
-    fn https_goes_through_rustls_and_a_certificate_not_trusted_is_refused() {
+    /// A client config trusting only the certificates in `pem`.
+    fn trusting(pem: &[u8]) -> Arc<ClientConfig> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::CertificateDer;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        tls_config(roots)
+    }
+
+    #[test]
+    fn https_goes_through_rustls_and_a_certificate_not_trusted_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let (mut server, url, pem) = openssl_server(dir.path());
         let e = Client::new(Duration::from_secs(10))
@@ -1151,12 +1171,8 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, ClientError::Tls(_)), "{e}");
         assert!(e.to_string().contains("certificate"), "{e}");
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            roots.add(cert.unwrap()).unwrap();
-        }
         let mut client = Client::new(Duration::from_secs(10));
-        client.tls = Some(tls_config(roots));
+        client.tls = Some(trusting(&pem));
         let r = client.send(Request::get(&url)).unwrap();
         let _ = server.kill();
         let _ = server.wait();
@@ -1233,8 +1249,6 @@ mod tests {
 
     #[test]
     fn through_a_proxy_https_goes_in_a_connect_tunnel_and_a_refused_tunnel_says_so() {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::CertificateDer;
         let dir = tempfile::tempdir().unwrap();
         let (mut server, url, pem) = openssl_server(dir.path());
         let upstream = url
@@ -1265,12 +1279,8 @@ mod tests {
                 .unwrap();
             asked
         });
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            roots.add(cert.unwrap()).unwrap();
-        }
         let mut client = Client::new(Duration::from_secs(10));
-        client.tls = Some(tls_config(roots));
+        client.tls = Some(trusting(&pem));
         client.proxies = Proxies::parse(None, Some(&proxy_url), None, None);
         // A name only the proxy would resolve (loopback is always reached directly); the
         // certificate carries it.
