@@ -554,6 +554,34 @@ impl Browser {
             json!(selector)
         ))
     }
+
+    /// Submits `token` in the Commands section's token form.
+    fn submit_commands_token(&mut self, token: &str) {
+        self.eval(&format!(
+            "document.getElementById('cmd-token').value = {}; document.getElementById('cmd-token-form').requestSubmit()",
+            json!(token)
+        ));
+    }
+
+    /// Enters `value` in the form of `point` (`device/point`), clicks Write, checks that the
+    /// page asks to confirm that value, confirms, and waits for the point's result to be
+    /// `outcome`.
+    fn write_confirmed(&mut self, point: &str, value: &str, outcome: &str) {
+        self.eval(&format!(
+            "document.querySelector('[data-value=\"{point}\"]').value = {}",
+            json!(value)
+        ));
+        self.click(&format!("[data-write=\"{point}\"]"));
+        assert_eq!(
+            self.text(".confirm"),
+            json!(format!("Write {value} to {point}?"))
+        );
+        self.click(&format!("[data-confirm=\"{point}\"]"));
+        self.wait_for(
+            &format!("document.querySelector('[data-result=\"{point}\"]').dataset.outcome"),
+            &json!(outcome),
+        );
+    }
 }
 
 #[test]
@@ -588,10 +616,7 @@ fn the_page_lists_writable_points_and_with_the_commands_token_writes_a_value_aft
     );
 
     // With it: a form per point. The first click asks, Cancel writes nothing.
-    browser.eval(&format!(
-        "document.getElementById('cmd-token').value = {}; document.getElementById('cmd-token-form').requestSubmit()",
-        json!(COMMANDS_TOKEN)
-    ));
+    browser.submit_commands_token(COMMANDS_TOKEN);
     browser.wait_for(
         "document.querySelectorAll('[data-write]').length",
         &json!(2),
@@ -618,23 +643,10 @@ fn the_page_lists_writable_points_and_with_the_commands_token_writes_a_value_aft
     );
     assert_eq!(read_setpoint_and_pump(port).0, 725);
     // The pump, from its on/off choice.
-    browser.eval("document.querySelector('[data-value=\"oven/pump\"]').value = 'true'");
-    browser.click("[data-write=\"oven/pump\"]");
-    assert_eq!(browser.text(".confirm"), json!("Write true to oven/pump?"));
-    browser.click("[data-confirm=\"oven/pump\"]");
-    browser.wait_for(
-        "document.querySelector('[data-result=\"oven/pump\"]').dataset.outcome",
-        &json!("written"),
-    );
+    browser.write_confirmed("oven/pump", "true", "written");
     assert_eq!(read_setpoint_and_pump(port), (725, true));
     // A value past max: its result, and nothing sent.
-    browser.eval("document.querySelector('[data-value=\"oven/setpoint\"]').value = '250'");
-    browser.click("[data-write=\"oven/setpoint\"]");
-    browser.click("[data-confirm=\"oven/setpoint\"]");
-    browser.wait_for(
-        "document.querySelector('[data-result=\"oven/setpoint\"]').dataset.outcome",
-        &json!("out_of_range"),
-    );
+    browser.write_confirmed("oven/setpoint", "250", "out_of_range");
     assert_eq!(read_setpoint_and_pump(port).0, 725);
 
     // The counters, as the status has them (polled or live).
@@ -651,9 +663,7 @@ fn the_page_lists_writable_points_and_with_the_commands_token_writes_a_value_aft
         !browser.dom().contains(COMMANDS_TOKEN),
         "the page shows the token"
     );
-    browser.eval(
-        "document.getElementById('cmd-token').value = 'not-the-token-0123'; document.getElementById('cmd-token-form').requestSubmit()",
-    );
+    browser.submit_commands_token("not-the-token-0123");
     browser.wait_for(
         "document.querySelectorAll('[data-write]').length",
         &json!(2),
@@ -713,48 +723,22 @@ fn the_page_writes_an_s7_plcs_setpoint_and_one_bit_alone_after_a_confirmation() 
     let dom = browser.dom();
     assert!(dom.contains("data-commands=\"plc\""), "{dom}");
     assert!(dom.contains("0 … 250"), "{dom}");
-    browser.eval(&format!(
-        "document.getElementById('cmd-token').value = {}; document.getElementById('cmd-token-form').requestSubmit()",
-        json!(COMMANDS_TOKEN)
-    ));
+    browser.submit_commands_token(COMMANDS_TOKEN);
     browser.wait_for(
         "document.querySelectorAll('[data-write]').length",
         &json!(2),
     );
-    browser.eval("document.querySelector('[data-value=\"plc/setpoint\"]').value = '120.5'");
-    browser.click("[data-write=\"plc/setpoint\"]");
-    assert_eq!(
-        browser.text(".confirm"),
-        json!("Write 120.5 to plc/setpoint?")
-    );
-    browser.click("[data-confirm=\"plc/setpoint\"]");
-    browser.wait_for(
-        "document.querySelector('[data-result=\"plc/setpoint\"]').dataset.outcome",
-        &json!("written"),
-    );
+    browser.write_confirmed("plc/setpoint", "120.5", "written");
     assert_eq!(&plc.memory("DB", 10)[2..6], &120.5f32.to_be_bytes());
 
-    browser.eval("document.querySelector('[data-value=\"plc/lamp\"]').value = 'true'");
-    browser.click("[data-write=\"plc/lamp\"]");
-    assert_eq!(browser.text(".confirm"), json!("Write true to plc/lamp?"));
-    browser.click("[data-confirm=\"plc/lamp\"]");
-    browser.wait_for(
-        "document.querySelector('[data-result=\"plc/lamp\"]').dataset.outcome",
-        &json!("written"),
-    );
+    browser.write_confirmed("plc/lamp", "true", "written");
     assert_eq!(
         plc.memory("DB", 10)[0],
         0b0011_1000,
         "DBX0.4 set, its neighbours left alone"
     );
     // A value past max: its result, and nothing sent.
-    browser.eval("document.querySelector('[data-value=\"plc/setpoint\"]').value = '300'");
-    browser.click("[data-write=\"plc/setpoint\"]");
-    browser.click("[data-confirm=\"plc/setpoint\"]");
-    browser.wait_for(
-        "document.querySelector('[data-result=\"plc/setpoint\"]').dataset.outcome",
-        &json!("out_of_range"),
-    );
+    browser.write_confirmed("plc/setpoint", "300", "out_of_range");
     assert_eq!(&plc.memory("DB", 10)[2..6], &120.5f32.to_be_bytes());
 }
 
