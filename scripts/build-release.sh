@@ -171,8 +171,6 @@ if ((any_small)); then
     # message and location.
     small_flags=(-Z "build-std=std,panic_abort" -Z build-std-features=optimize_for_size)
 fi
-cargo=(cargo)
-std_flags=()
 
 # Source paths as a panic's location names them, without the directories of the machine that
 # built it: `<cargo home>/registry/src/<index>/tokio-1.54.1/src/...` becomes
