@@ -103,7 +103,7 @@ fn text(v: &Value) -> String {
     }
 }
 
-/// A device that is not connected (connecting, in backoff, reconnecting); a stopped one is
+/// A device that is not connected (connecting, in backoff); a stopped one is
 /// not a problem (the connector stops).
 fn device(d: &Value, out: &mut Vec<Finding>) {
     let st = d["state"].as_str().unwrap_or("");

@@ -96,7 +96,7 @@ pub fn link_hint(e: &LinkError, transport: &Transport, unit: u8, timeout: Durati
         (LinkError::Transport(text), _) if has(text, &["reset", "broken pipe", "closed"]) => {
             "the device closed the connection: it may serve fewer connections at once (another client holds it), or it restarted".to_string()
         }
-        (LinkError::Transport(_), _) => {
+        (LinkError::Transport(_) | LinkError::Request(_), _) => {
             "the connection failed while talking to the device: check the cable and the network".to_string()
         }
         (LinkError::Framing(_), Transport::Rtu(_)) => {

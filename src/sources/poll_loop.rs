@@ -23,6 +23,11 @@
 //!   offer task: the next poll does not wait for the previous sample's commit, but while a
 //!   sample is held (a sink refuses it, up to the device's hold, 10 s by default) the loop waits
 //!   with its next one.
+//! - **Pushed groups.** A group the device pushes (an OPC-UA subscription) is not polled: its
+//!   schedule only reopens a closed link (after the breaker's wait), and the points the
+//!   device pushes become that group's records as they come, between polls and commands,
+//!   through the same offer task. A push side that dies (the session gone, nothing for the
+//!   watchdog's time) is a link error like a failed read.
 //! - **Status.** The loop keeps each device's [`DeviceStatus`]: state, counters, jitter, the
 //!   last error with its hint, and the values of each group (the point catalogue, the trends).
 
@@ -30,9 +35,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::driver::{Driver, LinkError};
+use super::driver::{Driver, LinkError, Pushed};
 use crate::commands::{channel, CommandReceiver, Commands, Pending, PointResult};
 use crate::engine::Engine;
 use crate::record::{now_ms, Record};
@@ -40,23 +46,28 @@ use crate::shutdown::Shutdown;
 use crate::sources::hold::{offer_with_hold, Held};
 use crate::sources::status::{ConnState, DeviceStatus};
 
-/// The circuit breaker's first wait.
+/// The circuit breaker's first wait, unless a protocol's config sets its own.
 pub const BACKOFF_START: Duration = Duration::from_secs(1);
+
+/// How often a pushed group checks that its link is open, at most.
+const PUSH_CHECK: Duration = Duration::from_secs(1);
 
 /// Consecutive failures → wait before the next try.
 #[derive(Debug)]
 pub struct Breaker {
     failures: u32,
     retry_at: Option<Instant>,
+    start: Duration,
     max: Duration,
 }
 
 impl Breaker {
-    /// A closed breaker whose longest wait is `max`.
-    pub fn new(max: Duration) -> Self {
+    /// A closed breaker whose first wait is `start` and longest `max`.
+    pub fn new(start: Duration, max: Duration) -> Self {
         Self {
             failures: 0,
             retry_at: None,
+            start,
             max,
         }
     }
@@ -69,9 +80,7 @@ impl Breaker {
             return None;
         }
         let doublings = (self.failures - 2).min(20);
-        let wait = BACKOFF_START
-            .saturating_mul(1u32 << doublings)
-            .min(self.max);
+        let wait = self.start.saturating_mul(1u32 << doublings).min(self.max);
         self.retry_at = Some(now + wait);
         Some(wait)
     }
@@ -95,6 +104,8 @@ pub struct Schedule {
     pub intervals: Vec<Duration>,
     /// How long a refused sample holds the loop before it is dropped.
     pub hold: Duration,
+    /// The breaker's first wait ([`BACKOFF_START`] unless the protocol's config sets one).
+    pub backoff_start: Duration,
     /// The breaker's longest wait.
     pub backoff_max: Duration,
 }
@@ -107,6 +118,8 @@ struct Member<P> {
     plans: Vec<P>,
     /// Per group: when it is due next.
     next_due: Vec<Instant>,
+    /// Per group: true when the device pushes it (it is not polled).
+    pushed: Vec<bool>,
     breaker: Breaker,
 }
 
@@ -121,6 +134,7 @@ struct Sample {
 enum Wake {
     Stop,
     Command(Option<Pending>),
+    Pushed(Result<Pushed, LinkError>),
     Poll,
 }
 
@@ -153,7 +167,8 @@ impl<D: Driver> PollLoop<D> {
                 Member {
                     plans: (0..groups).map(|g| driver.plan(m, g)).collect(),
                     next_due: vec![now; groups],
-                    breaker: Breaker::new(schedule.backoff_max),
+                    pushed: (0..groups).map(|g| driver.pushes(m, g)).collect(),
+                    breaker: Breaker::new(schedule.backoff_start, schedule.backoff_max),
                     status,
                     schedule,
                 }
@@ -212,9 +227,10 @@ impl<D: Driver> PollLoop<D> {
                 biased;
                 _ = shutdown.wait() => Wake::Stop,
                 c = next_command(&mut self.inbox) => Wake::Command(c),
+                p = self.driver.pushed() => Wake::Pushed(p),
                 _ = tokio::time::sleep_until(due) => Wake::Poll,
             };
-            match wake {
+            let sample = match wake {
                 Wake::Stop => break,
                 Wake::Command(None) => {
                     self.inbox = None;
@@ -224,9 +240,23 @@ impl<D: Driver> PollLoop<D> {
                     self.command(pending).await;
                     continue;
                 }
-                Wake::Poll => {}
-            }
-            if let Some(sample) = self.poll(m, g).await {
+                Wake::Pushed(Ok(pushed)) => self.take_pushed(pushed),
+                Wake::Pushed(Err(e)) => {
+                    self.driver.close();
+                    // The link serves every device of the driver; the first is named.
+                    if let Some(member) = self.members.first_mut() {
+                        failed(&self.driver, 0, member, &e);
+                    }
+                    self.reopen_pushed();
+                    None
+                }
+                Wake::Poll if self.members[m].pushed[g] => {
+                    self.keep_open(m, g).await;
+                    None
+                }
+                Wake::Poll => self.poll(m, g).await,
+            };
+            if let Some(sample) = sample {
                 tokio::select! {
                     sent = samples.send(sample) => if sent.is_err() { break },
                     _ = shutdown.wait() => break,
@@ -273,8 +303,14 @@ impl<D: Driver> PollLoop<D> {
         );
         match result {
             Err(e) => {
-                self.driver.close();
+                let closes = e.closes_link();
+                if closes {
+                    self.driver.close();
+                }
                 failed(&self.driver, m, member, &e);
+                if closes {
+                    self.reopen_pushed();
+                }
                 None
             }
             Ok(read) => {
@@ -286,20 +322,64 @@ impl<D: Driver> PollLoop<D> {
                         .store(read.requests, Ordering::Relaxed);
                 }
                 // The values first: whoever sees the poll counted finds them.
-                member.status.values_in(g, &read.points, started_ms);
+                let ts_ms = read.ts_ms.unwrap_or(started_ms);
+                member.status.values_in(g, &read.points, ts_ms);
                 member.status.polls_total.fetch_add(1, Ordering::Relaxed);
-                let key = member.status.groups.get(g).map_or("", |x| x.name.as_str());
-                let mut record = Record::from_value(
-                    &member.status.def.source,
-                    key,
-                    &serde_json::Value::Object(read.points),
-                );
-                record.ts_ms = started_ms;
-                Some(Sample {
-                    record,
-                    hold: member.schedule.hold,
-                    status: Arc::clone(&member.status),
-                })
+                Some(sample(member, g, read.points, ts_ms))
+            }
+        }
+    }
+
+    /// Points device `pushed.member` pushed: its group's values and a sample, as a poll's.
+    fn take_pushed(&mut self, pushed: Pushed) -> Option<Sample> {
+        let member = self.members.get_mut(pushed.member)?;
+        if pushed.points.is_empty() {
+            return None;
+        }
+        let ts_ms = pushed.ts_ms.unwrap_or_else(now_ms);
+        member.status.values_in(pushed.group, &pushed.points, ts_ms);
+        member.status.polled(Duration::ZERO);
+        Some(sample(member, pushed.group, pushed.points, ts_ms))
+    }
+
+    /// The schedule of pushed group `g` of device `m`: opens the link when it is closed.
+    async fn keep_open(&mut self, m: usize, g: usize) {
+        let Some(member) = self.members.get_mut(m) else {
+            return;
+        };
+        let interval = member
+            .schedule
+            .intervals
+            .get(g)
+            .copied()
+            .unwrap_or(PUSH_CHECK);
+        member.next_due[g] = Instant::now() + interval.min(PUSH_CHECK);
+        if self.driver.is_open() {
+            return;
+        }
+        match self.driver.open(m).await {
+            Ok(()) => {
+                member.status.connects_total.fetch_add(1, Ordering::Relaxed);
+                member.breaker.ok();
+                member.status.set_state(ConnState::Connected);
+            }
+            Err(e) => {
+                self.driver.close();
+                failed(&self.driver, m, member, &e);
+                self.reopen_pushed();
+            }
+        }
+    }
+
+    /// After the link closed: every pushed group is due at once (after the breaker's wait),
+    /// to open it again.
+    fn reopen_pushed(&mut self) {
+        let now = Instant::now();
+        for member in &mut self.members {
+            for (due, pushed) in member.next_due.iter_mut().zip(&member.pushed) {
+                if *pushed {
+                    *due = now;
+                }
             }
         }
     }
@@ -324,7 +404,7 @@ impl<D: Driver> PollLoop<D> {
             Err(results) => return pending.answer(results),
         };
         let member = &mut self.members[m];
-        if let Some(why) = unavailable(member, Instant::now()) {
+        if let Some(why) = unavailable(D::DOWN, member, Instant::now()) {
             return pending.answer_all(PointResult::Unavailable(why));
         }
         // Only on a shared line: another unit's failure closed it.
@@ -345,8 +425,14 @@ impl<D: Driver> PollLoop<D> {
             .await;
         pending.answer(results);
         if let Some(e) = broken {
-            self.driver.close();
+            let closes = e.closes_link();
+            if closes {
+                self.driver.close();
+            }
             failed(&self.driver, m, member, &e);
+            if closes {
+                self.reopen_pushed();
+            }
         }
     }
 
@@ -381,12 +467,12 @@ async fn read<D: Driver>(
     driver.read(m, plan, &member.status).await
 }
 
-/// Why `member` cannot take a command now, if it cannot: not connected (its last request
-/// failed, or it was never reached), or its breaker waits.
-fn unavailable<P>(member: &Member<P>, now: Instant) -> Option<String> {
+/// Why `member` cannot take a command now, if it cannot, in the driver's words `down`: not
+/// connected (its last request failed, or it was never reached), or its breaker waits.
+fn unavailable<P>(down: &str, member: &Member<P>, now: Instant) -> Option<String> {
     if let Some(at) = member.breaker.retry_at().filter(|&at| at > now) {
         return Some(format!(
-            "the device is in its breaker's backoff for {} ms more (last error: {})",
+            "{down}: in its breaker's backoff for {} ms more (last error: {})",
             (at - now).as_millis(),
             member.status.last_error().unwrap_or_default()
         ));
@@ -394,12 +480,21 @@ fn unavailable<P>(member: &Member<P>, now: Instant) -> Option<String> {
     match member.status.state() {
         ConnState::Connected => None,
         state => Some(match member.status.last_error() {
-            Some(e) => format!(
-                "the device is not connected ({}; last error: {e})",
-                state.as_str()
-            ),
-            None => format!("the device is not connected yet ({})", state.as_str()),
+            Some(e) => format!("{down} ({}; last error: {e})", state.as_str()),
+            None => format!("{down} yet ({})", state.as_str()),
         }),
+    }
+}
+
+/// Group `g` of `member`'s points as a sample on its way to the engine, stamped `ts_ms`.
+fn sample<P>(member: &Member<P>, g: usize, points: Map<String, Value>, ts_ms: u64) -> Sample {
+    let key = member.status.groups.get(g).map_or("", |x| x.name.as_str());
+    let mut record = Record::from_value(&member.status.def.source, key, &Value::Object(points));
+    record.ts_ms = ts_ms;
+    Sample {
+        record,
+        hold: member.schedule.hold,
+        status: Arc::clone(&member.status),
     }
 }
 
@@ -417,7 +512,7 @@ fn failed<D: Driver>(driver: &D, m: usize, member: &mut Member<D::Plan>, e: &Lin
         Some(wait) => {
             s.set_state(ConnState::Backoff);
             log::warn!(
-                "{family} device failed, backing off: device={} error=\"{e}\" retry_in_ms={}",
+                "{family} device failed: device={} error=\"{e}\" backoff_ms={}",
                 s.name(),
                 wait.as_millis()
             );
@@ -425,7 +520,7 @@ fn failed<D: Driver>(driver: &D, m: usize, member: &mut Member<D::Plan>, e: &Lin
         None => {
             s.set_state(ConnState::Connecting);
             log::warn!(
-                "{family} device failed, reconnecting: device={} error=\"{e}\"",
+                "{family} device failed: device={} error=\"{e}\" backoff_ms=0",
                 s.name()
             );
         }
@@ -441,7 +536,7 @@ mod tests {
     use crate::sinks::push::config::{PushConfig, PushQueueConfig};
     use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
     use crate::sources::catalogue::{DeviceDef, PointDef};
-    use crate::sources::driver::{GroupRead, Results};
+    use crate::sources::driver::{GroupRead, Pushed, Results};
     use crate::store::dead_letters::DeadLetterQueue;
     use serde_json::json;
 
@@ -480,6 +575,7 @@ mod tests {
             Ok(GroupRead {
                 points,
                 requests: 1,
+                ts_ms: None,
             })
         }
 
@@ -564,6 +660,7 @@ mod tests {
         let schedule = Schedule {
             intervals: vec![Duration::from_secs(1)],
             hold: Duration::from_secs(10),
+            backoff_start: BACKOFF_START,
             backoff_max: Duration::from_secs(4),
         };
         let mut commands = Commands::new(Default::default());
@@ -619,10 +716,122 @@ mod tests {
         assert_eq!(alive.state(), ConnState::Stopped);
     }
 
+    /// One device whose only group is pushed: a change every 100 ms, and after the fifth of
+    /// a session, the link dies.
+    struct Pusher {
+        open: bool,
+        opened: u32,
+        sent: u32,
+    }
+
+    impl Driver for Pusher {
+        type Plan = ();
+        type Writes = ();
+
+        fn plan(&self, _: usize, _: usize) {}
+
+        fn is_open(&self) -> bool {
+            self.open
+        }
+
+        async fn open(&mut self, _: usize) -> Result<(), LinkError> {
+            self.open = true;
+            self.opened += 1;
+            self.sent = 0;
+            Ok(())
+        }
+
+        async fn read(
+            &mut self,
+            _: usize,
+            _: &mut (),
+            _: &DeviceStatus,
+        ) -> Result<GroupRead, LinkError> {
+            panic!("a pushed group is never read");
+        }
+
+        fn check(&self, _: usize, _: &Command) -> Result<(), Results> {
+            Ok(())
+        }
+
+        async fn write(
+            &mut self,
+            _: usize,
+            _: &Command,
+            _: (),
+            _: &DeviceStatus,
+        ) -> (Results, Option<LinkError>) {
+            (Vec::new(), None)
+        }
+
+        fn hint(&self, _: usize, _: &LinkError) -> Option<String> {
+            None
+        }
+
+        fn close(&mut self) {
+            self.open = false;
+        }
+
+        fn pushes(&self, _: usize, _: usize) -> bool {
+            true
+        }
+
+        async fn pushed(&mut self) -> Result<Pushed, LinkError> {
+            if !self.open {
+                return std::future::pending().await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if self.sent == 5 {
+                return Err(LinkError::Transport("connection lost".into()));
+            }
+            self.sent += 1;
+            let mut points = serde_json::Map::new();
+            points.insert("p".into(), json!({"value": self.sent, "quality": "good"}));
+            Ok(Pushed {
+                member: 0,
+                group: 0,
+                points,
+                ts_ms: Some(1_000 + u64::from(self.sent)),
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushed_group_is_opened_without_polls_and_reopened_after_its_link_dies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let status = device("sub");
+        let schedule = Schedule {
+            intervals: vec![Duration::from_millis(100)],
+            hold: Duration::from_secs(10),
+            backoff_start: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(4),
+        };
+        let driver = Pusher {
+            open: false,
+            opened: 0,
+            sent: 0,
+        };
+        let line = PollLoop::new(driver, vec![(Arc::clone(&status), schedule)]);
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn(line.run(engine(dir.path()), shutdown.clone()));
+        // Five changes, the link lost, opened again at once (a single failure has no wait),
+        // five more, lost again.
+        tokio::time::sleep(Duration::from_millis(1_250)).await;
+        assert_eq!(status.polls_total.load(Ordering::Relaxed), 10);
+        assert_eq!(status.connects_total.load(Ordering::Relaxed), 3);
+        assert_eq!(status.errors_total.load(Ordering::Relaxed), 2);
+        assert_eq!(status.state(), ConnState::Connected);
+        // No poll was scheduled, so none started late.
+        assert_eq!(status.jitter(), (Duration::ZERO, Duration::ZERO));
+        assert_eq!(status.values()["main"]["p"]["value"], json!(5));
+        shutdown.trigger();
+        task.await.expect("the loop ends on the signal");
+    }
+
     #[test]
     fn the_breaker_retries_a_glitch_at_once_then_doubles_up_to_its_cap() {
         let now = Instant::now();
-        let mut b = Breaker::new(Duration::from_secs(5));
+        let mut b = Breaker::new(BACKOFF_START, Duration::from_secs(5));
         assert_eq!(b.fail(now), None);
         assert_eq!(b.fail(now), Some(Duration::from_secs(1)));
         assert_eq!(b.fail(now), Some(Duration::from_secs(2)));

@@ -7,23 +7,23 @@
 //! joined at stop.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::commands::{CommandReceiver, Commands};
+use crate::commands::Commands;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::devices::DevicesConfig;
 use crate::sources::modbus::ModbusPollers;
-use crate::sources::opcua::OpcuaDeviceConfig;
-#[cfg(feature = "s7")]
+#[cfg(feature = "opcua")]
+use crate::sources::opcua::driver::OpcuaDriver;
+#[cfg(any(feature = "s7", feature = "opcua"))]
 use crate::sources::poll_loop::PollLoop;
 #[cfg(feature = "s7")]
-use crate::sources::s7::driver::{poll_loops, S7Driver};
-use crate::sources::status::DeviceStatus;
+use crate::sources::s7::driver::S7Driver;
 
 /// How long the stop waits for the device tasks to end after the shutdown signal (a sample
 /// held for a full sink is given up with it); then the runtime drops what is left.
@@ -86,22 +86,13 @@ impl PollerRuntime {
     }
 }
 
-/// An OPC-UA device waiting to start: its config, status and command inbox.
-#[cfg_attr(not(feature = "opcua"), allow(dead_code))]
-struct OpcuaDevice {
-    config: OpcuaDeviceConfig,
-    status: Arc<DeviceStatus>,
-    inbox: Option<CommandReceiver>,
-}
-
 /// Every device's task: built, then running on the pollers' runtime, then joined.
 pub struct Pollers {
     modbus: ModbusPollers,
-    opcua: Vec<OpcuaDevice>,
+    #[cfg(feature = "opcua")]
+    opcua: Vec<PollLoop<OpcuaDriver>>,
     #[cfg(feature = "s7")]
     s7: Vec<PollLoop<S7Driver>>,
-    #[cfg_attr(not(feature = "opcua"), allow(dead_code))]
-    data_dir: PathBuf,
     runtime: Option<PollerRuntime>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -114,46 +105,47 @@ impl Pollers {
     pub fn build(
         devices: &DevicesConfig,
         catalogue: &Catalogue,
-        mut commands: Option<&mut Commands>,
+        commands: Option<&mut Commands>,
         data_dir: &Path,
     ) -> Self {
-        let mut opcua = Vec::new();
-        for d in &devices.opcua {
-            let Some(status) = catalogue.by_name(&d.name).cloned() else {
-                log::error!("opcua device missing from the catalogue: device={}", d.name);
-                continue;
-            };
-            let inbox = commands
-                .as_deref_mut()
-                .map(|c| c.register(&d.name, status.def.writable()));
-            opcua.push(OpcuaDevice {
-                config: d.clone(),
-                status,
-                inbox,
-            });
-        }
-        // Without the client there is no S7 device (validation refuses them).
+        #[cfg(any(feature = "opcua", feature = "s7"))]
+        let mut commands = commands;
+        // Without its client there is no device of a protocol (validation refuses them).
+        // Each OPC-UA device makes its key pair first, when its PKI folder has none.
+        #[cfg(feature = "opcua")]
+        let opcua = crate::sources::opcua::driver::poll_loops(
+            &devices.opcua,
+            catalogue,
+            data_dir,
+            commands.as_deref_mut(),
+        );
+        #[cfg(not(feature = "opcua"))]
+        let _ = data_dir;
         #[cfg(feature = "s7")]
-        let s7 = poll_loops(&devices.s7, catalogue, commands.as_deref_mut());
+        let s7 =
+            crate::sources::s7::driver::poll_loops(&devices.s7, catalogue, commands.as_deref_mut());
         Self {
             modbus: ModbusPollers::new(&devices.modbus, catalogue, commands),
+            #[cfg(feature = "opcua")]
             opcua,
             #[cfg(feature = "s7")]
             s7,
-            data_dir: data_dir.to_path_buf(),
             runtime: None,
             tasks: Vec::new(),
         }
     }
 
     /// Starts the pollers' thread, when there is a device, and every device's task on it.
-    /// Call it outside an async context (an OPC-UA device may make its key pair first).
     pub fn start(&mut self, engine: &Arc<Engine>, shutdown: &Shutdown) -> std::io::Result<()> {
         #[cfg(feature = "s7")]
         let no_s7 = self.s7.is_empty();
         #[cfg(not(feature = "s7"))]
         let no_s7 = true;
-        if self.modbus.is_empty() && self.opcua.is_empty() && no_s7 {
+        #[cfg(feature = "opcua")]
+        let no_opcua = self.opcua.is_empty();
+        #[cfg(not(feature = "opcua"))]
+        let no_opcua = true;
+        if self.modbus.is_empty() && no_opcua && no_s7 {
             return Ok(());
         }
         let runtime = PollerRuntime::start()?;
@@ -163,20 +155,10 @@ impl Pollers {
             self.tasks
                 .push(runtime.spawn(plc.run(Arc::clone(engine), shutdown.clone())));
         }
-        for d in std::mem::take(&mut self.opcua) {
-            #[cfg(feature = "opcua")]
-            self.tasks.push(crate::sources::opcua::spawn(
-                &runtime,
-                d.config,
-                &self.data_dir,
-                Arc::clone(engine),
-                d.status,
-                shutdown.clone(),
-                d.inbox,
-            ));
-            // Without the client there is no OPC-UA device (validation refuses them).
-            #[cfg(not(feature = "opcua"))]
-            drop(d);
+        #[cfg(feature = "opcua")]
+        for device in std::mem::take(&mut self.opcua) {
+            self.tasks
+                .push(runtime.spawn(device.run(Arc::clone(engine), shutdown.clone())));
         }
         self.runtime = Some(runtime);
         Ok(())

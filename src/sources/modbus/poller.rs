@@ -34,7 +34,7 @@ use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::driver::{Driver, GroupRead, LinkError, Results};
 use crate::sources::hints;
-use crate::sources::poll_loop::{PollLoop, Schedule};
+use crate::sources::poll_loop::{PollLoop, Schedule, BACKOFF_START};
 use crate::sources::pollers::PollerRuntime;
 use crate::sources::status::DeviceStatus;
 
@@ -260,6 +260,7 @@ impl Driver for ModbusLine {
         Ok(GroupRead {
             points: payload,
             requests,
+            ts_ms: None,
         })
     }
 
@@ -341,6 +342,7 @@ impl ModbusPollers {
             let schedule = Schedule {
                 intervals: d.groups.iter().map(|g| g.interval).collect(),
                 hold: d.hold,
+                backoff_start: BACKOFF_START,
                 backoff_max: d.backoff_max,
             };
             let at = match &d.transport {

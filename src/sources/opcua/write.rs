@@ -1,33 +1,28 @@
-//! Commands to an OPC-UA device, run by the device's own task (the one that owns its
-//! session), between its other work: the task selects on the device's inbox, so a command
-//! waiting is taken at once, and a write never waits for a poll interval.
+//! Commands to an OPC-UA device, run by its driver ([`super::driver`]) on the one poll loop,
+//! which takes them between polls and answers `expired` or `unavailable` (no session:
+//! connecting, or waiting out the breaker) before the driver sees them: never queued for
+//! later.
 //!
 //! A command is taken like this, and every point of it is answered exactly once:
 //!
-//! 1. `expired` when its turn came after its deadline; `unavailable` at once when there is no
-//!    session (connecting, reconnecting, waiting out the backoff): never queued for later.
-//! 2. Every point is checked before anything is sent: an unknown name or a node without
-//!    `writable: true` is `refused`.
-//! 3. The data type of each node is its DataType attribute, read from the server once per
+//! 1. Every point is checked before anything is sent ([`check`]): an unknown name or a node
+//!    without `writable: true` is `refused`.
+//! 2. The data type of each node is its DataType attribute, read from the server once per
 //!    session (one Read request for the nodes not yet known; the cache is emptied whenever
 //!    the session is made anew or the connection was lost). Each value is converted to
 //!    exactly that type ([`to_variant`]) and checked against `min` / `max`: a value that does
 //!    not fit is `out_of_range`, one of the wrong kind `refused`.
-//! 4. **All or nothing before sending**: when any point is refused or out of range, no point
+//! 3. **All or nothing before sending**: when any point is refused or out of range, no point
 //!    of the command is written; the others are `refused` ("another point of the command was
 //!    refused").
-//! 5. One Write request with every node of the command, in its order. Each node's status
+//! 4. One Write request with every node of the command, in its order. Each node's status
 //!    code is its result: good → `written`, anything else → `exception` with the status name
 //!    (`BadUserAccessDenied`, `BadTypeMismatch`, ...). No answer within `request_timeout_ms`
 //!    or a failed request (the connection lost after sending) → `unknown`, never retried.
-//! 6. With `verify`, the written nodes are read back: `written` only when each holds the
+//! 5. With `verify`, the written nodes are read back: `written` only when each holds the
 //!    value sent, else `unknown`.
-//!
-//! The polled groups' reads run in their own tasks on the same session; OPC-UA requests are
-//! independent messages with their own request handles, so a write cannot mix with a read.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -41,15 +36,13 @@ use serde_json::Value;
 use super::config::{NodeType, OpcuaDeviceConfig, OpcuaNodeConfig};
 use super::values::{a_node, to_variant, variant_json, Unfit};
 use crate::commands::command::{all, OTHER_REFUSED};
-use crate::commands::{Command, CommandReceiver, DeviceError, Pending, PointResult};
+use crate::commands::{Command, DeviceError, PointResult};
+use crate::sources::driver::Results;
 
-/// The commands side of one OPC-UA device: its inbox and the data types learnt this session.
-pub struct Writer {
-    /// `None` without `commands:` (or once the commands service is gone).
-    inbox: Option<CommandReceiver>,
-    /// DataType of each node written this session, by node id text.
-    types: HashMap<String, NodeType>,
-}
+/// The data types learnt in one session, by node id text: read from the server once per
+/// session, before the first write of each node.
+#[derive(Debug, Default)]
+pub struct Types(HashMap<String, NodeType>);
 
 /// One point of a command, as far as it got before the Write request.
 enum Step<'a> {
@@ -59,102 +52,44 @@ enum Step<'a> {
     Done(PointResult),
 }
 
-impl Writer {
-    /// The writer of a device whose commands arrive on `inbox`.
-    pub fn new(inbox: Option<CommandReceiver>) -> Self {
-        Self {
-            inbox,
-            types: HashMap::new(),
-        }
-    }
-
-    /// A new session: the data types are read again before its first write.
-    pub fn new_session(&mut self) {
-        self.types.clear();
-    }
-
-    /// The next command; without an inbox this never returns. Cancel safe.
-    pub async fn next(&mut self) -> Pending {
-        if let Some(rx) = self.inbox.as_mut() {
-            if let Some(p) = rx.recv().await {
-                return p;
+/// Checks that every point of `c` is a writable node of `config`, before anything is sent:
+/// the nodes, in the command's order, or every point's result (nothing may be sent).
+pub fn check(config: &OpcuaDeviceConfig, c: &Command) -> Result<Vec<OpcuaNodeConfig>, Results> {
+    let mut nodes = Vec::with_capacity(c.points.len());
+    let mut refusals = Vec::with_capacity(c.points.len());
+    for (name, _) in &c.points {
+        match config.node_named(name) {
+            Some(n) if n.writable => {
+                nodes.push(n.clone());
+                refusals.push(None);
             }
-            self.inbox = None;
-        }
-        std::future::pending().await
-    }
-
-    /// Runs `work` while every command that arrives is answered `unavailable` with `why` (or
-    /// `expired`): the device has no session meanwhile.
-    pub async fn while_down<F: Future>(&mut self, why: &str, work: F) -> F::Output {
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                out = &mut work => return out,
-                p = self.next() => unavailable(p, why),
-            }
+            Some(_) => refusals.push(Some(PointResult::Refused(format!(
+                "{name:?} is not writable (its node has no writable: true)"
+            )))),
+            None => refusals.push(Some(PointResult::Refused(format!(
+                "the device has no node named {name:?}"
+            )))),
         }
     }
-
-    /// Answers every command still waiting `unavailable` and takes no more (at shutdown).
-    pub fn close(&mut self, why: &str) {
-        if let Some(mut rx) = self.inbox.take() {
-            rx.close();
-            while let Ok(p) = rx.try_recv() {
-                unavailable(p, why);
-            }
-        }
+    if refusals.iter().any(Option::is_some) {
+        return Err(all_or_nothing(c, refusals));
     }
+    Ok(nodes)
+}
 
-    /// Runs one command on `session` (`connected`: the session is up, not reconnecting) and
-    /// answers it.
-    pub async fn run(
-        &mut self,
-        config: &OpcuaDeviceConfig,
-        session: &Session,
-        connected: bool,
-        p: Pending,
-    ) {
-        let Some(p) = p.unless_expired(Instant::now()) else {
-            return;
-        };
-        if !connected {
-            p.answer_all(PointResult::Unavailable(
-                "the device's session is reconnecting".into(),
-            ));
-            return;
-        }
-        let results = self.execute(config, session, &p.command).await;
-        p.answer(results);
-    }
-
-    async fn execute(
+impl Types {
+    /// Writes command `c` (its points' `nodes`, checked by [`check`]) on `session`: the data
+    /// types read when not known yet, every value converted and in range (else nothing is
+    /// sent), the deadline checked again, then one Write request. Every point's result.
+    pub async fn write(
         &mut self,
         config: &OpcuaDeviceConfig,
         session: &Session,
         c: &Command,
-    ) -> Vec<(String, PointResult)> {
+        nodes: &[OpcuaNodeConfig],
+    ) -> Results {
         let timeout = config.request_timeout;
-        // Every point known and writable.
-        let mut nodes = Vec::with_capacity(c.points.len());
-        let mut refusals = Vec::with_capacity(c.points.len());
-        for (name, _) in &c.points {
-            match config.node_named(name) {
-                Some(n) if n.writable => {
-                    nodes.push(n);
-                    refusals.push(None);
-                }
-                Some(_) => refusals.push(Some(PointResult::Refused(format!(
-                    "{name:?} is not writable (its node has no writable: true)"
-                )))),
-                None => refusals.push(Some(PointResult::Refused(format!(
-                    "the device has no node named {name:?}"
-                )))),
-            }
-        }
-        if refusals.iter().any(Option::is_some) {
-            return all_or_nothing(c, refusals);
-        }
+        let nodes: Vec<&OpcuaNodeConfig> = nodes.iter().collect();
         // Their data types, from the server.
         let types = match self.learn_types(session, &nodes, timeout).await {
             Ok(types) => types,
@@ -221,7 +156,7 @@ impl Writer {
         let mut out: HashMap<String, Result<NodeType, String>> = HashMap::new();
         let mut unknown: Vec<&str> = Vec::new();
         for n in nodes {
-            match self.types.get(&n.node_id) {
+            match self.0.get(&n.node_id) {
                 Some(t) => {
                     out.insert(n.node_id.clone(), Ok(*t));
                 }
@@ -259,7 +194,7 @@ impl Writer {
         for (i, id) in unknown.iter().enumerate() {
             let t = node_type(id, values.get(i));
             if let Ok(t) = t {
-                self.types.insert(id.to_string(), t);
+                self.0.insert(id.to_string(), t);
             }
             out.insert(id.to_string(), t);
         }
@@ -267,16 +202,9 @@ impl Writer {
     }
 }
 
-/// Answers `p` `unavailable` (or `expired`, when its time is up).
-fn unavailable(p: Pending, why: &str) {
-    if let Some(p) = p.unless_expired(Instant::now()) {
-        p.answer_all(PointResult::Unavailable(why.to_string()));
-    }
-}
-
 /// The results of a command with refusals: each refused point its own, the others
 /// [`OTHER_REFUSED`].
-fn all_or_nothing(c: &Command, refusals: Vec<Option<PointResult>>) -> Vec<(String, PointResult)> {
+fn all_or_nothing(c: &Command, refusals: Vec<Option<PointResult>>) -> Results {
     c.points
         .iter()
         .zip(refusals)

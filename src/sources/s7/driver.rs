@@ -31,7 +31,7 @@ use crate::commands::command::{all, NOT_SENT, OTHER_REFUSED};
 use crate::commands::{Command, Commands, DeviceError, PointResult};
 use crate::sources::catalogue::{engineering, Catalogue};
 use crate::sources::driver::{Driver, GroupRead, LinkError, Results};
-use crate::sources::poll_loop::{PollLoop, Schedule};
+use crate::sources::poll_loop::{PollLoop, Schedule, BACKOFF_START};
 use crate::sources::status::DeviceStatus;
 
 /// One group's points and, once connected, their plan for the granted PDU.
@@ -251,7 +251,11 @@ impl Driver for S7Driver {
                 points.insert(point.name.clone(), entry);
             }
         }
-        Ok(GroupRead { points, requests })
+        Ok(GroupRead {
+            points,
+            requests,
+            ts_ms: None,
+        })
     }
 
     fn check(&self, _member: usize, command: &Command) -> Result<Vec<Write>, Results> {
@@ -400,6 +404,7 @@ pub fn poll_loops(
         let schedule = Schedule {
             intervals: d.groups.iter().map(|g| g.interval).collect(),
             hold: d.hold,
+            backoff_start: BACKOFF_START,
             backoff_max: d.backoff_max,
         };
         let mut poll_loop = PollLoop::new(S7Driver::new(d.clone()), vec![(status, schedule)]);

@@ -36,10 +36,8 @@ pub enum ConnState {
     Connected = 1,
     /// The circuit breaker waits before the next try.
     Backoff = 2,
-    /// The connection was lost; it is being re-established.
-    Reconnecting = 3,
     /// Stopped.
-    Stopped = 4,
+    Stopped = 3,
 }
 
 impl ConnState {
@@ -49,7 +47,6 @@ impl ConnState {
             Self::Connecting => "connecting",
             Self::Connected => "connected",
             Self::Backoff => "backoff",
-            Self::Reconnecting => "reconnecting",
             Self::Stopped => "stopped",
         }
     }
@@ -58,8 +55,7 @@ impl ConnState {
         match v {
             1 => Self::Connected,
             2 => Self::Backoff,
-            3 => Self::Reconnecting,
-            4 => Self::Stopped,
+            3 => Self::Stopped,
             _ => Self::Connecting,
         }
     }
