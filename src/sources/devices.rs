@@ -47,8 +47,10 @@ pub struct RawDeviceCommon {
     pub hold_ms: Option<u64>,
 }
 
-/// A `devices[]` entry's keys besides those of [`RawDeviceCommon`], by `protocol`: the one
-/// list of the protocols a config can name (with [`PROTOCOLS`], their families, beside it).
+/// A device: its name and the keys every device has, its `protocol`, and the keys of that
+/// protocol (a key of another protocol is an unknown key).
+// The one list of the protocols a config can name, with their families (`PROTOCOLS`) beside
+// it; the keys of `RawDeviceCommon` are taken out before an entry is read as this.
 #[derive(Debug, Deserialize)]
 pub enum RawDeviceKind {
     /// `protocol: modbus_tcp`: a Modbus device over TCP.
