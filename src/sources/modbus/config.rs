@@ -488,7 +488,7 @@ pub fn validate_modbus_device(
     let points = validate_points(d.points.as_deref(), &groups, at, p);
     let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
     check_groups_used(&groups, &used, at, p);
-    (p.0.len() == before).then(|| ModbusDeviceConfig {
+    (p.0.len() == before).then_some(ModbusDeviceConfig {
         name: common.name,
         template: common.template,
         transport,

@@ -288,7 +288,7 @@ pub fn validate_s7_device(
     let points = validate_points(d.points.as_deref(), &groups, at, p);
     let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
     check_groups_used(&groups, &used, at, p);
-    (p.0.len() == before).then(|| S7DeviceConfig {
+    (p.0.len() == before).then_some(S7DeviceConfig {
         name: common.name,
         template: common.template,
         endpoint: Endpoint {
