@@ -12,8 +12,12 @@
 //!   with a qualifier (`OPC-UA: ...`): such a key is required only for one kind of entry.
 //!
 //! Every struct refuses unknown keys (`additionalProperties: false`), as the config reader
-//! does (each ignored key is a problem with its path). Two keys are read as JSON values first
-//! and then as a type; they are named in [`READ_AS`].
+//! does (each ignored key is a problem with its path). Three keys are read as JSON values
+//! first and then as a type; they are named in [`READ_AS`]. Their entries are tagged (`type`
+//! of a sink, `protocol` of a device): each kind is an object of its own keys, chosen by the
+//! tag with `if`/`then`, so a validator names the very key that is wrong. A device that
+//! names a `template` may leave the tag and its required keys to it: without the tag, it
+//! must fit one of the kinds. A template is a device with every key optional.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -22,18 +26,79 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 /// Keys read as JSON values, then as a type: `(struct, field, what an entry is)`.
-const READ_AS: [(&str, &str, Entry); 2] = [
-    ("RawConfig", "sinks", Entry::Tagged("RawSinkKind")),
-    ("RawConfig", "templates", Entry::Named("RawDevice")),
+const READ_AS: [(&str, &str, Entry); 3] = [
+    ("RawConfig", "sinks", Entry::Tagged(SINKS)),
+    ("RawConfig", "devices", Entry::Tagged(DEVICES)),
+    ("RawConfig", "templates", Entry::Template(DEVICES)),
 ];
+
+/// `sinks[]`: `name`, `type` and the kind's keys.
+const SINKS: Tagged = Tagged {
+    kinds: "RawSinkKind",
+    tag: "type",
+    tag_doc: "The sink's kind.",
+    common: None,
+    defers_to: None,
+};
+
+/// `devices[]`: the keys every device has, `protocol` and the protocol's keys.
+const DEVICES: Tagged = Tagged {
+    kinds: "RawDeviceKind",
+    tag: "protocol",
+    tag_doc: "The device's protocol; required here or in its template.",
+    common: Some("RawDeviceCommon"),
+    defers_to: Some("template"),
+};
+
+/// A list whose entries are tagged by a key.
+#[derive(Clone, Copy)]
+struct Tagged {
+    /// The enum of the kinds: each variant's tag (lowercase unless renamed) is a value of the
+    /// tag key, its type the kind's keys.
+    kinds: &'static str,
+    /// The tag key.
+    tag: &'static str,
+    /// The tag key's description.
+    tag_doc: &'static str,
+    /// The struct of the keys every entry has besides the tag (`name` among them); without
+    /// one, an entry has `name`.
+    common: Option<&'static str>,
+    /// A key that, when given, leaves the tag and the required keys to what it names (a
+    /// device's `template`).
+    defers_to: Option<&'static str>,
+}
 
 /// What an entry of a [`READ_AS`] list is.
 #[derive(Clone, Copy)]
 enum Entry {
-    /// `name`, `type` (the variant, lowercase unless renamed) and the variant's keys.
-    Tagged(&'static str),
-    /// `name` and the keys of the struct.
-    Named(&'static str),
+    /// An entry of the tagged list.
+    Tagged(Tagged),
+    /// A template of such an entry: `name` and any of its keys, none required.
+    Template(Tagged),
+}
+
+impl Entry {
+    fn tagged(self) -> Tagged {
+        match self {
+            Entry::Tagged(t) | Entry::Template(t) => t,
+        }
+    }
+
+    /// The field type of one entry.
+    fn ty(self) -> Ty {
+        match self {
+            Entry::Tagged(t) => Ty::Tagged(t.kinds.to_string()),
+            Entry::Template(t) => Ty::Template(t.kinds.to_string()),
+        }
+    }
+}
+
+/// The tagged list whose kinds are the enum `kinds`, if any.
+fn tagged_by(kinds: &str) -> Option<Tagged> {
+    READ_AS
+        .iter()
+        .map(|(_, _, e)| e.tagged())
+        .find(|t| t.kinds == kinds)
 }
 
 /// A field's type, as far as the schema tells it.
@@ -49,9 +114,10 @@ enum Ty {
     Map(Box<Ty>),
     Def(String),
     Tagged(String),
-    Named(String),
+    Template(String),
 }
 
+#[derive(Clone)]
 struct Field {
     key: String,
     ty: Ty,
@@ -284,10 +350,12 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
 // ------------------------------------------------------------ what the docs say
 
 /// The doc without a leading `Kind: ` qualifier (`Modbus RTU: `, `` `sink` nodes: ``), and
-/// whether it had one.
+/// whether it had one (`` `big` (default: ...`` is a choice, not a qualifier).
 fn unqualified(doc: &str) -> (&str, bool) {
     match doc.split_once(": ") {
-        Some((head, rest)) if !head.contains('.') && head.len() <= 40 && !head.is_empty() => {
+        Some((head, rest))
+            if !head.contains(['.', '(']) && head.len() <= 40 && !head.is_empty() =>
+        {
             (rest, true)
         }
         _ => (doc, false),
@@ -401,7 +469,7 @@ fn schema_of(ty: &Ty) -> Value {
         Ty::Any => json!({}),
         Ty::List(inner) => json!({"type": "array", "items": schema_of(inner)}),
         Ty::Map(inner) => json!({"type": "object", "additionalProperties": schema_of(inner)}),
-        Ty::Def(name) | Ty::Tagged(name) | Ty::Named(name) => {
+        Ty::Def(name) | Ty::Tagged(name) | Ty::Template(name) => {
             json!({"$ref": format!("#/$defs/{}", def_name(ty, name))})
         }
     }
@@ -411,7 +479,7 @@ fn schema_of(ty: &Ty) -> Value {
 fn def_name(ty: &Ty, name: &str) -> String {
     match ty {
         Ty::Tagged(_) => format!("{name}Entry"),
-        Ty::Named(_) => format!("{name}Template"),
+        Ty::Template(_) => format!("{name}Template"),
         _ => name.to_string(),
     }
 }
@@ -477,6 +545,14 @@ fn fields_of<'d>(defs: &'d BTreeMap<String, Def>, name: &str) -> &'d [Field] {
 
 const NAME_DOC: &str = "Its name: 1 to 64 letters, digits, `-` or `_`, unique.";
 
+/// The `name` of an entry whose kinds share no struct of common keys.
+fn name_field() -> (String, Value) {
+    (
+        "name".to_string(),
+        json!({"type": "string", "description": NAME_DOC}),
+    )
+}
+
 fn def_schema(defs: &BTreeMap<String, Def>, name: &str, def: &Def) -> Value {
     match &def.shape {
         Shape::Struct(fields) => object(&def.doc, fields, Vec::new(), Vec::new()),
@@ -495,52 +571,120 @@ fn def_schema(defs: &BTreeMap<String, Def>, name: &str, def: &Def) -> Value {
     }
 }
 
-fn entry_schema(defs: &BTreeMap<String, Def>, entry: Entry) -> Value {
-    let name_field = || {
-        (
-            "name".to_string(),
-            json!({"type": "string", "description": NAME_DOC}),
-        )
+/// The `$defs` of a [`READ_AS`] entry: its own (by [`def_name`]) and one per kind
+/// (`<its own>_<tag>`), which its `if`/`then`s name.
+fn entry_schema(defs: &BTreeMap<String, Def>, entry: Entry) -> Vec<(String, Value)> {
+    let t = entry.tagged();
+    let template = matches!(entry, Entry::Template(_));
+    let own = def_name(&entry.ty(), t.kinds);
+    let Some(Def {
+        doc,
+        shape: Shape::Variants(variants),
+    }) = defs.get(t.kinds)
+    else {
+        return vec![(own, json!({}))];
     };
-    match entry {
-        Entry::Tagged(e) => {
-            let Some(Def {
-                doc,
-                shape: Shape::Variants(variants),
-            }) = defs.get(e)
-            else {
-                return json!({});
-            };
-            json!({
-                "description": doc,
-                "oneOf": variants.iter().map(|(tag, vdoc, ty)| {
-                    let inner = match ty { Ty::Def(n) => fields_of(defs, n), _ => &[] };
-                    object(vdoc, inner, vec![
-                        name_field(),
-                        ("type".to_string(), json!({"const": tag, "description": "The sink's kind."})),
-                    ], vec!["name".into(), "type".into()])
-                }).collect::<Vec<_>>(),
+    // A template cannot name another template.
+    let common: Vec<Field> = t
+        .common
+        .map(|c| fields_of(defs, c))
+        .unwrap_or_default()
+        .iter()
+        .filter(|f| !(template && Some(f.key.as_str()) == t.defers_to))
+        .cloned()
+        .collect();
+    let mut out = Vec::new();
+    let mut kinds = Vec::new();
+    let mut all_of = Vec::new();
+    for (tag, vdoc, ty) in variants {
+        let inner = match ty {
+            Ty::Def(n) => fields_of(defs, n),
+            _ => &[],
+        };
+        let fields: Vec<Field> = common
+            .iter()
+            .chain(inner)
+            .map(|f| Field {
+                doc: if template {
+                    f.doc.replace("Required", "Required of the device")
+                } else {
+                    f.doc.clone()
+                },
+                ..f.clone()
             })
+            .collect();
+        let mut extra = Vec::new();
+        if t.common.is_none() {
+            extra.push(name_field());
         }
-        Entry::Named(s) => {
-            // A template gives any keys of a device: none is required there.
-            let fields: Vec<Field> = fields_of(defs, s)
-                .iter()
-                .filter(|f| f.key != "name")
-                .map(|f| Field {
-                    key: f.key.clone(),
-                    ty: f.ty.clone(),
-                    doc: f.doc.replace("Required", "Required of the device"),
-                })
-                .collect();
-            object(
-                "A device template: a name and any keys of a `devices:` entry.",
-                &fields,
-                vec![name_field()],
-                vec!["name".into()],
-            )
+        extra.push((
+            t.tag.to_string(),
+            json!({"const": tag, "description": t.tag_doc}),
+        ));
+        let mut kind = object(vdoc, &fields, extra, Vec::new());
+        let required = kind
+            .as_object_mut()
+            .and_then(|m| m.remove("required"))
+            .and_then(|r| serde_json::from_value::<Vec<String>>(r).ok())
+            .unwrap_or_default();
+        let always: Vec<String> = ["name", t.tag]
+            .into_iter()
+            .chain(required.iter().map(String::as_str))
+            .map(String::from)
+            .collect();
+        match (template, t.defers_to) {
+            (true, _) => kind["required"] = json!(["name"]),
+            (false, None) => kind["required"] = json!(always),
+            (false, Some(key)) => {
+                kind["required"] = json!(["name"]);
+                kind["if"] = json!({"not": {"required": [key]}});
+                kind["then"] = json!({"required": always});
+            }
         }
+        let name = format!("{own}_{tag}");
+        let at = json!({"$ref": format!("#/$defs/{name}")});
+        all_of.push(json!({
+            "if": {"properties": {t.tag: {"const": tag}}, "required": [t.tag]},
+            "then": at,
+        }));
+        kinds.push((tag.clone(), at));
+        out.push((name, kind));
     }
+    let tags: Vec<&String> = kinds.iter().map(|(tag, _)| tag).collect();
+    let any: Vec<&Value> = kinds.iter().map(|(_, at)| at).collect();
+    let required = match (template, t.defers_to) {
+        (false, None) => json!(["name", t.tag]),
+        _ => json!(["name"]),
+    };
+    if template || t.defers_to.is_some() {
+        let mut then = json!({"anyOf": any});
+        if let (false, Some(key)) = (template, t.defers_to) {
+            then["required"] = json!([key]);
+        }
+        all_of.push(json!({"if": {"not": {"required": [t.tag]}}, "then": then}));
+    }
+    let description = if template {
+        format!(
+            "A template of a `{}` entry: a name and any of its keys, none required.",
+            t.tag
+        )
+    } else {
+        doc.clone()
+    };
+    out.insert(
+        0,
+        (
+            own,
+            json!({
+                "description": description,
+                "type": "object",
+                "properties": {t.tag: {"enum": tags, "description": t.tag_doc}},
+                "required": required,
+                "allOf": all_of,
+            }),
+        ),
+    );
+    out
 }
 
 /// Replaces the [`READ_AS`] fields' `Any` by what their entries are.
@@ -552,11 +696,7 @@ fn read_as(defs: &mut BTreeMap<String, Def>) {
         }) = defs.get_mut(owner)
         {
             for f in fields.iter_mut().filter(|f| f.key == key) {
-                let inner = match entry {
-                    Entry::Tagged(n) => Ty::Tagged(n.to_string()),
-                    Entry::Named(n) => Ty::Named(n.to_string()),
-                };
-                f.ty = Ty::List(Box::new(inner));
+                f.ty = Ty::List(Box::new(entry.ty()));
             }
         }
     }
@@ -568,7 +708,7 @@ fn reachable(defs: &BTreeMap<String, Def>) -> Vec<String> {
         match ty {
             Ty::List(t) | Ty::Map(t) => visit(defs, t, out),
             Ty::Def(n) | Ty::Tagged(n) => add(defs, n, out),
-            Ty::Named(n) => {
+            Ty::Template(n) => {
                 if let Some(Def {
                     shape: Shape::Variants(v),
                     ..
@@ -632,7 +772,7 @@ fn type_text(ty: &Ty, anchors: &BTreeMap<String, String>) -> String {
         Ty::Any => "any".into(),
         Ty::List(t) => format!("list of {}", type_text(t, anchors)),
         Ty::Map(t) => format!("map of {}", type_text(t, anchors)),
-        Ty::Def(n) | Ty::Tagged(n) | Ty::Named(n) => match anchors.get(n) {
+        Ty::Def(n) | Ty::Tagged(n) | Ty::Template(n) => match anchors.get(n) {
             Some(a) => format!("[object](#{a})"),
             None => "object".into(),
         },
@@ -658,10 +798,12 @@ fn page(defs: &BTreeMap<String, Def>, order: &[String]) -> String {
         paths.insert(name.to_string(), path.to_string());
         let fields: Vec<(String, Ty)> = match defs.get(name).map(|d| &d.shape) {
             Some(Shape::Struct(f)) => f.iter().map(|f| (f.key.clone(), f.ty.clone())).collect(),
-            Some(Shape::Variants(v)) => v
-                .iter()
-                .map(|(t, _, ty)| (format!("[type: {t}]"), ty.clone()))
-                .collect(),
+            Some(Shape::Variants(v)) => {
+                let tag = tagged_by(name).map_or("type", |t| t.tag);
+                v.iter()
+                    .map(|(t, _, ty)| (format!("[{tag}: {t}]"), ty.clone()))
+                    .collect()
+            }
             _ => Vec::new(),
         };
         for (key, ty) in fields {
@@ -686,7 +828,7 @@ fn page(defs: &BTreeMap<String, Def>, order: &[String]) -> String {
                     _ => break,
                 }
             }
-            if let Ty::Def(n) | Ty::Tagged(n) | Ty::Named(n) = &ty {
+            if let Ty::Def(n) | Ty::Tagged(n) | Ty::Template(n) = &ty {
                 walk_paths(defs, n, &p, paths);
             }
         }
@@ -731,9 +873,27 @@ fn page(defs: &BTreeMap<String, Def>, order: &[String]) -> String {
                 .map(|f| (f.key.clone(), &f.ty, f.doc.as_str()))
                 .collect(),
             Shape::Variants(v) => {
-                let _ = writeln!(out, "One of these, by `type`, with `name`:\n");
-                v.iter()
-                    .map(|(t, d, ty)| (format!("type: {t}"), ty, d.as_str()))
+                let tagged = tagged_by(name);
+                let tag = tagged.map_or("type", |t| t.tag);
+                let common = tagged
+                    .and_then(|t| t.common)
+                    .map(|c| fields_of(defs, c))
+                    .unwrap_or_default();
+                if common.is_empty() {
+                    let _ = writeln!(out, "One of these, by `{tag}`, with `name`:\n");
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "The keys every entry has, and those of its `{tag}`, one of these:\n"
+                    );
+                }
+                common
+                    .iter()
+                    .map(|f| (f.key.clone(), &f.ty, f.doc.as_str()))
+                    .chain(
+                        v.iter()
+                            .map(|(t, d, ty)| (format!("{tag}: {t}"), ty, d.as_str())),
+                    )
                     .collect()
             }
             Shape::Untagged(types) => {
@@ -812,13 +972,8 @@ pub fn generate(src: &Path) -> Generated {
             all.insert(name.clone(), def_schema(&defs, name, def));
         }
     }
-    for (owner, key, entry) in READ_AS {
-        let _ = (owner, key);
-        let (ty, n) = match entry {
-            Entry::Tagged(n) => (Ty::Tagged(n.to_string()), n),
-            Entry::Named(n) => (Ty::Named(n.to_string()), n),
-        };
-        all.insert(def_name(&ty, n), entry_schema(&defs, entry));
+    for (_, _, entry) in READ_AS {
+        all.extend(entry_schema(&defs, entry));
     }
     let mut top = Map::new();
     top.insert(

@@ -277,6 +277,8 @@ fn a_typod_key_a_wrong_type_and_a_value_not_allowed_fail_the_schema() {
     typo["connector"]["push_queue"]["max_quota_mbb"] = json!(64);
     let mut nested = demo.clone();
     nested["devices"][0]["groups"][0]["intervall_ms"] = json!(500);
+    let mut other_protocol = demo.clone();
+    other_protocol["devices"][0]["endpoint"] = json!("opc.tcp://h:4840/");
     let mut wrong_type = demo.clone();
     wrong_type["connector"]["push_queue"]["max_quota_mb"] = json!("a lot");
     let mut not_allowed = demo.clone();
@@ -289,6 +291,7 @@ fn a_typod_key_a_wrong_type_and_a_value_not_allowed_fail_the_schema() {
     let docs = vec![
         ("typo".to_string(), typo),
         ("nested".to_string(), nested),
+        ("other_protocol".to_string(), other_protocol),
         ("wrong_type".to_string(), wrong_type),
         ("not_allowed".to_string(), not_allowed),
         ("sink".to_string(), sink),
@@ -303,6 +306,10 @@ fn a_typod_key_a_wrong_type_and_a_value_not_allowed_fail_the_schema() {
         (
             "nested",
             "devices/0/groups/0: Additional properties are not allowed ('intervall_ms'",
+        ),
+        (
+            "other_protocol",
+            "devices/0: Additional properties are not allowed ('endpoint'",
         ),
         (
             "wrong_type",

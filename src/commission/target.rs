@@ -7,9 +7,11 @@
 use serde_json::{json, Map, Value};
 
 use super::{Error, Flags};
-use crate::config::{parse_tree, Problems};
-use crate::sources::devices::RawDevice;
+use crate::config::Problems;
+use crate::sources::devices::{read_device, DeviceCommon, RawDeviceKind};
 use crate::sources::modbus::config::{validate_modbus_device, ModbusDeviceConfig};
+use crate::sources::opcua::config::validate_opcua_device;
+use crate::sources::opcua::OpcuaDeviceConfig;
 
 /// The device name the tools give the entry they make (it shows in no output).
 const NAME: &str = "commissioning";
@@ -62,12 +64,22 @@ impl Entry {
         }
     }
 
-    /// The raw device, or every problem (parse and validation alike) at the flag that caused
-    /// it.
-    pub fn raw(&self) -> Result<RawDevice, Error> {
-        let (raw, problems) = parse_tree::<RawDevice>(Value::Object(self.tree.clone()), "", false);
-        match raw {
-            Some(raw) if problems.is_empty() => Ok(raw),
+    /// The device's common keys, validated, and its protocol's raw keys, or every problem
+    /// (parse and validation alike) at the flag that caused it.
+    pub fn raw(&self) -> Result<(DeviceCommon, RawDeviceKind), Error> {
+        let mut problems = Problems::default();
+        let entry = read_device(&self.tree, "", true, &mut problems);
+        let common = entry.common.validate(NAME.to_string(), "", &mut problems);
+        match entry.kind {
+            Some(kind) if problems.is_empty() => Ok((common, kind)),
+            _ => Err(self.usage(problems)),
+        }
+    }
+
+    /// `problems` as a usage error when there is one.
+    fn checked<T>(&self, device: Option<T>, problems: Problems) -> Result<T, Error> {
+        match device {
+            Some(device) if problems.is_empty() => Ok(device),
             _ => Err(self.usage(problems)),
         }
     }
@@ -90,31 +102,34 @@ impl Entry {
         Error::Usage(lines.join("; "))
     }
 
-    /// The validated Modbus device.
+    /// The validated Modbus device (the entry's protocol is `modbus_tcp` or `modbus_rtu`).
     pub fn modbus(&self) -> Result<ModbusDeviceConfig, Error> {
-        let raw = self.raw()?;
-        let protocol = raw.protocol.clone().unwrap_or_default();
+        let (common, kind) = self.raw()?;
         let mut p = Problems::default();
-        match validate_modbus_device(&raw, NAME.to_string(), &protocol, "", &mut p) {
-            Some(device) if p.is_empty() => Ok(device),
-            _ => Err(self.usage(p)),
-        }
+        let device = match &kind {
+            RawDeviceKind::ModbusTcp(d) | RawDeviceKind::ModbusRtu(d) => {
+                validate_modbus_device(d, common, kind.protocol(), "", &mut p)
+            }
+            other => {
+                p.push("protocol", format!("{} is not Modbus", other.protocol()));
+                None
+            }
+        };
+        self.checked(device, p)
     }
 
-    /// The validated OPC-UA device.
-    pub fn opcua(&self) -> Result<crate::sources::opcua::OpcuaDeviceConfig, Error> {
-        let raw = self.raw()?;
+    /// The validated OPC-UA device (the entry's protocol is `opcua`).
+    pub fn opcua(&self) -> Result<OpcuaDeviceConfig, Error> {
+        let (common, kind) = self.raw()?;
         let mut p = Problems::default();
-        let device = crate::sources::opcua::config::validate_opcua_device(
-            &raw,
-            NAME.to_string(),
-            "",
-            &mut p,
-        );
-        match device {
-            Some(device) if p.is_empty() => Ok(device),
-            _ => Err(self.usage(p)),
-        }
+        let device = match &kind {
+            RawDeviceKind::Opcua(d) => validate_opcua_device(d, common, "", &mut p),
+            other => {
+                p.push("protocol", format!("{} is not OPC-UA", other.protocol()));
+                None
+            }
+        };
+        self.checked(device, p)
     }
 }
 

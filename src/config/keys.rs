@@ -251,8 +251,12 @@ mod tests {
     fn the_keys_at_a_path_come_from_the_raw_structs_themselves() {
         let push_queue = keys_at::<RawConfig>(&path("connector.push_queue")).unwrap_or_default();
         assert!(push_queue.contains(&"on_full"), "{push_queue:?}");
-        let group = keys_at::<RawConfig>(&path("devices.3.groups.0")).unwrap_or_default();
-        assert!(group.contains(&"interval_ms"), "{group:?}");
+        let source = keys_at::<RawConfig>(&path("ingest.sources.3")).unwrap_or_default();
+        assert!(source.contains(&"token"), "{source:?}");
+        // Into a tagged enum's variant: the keys of that protocol's groups.
+        let group = keys_at::<crate::sources::devices::RawDeviceKind>(&path("opcua.groups.0"))
+            .unwrap_or_default();
+        assert!(group.contains(&"subscribe"), "{group:?}");
         let root = keys_at::<RawConfig>(&[]).unwrap_or_default();
         assert!(
             root.contains(&"devices") && root.contains(&"flows"),
@@ -260,6 +264,7 @@ mod tests {
         );
         // A free-form value has no keys to offer.
         assert_eq!(keys_at::<RawConfig>(&path("sinks.0")), None);
+        assert_eq!(keys_at::<RawConfig>(&path("devices.0")), None);
     }
 
     #[test]

@@ -263,8 +263,9 @@ ingest:
 
     #[test]
     fn a_misspelled_key_is_told_the_key_it_was_meant_to_be() {
-        let text = "connector:\n  data_dir: /d\n  push_queu: {}\ndevices:\n  - name: p\n    protocol: modbus_tcp\n    colour: blue\n    groups:\n      - { name: fast, intervall_ms: 100 }\n";
-        let (_, problems, _) = parse_raw(text).unwrap();
+        // A device's keys are read by its protocol when it is validated.
+        let text = "connector:\n  data_dir: /d\n  push_queu: {}\ndevices:\n  - name: p\n    protocol: modbus_tcp\n    host: h\n    colour: blue\n    groups:\n      - { name: fast, intervall_ms: 100 }\n    points: [{name: a, register: 1}]\n";
+        let problems = crate::config::from_yaml(text).unwrap_err();
         let lines: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
         assert_eq!(
             lines,

@@ -15,7 +15,6 @@ pub use crate::sinks::push::config::{RawPush, RawPushQueue};
 pub use crate::sinks::push::preprocess::RawPreprocessRule;
 pub use crate::sinks::storage::config::RawStorage;
 pub use crate::sources::backfill::RawBackfill;
-pub use crate::sources::devices::RawDevice;
 pub use crate::sources::ingest::config::{RawIngest, RawIngestSource};
 pub use crate::sources::mqtt::config::RawMqtt;
 pub use crate::sources::nats::config::RawNats;
@@ -50,10 +49,14 @@ pub struct RawConfig {
     pub commands: Option<crate::commands::RawCommands>,
     /// The deployed flows. Without them every source is wired straight to `push`.
     pub flows: Option<Vec<RawFlow>>,
-    /// The field devices the pollers read (Modbus TCP and RTU, OPC-UA).
-    pub devices: Option<Vec<RawDevice>>,
+    /// The field devices the pollers read (Modbus TCP and RTU, OPC-UA, S7). Each entry is
+    /// `name`, `protocol` (`modbus_tcp`, `modbus_rtu`, `opcua`, `s7`; here or in its
+    /// template), the keys every device has and the keys of its protocol: a key of another
+    /// protocol is an unknown key.
+    pub devices: Option<Vec<serde_json::Value>>,
     /// Device templates: each entry has a `name` (1 to 64 letters, digits, `-`, `_`, unique)
-    /// and any keys of a `devices:` entry. A device with `template: NAME` starts from them;
+    /// and any keys of a `devices:` entry; `protocol` may be left to its devices, and when a
+    /// template gives it, its keys are checked against that protocol's. A device with `template: NAME` starts from them;
     /// every key it gives replaces the template's, except `points`, `nodes` and `groups`,
     /// merged by name (a device entry with a template entry's name replaces it, others are
     /// added), and `vars`, merged key by key. Problems in a template's keys are reported as

@@ -16,7 +16,7 @@ use crate::sinks::config::{
 };
 use crate::sinks::SinkConfig;
 use crate::sources::backfill::{validate_backfills, BackfillConfig};
-use crate::sources::devices::{validate_devices, DevicesConfig, RawDevice};
+use crate::sources::devices::{validate_devices, DevicesConfig};
 use crate::sources::ingest::config::IngestConfig;
 use crate::sources::mqtt::config::MqttConfig;
 use crate::sources::nats::config::NatsConfig;
@@ -121,14 +121,15 @@ fn messaging_source_names(nats: &NatsConfig, mqtt: &MqttConfig) -> Vec<String> {
 /// and protocol written (`modbus/<name>`, `s7/<name>`, ...), and `command/<name>` with
 /// `commands:`. An entry without a usable name or protocol has no source to name.
 fn left_out_devices(
-    raw: Option<&[RawDevice]>,
+    raw: Option<&[serde_json::Value]>,
     kept: &DevicesConfig,
     commands: bool,
 ) -> Vec<String> {
     let kept = kept.source_names();
     let mut out: Vec<String> = Vec::new();
     for d in raw.unwrap_or_default() {
-        let (Some(name), Some(protocol)) = (d.name.as_deref(), d.protocol.as_deref()) else {
+        let field = |key: &str| d.get(key).and_then(serde_json::Value::as_str);
+        let (Some(name), Some(protocol)) = (field("name"), field("protocol")) else {
             continue;
         };
         let Some(kind) = crate::sources::devices::family(protocol) else {

@@ -1,30 +1,39 @@
 //! `devices:`: the field devices the pollers read, one list for every protocol.
 //!
-//! One raw struct, [`RawDevice`], holds the fields of every protocol, each `Option`: the
-//! `protocol` key picks which validator reads the entry, and the keys of another protocol
-//! are reported as problems here, from one table of which protocols read which key (an
-//! `endpoint` on a Modbus device is a mistake worth a message, not a silent no-op). Poll groups are shared: each names an interval, and points
-//! (Modbus, S7) or nodes (OPC-UA) say which group polls them.
+//! An entry is read in two parts, as a `sinks:` entry is ([`crate::sinks::config`]): the keys
+//! every device has ([`RawDeviceCommon`]: `name`, `template`, `vars`, `hold_ms`) are taken out
+//! of it first, and the rest is read as [`RawDeviceKind`], a closed serde enum tagged by
+//! `protocol` whose variants are the protocols' own raw structs, each defined and validated
+//! in its folder's `config.rs`. So a key of another protocol (an `endpoint` on a Modbus
+//! device) is an unknown key with its path like any typo, and every problem of an entry is
+//! reported, not only the first. Templates are merged into their devices as JSON before an
+//! entry is read ([`crate::sources::templates`]), so they work alike for every protocol.
+//!
+//! Poll groups are shared: each names an interval, and points (Modbus, S7) or nodes (OPC-UA)
+//! say which group polls them. The helpers below check what several protocols have in common
+//! (a TCP address, the request timing, groups, point names), each from the pieces it reads.
 
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::config::checks::{checked_name, in_range};
-use crate::config::Problems;
+use crate::config::{keys_at, parse_tree, Problems};
 use crate::sources::catalogue::DeviceDef;
-use crate::sources::modbus::config::{check_lines, validate_modbus_device, ModbusDeviceConfig};
-use crate::sources::opcua::config::{validate_opcua_device, OpcuaDeviceConfig, RawOpcuaNode};
-use crate::sources::s7::config::{validate_s7_device, S7DeviceConfig};
+use crate::sources::modbus::config::{
+    check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusDevice,
+};
+use crate::sources::opcua::config::{validate_opcua_device, OpcuaDeviceConfig, RawOpcuaDevice};
+use crate::sources::s7::config::{validate_s7_device, RawS7Device, S7DeviceConfig};
 
-/// `devices[]`
+/// `devices[]`: the keys every device has, whatever its protocol. The others are the
+/// protocol's own, by `protocol` ([`RawDeviceKind`]).
 #[derive(Debug, Default, Deserialize)]
-pub struct RawDevice {
+pub struct RawDeviceCommon {
     /// The device's name; its records carry `source: <protocol family>/<name>`, e.g.
     /// `modbus/press-1`. 1 to 64 letters, digits, '-' or '_', unique among devices.
     pub name: Option<String>,
-    /// `modbus_tcp`, `modbus_rtu`, `opcua` or `s7`. Required (here or in the template).
-    pub protocol: Option<String>,
     /// The template this device starts from (a `templates[].name`): the device has the
     /// template's keys, each key given here replacing the template's, and its `points`,
     /// `nodes` and `groups` merged by name. `/api/status` names it.
@@ -32,191 +41,34 @@ pub struct RawDevice {
     /// Values for `{{NAME}}` in the device's OPC-UA node ids, e.g. `{line: L1}` for
     /// `ns=2;s={{line}}.Temperature`; a template's `vars` are the defaults. `{{device}}` is
     /// always the device's name.
-    pub vars: Option<std::collections::BTreeMap<String, serde_json::Value>>,
-    /// Poll groups: each polls its points on its own interval. Without groups, one group
-    /// `default` polls every point each second.
-    pub groups: Option<Vec<RawGroup>>,
-
-    // ---- Modbus (TCP and RTU) ----
-    /// Modbus TCP and S7: the device's host name or IP address.
-    pub host: Option<String>,
-    /// Modbus TCP: the TCP port (default 502). Modbus RTU: the serial device, e.g.
-    /// `/dev/ttyUSB0`; devices with the same port share the line. S7: the ISO-on-TCP port
-    /// (default 102).
-    pub port: Option<RawPort>,
-    /// Modbus unit id (slave address), 0 to 247; default 1 (TCP: 255 also allowed).
-    pub unit: Option<u64>,
-    /// Modbus RTU: baud rate, default 9600. Every device of a line must agree.
-    pub baud: Option<u64>,
-    /// Modbus RTU: `none` (default), `even` or `odd`.
-    pub parity: Option<String>,
-    /// Modbus RTU: 5 to 8 data bits, default 8.
-    pub data_bits: Option<u64>,
-    /// Modbus RTU: 1 (default) or 2 stop bits.
-    pub stop_bits: Option<u64>,
-    /// Modbus RTU: quiet time between two frames on the line, in milliseconds. Default 0
-    /// (the 3.5 character times of the standard are kept by the serial timing itself).
-    pub inter_frame_delay_ms: Option<u64>,
-    /// Modbus and S7: how long one request (and the connect) may take, in milliseconds; then
-    /// the connection (or the serial port) is dropped and reopened. Default 1000.
-    pub timeout_ms: Option<u64>,
-    /// Modbus: registers (or bits) that may lie unread between two points read in one
-    /// request. Default 8; 0 coalesces only contiguous points.
-    pub max_gap: Option<u64>,
-    /// Modbus and S7: the most the circuit breaker waits before trying a failing device
-    /// again, in seconds (it starts at 1 s and doubles). Default 60.
-    pub backoff_max_secs: Option<u64>,
+    pub vars: Option<std::collections::BTreeMap<String, Value>>,
     /// How long a poll is held, in milliseconds, while a sink refuses its sample (`block` at
     /// the quota); then the sample is dropped and counted. Default 10000.
     pub hold_ms: Option<u64>,
-    /// Modbus: the registers and bits to read. S7: the addresses to read.
-    pub points: Option<Vec<RawPoint>>,
-
-    // ---- S7 ----
-    /// S7: the CPU's rack, 0 to 7 (default 0). With `slot`, instead of `remote_tsap`.
-    pub rack: Option<u64>,
-    /// S7: the CPU's slot, 0 to 31 (default 1: S7-1200/1500; an S7-300 is in slot 2).
-    pub slot: Option<u64>,
-    /// S7: our TSAP as TIA Portal writes it, e.g. `"01.00"` (the default, a PG
-    /// connection), for CPs and CPUs configured for other connection resources.
-    pub local_tsap: Option<String>,
-    /// S7: the CPU's TSAP as TIA Portal writes it, e.g. `"03.01"`, instead of `rack` and
-    /// `slot`.
-    pub remote_tsap: Option<String>,
-    /// S7: the PDU size asked for, 240 to 960 bytes (default 480). The CPU may grant less;
-    /// the size it granted is used, and shown in the device's status as `pdu_size`.
-    pub pdu_size: Option<u64>,
-
-    // ---- OPC-UA ----
-    /// OPC-UA: the server's endpoint URL, e.g. `opc.tcp://10.0.0.5:4840/`. Required.
-    pub endpoint: Option<String>,
-    /// OPC-UA: `None` (default) or `Basic256Sha256`.
-    pub security_policy: Option<String>,
-    /// OPC-UA: `None`, `Sign` or `SignAndEncrypt`. Default `None` with the `None` policy,
-    /// `SignAndEncrypt` otherwise.
-    pub security_mode: Option<String>,
-    /// OPC-UA: user name; without it the session is anonymous. Needs `password`.
-    pub username: Option<String>,
-    /// OPC-UA: the user's password.
-    pub password: Option<String>,
-    /// OPC-UA: folder of the client certificate (created on first start: `own/cert.der`,
-    /// `private/private.pem`), trusted server certificates (`trusted/`) and rejected ones
-    /// (`rejected/`: move one to `trusted/` to trust it). Default `<data_dir>/opcua-pki`.
-    pub pki_dir: Option<String>,
-    /// OPC-UA: trust a server certificate the first time it is seen instead of rejecting it
-    /// until an operator moves it to `trusted/`. Default false.
-    pub trust_server_certs: Option<bool>,
-    /// OPC-UA, with a security policy other than `None`: refuse a server certificate that
-    /// does not name the endpoint URL's host (a DNS or IP subject alternative name, any
-    /// place in the list). `false` accepts it, as "suppress hostname invalid" does in other
-    /// clients, for PLCs whose certificate names another address than the one in use; the
-    /// device logs a warning at start. Trust, validity period and application URI are
-    /// checked either way. Default true.
-    pub check_server_hostname: Option<bool>,
-    /// OPC-UA: how long one request (a read, a subscription call) may take, in
-    /// milliseconds. Default 5000.
-    pub request_timeout_ms: Option<u64>,
-    /// OPC-UA: first wait before reconnecting, in milliseconds; it doubles up to
-    /// `reconnect_max_ms`. Reconnects never stop. Default 1000.
-    pub reconnect_initial_ms: Option<u64>,
-    /// OPC-UA: the longest wait between reconnect attempts, in milliseconds. Default 30000.
-    pub reconnect_max_ms: Option<u64>,
-    /// OPC-UA: the no-data watchdog. A connected session that delivers nothing (no read
-    /// answer, no notification, no subscription keep-alive) for this long is dropped and made
-    /// anew. Default: three times the slowest group's interval, at least 30000.
-    pub watchdog_ms: Option<u64>,
-    /// OPC-UA: the nodes to read.
-    pub nodes: Option<Vec<RawOpcuaNode>>,
 }
 
-/// `devices[].groups[]`
-#[derive(Debug, Default, Deserialize)]
-pub struct RawGroup {
-    /// The group's name: the key of its records. Unique within the device.
-    pub name: Option<String>,
-    /// How often the group is polled, in milliseconds (10 to 86400000). Default 1000. With
-    /// `subscribe: true` (OPC-UA), the sampling and publishing interval.
-    pub interval_ms: Option<u64>,
-    /// OPC-UA: monitor the group's nodes in a subscription instead of reading them each
-    /// interval; a record then carries the nodes that changed. Default false.
-    pub subscribe: Option<bool>,
-    /// OPC-UA, with `subscribe: true`: absolute deadband; a numeric value is reported only
-    /// when it moved by more than this. Asked of the server per node; nodes where the server
-    /// refuses a filter are monitored without one.
-    pub deadband: Option<f64>,
+/// A device: its name and the keys every device has, its `protocol`, and the keys of that
+/// protocol (a key of another protocol is an unknown key).
+// The one list of the protocols a config can name, with their families (`PROTOCOLS`) beside
+// it; the keys of `RawDeviceCommon` are taken out before an entry is read as this.
+#[derive(Debug, Deserialize)]
+pub enum RawDeviceKind {
+    /// `protocol: modbus_tcp`: a Modbus device over TCP.
+    #[serde(rename = "modbus_tcp")]
+    ModbusTcp(RawModbusDevice),
+    /// `protocol: modbus_rtu`: a Modbus device on a serial line.
+    #[serde(rename = "modbus_rtu")]
+    ModbusRtu(RawModbusDevice),
+    /// `protocol: opcua`: an OPC-UA server.
+    #[serde(rename = "opcua")]
+    Opcua(RawOpcuaDevice),
+    /// `protocol: s7`: a Siemens S7 PLC over ISO-on-TCP.
+    #[serde(rename = "s7")]
+    S7(RawS7Device),
 }
 
-/// `devices[].points[]`
-#[derive(Debug, Default, Deserialize)]
-pub struct RawPoint {
-    /// The point's name: its key in the record's payload. Unique within the device.
-    pub name: Option<String>,
-    /// The poll group that reads it; may be left out when the device has one group.
-    pub group: Option<String>,
-    /// Modbus: the address of its first register or bit, 0 to 65535 (protocol addresses,
-    /// starting at 0). Required for Modbus.
-    pub register: Option<u64>,
-    /// S7: where it is in the PLC, as TIA Portal and STEP 7 write it: `DB10.DBD4`,
-    /// `DB10.DBW2`, `DB10.DBB0`, `DB1.DBX0.3`, `MW20`, `MD24`, `M0.1`, `IW0`, `I0.1`, `QW2`,
-    /// `Q4.0` (`E` and `A` for inputs and outputs also). Required for S7.
-    pub address: Option<String>,
-    /// Modbus: `holding` (default), `input`, `coil` or `discrete`.
-    pub kind: Option<String>,
-    /// The value's data type. Modbus: `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`,
-    /// `f32`, `f64` or `string`; default `u16` for registers and `bool` for coils and
-    /// discrete inputs (which can only be `bool`); a `bool` register is true when it is not
-    /// 0. S7: `bool`, `byte`, `word`, `int`, `dword`, `dint`, `real`, `lreal`, `char`,
-    /// `string`, `date_and_time`, `dtl` (both as RFC 3339 text), `s5time` or `time` (both in
-    /// milliseconds); default `bool` for a bit address, `byte`, `word` or `dword` for the
-    /// others. It must fit the address's width (`real` needs a double word address such as
-    /// `DB10.DBD4`).
-    #[serde(rename = "type")]
-    pub data_type: Option<String>,
-    /// For `string`: Modbus, its length in bytes (2 per register), 1 to 250; S7, its
-    /// declared maximum in characters, 1 to 254 (the two-byte header not counted).
-    pub length: Option<u64>,
-    /// Modbus: `big` (default: the first register holds the high word) or `little`.
-    pub word_order: Option<String>,
-    /// Modbus: `big` (default: the high byte first within a register, as the standard says)
-    /// or `little`.
-    pub byte_order: Option<String>,
-    /// Multiplies the raw number (after which the value is a float). Default 1. A whole-number
-    /// register's value is rounded to the decimals of `scale` and `offset` (`scale: 0.1` gives
-    /// `4.1`, not `4.1000000000000005`); a float register's is not.
-    pub scale: Option<f64>,
-    /// Modbus: added after `scale`. Default 0.
-    pub offset: Option<f64>,
-    /// The engineering unit, copied into the record (e.g. `°C`).
-    pub unit: Option<String>,
-    /// S7: a number is reported only once it moved by more than this (in engineering
-    /// units) from the value last reported; until then the point's entry keeps that value.
-    /// Default: every change is reported.
-    pub deadband: Option<f64>,
-    /// Commands may write this point (`POST /api/devices/{device}/write`, NATS, MQTT; needs
-    /// `commands:`). Modbus: only holding registers and coils can be writable; S7: every
-    /// area but the inputs (I), which the PLC's input modules write. Default false: nothing
-    /// is writable unless it says so.
-    pub writable: Option<bool>,
-    /// The lowest value a command may write, in engineering units (after `scale` and
-    /// `offset`, as the point reads). A lower value is refused `out_of_range` before anything
-    /// is sent. Only for writable numeric points.
-    pub min: Option<f64>,
-    /// The highest value a command may write, in engineering units. Only for writable
-    /// numeric points; not below `min`.
-    pub max: Option<f64>,
-}
-
-/// A poll group, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupConfig {
-    /// Its name.
-    pub name: String,
-    /// Its interval.
-    pub interval: Duration,
-}
-
-/// Every protocol `devices[].protocol` names, with the family its devices' records carry in
-/// their source (`modbus/press-1`): the one list of the protocols.
+/// Every protocol `devices[].protocol` names (each a variant of [`RawDeviceKind`]), with the
+/// family its devices' records carry in their source (`modbus/press-1`).
 pub const PROTOCOLS: [(&str, &str); 4] = [
     ("modbus_tcp", "modbus"),
     ("modbus_rtu", "modbus"),
@@ -239,6 +91,130 @@ pub fn is_device_source(source: &str) -> bool {
             .strip_prefix(f)
             .is_some_and(|rest| rest.starts_with('/'))
     })
+}
+
+/// One `devices[]` (or `templates[]`) entry as read.
+#[derive(Debug, Default)]
+pub struct RawDeviceEntry {
+    /// The keys every device has (each `None` when absent or unusable).
+    pub common: RawDeviceCommon,
+    /// The protocol and its keys; `None` when the protocol is missing, unknown, or the keys
+    /// cannot be read (the problem is reported already).
+    pub kind: Option<RawDeviceKind>,
+}
+
+/// Reads one entry at `at`: the keys of [`RawDeviceCommon`] taken out, the rest read by its
+/// `protocol` as [`RawDeviceKind`]. Every unknown key and wrong-typed value is pushed to `p`
+/// with its path. Without `protocol` the rest is not read, and that is a problem only when
+/// `protocol_required` (a template may leave it to its devices).
+pub fn read_device(
+    entry: &Map<String, Value>,
+    at: &str,
+    protocol_required: bool,
+    p: &mut Problems,
+) -> RawDeviceEntry {
+    // The struct's own field names: not a second list of them. It is a plain struct, so the
+    // probe always sees them.
+    let common_keys = keys_at::<RawDeviceCommon>(&[]).unwrap_or_default();
+    let mut rest = entry.clone();
+    let mut common = Map::new();
+    for key in common_keys {
+        if let Some(v) = rest.shift_remove(*key) {
+            common.insert((*key).to_string(), v);
+        }
+    }
+    let (common, problems) = parse_tree::<RawDeviceCommon>(Value::Object(common), at, false);
+    p.0.extend(problems.0);
+    let kind = match rest.shift_remove("protocol") {
+        Some(Value::String(protocol)) if family(&protocol).is_some() => {
+            let tree = Value::Object([(protocol, Value::Object(rest))].into_iter().collect());
+            let (kind, problems) = parse_tree::<RawDeviceKind>(tree, at, true);
+            p.0.extend(problems.0);
+            kind
+        }
+        None if !protocol_required => None,
+        None => {
+            p.push(format!("{at}.protocol"), "is required");
+            None
+        }
+        Some(other) => {
+            let known: Vec<&str> = PROTOCOLS.iter().map(|(p, _)| *p).collect();
+            let (last, first) = known.split_last().unwrap_or((&"", &[]));
+            let got = match &other {
+                Value::String(s) => format!("{s:?}"),
+                v => v.to_string(),
+            };
+            p.push(
+                format!("{at}.protocol"),
+                format!("expected {} or {last}, got {got}", first.join(", ")),
+            );
+            None
+        }
+    };
+    RawDeviceEntry {
+        common: common.unwrap_or_default(),
+        kind,
+    }
+}
+
+impl RawDeviceKind {
+    /// The `protocol` that names it.
+    pub fn protocol(&self) -> &'static str {
+        match self {
+            Self::ModbusTcp(_) => "modbus_tcp",
+            Self::ModbusRtu(_) => "modbus_rtu",
+            Self::Opcua(_) => "opcua",
+            Self::S7(_) => "s7",
+        }
+    }
+}
+
+/// The keys every device has, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceCommon {
+    /// Its name.
+    pub name: String,
+    /// The template it was made from.
+    pub template: Option<String>,
+    /// `hold_ms`: how long a refused sample holds the loop.
+    pub hold: Duration,
+}
+
+impl RawDeviceCommon {
+    /// `template` and `hold_ms` validated [the delivery document's 10 s; 0..=600000], with
+    /// `name` (checked by the caller, who knows the other devices' names).
+    pub fn validate(&self, name: String, at: &str, p: &mut Problems) -> DeviceCommon {
+        let ms = in_range(
+            self.hold_ms,
+            crate::sources::hold::DEFAULT_HOLD.as_millis() as u64,
+            0..=600_000,
+            format!("{at}.hold_ms"),
+            p,
+        );
+        DeviceCommon {
+            name,
+            template: self.template.clone(),
+            hold: Duration::from_millis(ms),
+        }
+    }
+}
+
+/// `devices[].groups[]` of a polled device (Modbus, S7; OPC-UA groups have keys of their own).
+#[derive(Debug, Default, Deserialize)]
+pub struct RawGroup {
+    /// The group's name: the key of its records. Unique within the device.
+    pub name: Option<String>,
+    /// How often the group is polled, in milliseconds (10 to 86400000). Default 1000.
+    pub interval_ms: Option<u64>,
+}
+
+/// A poll group, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupConfig {
+    /// Its name.
+    pub name: String,
+    /// Its interval.
+    pub interval: Duration,
 }
 
 /// `devices:`, validated, by protocol.
@@ -277,192 +253,68 @@ impl DevicesConfig {
     }
 }
 
-/// The keys of a `devices[]` entry that not every protocol reads, each with the families of
-/// the protocols that read it. A key set on a device of another protocol is a mistake worth a
-/// message (an `endpoint` on a Modbus device), not a silent no-op. Keys every device has
-/// (`name`, `protocol`, `template`, `vars`, `groups`, `hold_ms`) are not here.
-const PROTOCOL_KEYS: [(&str, &[&str]); 27] = [
-    ("host", &["modbus", "s7"]),
-    ("port", &["modbus", "s7"]),
-    ("unit", &["modbus"]),
-    ("baud", &["modbus"]),
-    ("parity", &["modbus"]),
-    ("data_bits", &["modbus"]),
-    ("stop_bits", &["modbus"]),
-    ("inter_frame_delay_ms", &["modbus"]),
-    ("timeout_ms", &["modbus", "s7"]),
-    ("max_gap", &["modbus"]),
-    ("backoff_max_secs", &["modbus", "s7"]),
-    ("points", &["modbus", "s7"]),
-    ("rack", &["s7"]),
-    ("slot", &["s7"]),
-    ("local_tsap", &["s7"]),
-    ("remote_tsap", &["s7"]),
-    ("pdu_size", &["s7"]),
-    ("endpoint", &["opcua"]),
-    ("security_policy", &["opcua"]),
-    ("security_mode", &["opcua"]),
-    ("username", &["opcua"]),
-    ("password", &["opcua"]),
-    ("pki_dir", &["opcua"]),
-    ("trust_server_certs", &["opcua"]),
-    ("check_server_hostname", &["opcua"]),
-    ("request_timeout_ms", &["opcua"]),
-    ("reconnect_initial_ms", &["opcua"]),
-];
-
-/// The keys of a group that not every protocol reads, as [`PROTOCOL_KEYS`].
-const GROUP_KEYS: [(&str, &[&str]); 2] = [("subscribe", &["opcua"]), ("deadband", &["opcua"])];
-
-/// The keys of [`PROTOCOL_KEYS`] set on `d` (and three more of OPC-UA's, read by it alone).
-fn keys_set(d: &RawDevice) -> Vec<(&'static str, &'static [&'static str])> {
-    let set = [
-        d.host.is_some(),
-        d.port.is_some(),
-        d.unit.is_some(),
-        d.baud.is_some(),
-        d.parity.is_some(),
-        d.data_bits.is_some(),
-        d.stop_bits.is_some(),
-        d.inter_frame_delay_ms.is_some(),
-        d.timeout_ms.is_some(),
-        d.max_gap.is_some(),
-        d.backoff_max_secs.is_some(),
-        d.points.is_some(),
-        d.rack.is_some(),
-        d.slot.is_some(),
-        d.local_tsap.is_some(),
-        d.remote_tsap.is_some(),
-        d.pdu_size.is_some(),
-        d.endpoint.is_some(),
-        d.security_policy.is_some(),
-        d.security_mode.is_some(),
-        d.username.is_some(),
-        d.password.is_some(),
-        d.pki_dir.is_some(),
-        d.trust_server_certs.is_some(),
-        d.check_server_hostname.is_some(),
-        d.request_timeout_ms.is_some(),
-        d.reconnect_initial_ms.is_some(),
-    ];
-    let opcua_only: [(&'static str, bool); 3] = [
-        ("reconnect_max_ms", d.reconnect_max_ms.is_some()),
-        ("watchdog_ms", d.watchdog_ms.is_some()),
-        ("nodes", d.nodes.is_some()),
-    ];
-    PROTOCOL_KEYS
-        .iter()
-        .zip(set)
-        .filter(|(_, on)| *on)
-        .map(|(k, _)| *k)
-        .chain(
-            opcua_only
-                .into_iter()
-                .filter(|(_, on)| *on)
-                .map(|(k, _)| (k, &["opcua"][..])),
-        )
-        .collect()
-}
-
-/// Reports every key of entry `d` (device and groups) that devices of `protocol` (of
-/// `family`) do not read; true when there was one.
-fn report_other_protocols_keys(
-    d: &RawDevice,
-    protocol: &str,
-    family: &str,
-    at: &str,
-    p: &mut Problems,
-) -> bool {
-    let article = if protocol.starts_with(['o', 's']) {
-        "an"
-    } else {
-        "a"
-    };
-    let why = format!("is not a key of {article} {protocol} device");
-    let mut found = false;
-    for (key, families) in keys_set(d) {
-        if !families.contains(&family) {
-            p.push(format!("{at}.{key}"), why.clone());
-            found = true;
-        }
-    }
-    for (i, g) in d.groups.as_deref().unwrap_or_default().iter().enumerate() {
-        let set = [g.subscribe.is_some(), g.deadband.is_some()];
-        for ((key, families), on) in GROUP_KEYS.iter().zip(set) {
-            if on && !families.contains(&family) {
-                p.push(format!("{at}.groups[{i}].{key}"), why.clone());
-                found = true;
-            }
-        }
-    }
-    found
-}
-
-/// Validates `devices:`.
-pub fn validate_devices(raw: Option<&[RawDevice]>, path: &str, p: &mut Problems) -> DevicesConfig {
+/// Reads and validates `devices:` (templates expanded). A value left out for its wrong type
+/// is not reported a second time as missing.
+pub fn validate_devices(raw: Option<&[Value]>, path: &str, p: &mut Problems) -> DevicesConfig {
     let mut out = DevicesConfig::default();
     let mut names: Vec<String> = Vec::new();
-    for (i, d) in raw.unwrap_or_default().iter().enumerate() {
+    for (i, v) in raw.unwrap_or_default().iter().enumerate() {
         let at = format!("{path}[{i}]");
-        let name = checked_name(d.name.as_deref(), &at, |n| names.iter().any(|o| o == n), p)
-            .unwrap_or_default();
+        let Value::Object(map) = v else {
+            p.push(
+                at,
+                "expected a mapping with name, protocol and the protocol's keys",
+            );
+            continue;
+        };
+        let mut read = Problems::default();
+        let entry = read_device(map, &at, true, &mut read);
+        let mut checked = Problems::default();
+        let name = checked_name(
+            entry.common.name.as_deref(),
+            &at,
+            |n| names.iter().any(|o| o == n),
+            &mut checked,
+        )
+        .unwrap_or_default();
         names.push(name.clone());
-        if let Some(protocol) = d.protocol.as_deref() {
-            if let Some(family) = family(protocol) {
-                report_other_protocols_keys(d, protocol, family, &at, p);
+        let common = entry.common.validate(name, &at, &mut checked);
+        let c = &mut checked;
+        match &entry.kind {
+            Some(kind @ (RawDeviceKind::ModbusTcp(d) | RawDeviceKind::ModbusRtu(d))) => {
+                out.modbus
+                    .extend(validate_modbus_device(d, common, kind.protocol(), &at, c));
             }
+            Some(RawDeviceKind::Opcua(d)) => {
+                out.opcua.extend(validate_opcua_device(d, common, &at, c));
+            }
+            Some(RawDeviceKind::S7(d)) => out.s7.extend(validate_s7_device(d, common, &at, c)),
+            None => {}
         }
-        match d.protocol.as_deref() {
-            Some(proto @ ("modbus_tcp" | "modbus_rtu")) => {
-                if let Some(dev) = validate_modbus_device(d, name, proto, &at, p) {
-                    out.modbus.push(dev);
-                }
-            }
-            Some("opcua") => {
-                if let Some(dev) = validate_opcua_device(d, name, &at, p) {
-                    out.opcua.push(dev);
-                }
-            }
-            Some("s7") => {
-                if let Some(dev) = validate_s7_device(d, name, &at, p) {
-                    out.s7.push(dev);
-                }
-            }
-            None => p.push(format!("{at}.protocol"), "is required"),
-            Some(other) => {
-                let known: Vec<&str> = PROTOCOLS.iter().map(|(p, _)| *p).collect();
-                let (last, rest) = known.split_last().unwrap_or((&"", &[]));
-                p.push(
-                    format!("{at}.protocol"),
-                    format!("expected {} or {last}, got {other:?}", rest.join(", ")),
-                )
-            }
-        }
+        let unreadable: Vec<String> = read.0.iter().map(|q| q.path.clone()).collect();
+        p.0.extend(read.0);
+        p.0.extend(
+            checked
+                .0
+                .into_iter()
+                .filter(|q| !unreadable.contains(&q.path)),
+        );
     }
     check_lines(&out.modbus, path, p);
     out
 }
 
-/// `devices[].port`: a TCP port number or a serial device path.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawPort {
-    /// A TCP port (Modbus TCP, S7).
-    Number(u64),
-    /// A serial device (Modbus RTU).
-    Path(String),
-}
-
 /// `host` and `port` of a device of `protocol` reached over TCP, `default_port` when `port`
 /// is not set: every problem with its path.
 pub fn tcp_address(
-    d: &RawDevice,
+    host: Option<&str>,
+    port: Option<u64>,
     protocol: &str,
     default_port: u16,
     at: &str,
     p: &mut Problems,
 ) -> (String, u16) {
-    let host = match d.host.as_deref() {
+    let host = match host {
         Some(h) if !h.trim().is_empty() => h.to_string(),
         Some(_) => {
             p.push(format!("{at}.host"), "must not be empty");
@@ -473,22 +325,15 @@ pub fn tcp_address(
             String::new()
         }
     };
-    let port = match &d.port {
+    let port = match port {
         None => default_port,
-        Some(RawPort::Number(n)) => match u16::try_from(*n) {
+        Some(n) => match u16::try_from(n) {
             Ok(port) if port > 0 => port,
             _ => {
                 p.push(format!("{at}.port"), format!("{n} is outside 1..=65535"));
                 default_port
             }
         },
-        Some(RawPort::Path(s)) => {
-            p.push(
-                format!("{at}.port"),
-                format!("expected a TCP port number for {protocol}, got {s:?}"),
-            );
-            default_port
-        }
     };
     (host, port)
 }
@@ -500,21 +345,18 @@ pub struct Timing {
     pub timeout: Duration,
     /// `backoff_max_secs`: the breaker's longest wait [60 s; 1..=3600].
     pub backoff_max: Duration,
-    /// `hold_ms`: how long a refused sample holds the loop.
-    pub hold: Duration,
 }
 
-/// `timeout_ms`, `backoff_max_secs` and `hold_ms` of device `d`: every problem with its path.
-pub fn timing(d: &RawDevice, at: &str, p: &mut Problems) -> Timing {
-    let timeout = in_range(
-        d.timeout_ms,
-        1000,
-        10..=60_000,
-        format!("{at}.timeout_ms"),
-        p,
-    );
+/// A polled device's `timeout_ms` and `backoff_max_secs`: every problem with its path.
+pub fn timing(
+    timeout_ms: Option<u64>,
+    backoff_max_secs: Option<u64>,
+    at: &str,
+    p: &mut Problems,
+) -> Timing {
+    let timeout = in_range(timeout_ms, 1000, 10..=60_000, format!("{at}.timeout_ms"), p);
     let backoff_max = in_range(
-        d.backoff_max_secs,
+        backoff_max_secs,
         60,
         1..=3600,
         format!("{at}.backoff_max_secs"),
@@ -523,20 +365,7 @@ pub fn timing(d: &RawDevice, at: &str, p: &mut Problems) -> Timing {
     Timing {
         timeout: Duration::from_millis(timeout),
         backoff_max: Duration::from_secs(backoff_max),
-        hold: hold(d, at, p),
     }
-}
-
-/// `hold_ms` of device `d` [the delivery document's 10 s; 0..=600000].
-pub fn hold(d: &RawDevice, at: &str, p: &mut Problems) -> Duration {
-    let ms = in_range(
-        d.hold_ms,
-        crate::sources::hold::DEFAULT_HOLD.as_millis() as u64,
-        0..=600_000,
-        format!("{at}.hold_ms"),
-        p,
-    );
-    Duration::from_millis(ms)
 }
 
 /// Validates `groups:` of one device: every problem with its path. Without groups, one group
@@ -576,14 +405,15 @@ pub fn validate_groups(raw: Option<&[RawGroup]>, at: &str, p: &mut Problems) -> 
     out
 }
 
-/// A point's name (`points[i].name`): 1 to 64 characters, not `taken` by an earlier point.
+/// A point's `name` (at `pat`, `points[i]`): 1 to 64 characters, not `taken` by an earlier
+/// point.
 pub fn point_name(
-    r: &RawPoint,
+    name: Option<&str>,
     pat: &str,
     taken: impl Fn(&str) -> bool,
     p: &mut Problems,
 ) -> String {
-    match r.name.as_deref() {
+    match name {
         None => {
             p.push(format!("{pat}.name"), "is required");
             String::new()
@@ -601,10 +431,15 @@ pub fn point_name(
     }
 }
 
-/// The index of a point's group in `groups` (`points[i].group`, which may be left out when
-/// the device has one group).
-pub fn point_group(r: &RawPoint, groups: &[GroupConfig], pat: &str, p: &mut Problems) -> usize {
-    match r.group.as_deref() {
+/// The index in `groups` of a point's `group` (at `pat`, `points[i]`), which may be left out
+/// when the device has one group.
+pub fn point_group(
+    group: Option<&str>,
+    groups: &[GroupConfig],
+    pat: &str,
+    p: &mut Problems,
+) -> usize {
+    match group {
         None if groups.len() <= 1 => 0,
         None => {
             p.push(
@@ -828,6 +663,183 @@ devices:
         assert_eq!(c.points.len(), 1);
         assert_eq!(b.template.as_deref(), Some("press"));
         assert_eq!(c.template, None);
+    }
+
+    #[test]
+    fn a_key_of_another_protocol_is_an_unknown_key_with_its_path() {
+        let errs = problems(
+            r#"
+devices:
+  - name: m
+    protocol: modbus_tcp
+    host: h
+    endpoint: "opc.tcp://h:4840/"
+    groups: [{name: g, subscribe: true}]
+    points: [{name: a, register: 1, address: DB1.DBW0}]
+  - name: o
+    protocol: opcua
+    endpoint: "opc.tcp://h:4840/"
+    unit: 3
+    nodes: [{node_id: "i=2258", name: t, register: 4}]
+  - name: s
+    protocol: s7
+    host: h
+    groups: [{name: g, deadband: 1}]
+    points: [{name: a, address: DB1.DBW0, word_order: little}]
+"#,
+        );
+        assert_eq!(
+            errs,
+            [
+                "devices[0].endpoint: unknown key",
+                "devices[0].groups[0].subscribe: unknown key",
+                "devices[0].points[0].address: unknown key",
+                "devices[1].unit: unknown key",
+                "devices[1].nodes[0].register: unknown key",
+                "devices[2].groups[0].deadband: unknown key",
+                "devices[2].points[0].word_order: unknown key",
+            ],
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn every_problem_of_an_entry_is_reported_unknown_keys_wrong_types_and_values_alike() {
+        let errs = problems(
+            r#"
+devices:
+  - name: m
+    protocol: modbus_rtu
+    port: /dev/ttyUSB0
+    hold_ms: lots
+    baud: fast
+    parity: mark
+    endpoint: "opc.tcp://h:4840/"
+    points:
+      - {name: a, register: x}
+      - {name: b, register: 70000, nodes: 1}
+"#,
+        );
+        assert_eq!(
+            errs,
+            [
+                "devices[0].hold_ms: invalid type: string \"lots\", expected u64",
+                "devices[0].baud: invalid type: string \"fast\", expected u64",
+                "devices[0].points[0].register: invalid type: string \"x\", expected u64",
+                "devices[0].points[1].nodes: unknown key",
+                "devices[0].endpoint: unknown key",
+                "devices[0].parity: expected none, even or odd, got \"mark\"",
+                "devices[0].points[1].register: 70000 is outside 0..=65535",
+            ],
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn an_entry_without_a_usable_protocol_says_so() {
+        let errs = problems(
+            "devices:\n  - {name: a, host: h}\n  - {name: b, protocol: 7}\n  - {name: c, protocol: Modbus_TCP}\n  - 7\n",
+        );
+        assert_eq!(
+            errs,
+            [
+                "devices[0].protocol: is required",
+                "devices[1].protocol: expected modbus_tcp, modbus_rtu, opcua or s7, got 7",
+                "devices[2].protocol: expected modbus_tcp, modbus_rtu, opcua or s7, got \"Modbus_TCP\"",
+                "devices[3]: expected a mapping with name, protocol and the protocol's keys",
+            ],
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn every_protocol_of_the_table_is_a_variant_of_the_tagged_entry_and_no_other() {
+        use super::{RawDeviceKind, PROTOCOLS};
+        let names: Vec<String> = PROTOCOLS.iter().map(|(p, _)| format!("`{p}`")).collect();
+        let err = serde_json::from_value::<RawDeviceKind>(serde_json::json!({"nope": {}}))
+            .expect_err("no such protocol");
+        assert!(
+            err.to_string()
+                .ends_with(&format!("expected one of {}", names.join(", "))),
+            "{err}"
+        );
+        for (protocol, _) in PROTOCOLS {
+            let kind: RawDeviceKind =
+                serde_json::from_value(serde_json::json!({ protocol: {} })).expect(protocol);
+            assert_eq!(kind.protocol(), protocol);
+        }
+    }
+
+    #[test]
+    fn templates_work_for_every_protocol_with_or_without_their_own_protocol() {
+        let cfg = from_yaml(
+            r#"
+connector: {data_dir: /d}
+templates:
+  - name: plc
+    protocol: s7
+    slot: 2
+    points:
+      - {name: temp, address: DB10.DBD4, type: real}
+  - name: line
+    protocol: opcua
+    hold_ms: 500
+    groups: [{name: fast, interval_ms: 200, subscribe: true, deadband: 0.5}]
+    nodes: [{node_id: "ns=2;s={{device}}.T", name: t}]
+  - name: counters
+    points: [{name: parts, register: 4, type: u32}]
+devices:
+  - {name: plc-1, template: plc, host: 10.0.0.1, points: [{name: count, address: DB10.DBW8}]}
+  - {name: line-1, template: line, endpoint: "opc.tcp://h:4840/"}
+  - {name: rtu-1, template: counters, protocol: modbus_rtu, port: /dev/ttyUSB0}
+  - {name: press-1, template: counters, protocol: modbus_tcp, host: h}
+"#,
+        )
+        .expect("valid");
+        let plc = &cfg.devices.s7[0];
+        assert_eq!(plc.endpoint.remote_tsap, 0x0102);
+        assert_eq!(plc.points.len(), 2);
+        assert_eq!(plc.template.as_deref(), Some("plc"));
+        let line = &cfg.devices.opcua[0];
+        assert_eq!(line.hold, std::time::Duration::from_millis(500));
+        assert!(line.groups[0].subscribe);
+        assert_eq!(line.groups[0].nodes[0].node_id, "ns=2;s=line-1.T");
+        assert_eq!(line.template.as_deref(), Some("line"));
+        let [rtu, tcp] = &cfg.devices.modbus[..] else {
+            panic!("two Modbus devices: {:?}", cfg.devices.modbus)
+        };
+        assert!(matches!(rtu.transport, Transport::Rtu(_)));
+        assert!(matches!(tcp.transport, Transport::Tcp { .. }));
+        assert_eq!(rtu.points[0].data_type, DataType::U32);
+    }
+
+    #[test]
+    fn a_templates_keys_are_checked_by_its_protocol_once_or_else_in_its_devices() {
+        let errs = problems(
+            r#"
+templates:
+  - name: line
+    protocol: opcua
+    host: h
+    nodes: [{node_id: "i=2258", name: t}]
+  - name: loose
+    endpoint: "opc.tcp://h:4840/"
+    points: [{name: a, register: 1}]
+devices:
+  - {name: l1, template: line, endpoint: "opc.tcp://h:4840/"}
+  - {name: l2, template: line, endpoint: "opc.tcp://h:4840/"}
+  - {name: m1, template: loose, protocol: modbus_tcp, host: h}
+  - {name: m2, template: loose, protocol: modbus_tcp, host: h}
+"#,
+        );
+        assert_eq!(
+            errs,
+            [
+                "templates[0].host: unknown key",
+                "devices[2] (template loose): endpoint: unknown key (and in 1 more device of template loose)",
+            ],
+            "{errs:#?}"
+        );
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //!
 //! Templates are expanded on the config's YAML tree, before the tree is read into raw structs:
 //! a template may hold any device key (those of every protocol, and any added later), and the
-//! devices it makes go through the same parse and validation as devices written out in full.
+//! devices it makes go through the same parse and validation as devices written out in full,
+//! by their protocol ([`crate::sources::devices::read_device`]).
 //!
 //! The rules:
 //! - A template has a `name`, unique among templates, and any device keys. It cannot use
-//!   another template.
+//!   another template. It may give `protocol` or leave it to its devices; when it gives it,
+//!   its keys are checked as that protocol's on their own, once.
 //! - A device with `template: NAME` starts from the template's keys. Every key the device
 //!   gives replaces the template's, except the lists `points`, `nodes` and `groups`, which
 //!   are merged by name (a node by its group and name): a device entry with the name of a
@@ -29,8 +31,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::config::checks::checked_name;
-use crate::config::{parse_tree, Problem, Problems};
-use crate::sources::devices::RawDevice;
+use crate::config::{Problem, Problems};
+use crate::sources::devices::read_device;
 
 /// The device lists merged by name, with the keys that name an entry.
 const LISTS: [(&str, &[&str]); 3] = [
@@ -193,8 +195,10 @@ fn read_templates<'a>(
                 "a template cannot use another template",
             );
         }
-        // Unknown keys and wrong types, once for the template rather than once per device.
-        let (_, own) = parse_tree::<RawDevice>(t.clone(), &at, false);
+        // Unknown keys and wrong types, once for the template rather than once per device;
+        // without a protocol, its devices' check finds them.
+        let mut own = Problems::default();
+        read_device(map, &at, false, &mut own);
         out.own_problems
             .extend(own.0.iter().map(Problem::to_string));
         p.0.extend(own.0);

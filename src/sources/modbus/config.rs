@@ -1,15 +1,111 @@
-//! Modbus devices: the point list and the line settings, validated without I/O. The device
-//! entry itself is [`crate::sources::devices::RawDevice`], shared with the other protocols.
+//! Modbus devices (`protocol: modbus_tcp` and `modbus_rtu`): their raw keys, the point list
+//! and the line settings, validated without I/O. Both protocols read [`RawModbusDevice`]; the
+//! keys of the other transport (`baud` on a TCP device, `host` on an RTU one) are problems.
 
 use std::time::Duration;
+
+use serde::Deserialize;
 
 use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
 use crate::sources::devices::{
-    check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, GroupConfig,
-    RawDevice, RawPoint, RawPort,
+    check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, DeviceCommon,
+    GroupConfig, RawGroup,
 };
+
+/// `devices[]` with `protocol: modbus_tcp` or `modbus_rtu`: the keys besides those every
+/// device has.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawModbusDevice {
+    /// Modbus TCP: the device's host name or IP address.
+    pub host: Option<String>,
+    /// Modbus TCP: the TCP port (default 502). Modbus RTU: the serial device, e.g.
+    /// `/dev/ttyUSB0`; devices with the same port share the line.
+    pub port: Option<RawPort>,
+    /// The unit id (slave address), 0 to 247; default 1 (TCP: 255 also allowed).
+    pub unit: Option<u64>,
+    /// Modbus RTU: baud rate, default 9600. Every device of a line must agree.
+    pub baud: Option<u64>,
+    /// Modbus RTU: `none` (default), `even` or `odd`.
+    pub parity: Option<String>,
+    /// Modbus RTU: 5 to 8 data bits, default 8.
+    pub data_bits: Option<u64>,
+    /// Modbus RTU: 1 (default) or 2 stop bits.
+    pub stop_bits: Option<u64>,
+    /// Modbus RTU: quiet time between two frames on the line, in milliseconds. Default 0
+    /// (the 3.5 character times of the standard are kept by the serial timing itself).
+    pub inter_frame_delay_ms: Option<u64>,
+    /// How long one request (and the connect) may take, in milliseconds; then the
+    /// connection (or the serial port) is dropped and reopened. Default 1000.
+    pub timeout_ms: Option<u64>,
+    /// Registers (or bits) that may lie unread between two points read in one request.
+    /// Default 8; 0 coalesces only contiguous points.
+    pub max_gap: Option<u64>,
+    /// The most the circuit breaker waits before trying a failing device again, in seconds
+    /// (it starts at 1 s and doubles). Default 60.
+    pub backoff_max_secs: Option<u64>,
+    /// Poll groups: each polls its points on its own interval. Without groups, one group
+    /// `default` polls every point each second.
+    pub groups: Option<Vec<RawGroup>>,
+    /// The registers and bits to read.
+    pub points: Option<Vec<RawModbusPoint>>,
+}
+
+/// `devices[].port` of a Modbus device: a TCP port number or a serial device path.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawPort {
+    /// A TCP port (Modbus TCP).
+    Number(u64),
+    /// A serial device (Modbus RTU).
+    Path(String),
+}
+
+/// `devices[].points[]` of a Modbus device.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawModbusPoint {
+    /// The point's name: its key in the record's payload. Unique within the device.
+    pub name: Option<String>,
+    /// The poll group that reads it; may be left out when the device has one group.
+    pub group: Option<String>,
+    /// The address of its first register or bit, 0 to 65535 (protocol addresses, starting
+    /// at 0). Required.
+    pub register: Option<u64>,
+    /// `holding` (default), `input`, `coil` or `discrete`.
+    pub kind: Option<String>,
+    /// The value's data type: `bool`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `f32`, `f64`
+    /// or `string`; default `u16` for registers and `bool` for coils and discrete inputs
+    /// (which can only be `bool`); a `bool` register is true when it is not 0.
+    #[serde(rename = "type")]
+    pub data_type: Option<String>,
+    /// For `string`: its length in bytes (2 per register), 1 to 250.
+    pub length: Option<u64>,
+    /// `big` (default: the first register holds the high word) or `little`.
+    pub word_order: Option<String>,
+    /// `big` (default: the high byte first within a register, as the standard says) or
+    /// `little`.
+    pub byte_order: Option<String>,
+    /// Multiplies the raw number (after which the value is a float). Default 1. A whole-number
+    /// register's value is rounded to the decimals of `scale` and `offset` (`scale: 0.1` gives
+    /// `4.1`, not `4.1000000000000005`); a float register's is not.
+    pub scale: Option<f64>,
+    /// Added after `scale`. Default 0.
+    pub offset: Option<f64>,
+    /// The engineering unit, copied into the record (e.g. `°C`).
+    pub unit: Option<String>,
+    /// Commands may write this point (`POST /api/devices/{device}/write`, NATS, MQTT; needs
+    /// `commands:`); only holding registers and coils can be writable. Default false:
+    /// nothing is writable unless it says so.
+    pub writable: Option<bool>,
+    /// The lowest value a command may write, in engineering units (after `scale` and
+    /// `offset`, as the point reads). A lower value is refused `out_of_range` before anything
+    /// is sent. Only for writable numeric points.
+    pub min: Option<f64>,
+    /// The highest value a command may write, in engineering units. Only for writable
+    /// numeric points; not below `min`.
+    pub max: Option<f64>,
+}
 
 /// Most registers one read request may carry (the protocol's limit for function 3 and 4).
 pub const MAX_REGISTERS: u16 = 125;
@@ -296,10 +392,11 @@ fn order(raw: Option<&str>, path: String, p: &mut Problems) -> Order {
     }
 }
 
-/// Validates the Modbus fields of a `devices[]` entry; `None` when a problem was found.
+/// Validates a `devices[]` entry of `protocol` (`modbus_tcp` or `modbus_rtu`) with its
+/// common keys; `None` when a problem was found.
 pub fn validate_modbus_device(
-    d: &RawDevice,
-    name: String,
+    d: &RawModbusDevice,
+    common: DeviceCommon,
     protocol: &str,
     at: &str,
     p: &mut Problems,
@@ -307,7 +404,18 @@ pub fn validate_modbus_device(
     let before = p.0.len();
     let tcp = protocol == "modbus_tcp";
     let transport = if tcp {
-        let (host, port) = tcp_address(d, protocol, 502, at, p);
+        let port = match &d.port {
+            None => None,
+            Some(RawPort::Number(n)) => Some(*n),
+            Some(RawPort::Path(s)) => {
+                p.push(
+                    format!("{at}.port"),
+                    format!("expected a TCP port number for {protocol}, got {s:?}"),
+                );
+                None
+            }
+        };
+        let (host, port) = tcp_address(d.host.as_deref(), port, protocol, 502, at, p);
         for (key, present) in [
             ("baud", d.baud.is_some()),
             ("parity", d.parity.is_some()),
@@ -374,28 +482,28 @@ pub fn validate_modbus_device(
     };
     let max_unit = if tcp { 255 } else { 247 };
     let unit = in_range(d.unit, 1, 0..=max_unit, format!("{at}.unit"), p) as u8;
-    let timing = timing(d, at, p);
+    let timing = timing(d.timeout_ms, d.backoff_max_secs, at, p);
     let max_gap = in_range(d.max_gap, 8, 0..=124, format!("{at}.max_gap"), p) as u16;
     let groups = validate_groups(d.groups.as_deref(), at, p);
     let points = validate_points(d.points.as_deref(), &groups, at, p);
     let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
     check_groups_used(&groups, &used, at, p);
-    (p.0.len() == before).then(|| ModbusDeviceConfig {
-        name,
-        template: d.template.clone(),
+    (p.0.len() == before).then_some(ModbusDeviceConfig {
+        name: common.name,
+        template: common.template,
         transport,
         unit,
         timeout: timing.timeout,
         max_gap,
         backoff_max: timing.backoff_max,
-        hold: timing.hold,
+        hold: common.hold,
         groups,
         points,
     })
 }
 
 fn validate_points(
-    raw: Option<&[RawPoint]>,
+    raw: Option<&[RawModbusPoint]>,
     groups: &[GroupConfig],
     at: &str,
     p: &mut Problems,
@@ -410,19 +518,13 @@ fn validate_points(
     let mut out: Vec<PointConfig> = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let pat = format!("{at}.points[{i}]");
-        let name = point_name(r, &pat, |n| out.iter().any(|o| o.name == n), p);
-        let group = point_group(r, groups, &pat, p);
-        for (key, present) in [
-            ("address", r.address.is_some()),
-            ("deadband", r.deadband.is_some()),
-        ] {
-            if present {
-                p.push(
-                    format!("{pat}.{key}"),
-                    "is an s7 key, not a key of a Modbus point",
-                );
-            }
-        }
+        let name = point_name(
+            r.name.as_deref(),
+            &pat,
+            |n| out.iter().any(|o| o.name == n),
+            p,
+        );
+        let group = point_group(r.group.as_deref(), groups, &pat, p);
         let kind = match r.kind.as_deref() {
             None | Some("holding") => RegisterKind::Holding,
             Some("input") => RegisterKind::Input,

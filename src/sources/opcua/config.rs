@@ -1,5 +1,5 @@
-//! OPC-UA devices (`devices[]` with `protocol: opcua`): their raw node entries and the pure
-//! validation of every OPC-UA key, each problem with its path.
+//! OPC-UA devices (`devices[]` with `protocol: opcua`): their raw keys, groups and nodes, and
+//! the pure validation of every OPC-UA key, each problem with its path.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,7 +10,71 @@ use serde::Deserialize;
 use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
 use crate::sources::catalogue::{DeviceDef, PointDef};
-use crate::sources::devices::{hold, validate_groups, GroupConfig, RawDevice};
+use crate::sources::devices::{validate_groups, DeviceCommon, GroupConfig, RawGroup};
+
+/// `devices[]` with `protocol: opcua`: the keys besides those every device has.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawOpcuaDevice {
+    /// The server's endpoint URL, e.g. `opc.tcp://10.0.0.5:4840/`. Required.
+    pub endpoint: Option<String>,
+    /// `None` (default) or `Basic256Sha256`.
+    pub security_policy: Option<String>,
+    /// `None`, `Sign` or `SignAndEncrypt`. Default `None` with the `None` policy,
+    /// `SignAndEncrypt` otherwise.
+    pub security_mode: Option<String>,
+    /// User name; without it the session is anonymous. Needs `password`.
+    pub username: Option<String>,
+    /// The user's password.
+    pub password: Option<String>,
+    /// Folder of the client certificate (created on first start: `own/cert.der`,
+    /// `private/private.pem`), trusted server certificates (`trusted/`) and rejected ones
+    /// (`rejected/`: move one to `trusted/` to trust it). Default `<data_dir>/opcua-pki`.
+    pub pki_dir: Option<String>,
+    /// Trust a server certificate the first time it is seen instead of rejecting it until an
+    /// operator moves it to `trusted/`. Default false.
+    pub trust_server_certs: Option<bool>,
+    /// With a security policy other than `None`: refuse a server certificate that does not
+    /// name the endpoint URL's host (a DNS or IP subject alternative name, any place in the
+    /// list). `false` accepts it, as "suppress hostname invalid" does in other clients, for
+    /// PLCs whose certificate names another address than the one in use; the device logs a
+    /// warning at start. Trust, validity period and application URI are checked either way.
+    /// Default true.
+    pub check_server_hostname: Option<bool>,
+    /// How long one request (a read, a subscription call) may take, in milliseconds.
+    /// Default 5000.
+    pub request_timeout_ms: Option<u64>,
+    /// First wait before reconnecting, in milliseconds; it doubles up to
+    /// `reconnect_max_ms`. Reconnects never stop. Default 1000.
+    pub reconnect_initial_ms: Option<u64>,
+    /// The longest wait between reconnect attempts, in milliseconds. Default 30000.
+    pub reconnect_max_ms: Option<u64>,
+    /// The no-data watchdog. A connected session that delivers nothing (no read answer, no
+    /// notification, no subscription keep-alive) for this long is dropped and made anew.
+    /// Default: three times the slowest group's interval, at least 30000.
+    pub watchdog_ms: Option<u64>,
+    /// Groups: each reads its nodes on its own interval, or subscribes to them. Without
+    /// groups, one group `default` reads every node each second.
+    pub groups: Option<Vec<RawOpcuaGroup>>,
+    /// The nodes to read.
+    pub nodes: Option<Vec<RawOpcuaNode>>,
+}
+
+/// `devices[].groups[]` of an OPC-UA device.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawOpcuaGroup {
+    /// The group's name: the key of its records. Unique within the device.
+    pub name: Option<String>,
+    /// How often the group is read, in milliseconds (10 to 86400000). Default 1000. With
+    /// `subscribe: true`, the sampling and publishing interval.
+    pub interval_ms: Option<u64>,
+    /// Monitor the group's nodes in a subscription instead of reading them each interval; a
+    /// record then carries the nodes that changed. Default false.
+    pub subscribe: Option<bool>,
+    /// With `subscribe: true`: absolute deadband; a numeric value is reported only when it
+    /// moved by more than this. Asked of the server per node; nodes where the server refuses
+    /// a filter are monitored without one.
+    pub deadband: Option<f64>,
+}
 
 /// `devices[].nodes[]` of an OPC-UA device.
 #[derive(Debug, Default, Deserialize)]
@@ -309,11 +373,11 @@ impl OpcuaDeviceConfig {
 /// What the status page shows as the type of a writable node whose config names none.
 pub const UNKNOWN_TYPE: &str = "unknown until read";
 
-/// Validates one `protocol: opcua` entry of `devices:` at `at`; `None` when it has problems
-/// (all of them pushed to `p`).
+/// Validates one `protocol: opcua` entry of `devices:` at `at` with its common keys; `None`
+/// when it has problems (all of them pushed to `p`).
 pub fn validate_opcua_device(
-    d: &RawDevice,
-    name: String,
+    d: &RawOpcuaDevice,
+    common: DeviceCommon,
     at: &str,
     p: &mut Problems,
 ) -> Option<OpcuaDeviceConfig> {
@@ -436,9 +500,18 @@ pub fn validate_opcua_device(
             format!("{reconnect_initial} is more than reconnect_max_ms ({reconnect_max})"),
         );
     }
-    let hold = hold(d, at, p);
     let raw_groups = d.groups.as_deref();
-    let groups = validate_groups(raw_groups, at, p);
+    // The keys every group has, checked as every protocol's are.
+    let plain: Option<Vec<RawGroup>> = raw_groups.map(|groups| {
+        groups
+            .iter()
+            .map(|g| RawGroup {
+                name: g.name.clone(),
+                interval_ms: g.interval_ms,
+            })
+            .collect()
+    });
+    let groups = validate_groups(plain.as_deref(), at, p);
     let mut opcua_groups: Vec<OpcuaGroupConfig> = groups
         .into_iter()
         .enumerate()
@@ -487,8 +560,8 @@ pub fn validate_opcua_device(
         return None;
     }
     Some(OpcuaDeviceConfig {
-        name,
-        template: d.template.clone(),
+        name: common.name,
+        template: common.template,
         endpoint,
         security_policy: policy,
         security_mode: mode,
@@ -500,7 +573,7 @@ pub fn validate_opcua_device(
         reconnect_initial: Duration::from_millis(reconnect_initial),
         reconnect_max: Duration::from_millis(reconnect_max),
         watchdog: Duration::from_millis(watchdog),
-        hold,
+        hold: common.hold,
         groups: opcua_groups,
     })
 }

@@ -1,8 +1,9 @@
-//! S7 devices (`protocol: s7`): where the PLC is, and its points as TIA Portal addresses
-//! with a type each, validated without I/O. The device entry itself is
-//! [`crate::sources::devices::RawDevice`], shared with the other protocols.
+//! S7 devices (`protocol: s7`): their raw keys, where the PLC is, and its points as TIA
+//! Portal addresses with a type each, validated without I/O.
 
 use std::time::Duration;
+
+use serde::Deserialize;
 
 use super::address::{Area, Width};
 use super::endpoint::{parse_tsap, rack_slot_tsap, Endpoint, DEFAULT_PDU, LOCAL_TSAP, PDU_RANGE};
@@ -12,9 +13,85 @@ use crate::config::checks::in_range;
 use crate::config::Problems;
 use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
 use crate::sources::devices::{
-    check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, GroupConfig,
-    RawDevice, RawPoint,
+    check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, DeviceCommon,
+    GroupConfig, RawGroup,
 };
+
+/// `devices[]` with `protocol: s7`: the keys besides those every device has.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawS7Device {
+    /// The PLC's host name or IP address.
+    pub host: Option<String>,
+    /// The ISO-on-TCP port (default 102).
+    pub port: Option<u64>,
+    /// The CPU's rack, 0 to 7 (default 0). With `slot`, instead of `remote_tsap`.
+    pub rack: Option<u64>,
+    /// The CPU's slot, 0 to 31 (default 1: S7-1200/1500; an S7-300 is in slot 2).
+    pub slot: Option<u64>,
+    /// Our TSAP as TIA Portal writes it, e.g. `"01.00"` (the default, a PG connection), for
+    /// CPs and CPUs configured for other connection resources.
+    pub local_tsap: Option<String>,
+    /// The CPU's TSAP as TIA Portal writes it, e.g. `"03.01"`, instead of `rack` and `slot`.
+    pub remote_tsap: Option<String>,
+    /// The PDU size asked for, 240 to 960 bytes (default 480). The CPU may grant less; the
+    /// size it granted is used, and shown in the device's status as `pdu_size`.
+    pub pdu_size: Option<u64>,
+    /// How long one request (and the connect) may take, in milliseconds; then the
+    /// connection is dropped and reopened. Default 1000.
+    pub timeout_ms: Option<u64>,
+    /// The most the circuit breaker waits before trying a failing PLC again, in seconds (it
+    /// starts at 1 s and doubles). Default 60.
+    pub backoff_max_secs: Option<u64>,
+    /// Poll groups: each polls its points on its own interval. Without groups, one group
+    /// `default` polls every point each second.
+    pub groups: Option<Vec<RawGroup>>,
+    /// The addresses to read.
+    pub points: Option<Vec<RawS7Point>>,
+}
+
+/// `devices[].points[]` of an S7 device.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawS7Point {
+    /// The point's name: its key in the record's payload. Unique within the device.
+    pub name: Option<String>,
+    /// The poll group that reads it; may be left out when the device has one group.
+    pub group: Option<String>,
+    /// Where it is in the PLC, as TIA Portal and STEP 7 write it: `DB10.DBD4`, `DB10.DBW2`,
+    /// `DB10.DBB0`, `DB1.DBX0.3`, `MW20`, `MD24`, `M0.1`, `IW0`, `I0.1`, `QW2`, `Q4.0` (`E`
+    /// and `A` for inputs and outputs also). Required.
+    pub address: Option<String>,
+    /// The value's data type: `bool`, `byte`, `word`, `int`, `dword`, `dint`, `real`,
+    /// `lreal`, `char`, `string`, `date_and_time`, `dtl` (both as RFC 3339 text), `s5time` or
+    /// `time` (both in milliseconds); default `bool` for a bit address, `byte`, `word` or
+    /// `dword` for the others. It must fit the address's width (`real` needs a double word
+    /// address such as `DB10.DBD4`).
+    #[serde(rename = "type")]
+    pub data_type: Option<String>,
+    /// For `string`: its declared maximum in characters, 1 to 254 (the two-byte header not
+    /// counted).
+    pub length: Option<u64>,
+    /// Multiplies the PLC's number (after which the value is a float). Default 1. A whole
+    /// number is rounded to the decimals of `scale` (`scale: 0.1` gives `4.1`, not
+    /// `4.1000000000000005`); a `real` is not.
+    pub scale: Option<f64>,
+    /// The engineering unit, copied into the record (e.g. `°C`).
+    pub unit: Option<String>,
+    /// A number is reported only once it moved by more than this (in engineering units)
+    /// from the value last reported; until then the point's entry keeps that value. Default:
+    /// every change is reported.
+    pub deadband: Option<f64>,
+    /// Commands may write this point (`POST /api/devices/{device}/write`, NATS, MQTT; needs
+    /// `commands:`); every area but the inputs (I), which the PLC's input modules write.
+    /// Default false: nothing is writable unless it says so.
+    pub writable: Option<bool>,
+    /// The lowest value a command may write, in engineering units (after `scale`, as the
+    /// point reads). A lower value is refused `out_of_range` before anything is sent. Only
+    /// for writable numeric points.
+    pub min: Option<f64>,
+    /// The highest value a command may write, in engineering units. Only for writable
+    /// numeric points; not below `min`.
+    pub max: Option<f64>,
+}
 
 /// One point, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,10 +228,11 @@ fn kind(t: DataType) -> DataKind {
     }
 }
 
-/// Validates the S7 fields of a `devices[]` entry; `None` when a problem was found.
+/// Validates a `protocol: s7` entry of `devices[]` with its common keys; `None` when a
+/// problem was found.
 pub fn validate_s7_device(
-    d: &RawDevice,
-    name: String,
+    d: &RawS7Device,
+    common: DeviceCommon,
     at: &str,
     p: &mut Problems,
 ) -> Option<S7DeviceConfig> {
@@ -165,7 +243,14 @@ pub fn validate_s7_device(
             "this build has no S7 client (it was built without the `s7` feature)",
         );
     }
-    let (host, port) = tcp_address(d, "s7", super::endpoint::DEFAULT_PORT, at, p);
+    let (host, port) = tcp_address(
+        d.host.as_deref(),
+        d.port,
+        "s7",
+        super::endpoint::DEFAULT_PORT,
+        at,
+        p,
+    );
     let tsap = |key: &str, raw: Option<&str>, p: &mut Problems| -> Option<u16> {
         let text = raw?;
         parse_tsap(text)
@@ -198,14 +283,14 @@ pub fn validate_s7_device(
         format!("{at}.pdu_size"),
         p,
     ) as u16;
-    let timing = timing(d, at, p);
+    let timing = timing(d.timeout_ms, d.backoff_max_secs, at, p);
     let groups = validate_groups(d.groups.as_deref(), at, p);
     let points = validate_points(d.points.as_deref(), &groups, at, p);
     let used: Vec<usize> = points.iter().map(|pt| pt.group).collect();
     check_groups_used(&groups, &used, at, p);
-    (p.0.len() == before).then(|| S7DeviceConfig {
-        name,
-        template: d.template.clone(),
+    (p.0.len() == before).then_some(S7DeviceConfig {
+        name: common.name,
+        template: common.template,
         endpoint: Endpoint {
             host,
             port,
@@ -215,14 +300,14 @@ pub fn validate_s7_device(
             timeout: timing.timeout,
         },
         backoff_max: timing.backoff_max,
-        hold: timing.hold,
+        hold: common.hold,
         groups,
         points,
     })
 }
 
 fn validate_points(
-    raw: Option<&[RawPoint]>,
+    raw: Option<&[RawS7Point]>,
     groups: &[GroupConfig],
     at: &str,
     p: &mut Problems,
@@ -237,22 +322,13 @@ fn validate_points(
     let mut out: Vec<S7PointConfig> = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let pat = format!("{at}.points[{i}]");
-        let name = point_name(r, &pat, |n| out.iter().any(|o| o.name == n), p);
-        let group = point_group(r, groups, &pat, p);
-        for (key, present) in [
-            ("register", r.register.is_some()),
-            ("kind", r.kind.is_some()),
-            ("word_order", r.word_order.is_some()),
-            ("byte_order", r.byte_order.is_some()),
-            ("offset", r.offset.is_some()),
-        ] {
-            if present {
-                p.push(
-                    format!("{pat}.{key}"),
-                    "is a Modbus key, not a key of an S7 point (S7 points have an address)",
-                );
-            }
-        }
+        let name = point_name(
+            r.name.as_deref(),
+            &pat,
+            |n| out.iter().any(|o| o.name == n),
+            p,
+        );
+        let group = point_group(r.group.as_deref(), groups, &pat, p);
         let Some(item) = item(r, &pat, p) else {
             continue;
         };
@@ -315,7 +391,7 @@ fn validate_points(
 
 /// The point's address and type; `None` (with the problem) when either is wrong or they do
 /// not fit each other.
-fn item(r: &RawPoint, pat: &str, p: &mut Problems) -> Option<Item> {
+fn item(r: &RawS7Point, pat: &str, p: &mut Problems) -> Option<Item> {
     let Some(text) = r.address.as_deref() else {
         p.push(
             format!("{pat}.address"),
@@ -439,14 +515,14 @@ devices:
             "devices[0].host: is required for s7",
             "devices[0].remote_tsap: give rack and slot or remote_tsap, not both",
             "devices[0].pdu_size: 100 is outside 240..=960",
-            "devices[0].unit: is not a key of an s7 device",
-            "devices[0].endpoint: is not a key of an s7 device",
+            "devices[0].unit: unknown key",
+            "devices[0].endpoint: unknown key",
             "devices[0].points[0].type: DB10.DBB4 does not fit the type real",
             "devices[0].points[1].address: ",
             "devices[0].points[2].type: ",
             "devices[0].points[3].writable: inputs (I) are written by the PLC's input modules, not by commands",
             "devices[0].points[4].length: ",
-            "devices[0].points[5].register: is a Modbus key, not a key of an S7 point (S7 points have an address)",
+            "devices[0].points[5].register: unknown key",
             "devices[0].points[5].deadband: -1 must be 0 or more",
             "devices[0].points[6].scale: is only for numbers, not a bool",
             "devices[0].points[7].address: is required for an S7 point (e.g. DB10.DBD4, MW20, I0.1)",
@@ -459,19 +535,16 @@ devices:
     }
 
     #[test]
-    fn s7_keys_on_a_modbus_device_and_an_address_on_a_modbus_point_are_reported() {
+    fn s7_keys_on_a_modbus_device_and_an_address_on_a_modbus_point_are_unknown_keys() {
         let errs = problems(
             "devices:\n  - {name: m, protocol: modbus_tcp, host: h, slot: 2, points: [{name: a, register: 1, address: DB1.DBW0}]}\n",
         );
-        assert!(
-            errs.contains(&"devices[0].slot: is not a key of a modbus_tcp device".to_string()),
-            "{errs:#?}"
-        );
-        assert!(
-            errs.contains(
-                &"devices[0].points[0].address: is an s7 key, not a key of a Modbus point"
-                    .to_string()
-            ),
+        assert_eq!(
+            errs,
+            [
+                "devices[0].slot: unknown key",
+                "devices[0].points[0].address: unknown key",
+            ],
             "{errs:#?}"
         );
     }
