@@ -57,6 +57,7 @@ pub mod health;
 pub mod http;
 pub mod hub;
 pub mod ledger;
+pub mod opcua_server;
 pub mod priority;
 pub mod record;
 pub mod release;

@@ -45,6 +45,34 @@ fn main() -> ExitCode {
 }
 
 /// Runs a command line that fits its command.
+/// `hash-password`: the Argon2id hash of the password on standard input.
+fn hash_password() -> ExitCode {
+    let mut line = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut line) {
+        eprintln!("opex-connector hash-password: cannot read standard input: {e}");
+        return ExitCode::from(1);
+    }
+    let password = line.strip_suffix('\n').unwrap_or(&line);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    if password.is_empty() {
+        eprintln!("opex-connector hash-password: the password on standard input is empty");
+        return ExitCode::from(1);
+    }
+    #[cfg(feature = "opcua-server")]
+    match opex_connector::opcua_server::users::hash_password(password) {
+        Ok(hash) => emit(&format!("{hash}\n")),
+        Err(e) => {
+            eprintln!("opex-connector hash-password: {e}");
+            ExitCode::from(1)
+        }
+    }
+    #[cfg(not(feature = "opcua-server"))]
+    {
+        eprintln!("opex-connector: this build has no OPC-UA server (it was built without the `opcua-server` feature)");
+        ExitCode::from(2)
+    }
+}
+
 fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
     match (p.command.name, p.args.as_slice()) {
         ("run", []) => {
@@ -126,6 +154,7 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
             eprintln!("opex-connector: this build has no OPC-UA client (it was built without the `opcua` feature)");
             ExitCode::from(2)
         }
+        ("hash-password", []) => hash_password(),
         ("keygen", [dir]) => match release::keygen(dir.as_ref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

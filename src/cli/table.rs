@@ -339,6 +339,18 @@ pub const COMMANDS: &[Command] = &[
         )],
     },
     Command {
+        name: "hash-password",
+        args: &[],
+        summary: "hash a password for opcua_server.users",
+        about: "Reads a password from standard input (one line; the newline is not part of it) and prints its Argon2id hash on one line: the password_hash of a user of the OPC-UA server (opcua_server.users). The password itself never goes in the config.",
+        options: &[],
+        exit: CHECK_EXIT,
+        examples: &[(
+            "opex-connector hash-password < password.txt",
+            "the hash to put in opcua_server.users[].password_hash",
+        )],
+    },
+    Command {
         name: "keygen",
         args: &["DIR"],
         summary: "make a release signing key pair (release tooling)",

@@ -38,10 +38,15 @@ pub enum Origin {
         /// The DCMD's topic.
         topic: String,
     },
+    /// A Write to a variable of the northbound OPC-UA server.
+    Opcua {
+        /// The session's user name (`anonymous` never writes).
+        user: String,
+    },
 }
 
 impl Origin {
-    /// `http`, `nats`, `mqtt` or `sparkplug`: the path, which is also the scope of the ids a
+    /// `http`, `nats`, `mqtt`, `sparkplug` or `opcua`: the path, which is also the scope of the ids a
     /// device remembers (the paths do not share a trust level: see `service`).
     pub fn path(&self) -> &'static str {
         match self {
@@ -49,6 +54,7 @@ impl Origin {
             Self::Nats { .. } => "nats",
             Self::Mqtt { .. } => "mqtt",
             Self::Sparkplug { .. } => "sparkplug",
+            Self::Opcua { .. } => "opcua",
         }
     }
 
@@ -61,6 +67,7 @@ impl Origin {
                 json!({"path": "mqtt", "topic": topic, "client_id": client_id})
             }
             Self::Sparkplug { topic } => json!({"path": "sparkplug", "topic": topic}),
+            Self::Opcua { user } => json!({"path": "opcua", "user": user}),
         }
     }
 }

@@ -63,6 +63,9 @@ pub struct RawConfig {
     /// `devices[7] (template press): points[3].register: ...`. `opex-connector overlay FILE`
     /// prints the config with its templates expanded.
     pub templates: Option<Vec<serde_json::Value>>,
+    /// The northbound OPC-UA server: every device's points for SCADA, HMI and MES clients.
+    /// Absent: no server.
+    pub opcua_server: Option<crate::opcua_server::RawOpcuaServer>,
     /// The built-in simulator, started inside the process (the demo polls it).
     pub simulator: Option<RawSimulator>,
     /// NATS: connections, JetStream sources (`nats/<name>`) and the `nats` sink.

@@ -10,6 +10,7 @@ use crate::alerts::AlertsConfig;
 use crate::commands::CommandsConfig;
 use crate::flow::config::{validate_flows, FlowConfig};
 use crate::http::config::HttpConfig;
+use crate::opcua_server::OpcuaServerConfig;
 use crate::simulator::SimulatorConfig;
 use crate::sinks::config::{
     read_entries, sink_names, validate_sinks, with_flows, Context, Sections,
@@ -55,6 +56,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// `commands:`; `None` when the section is absent (no device takes commands).
     pub commands: Option<CommandsConfig>,
+    /// `opcua_server:`; `None` when the section is absent (no server).
+    pub opcua_server: Option<OpcuaServerConfig>,
     /// `schedules:`
     pub schedules: Vec<ScheduleConfig>,
     /// `backfills:`
@@ -231,6 +234,15 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             });
         }
     }
+    let opcua_server = OpcuaServerConfig::validate(
+        raw.opcua_server.as_ref(),
+        "opcua_server",
+        &name,
+        &data_dir,
+        commands.is_some(),
+        &mut p,
+        &mut warnings,
+    );
     let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
     let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
@@ -305,6 +317,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             mqtt,
             alerts,
             commands,
+            opcua_server,
             schedules,
             backfills,
             warnings,

@@ -38,6 +38,8 @@ pub struct Parts {
     pub alert_workers: alerts::channels::Workers,
     /// Every device's task, not yet polling.
     pub pollers: Pollers,
+    /// `opcua_server:`, to start once the runtime runs.
+    pub opcua_server: Option<crate::opcua_server::OpcuaServerConfig>,
 }
 
 /// Builds every part of the connector `config` describes.
@@ -170,11 +172,16 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .collect(),
         trends,
         body_budget: crate::http::BodyBudget::new(c.http.max_body_bytes),
+        opcua_server: config
+            .opcua_server
+            .as_ref()
+            .map(|s| crate::opcua_server::Stats::new(s.pki_dir.join("rejected"))),
     });
     Ok(Parts {
         state,
         simulator,
         alert_workers,
         pollers,
+        opcua_server: config.opcua_server.clone(),
     })
 }

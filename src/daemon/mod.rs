@@ -32,6 +32,8 @@ pub enum DaemonError {
     Runtime(std::io::Error),
     /// A secret file could not be read, or is readable by every user.
     Secret(String),
+    /// The OPC-UA server could not be started (its port taken, ...).
+    OpcuaServer(String),
 }
 
 impl fmt::Display for DaemonError {
@@ -42,6 +44,7 @@ impl fmt::Display for DaemonError {
             Self::Bind(e) => write!(f, "cannot listen: {e}"),
             Self::Runtime(e) => write!(f, "cannot start: {e}"),
             Self::Secret(e) => write!(f, "webhook secret: {e}"),
+            Self::OpcuaServer(e) => write!(f, "opcua server: {e}"),
         }
     }
 }
@@ -55,6 +58,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         simulator,
         alert_workers,
         mut pollers,
+        opcua_server,
     } = build(config)?;
     let shutdown = state.shutdown.clone();
     let engine = Arc::clone(&state.engine);
@@ -78,6 +82,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     for sink in engine.sinks().iter() {
         sinks.extend(sink.start(&ctx).map_err(DaemonError::Runtime)?);
     }
+    let opcua_server = start_opcua_server(opcua_server.as_ref(), &state, &runtime)?;
     // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
     pollers
         .start(&engine, &shutdown)
@@ -96,6 +101,9 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     // offered again.
     shutdown.trigger();
     runtime.block_on(pollers.join());
+    if let Some(t) = opcua_server {
+        let _ = runtime.block_on(t);
+    }
     simulator_stop.trigger();
     runtime.block_on(async {
         for t in simulator_tasks {
@@ -127,6 +135,42 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     }
     log::info!("stopped");
     result
+}
+
+/// Starts the OPC-UA server of `config`, when there is one, on `runtime`.
+fn start_opcua_server(
+    config: Option<&crate::opcua_server::OpcuaServerConfig>,
+    state: &AppState,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Option<tokio::task::JoinHandle<()>>, DaemonError> {
+    let (Some(config), Some(stats)) = (config, state.opcua_server.as_ref()) else {
+        return Ok(None);
+    };
+    #[cfg(feature = "opcua-server")]
+    {
+        let _entered = runtime.enter();
+        let parts = crate::opcua_server::server::Parts {
+            catalogue: state.devices.clone(),
+            commands: Some(Arc::clone(&state.commands)),
+            engine: Arc::clone(&state.engine),
+            version: crate::VERSION.to_string(),
+        };
+        crate::opcua_server::server::start(
+            config,
+            &state.name,
+            parts,
+            Arc::clone(stats),
+            state.shutdown.clone(),
+        )
+        .map(Some)
+        .map_err(DaemonError::OpcuaServer)
+    }
+    // Validation refuses the section in a build without the server.
+    #[cfg(not(feature = "opcua-server"))]
+    {
+        let _ = (config, stats, runtime);
+        Ok(None)
+    }
 }
 
 async fn serve(

@@ -111,6 +111,8 @@ pub struct AppState {
     pub trends: Arc<crate::trends::Trends>,
     /// The bytes webhook bodies may hold before their signature is checked (`budget.rs`).
     pub body_budget: BodyBudget,
+    /// The northbound OPC-UA server's figures, when `opcua_server:` is configured.
+    pub opcua_server: Option<Arc<crate::opcua_server::Stats>>,
 }
 
 #[cfg(test)]

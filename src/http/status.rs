@@ -111,6 +111,7 @@ pub fn status(state: &AppState) -> Value {
         "dead_letters": state.engine.dead_letters().counts(),
         "sources": sources,
         "devices": devices,
+        "opcua_server": state.opcua_server.as_ref().map(|s| s.to_json()),
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),

@@ -1,0 +1,26 @@
+//! The northbound OPC-UA server (`opcua_server:`): every device's points for the SCADA, HMI
+//! and MES systems of the plant, which read machine data as OPC-UA clients. Browse, read and
+//! subscribe; writes to writable points go through the commands path with all its rules.
+//!
+//! - [`config`]: the section's keys and their validation (always built, so that `validate`
+//!   can say a build has no server).
+//! - `space`: the address space made from the point catalogue, and values as OPC-UA holds
+//!   them.
+//! - `users`: who may log in (Argon2id hashes), and what each may do.
+//! - [`status`]: its figures for `/api/status`.
+//! - `server`: the server, its node manager (writes as commands) and the task that keeps
+//!   the values current.
+//!
+//! The server needs the `opcua-server` cargo feature (on by default).
+
+pub mod config;
+#[cfg(feature = "opcua-server")]
+pub mod server;
+#[cfg(feature = "opcua-server")]
+pub mod space;
+pub mod status;
+#[cfg(feature = "opcua-server")]
+pub mod users;
+
+pub use config::{OpcuaServerConfig, RawOpcuaServer};
+pub use status::Stats;

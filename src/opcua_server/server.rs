@@ -1,0 +1,443 @@
+//! The server: `async-opcua`'s, with the address space of [`super::space`], our own node
+//! manager (reads from the address space, writes through the commands path), our own user
+//! check ([`super::users`]), and a task that keeps the values current.
+//!
+//! - **Values.** Every [`REFRESH`] the task looks at each device: when it polled (or its
+//!   connection state changed) since the last look, its points' values are set anew; the
+//!   server's subscriptions see the ones that changed. A point is served as its device last
+//!   read it, with the poll's timestamp.
+//! - **Writes.** A write to a variable is checked by the stack first (the node writable, the
+//!   user's access level: a `read` user and anonymous sessions have none, the value of the
+//!   variable's data type), then handed to the commands service as a command of its own with
+//!   origin `opcua` and the session's user: bounds, expiry, rate limit, at most once, the
+//!   record `command/<device>`. The answer maps to the write's status: `written` Good,
+//!   `out_of_range` BadOutOfRange, `refused` BadNotWritable, `expired` BadTimeout,
+//!   `unavailable` BadCommunicationError, `exception` BadDeviceFailure, `unknown` Uncertain.
+//! - **Certificates.** The server's own is made on first start into `pki_dir` with the
+//!   configured host names; a client's certificate that is not trusted is refused and written
+//!   to `rejected/` (moving it to `trusted/` trusts it: the store is read at each connection).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use opcua::crypto::{CertificateStore, SecurityPolicy, X509Data};
+use opcua::server::address_space::AddressSpace;
+use opcua::server::diagnostics::NamespaceMetadata;
+use opcua::server::node_manager::memory::{
+    InMemoryNodeManager, InMemoryNodeManagerBuilder, InMemoryNodeManagerImpl,
+    InMemoryNodeManagerImplBuilder,
+};
+use opcua::server::node_manager::{RequestContext, ServerContext, WriteNode};
+use opcua::server::{ServerBuilder, ServerEndpoint};
+use opcua::sync::RwLock;
+use opcua::types::{
+    ApplicationDescription, ApplicationType, AttributeId, DataValue, LocalizedText,
+    MessageSecurityMode, NodeId, StatusCode, UAString, Variant,
+};
+use serde_json::{json, Value};
+
+use super::config::{Mode, OpcuaServerConfig, Policy};
+use super::space::{self, Space};
+use super::users::Users;
+use super::Stats;
+use crate::commands::{Commands, Origin, PointResult, Request};
+use crate::engine::Engine;
+use crate::shutdown::Shutdown;
+use crate::sources::catalogue::Catalogue;
+
+/// How often the values are brought up to date.
+pub const REFRESH: Duration = Duration::from_millis(100);
+
+/// What the server reads and writes through: the catalogue for the points, the commands
+/// service and the engine (whose records a command makes) for writes.
+#[derive(Clone)]
+pub struct Parts {
+    /// Every device's points.
+    pub catalogue: Catalogue,
+    /// The commands service (without `commands:`, every write is refused).
+    pub commands: Option<Arc<Commands>>,
+    /// Where a command's record goes.
+    pub engine: Arc<Engine>,
+    /// The connector's version, served as `Connector/Version`.
+    pub version: String,
+}
+
+/// Binds `config.listen` and starts the server on the current runtime, its figures in
+/// `stats`: the task that runs it until `shutdown`.
+pub fn start(
+    config: &OpcuaServerConfig,
+    name: &str,
+    parts: Parts,
+    stats: Arc<Stats>,
+    shutdown: Shutdown,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let listener = std::net::TcpListener::bind(config.listen)
+        .map_err(|e| format!("opcua_server.listen {}: {e}", config.listen))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("opcua_server.listen {}: {e}", config.listen))?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| format!("opcua_server.listen {}: {e}", config.listen))?;
+    let host = endpoint_host(config);
+    make_certificate(config, name, &host);
+    let users = Arc::new(Users::new(config, Arc::clone(&stats)));
+    let mut builder = ServerBuilder::new()
+        .application_name(format!("opex-connector {name}"))
+        .application_uri(config.application_uri.clone())
+        .product_uri("urn:opex-connector")
+        .host(host.clone())
+        .port(config.listen.port())
+        .pki_dir(config.pki_dir.clone())
+        .create_sample_keypair(true)
+        .trust_client_certs(false)
+        .discovery_urls(vec!["/".to_owned()])
+        .max_sessions(config.limits.sessions)
+        .with_authenticator(users)
+        .with_node_manager(InMemoryNodeManagerBuilder::new(PointsBuilder {
+            namespace: config.namespace_uri.clone(),
+            parts: parts.clone(),
+        }));
+    {
+        let limits = builder.limits_mut();
+        limits.subscriptions.max_subscriptions_per_session =
+            config.limits.subscriptions_per_session;
+        limits.subscriptions.max_monitored_items_per_sub = config.limits.monitored_items;
+        limits.subscriptions.min_publishing_interval_ms =
+            config.limits.min_publishing_interval.as_millis() as f64;
+        limits.subscriptions.min_sampling_interval_ms =
+            config.limits.min_publishing_interval.as_millis() as f64;
+    }
+    let mut endpoints = Vec::new();
+    for (i, (policy, mode)) in config.security.iter().enumerate() {
+        let mut e = ServerEndpoint::new("/", stack_policy(*policy), stack_mode(*mode), &[]);
+        if *policy == Policy::None {
+            // A password still goes encrypted, as the user token policy says.
+            e.password_security_policy = Some(SecurityPolicy::Basic256Sha256.to_string());
+        }
+        builder = builder.add_endpoint(format!("e{i}"), e);
+        endpoints.push(json!({
+            "url": format!("opc.tcp://{host}:{}/", config.listen.port()),
+            "policy": policy.as_str(),
+            "mode": mode.as_str(),
+        }));
+    }
+    let (server, handle) = builder.build()?;
+    let ns = handle
+        .get_namespace_index(&config.namespace_uri)
+        .ok_or("the devices' namespace was not registered")?;
+    let manager = handle
+        .node_managers()
+        .get_of_type::<InMemoryNodeManager<Points>>()
+        .ok_or("the devices' node manager is missing")?;
+    if let Ok(mut e) = stats.endpoints.lock() {
+        *e = endpoints;
+    }
+    manager.inner().set_stats(Arc::clone(&stats));
+    let subscriptions = handle.subscriptions().clone();
+    let listening = Arc::clone(&stats);
+    log::info!(
+        "opcua server listening: listen={} namespace={} ns={ns} points={}",
+        config.listen,
+        config.namespace_uri,
+        manager.inner().space.points.len()
+    );
+    let task = tokio::spawn(async move {
+        listening.listening.store(true, Ordering::Relaxed);
+        let refresh = async {
+            let mut last: Vec<Option<(u64, &'static str)>> =
+                vec![None; parts.catalogue.devices().len()];
+            let mut tick = tokio::time::interval(REFRESH);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                refresh(&manager, &subscriptions, &parts.catalogue, &mut last);
+            }
+        };
+        tokio::select! {
+            r = server.run_with(listener) => {
+                if let Err(e) = r {
+                    log::error!("opcua server ended: error={e}");
+                }
+            }
+            _ = refresh => {}
+            _ = shutdown.wait() => handle.cancel(),
+        }
+        listening.listening.store(false, Ordering::Relaxed);
+    });
+    Ok(task)
+}
+
+/// Sets the values of every device that polled (or changed state) since `last`.
+fn refresh(
+    manager: &InMemoryNodeManager<Points>,
+    subscriptions: &opcua::server::SubscriptionCache,
+    catalogue: &Catalogue,
+    last: &mut [Option<(u64, &'static str)>],
+) {
+    let space = &manager.inner().space;
+    let mut values: Vec<(&NodeId, Option<&opcua::types::NumericRange>, DataValue)> = Vec::new();
+    for (d, device) in catalogue.devices().iter().enumerate() {
+        let now = (
+            device.polls_total.load(Ordering::Relaxed),
+            device.state().as_str(),
+        );
+        if last.get(d).copied().flatten() == Some(now) {
+            continue;
+        }
+        if let Some(slot) = last.get_mut(d) {
+            *slot = Some(now);
+        }
+        for served in space.points.iter().filter(|s| s.device == d) {
+            let Some(p) = device.def.points.get(served.point) else {
+                continue;
+            };
+            let live = device.live(&p.group, &p.name);
+            values.push((&served.node, None, space::value(p, live.as_ref(), device)));
+        }
+        if let Some(state) = space.device_states.get(d) {
+            values.push((state, None, DataValue::new_now(Variant::from(now.1))));
+        }
+    }
+    if values.is_empty() {
+        return;
+    }
+    if let Err(e) = manager.set_values(subscriptions, values.into_iter()) {
+        log::warn!("opcua server: cannot set values: {e}");
+    }
+}
+
+/// The host of the endpoint URLs: the first configured host name, else the listen address
+/// unless it is every interface, else this machine's name.
+fn endpoint_host(config: &OpcuaServerConfig) -> String {
+    if let Some(h) = config.hostnames.first() {
+        return h.clone();
+    }
+    if !config.listen.ip().is_unspecified() {
+        return config.listen.ip().to_string();
+    }
+    X509Data::computer_hostnames()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Makes the server's certificate in `pki_dir` unless there is one: the application URI and
+/// the configured host names (else this machine's names and addresses).
+fn make_certificate(config: &OpcuaServerConfig, name: &str, host: &str) {
+    let description = ApplicationDescription {
+        application_uri: UAString::from(config.application_uri.as_str()),
+        application_name: LocalizedText::new("", &format!("opex-connector {name}")),
+        application_type: ApplicationType::Server,
+        product_uri: UAString::from("urn:opex-connector"),
+        ..Default::default()
+    };
+    let mut names = config.hostnames.clone();
+    if names.is_empty() {
+        names.push(host.to_string());
+        if !config.listen.ip().is_unspecified() {
+            names.push(config.listen.ip().to_string());
+        }
+    }
+    let (_, cert, key) = CertificateStore::new_with_x509_data(
+        &config.pki_dir,
+        false,
+        None,
+        None,
+        Some(X509Data::from((description, Some(names)))),
+    );
+    if cert.is_none() || key.is_none() {
+        log::error!(
+            "opcua server has no certificate, secure endpoints will refuse clients: pki_dir={}",
+            config.pki_dir.display()
+        );
+    }
+}
+
+fn stack_policy(p: Policy) -> SecurityPolicy {
+    match p {
+        Policy::None => SecurityPolicy::None,
+        Policy::Basic256Sha256 => SecurityPolicy::Basic256Sha256,
+        Policy::Aes128Sha256RsaOaep => SecurityPolicy::Aes128Sha256RsaOaep,
+        Policy::Aes256Sha256RsaPss => SecurityPolicy::Aes256Sha256RsaPss,
+    }
+}
+
+fn stack_mode(m: Mode) -> MessageSecurityMode {
+    match m {
+        Mode::None => MessageSecurityMode::None,
+        Mode::Sign => MessageSecurityMode::Sign,
+        Mode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
+    }
+}
+
+/// Builds [`Points`] once the server knows its namespace's index.
+struct PointsBuilder {
+    namespace: String,
+    parts: Parts,
+}
+
+impl InMemoryNodeManagerImplBuilder for PointsBuilder {
+    type Impl = Points;
+
+    fn build(self, context: ServerContext, address_space: &mut AddressSpace) -> Points {
+        let ns = {
+            let mut type_tree = context.type_tree.write();
+            type_tree.namespaces_mut().add_namespace(&self.namespace)
+        };
+        address_space.add_namespace(&self.namespace, ns);
+        let space = space::build(
+            address_space,
+            ns,
+            &self.parts.catalogue,
+            &self.parts.version,
+        );
+        Points {
+            namespace: NamespaceMetadata {
+                namespace_uri: self.namespace,
+                namespace_index: ns,
+                ..Default::default()
+            },
+            space,
+            parts: self.parts,
+            stats: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// The node manager of the devices' points.
+pub struct Points {
+    namespace: NamespaceMetadata,
+    space: Space,
+    parts: Parts,
+    stats: std::sync::OnceLock<Arc<Stats>>,
+}
+
+impl Points {
+    fn set_stats(&self, stats: Arc<Stats>) {
+        let _ = self.stats.set(stats);
+    }
+
+    fn count(&self, good: bool) {
+        if let Some(s) = self.stats.get() {
+            s.writes.fetch_add(1, Ordering::Relaxed);
+            if good {
+                s.writes_good.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes `value` to point `served` as a command of user `user`: the write's status.
+    async fn command(&self, served: usize, value: Value, user: &str) -> StatusCode {
+        let Some(commands) = &self.parts.commands else {
+            return StatusCode::BadNotWritable;
+        };
+        let Some(s) = self.space.points.get(served) else {
+            return StatusCode::BadNodeIdUnknown;
+        };
+        let Some(device) = self.parts.catalogue.devices().get(s.device) else {
+            return StatusCode::BadNodeIdUnknown;
+        };
+        let Some(point) = device.def.points.get(s.point) else {
+            return StatusCode::BadNodeIdUnknown;
+        };
+        let request = Request {
+            id: None,
+            points: vec![(point.name.clone(), value)],
+            expires: None,
+            verify: false,
+        };
+        let origin = Origin::Opcua {
+            user: user.to_string(),
+        };
+        match commands
+            .execute(&self.parts.engine, &device.def.name, request, origin)
+            .await
+        {
+            Ok(outcome) => outcome
+                .points
+                .first()
+                .map_or(StatusCode::BadUnexpectedError, |(_, r)| status(r)),
+            Err(e) => {
+                log::warn!(
+                    "opcua server write refused: device={} error=\"{e}\"",
+                    device.def.name
+                );
+                StatusCode::BadNotWritable
+            }
+        }
+    }
+}
+
+/// The status a write answers for a command's point result.
+fn status(r: &PointResult) -> StatusCode {
+    match r {
+        PointResult::Written => StatusCode::Good,
+        PointResult::OutOfRange(_) => StatusCode::BadOutOfRange,
+        PointResult::Expired => StatusCode::BadTimeout,
+        PointResult::Unavailable(_) => StatusCode::BadCommunicationError,
+        PointResult::Exception(_) => StatusCode::BadDeviceFailure,
+        PointResult::Unknown(_) => StatusCode::Uncertain,
+        _ => StatusCode::BadNotWritable,
+    }
+}
+
+#[async_trait]
+impl InMemoryNodeManagerImpl for Points {
+    async fn init(&self, _address_space: &mut AddressSpace, _context: ServerContext) {}
+
+    fn name(&self) -> &str {
+        "devices"
+    }
+
+    fn namespaces(&self) -> Vec<NamespaceMetadata> {
+        vec![self.namespace.clone()]
+    }
+
+    async fn write(
+        &self,
+        context: &RequestContext,
+        address_space: &RwLock<AddressSpace>,
+        nodes_to_write: &mut [&mut WriteNode],
+    ) -> Result<(), StatusCode> {
+        // Checked by the stack under the lock; written without it, one command each.
+        let mut todo: Vec<(usize, usize, Value)> = Vec::new();
+        {
+            let mut space = address_space.write();
+            let type_tree = context.type_tree.read();
+            for (i, w) in nodes_to_write.iter_mut().enumerate() {
+                if let Err(e) = space.validate_node_write(context, w.value(), &*type_tree) {
+                    w.set_status(e);
+                    continue;
+                }
+                let v = w.value();
+                let Some(&served) = self.space.by_node.get(&v.node_id) else {
+                    w.set_status(StatusCode::BadNotWritable);
+                    continue;
+                };
+                if v.attribute_id != AttributeId::Value {
+                    w.set_status(StatusCode::BadNotWritable);
+                    continue;
+                }
+                if v.index_range.has_range() {
+                    w.set_status(StatusCode::BadIndexRangeInvalid);
+                    continue;
+                }
+                match v.value.value.as_ref().and_then(space::to_json) {
+                    Some(json) => todo.push((i, served, json)),
+                    None => w.set_status(StatusCode::BadTypeMismatch),
+                }
+            }
+        }
+        let user = context.token.0.clone();
+        for (i, served, value) in todo {
+            let status = self.command(served, value, &user).await;
+            self.count(status.is_good());
+            if let Some(w) = nodes_to_write.get_mut(i) {
+                w.set_status(status);
+            }
+        }
+        Ok(())
+    }
+}

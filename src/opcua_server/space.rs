@@ -1,0 +1,385 @@
+//! What the server serves: `Objects/<device>/<group>/<point>` for every point of the point
+//! catalogue, whatever protocol reads it, and `Objects/Connector` for the gateway itself.
+//!
+//! - **Node ids** are `ns=<ns>;s=<device>.<point>` (a device folder `s=<device>`, a group
+//!   folder `s=<device>/<group>`): made of names only, so they stay the same across restarts
+//!   and config changes that do not rename the point. The connector's own nodes are under
+//!   `s=@connector`, a name no device can have.
+//! - **Variables** carry the point's data type (a point with a `scale` other than 1 is a
+//!   Double; a point whose type the device decides, an OPC-UA node without `data_type`, is
+//!   BaseDataType), `EngineeringUnits` from its `unit`, `EURange` from `min` and `max` when
+//!   both are set, an access level from `writable`, and a description naming where it lives in
+//!   the device (`holding_register u16`).
+//! - **Values** carry the poll's timestamp and a status from the point's quality: Good; the
+//!   device's own status for a bad point (an OPC-UA status name as it is, any other refusal
+//!   `BadDeviceFailure`); `BadCommunicationError` (the last value kept) while the device is
+//!   not connected.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use opcua::server::address_space::{AccessLevel, AddressSpace, VariableBuilder};
+use opcua::types::{
+    DataTypeId, DataValue, DateTime, EUInformation, ExtensionObject, LocalizedText, NodeId,
+    ObjectId, Range, StatusCode, SubStatusCode, VariableTypeId, Variant,
+};
+use serde_json::Value;
+
+use crate::sources::catalogue::{Catalogue, DataKind, Live, PointDef};
+use crate::sources::status::{ConnState, DeviceStatus};
+
+/// The namespace URI of the units in `EngineeringUnits` (UNECE codes).
+const UNITS_NAMESPACE: &str = "http://www.opcfoundation.org/UA/units/un/cefact";
+
+/// The node id of point `point` of device `device`.
+pub fn point_id(ns: u16, device: &str, point: &str) -> NodeId {
+    NodeId::new(ns, format!("{device}.{point}"))
+}
+
+/// The node id of one of the connector's own nodes (`version`, `devices.<name>.state`).
+pub fn connector_id(ns: u16, name: &str) -> NodeId {
+    NodeId::new(ns, format!("@connector.{name}"))
+}
+
+/// A point as the server serves it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The device, by its index in the catalogue.
+    pub device: usize,
+    /// The point, by its index in the device's points.
+    pub point: usize,
+    /// Its node.
+    pub node: NodeId,
+}
+
+/// The served points and the connector's nodes.
+#[derive(Debug, Default)]
+pub struct Space {
+    /// Every point, devices in catalogue order.
+    pub points: Vec<Served>,
+    /// The index in `points` of each point's node.
+    pub by_node: HashMap<NodeId, usize>,
+    /// Each device's state node, in catalogue order.
+    pub device_states: Vec<NodeId>,
+}
+
+/// Adds the catalogue's devices and the connector's own nodes to `space` in namespace `ns`.
+pub fn build(space: &mut AddressSpace, ns: u16, catalogue: &Catalogue, version: &str) -> Space {
+    let objects: NodeId = ObjectId::ObjectsFolder.into();
+    let mut out = Space::default();
+    for (d, device) in catalogue.devices().iter().enumerate() {
+        let def = &device.def;
+        let folder = NodeId::new(ns, def.name.clone());
+        space.add_folder(&folder, def.name.as_str(), def.name.as_str(), &objects);
+        for group in &def.groups {
+            let g = NodeId::new(ns, format!("{}/{group}", def.name));
+            space.add_folder(&g, group.as_str(), group.as_str(), &folder);
+        }
+        for (p, point) in def.points.iter().enumerate() {
+            let group = NodeId::new(ns, format!("{}/{}", def.name, point.group));
+            let node = point_id(ns, &def.name, &point.name);
+            add_point(space, ns, &node, point, &group);
+            out.by_node.insert(node.clone(), out.points.len());
+            out.points.push(Served {
+                device: d,
+                point: p,
+                node,
+            });
+        }
+    }
+    let connector = NodeId::new(ns, "@connector");
+    space.add_folder(&connector, "Connector", "Connector", &objects);
+    read_only(
+        space,
+        &connector_id(ns, "version"),
+        "Version",
+        DataTypeId::String,
+        Variant::from(version),
+        &connector,
+    );
+    let devices = connector_id(ns, "devices");
+    space.add_folder(&devices, "Devices", "Devices", &connector);
+    for device in catalogue.devices() {
+        let name = &device.def.name;
+        let folder = connector_id(ns, &format!("devices.{name}"));
+        space.add_folder(&folder, name.as_str(), name.as_str(), &devices);
+        let state = connector_id(ns, &format!("devices.{name}.state"));
+        read_only(
+            space,
+            &state,
+            "State",
+            DataTypeId::String,
+            Variant::from(device.state().as_str()),
+            &folder,
+        );
+        out.device_states.push(state);
+    }
+    out
+}
+
+/// A read-only variable of the connector's own.
+fn read_only(
+    space: &mut AddressSpace,
+    node: &NodeId,
+    name: &str,
+    data_type: DataTypeId,
+    value: Variant,
+    parent: &NodeId,
+) {
+    VariableBuilder::new(node, name, name)
+        .data_type(data_type)
+        .value(value)
+        .access_level(AccessLevel::CURRENT_READ)
+        .user_access_level(AccessLevel::CURRENT_READ)
+        .has_type_definition(VariableTypeId::BaseDataVariableType)
+        .component_of(parent.clone())
+        .insert(space);
+}
+
+/// One point's variable with its properties, under `group`.
+fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, group: &NodeId) {
+    let access = if p.writable {
+        AccessLevel::CURRENT_READ | AccessLevel::CURRENT_WRITE
+    } else {
+        AccessLevel::CURRENT_READ
+    };
+    let analog = p.unit.is_some() || (p.min.is_some() && p.max.is_some());
+    let type_definition = if analog {
+        VariableTypeId::AnalogItemType
+    } else {
+        VariableTypeId::BaseDataVariableType
+    };
+    VariableBuilder::new(node, p.name.as_str(), p.name.as_str())
+        .data_type(data_type(p))
+        .description(format!("{} {}", p.area, p.type_name))
+        .access_level(access)
+        .user_access_level(access)
+        .minimum_sampling_interval(0.0)
+        .has_type_definition(type_definition)
+        .component_of(group.clone())
+        .insert(space);
+    let property = |space: &mut AddressSpace, name: &str, data_type: DataTypeId, value: Variant| {
+        let id = NodeId::new(ns, format!("{}#{name}", node_text(node)));
+        VariableBuilder::new(&id, name, name)
+            .data_type(data_type)
+            .value(value)
+            .access_level(AccessLevel::CURRENT_READ)
+            .user_access_level(AccessLevel::CURRENT_READ)
+            .has_type_definition(VariableTypeId::PropertyType)
+            .property_of(node.clone())
+            .insert(space);
+    };
+    if let Some(unit) = &p.unit {
+        let eu = EUInformation {
+            namespace_uri: UNITS_NAMESPACE.into(),
+            // Not one of the UNECE codes: the display name says the unit.
+            unit_id: -1,
+            display_name: LocalizedText::from(unit.as_str()),
+            description: LocalizedText::from(unit.as_str()),
+        };
+        property(
+            space,
+            "EngineeringUnits",
+            DataTypeId::EUInformation,
+            Variant::from(ExtensionObject::from_message(eu)),
+        );
+    }
+    if let (Some(low), Some(high)) = (p.min, p.max) {
+        property(
+            space,
+            "EURange",
+            DataTypeId::Range,
+            Variant::from(ExtensionObject::from_message(Range { low, high })),
+        );
+    }
+}
+
+/// The text of a string node id.
+fn node_text(node: &NodeId) -> String {
+    node.identifier
+        .to_string()
+        .trim_start_matches("s=")
+        .to_string()
+}
+
+/// The OPC-UA data type of point `p`.
+pub fn data_type(p: &PointDef) -> DataTypeId {
+    if p.scale.is_some_and(|s| s != 1.0) {
+        return DataTypeId::Double;
+    }
+    match p.kind {
+        Some(DataKind::Bool) => DataTypeId::Boolean,
+        Some(DataKind::U16) => DataTypeId::UInt16,
+        Some(DataKind::I16) => DataTypeId::Int16,
+        Some(DataKind::U32) => DataTypeId::UInt32,
+        Some(DataKind::I32) => DataTypeId::Int32,
+        Some(DataKind::U64) => DataTypeId::UInt64,
+        Some(DataKind::I64) => DataTypeId::Int64,
+        Some(DataKind::F32) => DataTypeId::Float,
+        Some(DataKind::F64) => DataTypeId::Double,
+        Some(DataKind::String) => DataTypeId::String,
+        None => DataTypeId::BaseDataType,
+    }
+}
+
+/// Point `p`'s value as the server serves it, from its live value (`None` before the first
+/// read) and its device's status.
+pub fn value(p: &PointDef, live: Option<&Live>, device: &DeviceStatus) -> DataValue {
+    let Some(live) = live else {
+        // Not read yet: no value, and why.
+        let status = match device.state() {
+            ConnState::Connected => StatusCode::BadWaitingForInitialData,
+            _ => StatusCode::BadCommunicationError,
+        };
+        return DataValue {
+            value: None,
+            status: Some(status),
+            ..Default::default()
+        };
+    };
+    let variant = to_variant(p, &live.value);
+    let status = if device.state() != ConnState::Connected {
+        StatusCode::BadCommunicationError
+    } else if !live.good {
+        point_status(&live.entry)
+    } else if variant.is_none() {
+        // A value the point's type cannot hold (a device that answered another type).
+        StatusCode::BadTypeMismatch
+    } else {
+        StatusCode::Good
+    };
+    let ts = from_unix_ms(live.ts_ms);
+    DataValue {
+        value: variant,
+        status: Some(status),
+        source_timestamp: Some(ts),
+        server_timestamp: Some(DateTime::now()),
+        ..Default::default()
+    }
+}
+
+/// Unix milliseconds as an OPC-UA DateTime (100 ns ticks since 1601).
+fn from_unix_ms(ms: u64) -> DateTime {
+    /// Milliseconds from 1601-01-01 to 1970-01-01.
+    const UNIX_EPOCH_MS: i64 = 11_644_473_600_000;
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX / 20_000);
+    DateTime::from(ms.saturating_add(UNIX_EPOCH_MS).saturating_mul(10_000))
+}
+
+/// The status of a bad point's entry: its OPC-UA status when it has one (a re-served OPC-UA
+/// device's), else `BadDeviceFailure` (a Modbus exception, an S7 item error).
+fn point_status(entry: &Value) -> StatusCode {
+    entry["status"]
+        .as_str()
+        .and_then(|s| SubStatusCode::from_str(s).ok())
+        .map(StatusCode::from_category)
+        .filter(|s| !s.is_good())
+        .unwrap_or(StatusCode::BadDeviceFailure)
+}
+
+/// A JSON value as point `p`'s OPC-UA type holds it; `None` when it does not fit.
+pub fn to_variant(p: &PointDef, v: &Value) -> Option<Variant> {
+    if v.is_null() {
+        return None;
+    }
+    Some(match data_type(p) {
+        DataTypeId::Boolean => Variant::Boolean(v.as_bool()?),
+        DataTypeId::UInt16 => Variant::UInt16(u16::try_from(v.as_u64()?).ok()?),
+        DataTypeId::Int16 => Variant::Int16(i16::try_from(v.as_i64()?).ok()?),
+        DataTypeId::UInt32 => Variant::UInt32(u32::try_from(v.as_u64()?).ok()?),
+        DataTypeId::Int32 => Variant::Int32(i32::try_from(v.as_i64()?).ok()?),
+        DataTypeId::UInt64 => Variant::UInt64(v.as_u64()?),
+        DataTypeId::Int64 => Variant::Int64(v.as_i64()?),
+        // The value read from a 32-bit float, as close as a Float holds it.
+        DataTypeId::Float => Variant::Float(v.as_f64()? as f32),
+        DataTypeId::Double => Variant::Double(v.as_f64()?),
+        DataTypeId::String => Variant::from(v.as_str()?),
+        _ => match v {
+            Value::Bool(b) => Variant::Boolean(*b),
+            Value::Number(n) if n.is_u64() => Variant::UInt64(n.as_u64()?),
+            Value::Number(n) if n.is_i64() => Variant::Int64(n.as_i64()?),
+            Value::Number(n) => Variant::Double(n.as_f64()?),
+            Value::String(s) => Variant::from(s.as_str()),
+            _ => return None,
+        },
+    })
+}
+
+/// A value a client wrote, as the JSON a command carries; `None` for a type commands do not
+/// write (the server already refused a value of another type than the node's).
+pub fn to_json(v: &Variant) -> Option<Value> {
+    Some(match v {
+        Variant::Boolean(b) => Value::from(*b),
+        Variant::SByte(x) => Value::from(*x),
+        Variant::Byte(x) => Value::from(*x),
+        Variant::Int16(x) => Value::from(*x),
+        Variant::UInt16(x) => Value::from(*x),
+        Variant::Int32(x) => Value::from(*x),
+        Variant::UInt32(x) => Value::from(*x),
+        Variant::Int64(x) => Value::from(*x),
+        Variant::UInt64(x) => Value::from(*x),
+        // The shortest decimal that reads back as the same Float: what the client meant.
+        Variant::Float(x) => serde_json::from_str::<Value>(&x.to_string()).ok()?,
+        Variant::Double(x) => Value::from(*x),
+        Variant::String(s) => Value::from(s.as_ref()),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn point(kind: Option<DataKind>, scale: Option<f64>) -> PointDef {
+        PointDef {
+            group: "main".into(),
+            name: "p".into(),
+            area: "holding_register",
+            type_name: "u16".into(),
+            kind,
+            unit: None,
+            scale,
+            writable: false,
+            min: None,
+            max: None,
+        }
+    }
+
+    #[test]
+    fn a_scaled_point_is_a_double_and_values_fit_their_type_or_not_at_all() {
+        assert_eq!(
+            data_type(&point(Some(DataKind::U16), Some(0.1))),
+            DataTypeId::Double
+        );
+        assert_eq!(
+            data_type(&point(Some(DataKind::U16), Some(1.0))),
+            DataTypeId::UInt16
+        );
+        let u16p = point(Some(DataKind::U16), None);
+        assert_eq!(
+            to_variant(&u16p, &json!(65535)),
+            Some(Variant::UInt16(65535))
+        );
+        assert_eq!(to_variant(&u16p, &json!(65536)), None);
+        assert_eq!(to_variant(&u16p, &json!(-1)), None);
+        let any = point(None, None);
+        assert_eq!(to_variant(&any, &json!(-3)), Some(Variant::Int64(-3)));
+        assert_eq!(to_variant(&any, &json!("on")), Some(Variant::from("on")));
+        assert_eq!(to_json(&Variant::Float(72.1)), Some(json!(72.1)));
+        assert_eq!(to_json(&Variant::Int32(-5)), Some(json!(-5)));
+        assert_eq!(to_json(&Variant::Empty), None);
+    }
+
+    #[test]
+    fn a_bad_point_keeps_its_devices_status_or_is_a_device_failure() {
+        assert_eq!(
+            point_status(&json!({"value": null, "quality": "bad", "status": "BadNodeIdUnknown"})),
+            StatusCode::BadNodeIdUnknown
+        );
+        assert_eq!(
+            point_status(&json!({"value": null, "quality": "bad", "error": "exception 2"})),
+            StatusCode::BadDeviceFailure
+        );
+    }
+}
