@@ -424,7 +424,15 @@ impl InMemoryNodeManagerImpl for Points {
                     w.set_status(StatusCode::BadIndexRangeInvalid);
                     continue;
                 }
-                match v.value.value.as_ref().and_then(space::to_json) {
+                let point = self.space.points.get(served).and_then(|s| {
+                    let device = self.parts.catalogue.devices().get(s.device)?;
+                    device.def.points.get(s.point).cloned()
+                });
+                let json = match (&point, v.value.value.as_ref()) {
+                    (Some(p), Some(value)) if space::fits(p, value) => space::to_json(value),
+                    _ => None,
+                };
+                match json {
                     Some(json) => todo.push((i, served, json)),
                     None => w.set_status(StatusCode::BadTypeMismatch),
                 }

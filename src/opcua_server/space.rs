@@ -305,6 +305,18 @@ pub fn to_variant(p: &PointDef, v: &Value) -> Option<Variant> {
     })
 }
 
+/// True when a client's value `v` is of point `p`'s data type exactly (a Float for a Float
+/// point, not a Double or an Int32: the stack lets numbers of other types through). A point
+/// whose type the device decides takes any scalar.
+pub fn fits(p: &PointDef, v: &Variant) -> bool {
+    let want = data_type(p);
+    if want == DataTypeId::BaseDataType {
+        return !matches!(v, Variant::Empty | Variant::Array(_));
+    }
+    v.data_type()
+        .is_some_and(|t| t.node_id == NodeId::from(want))
+}
+
 /// A value a client wrote, as the JSON a command carries; `None` for a type commands do not
 /// write (the server already refused a value of another type than the node's).
 pub fn to_json(v: &Variant) -> Option<Value> {

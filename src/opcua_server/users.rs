@@ -16,16 +16,16 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use async_trait::async_trait;
 use opcua::server::address_space::AccessLevel;
-use opcua::server::authenticator::{AuthManager, Password, UserToken};
+use opcua::server::authenticator::{
+    user_pass_security_policy_id, AuthManager, Password, UserToken,
+};
 use opcua::server::ServerEndpoint;
 use opcua::types::{Error, NodeId, StatusCode, UAString, UserTokenPolicy, UserTokenType};
 
 use super::config::{OpcuaServerConfig, Role, User};
 use super::Stats;
 
-/// The policy id of the user name token.
-const USER_NAME_POLICY: &str = "username";
-/// The policy id of the anonymous token.
+/// The policy id of the anonymous token, as the stack expects it.
 const ANONYMOUS_POLICY: &str = "anonymous";
 
 /// The password's Argon2id hash as a PHC string, with a fresh random salt and the crate's
@@ -143,7 +143,8 @@ impl AuthManager for Users {
         if !self.users.is_empty() {
             let policy = endpoint.password_security_policy();
             out.push(UserTokenPolicy {
-                policy_id: UAString::from(USER_NAME_POLICY),
+                // The id the stack checks a user name token against.
+                policy_id: user_pass_security_policy_id(endpoint),
                 token_type: UserTokenType::UserName,
                 issued_token_type: UAString::null(),
                 issuer_endpoint_url: UAString::null(),
