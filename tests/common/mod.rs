@@ -16,7 +16,8 @@
 //! - `recovery.rs` measures and prints the recovery time after a peer outage.
 //! - `peers/` starts every real peer (nats-server, a JetStream cluster, mosquitto, PostgreSQL,
 //!   ClickHouse, pymodbus over TCP and RTU, asyncua), one file each, all of one shape: see
-//!   its module doc.
+//!   its module doc; and the OPC-UA clients of the connector's OPC-UA server (asyncua's, driven
+//!   by JSON lines, and node-opcua's).
 //! - [`free_port`] (`ports.rs`, shared with the benches) picks a free loopback port.
 //! - [`wait_until`] polls a condition with a deadline: readiness is never a fixed sleep.
 //!

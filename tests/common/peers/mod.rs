@@ -18,19 +18,27 @@
 //! | pymodbus over TCP / over RTU on a socat pty pair | [`ModbusTcp`] / [`ModbusRtu`] | `modbus.rs` |
 //! | asyncua OPC-UA server | [`OpcuaServer`] (`start_secure` for Basic256Sha256) | `opcua.rs` |
 //! | the built-in simulator's OPC-UA plant, in process | `SimulatorPlant` | `opcua.rs` |
+//! | asyncua OPC-UA client, driven by JSON lines | [`OpcuaClient`] ([`ClientOptions`]) | `opcua_client.rs` |
+//! | node-opcua OPC-UA client, one read per run | [`node_opcua_read`] | `node_opcua.rs` |
 //! | python-snap7 S7 PLC (areas and bytes given by the test) | [`S7Plc`] | `s7.rs` |
 //! | the built-in simulator's S7 CPU, as the real binary | [`SimulatedCpu`] | `s7.rs` |
 //!
-//! The Python peers' scripts (`modbus_device.py`, `opcua_server.py`, `s7_plc.py`) live beside the file
-//! that starts them. `process.rs` holds what they share: finding a program, the child with
-//! its log, readiness polling, SIGTERM with a deadline.
+//! The OPC-UA clients test the connector's own OPC-UA server: they are started by the test,
+//! not waited for on a port, and [`OpcuaClient`] answers requests sent on its standard input.
+//!
+//! The peers' scripts (`modbus_device.py`, `opcua_server.py`, `opcua_client.py`, `s7_plc.py`,
+//! `node_opcua_client.js`) live beside the file that starts them. `process.rs` holds what
+//! they share: finding a program, the child with its log, readiness polling, SIGTERM with a
+//! deadline.
 
 mod clickhouse;
 mod modbus;
 mod mosquitto;
 mod nats;
 mod nats_cluster;
+mod node_opcua;
 mod opcua;
+mod opcua_client;
 mod postgres;
 mod process;
 mod s7;
@@ -38,6 +46,6 @@ mod s7;
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]
 pub use self::{
-    clickhouse::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*, opcua::*, postgres::*,
-    process::PEER_START_DEADLINE, s7::*,
+    clickhouse::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*, node_opcua::*, opcua::*,
+    opcua_client::*, postgres::*, process::PEER_START_DEADLINE, s7::*,
 };
