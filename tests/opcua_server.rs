@@ -1,0 +1,316 @@
+//! The northbound OPC-UA server (`opcua_server:`), read and written by clients written by
+//! others: asyncua's client (browse, read, subscribe, write; `common::OpcuaClient`) and
+//! node-opcua's (a secure session after its certificate is trusted; `node_opcua_read`),
+//! serving a pymodbus device's registers polled by the connector.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{json, Value};
+
+const COMMANDS_TOKEN: &str = "cmd-t0ken-0123456789";
+const ENG: (&str, &str) = ("eng", "wr1te-the-setp0int");
+const VIEWER: (&str, &str) = ("viewer", "just-l00king-here");
+
+/// The Argon2id hash of `password`, as `opex-connector hash-password` prints it.
+fn hash(password: &str) -> String {
+    let mut child = Command::new(BIN)
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("hash-password starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{password}\n").as_bytes())
+        .expect("password written");
+    let out = child.wait_with_output().expect("hash-password ends");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_string()
+}
+
+/// A connector polling `device` (pymodbus) every 100 ms, with commands and the server on
+/// `port` offering `security`.
+fn config(device: u16, port: u16, security: Value) -> Value {
+    json!({
+        "connector": {
+            "http": {"admin_token": ADMIN_TOKEN},
+            "push_queue": {"enabled": true, "max_quota_mb": 16, "on_full": "evict_oldest"},
+        },
+        "commands": {"token": COMMANDS_TOKEN},
+        "devices": [{
+            "name": "press-1",
+            "protocol": "modbus_tcp",
+            "host": "127.0.0.1",
+            "port": device,
+            "unit": 1,
+            "timeout_ms": 500,
+            "backoff_max_secs": 2,
+            "groups": [{"name": "main", "interval_ms": 100}],
+            "points": [
+                {"name": "speed", "register": 0, "type": "u16", "unit": "rpm"},
+                {"name": "f32_big", "register": 6, "type": "f32", "unit": "°C"},
+                {"name": "free", "register": 34, "writable": true, "min": 0, "max": 1000},
+                {"name": "tenths", "register": 35, "type": "i16", "scale": 0.1},
+            ],
+        }],
+        "opcua_server": {
+            "listen": format!("127.0.0.1:{port}"),
+            "hostnames": ["127.0.0.1", "localhost"],
+            "security": security,
+            "users": [
+                {"name": ENG.0, "password_hash": hash(ENG.1), "role": "write"},
+                {"name": VIEWER.0, "password_hash": hash(VIEWER.1)},
+            ],
+        },
+    })
+}
+
+/// Security None (listed), and Basic256Sha256 SignAndEncrypt.
+fn both() -> Value {
+    json!([
+        {"policy": "None", "mode": "None"},
+        {"policy": "Basic256Sha256", "mode": "SignAndEncrypt"},
+    ])
+}
+
+fn endpoint(port: u16) -> String {
+    format!("opc.tcp://127.0.0.1:{port}/")
+}
+
+/// A client logged in as `user` on the None endpoint.
+fn client(port: u16, user: (&str, &str)) -> OpcuaClient {
+    let c = OpcuaClient::start(
+        &endpoint(port),
+        &ClientOptions::anonymous().user(user.0, user.1),
+    );
+    let mut last = String::new();
+    wait_until(
+        POLL_DEADLINE,
+        "a session with the connector's server",
+        || match c.connect() {
+            Ok(()) => true,
+            Err(e) => {
+                last = e;
+                false
+            }
+        },
+    );
+    c
+}
+
+/// The node id of point `name` of press-1, found by browsing.
+fn point(c: &OpcuaClient, name: &str) -> String {
+    let tree = c.browse();
+    // Under Objects itself (Objects/Connector/Devices has a press-1 too).
+    let device = tree
+        .iter()
+        .find(|n| n["browse_name"] == json!("press-1"))
+        .unwrap_or_else(|| panic!("no press-1 in {tree:#?}"));
+    let group = find_node(device["children"].as_array().map_or(&[][..], |v| v), "main")
+        .unwrap_or_else(|| panic!("no group main in {device:#}"));
+    let p = find_node(group["children"].as_array().map_or(&[][..], |v| v), name)
+        .unwrap_or_else(|| panic!("no point {name} in {group:#}"));
+    p["node_id"].as_str().unwrap_or_default().to_string()
+}
+
+/// Reads `node` until it is Good (the first poll came).
+fn read_good(c: &OpcuaClient, node: &str) -> Value {
+    let mut got = Value::Null;
+    wait_until(POLL_DEADLINE, "a good value", || {
+        got = c.read(&[node]).remove(0);
+        got["status"] == json!("Good")
+    });
+    got
+}
+
+#[test]
+fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path() {
+    let device = ModbusTcp::start();
+    let port = free_port();
+    let d = Daemon::start(config(device.port(), port, both()));
+    let eng = client(port, ENG);
+
+    // Objects/press-1/main/<point>, node ids made of the names.
+    let speed = point(&eng, "speed");
+    assert!(speed.ends_with(";s=press-1.speed"), "{speed}");
+    let (f32_big, free, tenths) = (
+        point(&eng, "f32_big"),
+        point(&eng, "free"),
+        point(&eng, "tenths"),
+    );
+
+    // Each type as the device holds it, with its poll's time.
+    let s = read_good(&eng, &speed);
+    assert_eq!(s["data_type"], json!("UInt16"), "{s:#}");
+    assert_eq!(s["value"], json!(device.read_holding(0, 1)[0]), "{s:#}");
+    assert!(s["source_ts"].is_string(), "{s:#}");
+    let f = read_good(&eng, &f32_big);
+    assert_eq!(f["data_type"], json!("Float"), "{f:#}");
+    let t = read_good(&eng, &tenths);
+    assert_eq!(t["data_type"], json!("Double"), "a scaled point: {t:#}");
+
+    // Units, range and access level.
+    let attrs = eng.read_attrs(&free);
+    assert_eq!(
+        attrs["EURange"],
+        json!({"low": 0.0, "high": 1000.0}),
+        "{attrs:#}"
+    );
+    assert_eq!(
+        attrs["access_level"].as_u64().map(|a| a & 3),
+        Some(3),
+        "{attrs:#}"
+    );
+    let speed_attrs = eng.read_attrs(&speed);
+    assert_eq!(
+        speed_attrs["EngineeringUnits"]["display_name"],
+        json!("rpm"),
+        "{speed_attrs:#}"
+    );
+    assert_eq!(
+        speed_attrs["access_level"].as_u64().map(|a| a & 3),
+        Some(1),
+        "{speed_attrs:#}"
+    );
+
+    // A change on the device reaches a subscription.
+    read_good(&eng, &free);
+    eng.subscribe(&[&free], 100);
+    device.write_holding(34, 77);
+    wait_until(POLL_DEADLINE, "the change of register 34 notified", || {
+        eng.changes(0).iter().any(|c| c["value"] == json!(77))
+    });
+
+    // A write goes to the device through the commands path.
+    assert_eq!(eng.write(&free, json!(123), "UInt16"), "Good");
+    assert_eq!(device.read_holding(34, 1), [123]);
+    // Out of bounds, or of another type: refused, nothing sent.
+    assert_eq!(eng.write(&free, json!(5000), "UInt16"), "BadOutOfRange");
+    assert_eq!(eng.write(&free, json!(7), "Int32"), "BadTypeMismatch");
+    // Not writable.
+    assert_eq!(eng.write(&speed, json!(1), "UInt16"), "BadUserAccessDenied");
+    assert_eq!(device.read_holding(34, 1), [123]);
+
+    // A read user may read, not write.
+    let viewer = client(port, VIEWER);
+    read_good(&viewer, &free);
+    assert_eq!(
+        viewer.write(&free, json!(9), "UInt16"),
+        "BadUserAccessDenied"
+    );
+    assert_eq!(device.read_holding(34, 1), [123]);
+
+    // No anonymous session, no wrong password.
+    let anonymous = OpcuaClient::start(&endpoint(port), &ClientOptions::anonymous());
+    assert!(anonymous.connect().is_err());
+    let wrong = OpcuaClient::start(
+        &endpoint(port),
+        &ClientOptions::anonymous().user(ENG.0, "guess"),
+    );
+    assert!(wrong.connect().is_err());
+
+    let status = d.status();
+    let server = &status["opcua_server"];
+    assert_eq!(server["listening"], json!(true), "{server:#}");
+    assert_eq!(
+        server["endpoints"].as_array().map(Vec::len),
+        Some(2),
+        "{server:#}"
+    );
+    assert_eq!(server["writes_good"], json!(1), "{server:#}");
+    assert_eq!(
+        server["refused_logins"],
+        json!(1),
+        "the wrong password: {server:#}"
+    );
+    // The write is a command like any other, on record with its origin.
+    let written = u64_at(named(&status, "/devices", "press-1"), "/commands/written");
+    assert_eq!(written, 1, "{status:#}");
+}
+
+#[test]
+fn a_device_that_stops_answering_turns_its_variables_bad_until_it_is_back() {
+    let mut device = ModbusTcp::start();
+    let port = free_port();
+    let _d = Daemon::start(config(device.port(), port, both()));
+    let c = client(port, VIEWER);
+    let speed = point(&c, "speed");
+    read_good(&c, &speed);
+    device.stop();
+    wait_until(POLL_DEADLINE, "BadCommunicationError", || {
+        c.read(&[&speed])[0]["status"] == json!("BadCommunicationError")
+    });
+    device.restart();
+    read_good(&c, &speed);
+}
+
+#[test]
+fn a_client_certificate_is_refused_until_it_is_moved_to_trusted() {
+    let device = ModbusTcp::start();
+    let port = free_port();
+    let secure = json!([{"policy": "Basic256Sha256", "mode": "SignAndEncrypt"}]);
+    let d = Daemon::start(config(device.port(), port, secure));
+    let pki = tempfile::tempdir().expect("node-opcua's pki");
+    let options = ClientOptions::secure("Basic256Sha256", "SignAndEncrypt").user(ENG.0, ENG.1);
+    let rejected = d.data_dir().join("opcua-server-pki/rejected");
+    let trusted = d.data_dir().join("opcua-server-pki/trusted");
+    // The first try leaves the client's certificate in rejected/.
+    let mut answer = Value::Null;
+    wait_until(
+        POLL_DEADLINE,
+        "the client's certificate in rejected/",
+        || {
+            answer = node_opcua_read(&endpoint(port), &options, pki.path(), "i=2258");
+            files(&rejected) > 0
+        },
+    );
+    assert_eq!(answer["ok"], json!(false), "{answer:#}");
+    for f in std::fs::read_dir(&rejected).expect("rejected/").flatten() {
+        std::fs::create_dir_all(&trusted).expect("trusted/");
+        std::fs::rename(f.path(), trusted.join(f.file_name())).expect("moved to trusted/");
+    }
+    // Trusted without a restart.
+    let node = "ns=2;s=press-1.speed";
+    wait_until(POLL_DEADLINE, "a secure read after the move", || {
+        answer = node_opcua_read(&endpoint(port), &options, pki.path(), node);
+        answer["ok"] == json!(true) && answer["status"] == json!("Good")
+    });
+    assert_eq!(answer["data_type"], json!("UInt16"), "{answer:#}");
+}
+
+fn files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_bad_server_section_is_refused_with_every_problem_and_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "connector:\n  data_dir: /tmp/x\nopcua_server:\n  listen: nowhere\n  security: [{policy: Basic128, mode: Sign}]\n  users: [{name: eng, password_hash: plain}]\n",
+    )
+    .expect("written");
+    let out = run_cli(&["validate", file.to_str().unwrap_or_default()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for line in [
+        "opcua_server.listen: expected ADDRESS:PORT",
+        "opcua_server.security[0].policy: expected one of None, Basic256Sha256",
+        "opcua_server.users[0].password_hash: is not an Argon2id hash",
+    ] {
+        assert!(err.contains(line), "{line:?} missing in {err}");
+    }
+}
