@@ -203,6 +203,9 @@ pub fn metrics(state: &AppState) -> String {
     let mut p = Page::default();
     sink_metrics(state, &mut p);
     source_metrics(state, &mut p);
+    if let Some(server) = &state.opcua_server {
+        server.write_metrics(&mut p);
+    }
     let e = &state.engine.stats;
     let dlq = state.engine.dead_letters().counts();
     p.single(

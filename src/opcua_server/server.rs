@@ -29,12 +29,12 @@ use opcua::server::node_manager::memory::{
     InMemoryNodeManager, InMemoryNodeManagerBuilder, InMemoryNodeManagerImpl,
     InMemoryNodeManagerImplBuilder,
 };
-use opcua::server::node_manager::{RequestContext, ServerContext, WriteNode};
-use opcua::server::{ServerBuilder, ServerEndpoint};
+use opcua::server::node_manager::{MonitoredItemRef, RequestContext, ServerContext, WriteNode};
+use opcua::server::{CreateMonitoredItem, ServerBuilder, ServerEndpoint};
 use opcua::sync::RwLock;
 use opcua::types::{
     ApplicationDescription, ApplicationType, AttributeId, DataValue, LocalizedText,
-    MessageSecurityMode, NodeId, StatusCode, UAString, Variant,
+    MessageSecurityMode, NodeId, StatusCode, TimestampsToReturn, UAString, Variant,
 };
 use serde_json::{json, Value};
 
@@ -94,15 +94,19 @@ pub fn start(
         .trust_client_certs(false)
         .discovery_urls(vec!["/".to_owned()])
         .max_sessions(config.limits.sessions)
+        // The session and subscription counts /api/status shows.
+        .diagnostics_enabled(true)
         .with_authenticator(users)
         .with_node_manager(InMemoryNodeManagerBuilder::new(PointsBuilder {
             namespace: config.namespace_uri.clone(),
             parts: parts.clone(),
+            monitored_items: config.limits.monitored_items as u64,
         }));
     {
         let limits = builder.limits_mut();
         limits.subscriptions.max_subscriptions_per_session =
             config.limits.subscriptions_per_session;
+        // The limit of all sessions together is kept by the node manager.
         limits.subscriptions.max_monitored_items_per_sub = config.limits.monitored_items;
         limits.subscriptions.min_publishing_interval_ms =
             config.limits.min_publishing_interval.as_millis() as f64;
@@ -136,6 +140,7 @@ pub fn start(
     }
     manager.inner().set_stats(Arc::clone(&stats));
     let subscriptions = handle.subscriptions().clone();
+    let info = Arc::clone(handle.info());
     let listening = Arc::clone(&stats);
     log::info!(
         "opcua server listening: listen={} namespace={} ns={ns} points={}",
@@ -153,6 +158,7 @@ pub fn start(
             loop {
                 tick.tick().await;
                 refresh(&manager, &subscriptions, &parts.catalogue, &mut last);
+                count_sessions(&info, &listening);
             }
         };
         tokio::select! {
@@ -206,6 +212,26 @@ fn refresh(
     if let Err(e) = manager.set_values(subscriptions, values.into_iter()) {
         log::warn!("opcua server: cannot set values: {e}");
     }
+}
+
+/// Copies the stack's session and subscription counts into `stats`.
+fn count_sessions(info: &opcua::server::ServerInfo, stats: &Stats) {
+    use opcua::types::VariableId;
+    let summary = &info.diagnostics.summary;
+    let count = |id| match summary.get(id).and_then(|v| v.value) {
+        Some(Variant::UInt32(n)) => u64::from(n),
+        _ => 0,
+    };
+    stats.sessions.store(
+        count(VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount),
+        Ordering::Relaxed,
+    );
+    stats.subscriptions.store(
+        count(
+            VariableId::Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSubscriptionCount,
+        ),
+        Ordering::Relaxed,
+    );
 }
 
 /// The host of the endpoint URLs: the first configured host name, else the listen address
@@ -276,6 +302,7 @@ fn stack_mode(m: Mode) -> MessageSecurityMode {
 struct PointsBuilder {
     namespace: String,
     parts: Parts,
+    monitored_items: u64,
 }
 
 impl InMemoryNodeManagerImplBuilder for PointsBuilder {
@@ -302,6 +329,8 @@ impl InMemoryNodeManagerImplBuilder for PointsBuilder {
             space,
             parts: self.parts,
             stats: std::sync::OnceLock::new(),
+            monitored: std::sync::atomic::AtomicU64::new(0),
+            monitored_limit: self.monitored_items,
         }
     }
 }
@@ -312,11 +341,22 @@ pub struct Points {
     space: Space,
     parts: Parts,
     stats: std::sync::OnceLock<Arc<Stats>>,
+    /// Monitored items of the points now, and their limit.
+    monitored: std::sync::atomic::AtomicU64,
+    monitored_limit: u64,
 }
 
 impl Points {
     fn set_stats(&self, stats: Arc<Stats>) {
         let _ = self.stats.set(stats);
+    }
+
+    /// Shows the count of monitored items.
+    fn publish_monitored(&self) {
+        if let Some(s) = self.stats.get() {
+            s.monitored_items
+                .store(self.monitored.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 
     fn count(&self, good: bool) {
@@ -393,6 +433,54 @@ impl InMemoryNodeManagerImpl for Points {
 
     fn namespaces(&self) -> Vec<NamespaceMetadata> {
         vec![self.namespace.clone()]
+    }
+
+    async fn create_value_monitored_items(
+        &self,
+        context: &RequestContext,
+        address_space: &RwLock<AddressSpace>,
+        items: &mut [&mut &mut CreateMonitoredItem],
+    ) {
+        let to_read: Vec<_> = items.iter().map(|r| r.item_to_monitor()).collect();
+        let values = self
+            .read_values(
+                context,
+                address_space,
+                &to_read,
+                0.0,
+                TimestampsToReturn::Both,
+            )
+            .await;
+        for (value, item) in values.into_iter().zip(items.iter_mut()) {
+            let taken = self
+                .monitored
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < self.monitored_limit).then_some(n + 1)
+                })
+                .is_ok();
+            if !taken {
+                if let Some(s) = self.stats.get() {
+                    s.monitored_items_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                item.set_status(StatusCode::BadTooManyMonitoredItems);
+                continue;
+            }
+            if value.status() != StatusCode::BadAttributeIdInvalid {
+                item.set_initial_value(value);
+            }
+            item.set_status(StatusCode::Good);
+        }
+        self.publish_monitored();
+    }
+
+    async fn delete_monitored_items(&self, _context: &RequestContext, items: &[&MonitoredItemRef]) {
+        let gone = items.len() as u64;
+        let _ = self
+            .monitored
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(gone))
+            });
+        self.publish_monitored();
     }
 
     async fn write(
