@@ -1,6 +1,7 @@
 //! The metrics reference (`docs/src/reference/metrics.md`) is generated from `/metrics`
-//! itself: a connector with one part of every kind (every sink kind, both device protocols,
-//! every source kind, a schedule, commands, an alert channel) pointed at a closed port, so
+//! itself: a connector with one part of every kind (every sink kind, a Modbus and an OPC-UA
+//! device, every source kind, a schedule, commands, an alert channel, the OPC-UA server)
+//! pointed at a closed port, so
 //! every metric family is written, with its type, its labels and its help. The committed page
 //! must be what the code writes now: a metric added, renamed or re-described without the page
 //! fails here. `UPDATE_REFERENCE=1 cargo test --test metrics_reference` writes it again.
@@ -51,6 +52,7 @@ fn every_part(port: u16) -> Value {
             {"name": "uns", "type": "sparkplug", "connection": "site", "group_id": "g", "edge_node_id": "e"},
         ],
         "telemetry": {"alerts": {"webhook": {"url": format!("http://{at}/alerts")}}},
+        "opcua_server": {"listen": "127.0.0.1:0", "anonymous": true},
     })
 }
 
@@ -132,6 +134,7 @@ fn the_metrics_reference_is_what_metrics_writes_for_one_part_of_every_kind() {
             "opex_connector_nats_acked_total",
             "opex_connector_mqtt_received_total",
             "opex_connector_disk_queue_rows",
+            "opex_connector_opcua_server_listening",
         ]
         .iter()
         .all(|name| metrics.contains(&format!("# TYPE {name} ")))
