@@ -151,8 +151,7 @@ pub fn start(
     let task = tokio::spawn(async move {
         listening.listening.store(true, Ordering::Relaxed);
         let refresh = async {
-            let mut last: Vec<Option<(u64, &'static str)>> =
-                vec![None; parts.catalogue.devices().len()];
+            let mut last: Vec<Option<Seen>> = vec![None; parts.catalogue.devices().len()];
             let mut tick = tokio::time::interval(REFRESH);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -175,19 +174,26 @@ pub fn start(
     Ok(task)
 }
 
-/// Sets the values of every device that polled (or changed state) since `last`.
+/// What the values of a device were last set from: its polls, its state, and the second (a
+/// value turns stale without a poll).
+type Seen = (u64, &'static str, u64);
+
+/// Sets the values of every device that polled, changed state, or was last looked at in
+/// another second, since `last`.
 fn refresh(
     manager: &InMemoryNodeManager<Points>,
     subscriptions: &opcua::server::SubscriptionCache,
     catalogue: &Catalogue,
-    last: &mut [Option<(u64, &'static str)>],
+    last: &mut [Option<Seen>],
 ) {
     let space = &manager.inner().space;
+    let now_ms = crate::record::now_ms();
     let mut values: Vec<(&NodeId, Option<&opcua::types::NumericRange>, DataValue)> = Vec::new();
     for (d, device) in catalogue.devices().iter().enumerate() {
         let now = (
             device.polls_total.load(Ordering::Relaxed),
             device.state().as_str(),
+            now_ms / 1000,
         );
         if last.get(d).copied().flatten() == Some(now) {
             continue;
@@ -200,7 +206,11 @@ fn refresh(
                 continue;
             };
             let live = device.live(&p.group, &p.name);
-            values.push((&served.node, None, space::value(p, live.as_ref(), device)));
+            values.push((
+                &served.node,
+                None,
+                space::value(p, live.as_ref(), device, now_ms),
+            ));
         }
         if let Some(state) = space.device_states.get(d) {
             values.push((state, None, DataValue::new_now(Variant::from(now.1))));

@@ -13,7 +13,8 @@
 //! - **Values** carry the poll's timestamp and a status from the point's quality: Good; the
 //!   device's own status for a bad point (an OPC-UA status name as it is, any other refusal
 //!   `BadDeviceFailure`); `BadCommunicationError` (the last value kept) while the device is
-//!   not connected.
+//!   not connected; `UncertainLastUsableValue` for a polled value older than
+//!   [`STALE_AFTER`] poll intervals (a device that answers, but not this group, or late).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -27,6 +28,9 @@ use serde_json::Value;
 
 use crate::sources::catalogue::{Catalogue, DataKind, Live, PointDef};
 use crate::sources::status::{ConnState, DeviceStatus};
+
+/// Poll intervals after which a polled value is served as `UncertainLastUsableValue`.
+pub const STALE_AFTER: u32 = 3;
 
 /// The namespace URI of the units in `EngineeringUnits` (UNECE codes).
 const UNITS_NAMESPACE: &str = "http://www.opcfoundation.org/UA/units/un/cefact";
@@ -72,8 +76,8 @@ pub fn build(space: &mut AddressSpace, ns: u16, catalogue: &Catalogue, version: 
         let folder = NodeId::new(ns, def.name.clone());
         space.add_folder(&folder, def.name.as_str(), def.name.as_str(), &objects);
         for group in &def.groups {
-            let g = NodeId::new(ns, format!("{}/{group}", def.name));
-            space.add_folder(&g, group.as_str(), group.as_str(), &folder);
+            let g = NodeId::new(ns, format!("{}/{}", def.name, group.name));
+            space.add_folder(&g, group.name.as_str(), group.name.as_str(), &folder);
         }
         for (p, point) in def.points.iter().enumerate() {
             let group = NodeId::new(ns, format!("{}/{}", def.name, point.group));
@@ -222,9 +226,9 @@ pub fn data_type(p: &PointDef) -> DataTypeId {
     }
 }
 
-/// Point `p`'s value as the server serves it, from its live value (`None` before the first
-/// read) and its device's status.
-pub fn value(p: &PointDef, live: Option<&Live>, device: &DeviceStatus) -> DataValue {
+/// Point `p`'s value as the server serves it at `now_ms`, from its live value (`None` before
+/// the first read) and its device's status.
+pub fn value(p: &PointDef, live: Option<&Live>, device: &DeviceStatus, now_ms: u64) -> DataValue {
     let Some(live) = live else {
         // Not read yet: no value, and why.
         let status = match device.state() {
@@ -245,6 +249,8 @@ pub fn value(p: &PointDef, live: Option<&Live>, device: &DeviceStatus) -> DataVa
     } else if variant.is_none() {
         // A value the point's type cannot hold (a device that answered another type).
         StatusCode::BadTypeMismatch
+    } else if is_stale(p, live.ts_ms, device, now_ms) {
+        StatusCode::UncertainLastUsableValue
     } else {
         StatusCode::Good
     };
@@ -256,6 +262,16 @@ pub fn value(p: &PointDef, live: Option<&Live>, device: &DeviceStatus) -> DataVa
         server_timestamp: Some(DateTime::now()),
         ..Default::default()
     }
+}
+
+/// True when point `p`'s value, read at `ts_ms`, is older than [`STALE_AFTER`] intervals of
+/// its polled group at `now_ms`.
+fn is_stale(p: &PointDef, ts_ms: u64, device: &DeviceStatus, now_ms: u64) -> bool {
+    let Some(group) = device.def.groups.iter().find(|g| g.name == p.group) else {
+        return false;
+    };
+    let limit = group.interval.saturating_mul(STALE_AFTER).as_millis() as u64;
+    !group.pushed && now_ms.saturating_sub(ts_ms) > limit
 }
 
 /// Unix milliseconds as an OPC-UA DateTime (100 ns ticks since 1601).
@@ -381,6 +397,47 @@ mod tests {
         assert_eq!(to_json(&Variant::Float(72.1)), Some(json!(72.1)));
         assert_eq!(to_json(&Variant::Int32(-5)), Some(json!(-5)));
         assert_eq!(to_json(&Variant::Empty), None);
+    }
+
+    #[test]
+    fn a_value_is_good_while_fresh_uncertain_when_stale_and_bad_while_its_device_is_down() {
+        use crate::sources::catalogue::{DeviceDef, GroupDef};
+        use std::time::Duration;
+        let p = point(Some(DataKind::U16), None);
+        let device = DeviceStatus::new(DeviceDef {
+            name: "d".into(),
+            source: "modbus/d".into(),
+            protocol: "modbus_tcp",
+            address: "h:502".into(),
+            template: None,
+            groups: vec![GroupDef::new("main", Duration::from_millis(100))],
+            points: vec![p.clone()],
+            details: Vec::new(),
+        });
+        let before = value(&p, None, &device, 0);
+        assert_eq!(before.status, Some(StatusCode::BadCommunicationError));
+        let mut points = serde_json::Map::new();
+        points.insert("p".into(), json!({"value": 7, "quality": "good"}));
+        device.values_in(0, &points, 1_000);
+        device.set_state(ConnState::Connected);
+        let live = device.live("main", "p");
+        let fresh = value(&p, live.as_ref(), &device, 1_250);
+        assert_eq!(fresh.status, Some(StatusCode::Good));
+        assert_eq!(fresh.value, Some(Variant::UInt16(7)));
+        assert_eq!(
+            fresh.source_timestamp.map(|t| t.ticks()),
+            Some(from_unix_ms(1_000).ticks())
+        );
+        let stale = value(&p, live.as_ref(), &device, 1_301);
+        assert_eq!(stale.status, Some(StatusCode::UncertainLastUsableValue));
+        device.set_state(ConnState::Backoff);
+        let down = value(&p, live.as_ref(), &device, 1_250);
+        assert_eq!(down.status, Some(StatusCode::BadCommunicationError));
+        assert_eq!(
+            down.value,
+            Some(Variant::UInt16(7)),
+            "the last value is kept"
+        );
     }
 
     #[test]

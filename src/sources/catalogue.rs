@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -69,6 +70,34 @@ pub struct PointDef {
     pub max: Option<f64>,
 }
 
+/// One poll group of a device, as its config defines it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDef {
+    /// Its name (its records' key).
+    pub name: String,
+    /// How often it is polled (for a pushed group: its publishing interval).
+    pub interval: Duration,
+    /// True when the device pushes its changes (an OPC-UA subscription): a value that does
+    /// not change is not sent again, so its age says nothing.
+    pub pushed: bool,
+}
+
+impl GroupDef {
+    /// Group `name` polled every `interval`.
+    pub fn new(name: &str, interval: Duration) -> Self {
+        Self {
+            name: name.to_string(),
+            interval,
+            pushed: false,
+        }
+    }
+
+    /// The same group, pushed by the device when `pushed`.
+    pub fn pushed(self, pushed: bool) -> Self {
+        Self { pushed, ..self }
+    }
+}
+
 /// One device, as its config defines it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceDef {
@@ -82,8 +111,8 @@ pub struct DeviceDef {
     pub address: String,
     /// The template it was made from.
     pub template: Option<String>,
-    /// Its groups' names, in config order.
-    pub groups: Vec<String>,
+    /// Its groups, in config order.
+    pub groups: Vec<GroupDef>,
     /// Its points, in config order.
     pub points: Vec<PointDef>,
     /// Fields of its protocol that its `/api/status` entry shows besides the common ones
@@ -226,7 +255,7 @@ mod tests {
             protocol: "modbus_tcp",
             address: "h:502".into(),
             template: None,
-            groups: vec!["main".into()],
+            groups: vec![GroupDef::new("main", Duration::from_secs(1))],
             points: vec![point("p", false), point("sp", true)],
             details: Vec::new(),
         }

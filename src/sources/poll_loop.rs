@@ -535,7 +535,7 @@ mod tests {
     use crate::flow::Plan;
     use crate::sinks::push::config::{PushConfig, PushQueueConfig};
     use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
-    use crate::sources::catalogue::{DeviceDef, PointDef};
+    use crate::sources::catalogue::{DeviceDef, GroupDef, PointDef};
     use crate::sources::driver::{GroupRead, Pushed, Results};
     use crate::store::dead_letters::DeadLetterQueue;
     use serde_json::json;
@@ -615,7 +615,7 @@ mod tests {
             protocol: "fake",
             address: "line".into(),
             template: None,
-            groups: vec!["main".into()],
+            groups: vec![GroupDef::new("main", Duration::from_secs(1))],
             points: vec![PointDef {
                 group: "main".into(),
                 name: "p".into(),

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::config::checks::in_range;
 use crate::config::Problems;
-use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
+use crate::sources::catalogue::{DataKind, DeviceDef, GroupDef, PointDef};
 use crate::sources::devices::{
     check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, DeviceCommon,
     GroupConfig, RawGroup,
@@ -374,7 +374,11 @@ impl ModbusDeviceConfig {
             protocol,
             address,
             template: self.template.clone(),
-            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|g| GroupDef::new(&g.name, g.interval))
+                .collect(),
             points,
             details: Vec::new(),
         }

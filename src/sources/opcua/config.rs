@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::config::checks::{in_range, valid_name};
 use crate::config::Problems;
-use crate::sources::catalogue::{DeviceDef, PointDef};
+use crate::sources::catalogue::{DeviceDef, GroupDef, PointDef};
 use crate::sources::devices::{validate_groups, DeviceCommon, GroupConfig, RawGroup};
 
 /// `devices[]` with `protocol: opcua`: the keys besides those every device has.
@@ -363,7 +363,11 @@ impl OpcuaDeviceConfig {
             protocol: "opcua",
             address: self.endpoint.clone(),
             template: self.template.clone(),
-            groups: self.groups.iter().map(|g| g.group.name.clone()).collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|g| GroupDef::new(&g.group.name, g.group.interval).pushed(g.subscribe))
+                .collect(),
             points,
             details: vec![("endpoint", self.endpoint.clone().into())],
         }

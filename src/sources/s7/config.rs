@@ -11,7 +11,7 @@ use super::plan::Item;
 use super::types::DataType;
 use crate::config::checks::in_range;
 use crate::config::Problems;
-use crate::sources::catalogue::{DataKind, DeviceDef, PointDef};
+use crate::sources::catalogue::{DataKind, DeviceDef, GroupDef, PointDef};
 use crate::sources::devices::{
     check_groups_used, point_group, point_name, tcp_address, timing, validate_groups, DeviceCommon,
     GroupConfig, RawGroup,
@@ -192,7 +192,11 @@ impl S7DeviceConfig {
             protocol: "s7",
             address: format!("{}:{}", ep.host, ep.port),
             template: self.template.clone(),
-            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|g| GroupDef::new(&g.name, g.interval))
+                .collect(),
             points,
             details: vec![(
                 "remote_tsap",

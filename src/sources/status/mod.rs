@@ -209,7 +209,7 @@ impl DeviceStatus {
                 .groups
                 .iter()
                 .map(|g| GroupStatus {
-                    name: g.clone(),
+                    name: g.name.clone(),
                     requests_per_cycle: AtomicU64::new(0),
                 })
                 .collect(),

@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::sources::catalogue::{DeviceDef, PointDef};
+use crate::sources::catalogue::{DeviceDef, GroupDef, PointDef};
 
 fn device() -> DeviceStatus {
     DeviceStatus::new(DeviceDef {
@@ -10,7 +10,10 @@ fn device() -> DeviceStatus {
         protocol: "opcua",
         address: "opc.tcp://h:1".into(),
         template: None,
-        groups: vec!["fast".into(), "slow".into()],
+        groups: vec![
+            GroupDef::new("fast", Duration::from_millis(100)),
+            GroupDef::new("slow", Duration::from_secs(5)),
+        ],
         points: Vec::<PointDef>::new(),
         details: vec![("endpoint", json!("opc.tcp://h:1"))],
     })
