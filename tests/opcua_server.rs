@@ -159,6 +159,26 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
     let t = read_good(&eng, &tenths);
     assert_eq!(t["data_type"], json!("Double"), "a scaled point: {t:#}");
 
+    // The gateway itself: version, health, each sink, queue and device.
+    let ns = speed.split(';').next().unwrap_or_default();
+    let connector = |n: &str| format!("{ns};s=@connector.{n}");
+    let version = eng.read(&[&connector("version")]).remove(0);
+    assert_eq!(
+        version["value"],
+        json!(env!("CARGO_PKG_VERSION")),
+        "{version:#}"
+    );
+    let state = eng.read(&[&connector("devices.press-1.state")]).remove(0);
+    assert_eq!(state["value"], json!("connected"), "{state:#}");
+    let push = eng.read(&[&connector("sinks.push.accepting")]).remove(0);
+    assert_eq!(push["value"], json!(true), "{push:#}");
+    let fill = eng
+        .read(&[&connector("queues.push_queue.fill_pct")])
+        .remove(0);
+    assert_eq!(fill["data_type"], json!("Double"), "{fill:#}");
+    let health = eng.read(&[&connector("health")]).remove(0);
+    assert!(health["value"].is_string(), "{health:#}");
+
     // Units, range and access level.
     let attrs = eng.read_attrs(&free);
     assert_eq!(

@@ -140,7 +140,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
 /// Starts the OPC-UA server of `config`, when there is one, on `runtime`.
 fn start_opcua_server(
     config: Option<&crate::opcua_server::OpcuaServerConfig>,
-    state: &AppState,
+    state: &Arc<AppState>,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, DaemonError> {
     let (Some(config), Some(stats)) = (config, state.opcua_server.as_ref()) else {
@@ -149,11 +149,13 @@ fn start_opcua_server(
     #[cfg(feature = "opcua-server")]
     {
         let _entered = runtime.enter();
+        let s = Arc::clone(state);
         let parts = crate::opcua_server::server::Parts {
             catalogue: state.devices.clone(),
             commands: Some(Arc::clone(&state.commands)),
             engine: Arc::clone(&state.engine),
             version: crate::VERSION.to_string(),
+            gateway: Arc::new(move || gateway(&s)),
         };
         crate::opcua_server::server::start(
             config,
@@ -170,6 +172,33 @@ fn start_opcua_server(
     {
         let _ = (config, stats, runtime);
         Ok(None)
+    }
+}
+
+/// The gateway's health, sinks and queues, as the OPC-UA server serves them.
+#[cfg(feature = "opcua-server")]
+fn gateway(state: &AppState) -> crate::opcua_server::space::Gateway {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    crate::opcua_server::space::Gateway {
+        health: crate::http::problems::assess(state)
+            .state
+            .as_str()
+            .to_string(),
+        sinks: state
+            .engine
+            .sinks()
+            .iter()
+            .map(|s| (s.name().to_string(), s.report().accepting))
+            .collect(),
+        queues: state
+            .alerts
+            .queues_json()
+            .iter()
+            .map(|q| {
+                let fill = q["fill_pct"].as_f64().unwrap_or(0.0);
+                (text(&q["name"]), fill, text(&q["level"]))
+            })
+            .collect(),
     }
 }
 

@@ -39,7 +39,7 @@ use opcua::types::{
 use serde_json::{json, Value};
 
 use super::config::{Mode, OpcuaServerConfig, Policy};
-use super::space::{self, Space};
+use super::space::{self, Gateway, Space};
 use super::users::Users;
 use super::Stats;
 use crate::commands::{Commands, Origin, PointResult, Request};
@@ -62,6 +62,8 @@ pub struct Parts {
     pub engine: Arc<Engine>,
     /// The connector's version, served as `Connector/Version`.
     pub version: String,
+    /// The gateway's health, sinks and queues, served under `Connector/` (read once a second).
+    pub gateway: Arc<dyn Fn() -> Gateway + Send + Sync>,
 }
 
 /// Binds `config.listen` and starts the server on the current runtime, its figures in
@@ -154,10 +156,23 @@ pub fn start(
             let mut last: Vec<Option<Seen>> = vec![None; parts.catalogue.devices().len()];
             let mut tick = tokio::time::interval(REFRESH);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut second = 0;
             loop {
                 tick.tick().await;
                 refresh(&manager, &subscriptions, &parts.catalogue, &mut last);
                 count_sessions(&info, &listening);
+                let now = crate::record::now_ms() / 1000;
+                if now != second {
+                    second = now;
+                    let gateway = (parts.gateway)();
+                    let values = gateway.values(&manager.inner().space);
+                    let updates = values
+                        .into_iter()
+                        .map(|(n, v)| (n, None, DataValue::new_now(v)));
+                    if let Err(e) = manager.set_values(&subscriptions, updates) {
+                        log::warn!("opcua server: cannot set the connector's values: {e}");
+                    }
+                }
             }
         };
         tokio::select! {
@@ -324,11 +339,13 @@ impl InMemoryNodeManagerImplBuilder for PointsBuilder {
             type_tree.namespaces_mut().add_namespace(&self.namespace)
         };
         address_space.add_namespace(&self.namespace, ns);
+        let gateway = (self.parts.gateway)();
         let space = space::build(
             address_space,
             ns,
             &self.parts.catalogue,
             &self.parts.version,
+            &gateway,
         );
         Points {
             namespace: NamespaceMetadata {

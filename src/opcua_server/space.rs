@@ -65,10 +65,49 @@ pub struct Space {
     pub by_node: HashMap<NodeId, usize>,
     /// Each device's state node, in catalogue order.
     pub device_states: Vec<NodeId>,
+    /// The connector's health node.
+    pub health: NodeId,
+    /// Each sink's node (true while it takes records), in the order of [`Gateway::sinks`].
+    pub sinks: Vec<NodeId>,
+    /// Each queue's fill and level nodes, in the order of [`Gateway::queues`].
+    pub queues: Vec<(NodeId, NodeId)>,
 }
 
-/// Adds the catalogue's devices and the connector's own nodes to `space` in namespace `ns`.
-pub fn build(space: &mut AddressSpace, ns: u16, catalogue: &Catalogue, version: &str) -> Space {
+/// The gateway's own figures, served under `Objects/Connector`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gateway {
+    /// The health model's state: `ok`, `degraded`, ... (what `/api/status` `state` says).
+    pub health: String,
+    /// Each sink, and whether it takes records.
+    pub sinks: Vec<(String, bool)>,
+    /// Each bounded queue: its fill in percent and its level (`ok`, `warning`, ...).
+    pub queues: Vec<(String, f64, String)>,
+}
+
+impl Gateway {
+    /// Each node of `space` with its value, in the order [`build`] made them.
+    pub fn values<'a>(&self, space: &'a Space) -> Vec<(&'a NodeId, Variant)> {
+        let mut out = vec![(&space.health, Variant::from(self.health.as_str()))];
+        for ((_, accepting), node) in self.sinks.iter().zip(&space.sinks) {
+            out.push((node, Variant::Boolean(*accepting)));
+        }
+        for ((_, fill, level), (f, l)) in self.queues.iter().zip(&space.queues) {
+            out.push((f, Variant::Double(*fill)));
+            out.push((l, Variant::from(level.as_str())));
+        }
+        out
+    }
+}
+
+/// Adds the catalogue's devices and the connector's own nodes (its version, and the sinks
+/// and queues of `gateway`) to `space` in namespace `ns`.
+pub fn build(
+    space: &mut AddressSpace,
+    ns: u16,
+    catalogue: &Catalogue,
+    version: &str,
+    gateway: &Gateway,
+) -> Space {
     let objects: NodeId = ObjectId::ObjectsFolder.into();
     let mut out = Space::default();
     for (d, device) in catalogue.devices().iter().enumerate() {
@@ -101,6 +140,54 @@ pub fn build(space: &mut AddressSpace, ns: u16, catalogue: &Catalogue, version: 
         Variant::from(version),
         &connector,
     );
+    out.health = connector_id(ns, "health");
+    read_only(
+        space,
+        &out.health,
+        "Health",
+        DataTypeId::String,
+        Variant::from(gateway.health.as_str()),
+        &connector,
+    );
+    let sinks = connector_id(ns, "sinks");
+    space.add_folder(&sinks, "Sinks", "Sinks", &connector);
+    for (name, accepting) in &gateway.sinks {
+        let node = connector_id(ns, &format!("sinks.{name}.accepting"));
+        read_only(
+            space,
+            &node,
+            &format!("{name}.Accepting"),
+            DataTypeId::Boolean,
+            Variant::Boolean(*accepting),
+            &sinks,
+        );
+        out.sinks.push(node);
+    }
+    let queues = connector_id(ns, "queues");
+    space.add_folder(&queues, "Queues", "Queues", &connector);
+    for (name, fill, level) in &gateway.queues {
+        let folder = connector_id(ns, &format!("queues.{name}"));
+        space.add_folder(&folder, name.as_str(), name.as_str(), &queues);
+        let f = connector_id(ns, &format!("queues.{name}.fill_pct"));
+        read_only(
+            space,
+            &f,
+            "FillPercent",
+            DataTypeId::Double,
+            Variant::Double(*fill),
+            &folder,
+        );
+        let l = connector_id(ns, &format!("queues.{name}.level"));
+        read_only(
+            space,
+            &l,
+            "Level",
+            DataTypeId::String,
+            Variant::from(level.as_str()),
+            &folder,
+        );
+        out.queues.push((f, l));
+    }
     let devices = connector_id(ns, "devices");
     space.add_folder(&devices, "Devices", "Devices", &connector);
     for device in catalogue.devices() {
