@@ -343,3 +343,43 @@ fn a_bad_server_section_is_refused_with_every_problem_and_its_path() {
         assert!(err.contains(line), "{line:?} missing in {err}");
     }
 }
+
+#[test]
+fn an_absolute_deadband_holds_back_the_changes_inside_it() {
+    deadband(json!({"type": "absolute", "value": 10.0}));
+}
+
+/// Percent of the point's EURange (0 to 1000): 1 % is 10.
+#[test]
+fn a_percent_deadband_holds_back_the_changes_inside_that_share_of_the_range() {
+    deadband(json!({"type": "percent", "value": 1.0}));
+}
+
+/// A subscription to `free` with `band` (10 wide): 100 to 105 is not notified, to 120 is.
+fn deadband(band: Value) {
+    let device = ModbusTcp::start();
+    let port = free_port();
+    let _d = Daemon::start(config(device.port(), port, both()));
+    let c = client(port, VIEWER);
+    let free = point(&c, "free");
+    device.write_holding(34, 100);
+    wait_until(POLL_DEADLINE, "100 polled", || {
+        c.read(&[&free])[0]["value"] == json!(100)
+    });
+    c.subscribe_with(json!({
+        "nodes": [free],
+        "interval_ms": 100,
+        "deadband": band,
+    }));
+    // Inside the band: not notified; outside: notified.
+    device.write_holding(34, 105);
+    wait_until(POLL_DEADLINE, "105 polled", || {
+        c.read(&[&free])[0]["value"] == json!(105)
+    });
+    device.write_holding(34, 120);
+    wait_until(POLL_DEADLINE, "120 notified", || {
+        c.changes(0).iter().any(|ch| ch["value"] == json!(120))
+    });
+    let seen: Vec<Value> = c.changes(0).iter().map(|ch| ch["value"].clone()).collect();
+    assert!(!seen.contains(&json!(105)), "{seen:?}");
+}

@@ -416,8 +416,7 @@ pub fn fits(p: &PointDef, v: &Variant) -> bool {
     if want == DataTypeId::BaseDataType {
         return !matches!(v, Variant::Empty | Variant::Array(_));
     }
-    v.data_type()
-        .is_some_and(|t| t.node_id == want)
+    v.data_type().is_some_and(|t| t.node_id == want)
 }
 
 /// A value a client wrote, as the JSON a command carries; `None` for a type commands do not
