@@ -30,6 +30,7 @@ fn demo_config() -> Value {
     config["simulator"]["modbus"] = json!(format!("127.0.0.1:{modbus}"));
     config["simulator"]["opcua"] = json!(format!("127.0.0.1:{opcua}"));
     config["simulator"]["s7"] = json!(format!("127.0.0.1:{s7}"));
+    config["opcua_server"]["listen"] = json!(format!("127.0.0.1:{}", free_port()));
     config["devices"][0]["port"] = json!(modbus);
     config["devices"][1]["endpoint"] = json!(format!("opc.tcp://127.0.0.1:{opcua}/"));
     config["devices"][2]["port"] = json!(s7);
@@ -75,6 +76,8 @@ fn the_demo_polls_its_plant_over_modbus_opcua_and_s7_and_stores_the_values() {
     assert_eq!(u64_at(&s, "/engine/stats/backpressure_lost"), 0, "{s:#}");
     assert_eq!(u64_at(device(&s, "boiler-1"), "/errors_total"), 0, "{s:#}");
     assert_eq!(u64_at(device(&s, "line-plc"), "/errors_total"), 0, "{s:#}");
+    // And serves its points over OPC-UA.
+    assert_eq!(s["opcua_server"]["listening"], json!(true), "{s:#}");
 }
 
 /// The demo started, once its simulated devices are connected.
