@@ -252,6 +252,7 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
     assert_eq!(server["monitored_items"], json!(1), "{server:#}");
     assert!(u64_at(server, "/sessions") >= 2, "{server:#}");
     assert!(u64_at(server, "/subscriptions") >= 1, "{server:#}");
+    assert!(u64_at(server, "/reads") >= 5, "{server:#}");
     let metrics = d.metrics();
     assert!(
         metrics.contains("opex_connector_opcua_server_writes_good_total 1"),

@@ -29,7 +29,9 @@ use opcua::server::node_manager::memory::{
     InMemoryNodeManager, InMemoryNodeManagerBuilder, InMemoryNodeManagerImpl,
     InMemoryNodeManagerImplBuilder,
 };
-use opcua::server::node_manager::{MonitoredItemRef, RequestContext, ServerContext, WriteNode};
+use opcua::server::node_manager::{
+    MonitoredItemRef, ParsedReadValueId, RequestContext, ServerContext, WriteNode,
+};
 use opcua::server::{CreateMonitoredItem, ServerBuilder, ServerEndpoint};
 use opcua::sync::RwLock;
 use opcua::types::{
@@ -460,6 +462,24 @@ impl InMemoryNodeManagerImpl for Points {
 
     fn namespaces(&self) -> Vec<NamespaceMetadata> {
         vec![self.namespace.clone()]
+    }
+
+    async fn read_values(
+        &self,
+        context: &RequestContext,
+        address_space: &RwLock<AddressSpace>,
+        nodes: &[&ParsedReadValueId],
+        max_age: f64,
+        timestamps_to_return: TimestampsToReturn,
+    ) -> Vec<DataValue> {
+        if let Some(s) = self.stats.get() {
+            s.reads.fetch_add(nodes.len() as u64, Ordering::Relaxed);
+        }
+        let space = address_space.read();
+        nodes
+            .iter()
+            .map(|n| space.read(context, n, max_age, timestamps_to_return))
+            .collect()
     }
 
     async fn create_value_monitored_items(

@@ -28,6 +28,8 @@ pub struct Stats {
     pub logins: AtomicU64,
     /// Logins refused (an unknown user, a wrong password, anonymous when not allowed).
     pub refused_logins: AtomicU64,
+    /// Values of the devices' variables read (each node of a Read request).
+    pub reads: AtomicU64,
     /// Writes taken (each node of a Write request that reached the commands path).
     pub writes: AtomicU64,
     /// Of those, written.
@@ -61,6 +63,7 @@ impl Stats {
             "monitored_items_refused": n(&self.monitored_items_refused),
             "logins": n(&self.logins),
             "refused_logins": n(&self.refused_logins),
+            "reads": n(&self.reads),
             "writes": n(&self.writes),
             "writes_good": n(&self.writes_good),
             "rejected_certificates": rejected,
@@ -116,6 +119,12 @@ impl Stats {
             Kind::Counter,
             "OPC-UA logins refused: an unknown user, a wrong password, anonymous when not allowed.",
             n(&self.refused_logins),
+        );
+        p.single(
+            "opex_connector_opcua_server_reads_total",
+            Kind::Counter,
+            "Values of the devices' variables read (each node of a Read request).",
+            n(&self.reads),
         );
         p.single(
             "opex_connector_opcua_server_writes_total",
