@@ -8,12 +8,15 @@
 //!   them.
 //! - `users`: who may log in (Argon2id hashes), and what each may do.
 //! - [`status`]: its figures for `/api/status`.
-//! - `server`: the server, its node manager (writes as commands) and the task that keeps
-//!   the values current.
+//! - `points`: the node manager of the devices' points (reads, monitored items, writes as
+//!   commands).
+//! - `server`: the server and the task that keeps the values current.
 //!
 //! The server needs the `opcua-server` cargo feature (on by default).
 
 pub mod config;
+#[cfg(feature = "opcua-server")]
+pub mod points;
 #[cfg(feature = "opcua-server")]
 pub mod server;
 #[cfg(feature = "opcua-server")]

@@ -1,11 +1,12 @@
-//! The server: `async-opcua`'s, with the address space of [`super::space`], our own node
-//! manager (reads from the address space, writes through the commands path), our own user
-//! check ([`super::users`]), and a task that keeps the values current.
+//! The server: `async-opcua`'s, with the address space of [`super::space`] in our own node
+//! manager ([`super::points`]: reads from the address space, writes through the commands
+//! path), our own user check ([`super::users`]), and a task that keeps the values current.
 //!
 //! - **Values.** Every [`REFRESH`] the task looks at each device: when it polled (or its
 //!   connection state changed) since the last look, its points' values are set anew; the
 //!   server's subscriptions see the ones that changed. A point is served as its device last
-//!   read it, with the poll's timestamp.
+//!   read it, with the poll's timestamp. Once a second every device is looked at again (a
+//!   value turns stale without a poll), and the gateway's own figures are set.
 //! - **Writes.** A write to a variable is checked by the stack first (the node writable, the
 //!   user's access level: a `read` user and anonymous sessions have none, the value of the
 //!   variable's data type), then handed to the commands service as a command of its own with
@@ -21,30 +22,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use opcua::crypto::{CertificateStore, SecurityPolicy, X509Data};
-use opcua::server::address_space::AddressSpace;
-use opcua::server::diagnostics::NamespaceMetadata;
-use opcua::server::node_manager::memory::{
-    InMemoryNodeManager, InMemoryNodeManagerBuilder, InMemoryNodeManagerImpl,
-    InMemoryNodeManagerImplBuilder,
-};
-use opcua::server::node_manager::{
-    MonitoredItemRef, ParsedReadValueId, RequestContext, ServerContext, WriteNode,
-};
-use opcua::server::{CreateMonitoredItem, ServerBuilder, ServerEndpoint};
-use opcua::sync::RwLock;
+use opcua::server::node_manager::memory::{InMemoryNodeManager, InMemoryNodeManagerBuilder};
+use opcua::server::{ServerBuilder, ServerEndpoint};
 use opcua::types::{
-    ApplicationDescription, ApplicationType, AttributeId, DataValue, LocalizedText,
-    MessageSecurityMode, NodeId, StatusCode, TimestampsToReturn, UAString, Variant,
+    ApplicationDescription, ApplicationType, DataValue, LocalizedText, MessageSecurityMode, NodeId,
+    UAString, Variant,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::config::{Mode, OpcuaServerConfig, Policy};
-use super::space::{self, Gateway, Space};
+use super::points::{Points, PointsBuilder};
+use super::space::{self, Gateway};
 use super::users::Users;
 use super::Stats;
-use crate::commands::{Commands, Origin, PointResult, Request};
+use crate::commands::Commands;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
@@ -322,265 +314,5 @@ fn stack_mode(m: Mode) -> MessageSecurityMode {
         Mode::None => MessageSecurityMode::None,
         Mode::Sign => MessageSecurityMode::Sign,
         Mode::SignAndEncrypt => MessageSecurityMode::SignAndEncrypt,
-    }
-}
-
-/// Builds [`Points`] once the server knows its namespace's index.
-struct PointsBuilder {
-    namespace: String,
-    parts: Parts,
-    monitored_items: u64,
-}
-
-impl InMemoryNodeManagerImplBuilder for PointsBuilder {
-    type Impl = Points;
-
-    fn build(self, context: ServerContext, address_space: &mut AddressSpace) -> Points {
-        let ns = {
-            let mut type_tree = context.type_tree.write();
-            type_tree.namespaces_mut().add_namespace(&self.namespace)
-        };
-        address_space.add_namespace(&self.namespace, ns);
-        let gateway = (self.parts.gateway)();
-        let space = space::build(
-            address_space,
-            ns,
-            &self.parts.catalogue,
-            &self.parts.version,
-            &gateway,
-        );
-        Points {
-            namespace: NamespaceMetadata {
-                namespace_uri: self.namespace,
-                namespace_index: ns,
-                ..Default::default()
-            },
-            space,
-            parts: self.parts,
-            stats: std::sync::OnceLock::new(),
-            monitored: std::sync::atomic::AtomicU64::new(0),
-            monitored_limit: self.monitored_items,
-        }
-    }
-}
-
-/// The node manager of the devices' points.
-pub struct Points {
-    namespace: NamespaceMetadata,
-    space: Space,
-    parts: Parts,
-    stats: std::sync::OnceLock<Arc<Stats>>,
-    /// Monitored items of the points now, and their limit.
-    monitored: std::sync::atomic::AtomicU64,
-    monitored_limit: u64,
-}
-
-impl Points {
-    fn set_stats(&self, stats: Arc<Stats>) {
-        let _ = self.stats.set(stats);
-    }
-
-    /// Shows the count of monitored items.
-    fn publish_monitored(&self) {
-        if let Some(s) = self.stats.get() {
-            s.monitored_items
-                .store(self.monitored.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-
-    fn count(&self, good: bool) {
-        if let Some(s) = self.stats.get() {
-            s.writes.fetch_add(1, Ordering::Relaxed);
-            if good {
-                s.writes_good.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Writes `value` to point `served` as a command of user `user`: the write's status.
-    async fn command(&self, served: usize, value: Value, user: &str) -> StatusCode {
-        let Some(commands) = &self.parts.commands else {
-            return StatusCode::BadNotWritable;
-        };
-        let Some(s) = self.space.points.get(served) else {
-            return StatusCode::BadNodeIdUnknown;
-        };
-        let Some(device) = self.parts.catalogue.devices().get(s.device) else {
-            return StatusCode::BadNodeIdUnknown;
-        };
-        let Some(point) = device.def.points.get(s.point) else {
-            return StatusCode::BadNodeIdUnknown;
-        };
-        let request = Request {
-            id: None,
-            points: vec![(point.name.clone(), value)],
-            expires: None,
-            verify: false,
-        };
-        let origin = Origin::Opcua {
-            user: user.to_string(),
-        };
-        match commands
-            .execute(&self.parts.engine, &device.def.name, request, origin)
-            .await
-        {
-            Ok(outcome) => outcome
-                .points
-                .first()
-                .map_or(StatusCode::BadUnexpectedError, |(_, r)| status(r)),
-            Err(e) => {
-                log::warn!(
-                    "opcua server write refused: device={} error=\"{e}\"",
-                    device.def.name
-                );
-                StatusCode::BadNotWritable
-            }
-        }
-    }
-}
-
-/// The status a write answers for a command's point result.
-fn status(r: &PointResult) -> StatusCode {
-    match r {
-        PointResult::Written => StatusCode::Good,
-        PointResult::OutOfRange(_) => StatusCode::BadOutOfRange,
-        PointResult::Expired => StatusCode::BadTimeout,
-        PointResult::Unavailable(_) => StatusCode::BadCommunicationError,
-        PointResult::Exception(_) => StatusCode::BadDeviceFailure,
-        PointResult::Unknown(_) => StatusCode::Uncertain,
-        _ => StatusCode::BadNotWritable,
-    }
-}
-
-#[async_trait]
-impl InMemoryNodeManagerImpl for Points {
-    async fn init(&self, _address_space: &mut AddressSpace, _context: ServerContext) {}
-
-    fn name(&self) -> &str {
-        "devices"
-    }
-
-    fn namespaces(&self) -> Vec<NamespaceMetadata> {
-        vec![self.namespace.clone()]
-    }
-
-    async fn read_values(
-        &self,
-        context: &RequestContext,
-        address_space: &RwLock<AddressSpace>,
-        nodes: &[&ParsedReadValueId],
-        max_age: f64,
-        timestamps_to_return: TimestampsToReturn,
-    ) -> Vec<DataValue> {
-        if let Some(s) = self.stats.get() {
-            s.reads.fetch_add(nodes.len() as u64, Ordering::Relaxed);
-        }
-        let space = address_space.read();
-        nodes
-            .iter()
-            .map(|n| space.read(context, n, max_age, timestamps_to_return))
-            .collect()
-    }
-
-    async fn create_value_monitored_items(
-        &self,
-        context: &RequestContext,
-        address_space: &RwLock<AddressSpace>,
-        items: &mut [&mut &mut CreateMonitoredItem],
-    ) {
-        let to_read: Vec<_> = items.iter().map(|r| r.item_to_monitor()).collect();
-        let values = self
-            .read_values(
-                context,
-                address_space,
-                &to_read,
-                0.0,
-                TimestampsToReturn::Both,
-            )
-            .await;
-        for (value, item) in values.into_iter().zip(items.iter_mut()) {
-            let taken = self
-                .monitored
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n < self.monitored_limit).then_some(n + 1)
-                })
-                .is_ok();
-            if !taken {
-                if let Some(s) = self.stats.get() {
-                    s.monitored_items_refused.fetch_add(1, Ordering::Relaxed);
-                }
-                item.set_status(StatusCode::BadTooManyMonitoredItems);
-                continue;
-            }
-            if value.status() != StatusCode::BadAttributeIdInvalid {
-                item.set_initial_value(value);
-            }
-            item.set_status(StatusCode::Good);
-        }
-        self.publish_monitored();
-    }
-
-    async fn delete_monitored_items(&self, _context: &RequestContext, items: &[&MonitoredItemRef]) {
-        let gone = items.len() as u64;
-        let _ = self
-            .monitored
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(gone))
-            });
-        self.publish_monitored();
-    }
-
-    async fn write(
-        &self,
-        context: &RequestContext,
-        address_space: &RwLock<AddressSpace>,
-        nodes_to_write: &mut [&mut WriteNode],
-    ) -> Result<(), StatusCode> {
-        // Checked by the stack under the lock; written without it, one command each.
-        let mut todo: Vec<(usize, usize, Value)> = Vec::new();
-        {
-            let mut space = address_space.write();
-            let type_tree = context.type_tree.read();
-            for (i, w) in nodes_to_write.iter_mut().enumerate() {
-                if let Err(e) = space.validate_node_write(context, w.value(), &*type_tree) {
-                    w.set_status(e);
-                    continue;
-                }
-                let v = w.value();
-                let Some(&served) = self.space.by_node.get(&v.node_id) else {
-                    w.set_status(StatusCode::BadNotWritable);
-                    continue;
-                };
-                if v.attribute_id != AttributeId::Value {
-                    w.set_status(StatusCode::BadNotWritable);
-                    continue;
-                }
-                if v.index_range.has_range() {
-                    w.set_status(StatusCode::BadIndexRangeInvalid);
-                    continue;
-                }
-                let point = self.space.points.get(served).and_then(|s| {
-                    let device = self.parts.catalogue.devices().get(s.device)?;
-                    device.def.points.get(s.point).cloned()
-                });
-                let json = match (&point, v.value.value.as_ref()) {
-                    (Some(p), Some(value)) if space::fits(p, value) => space::to_json(value),
-                    _ => None,
-                };
-                match json {
-                    Some(json) => todo.push((i, served, json)),
-                    None => w.set_status(StatusCode::BadTypeMismatch),
-                }
-            }
-        }
-        let user = context.token.0.clone();
-        for (i, served, value) in todo {
-            let status = self.command(served, value, &user).await;
-            self.count(status.is_good());
-            if let Some(w) = nodes_to_write.get_mut(i) {
-                w.set_status(status);
-            }
-        }
-        Ok(())
     }
 }
