@@ -113,10 +113,7 @@ impl Policy {
 
     /// Its name in the config and in `/api/status`.
     pub fn as_str(self) -> &'static str {
-        Self::NAMES
-            .iter()
-            .find(|(_, p)| *p == self)
-            .map_or("None", |(n, _)| n)
+        name_of(&Self::NAMES, self)
     }
 }
 
@@ -132,6 +129,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode by its name in the config.
     const NAMES: [(&'static str, Mode); 3] = [
         ("None", Mode::None),
         ("Sign", Mode::Sign),
@@ -140,11 +138,16 @@ impl Mode {
 
     /// Its name in the config and in `/api/status`.
     pub fn as_str(self) -> &'static str {
-        Self::NAMES
-            .iter()
-            .find(|(_, m)| *m == self)
-            .map_or("None", |(n, _)| n)
+        name_of(&Self::NAMES, self)
     }
+}
+
+/// The name of `v` in `names` (every value has one).
+fn name_of<T: PartialEq>(names: &[(&'static str, T)], v: T) -> &'static str {
+    names
+        .iter()
+        .find(|(_, x)| *x == v)
+        .map_or("None", |(n, _)| n)
 }
 
 /// What a user may do.
