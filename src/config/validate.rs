@@ -501,10 +501,10 @@ flows:
     }
 
     #[test]
-    fn the_demo_config_is_valid_and_warns_of_its_short_token() {
+    fn the_demo_config_is_valid_and_warns_of_its_short_token_and_its_open_opcua_endpoint() {
         let demo = from_yaml(super::super::DEMO_YAML).unwrap();
         let warned: Vec<&str> = demo.warnings.iter().map(|w| w.path.as_str()).collect();
-        assert_eq!(warned, ["ingest.sources[0].token"]);
+        assert_eq!(warned, ["ingest.sources[0].token", "opcua_server.security"]);
     }
 
     #[test]
