@@ -152,7 +152,7 @@ fn start_opcua_server(
         let s = Arc::clone(state);
         let parts = crate::opcua_server::server::Parts {
             catalogue: state.devices.clone(),
-            commands: Some(Arc::clone(&state.commands)),
+            commands: Arc::clone(&state.commands),
             engine: Arc::clone(&state.engine),
             version: crate::VERSION.to_string(),
             gateway: Arc::new(move || gateway(&s)),

@@ -104,9 +104,6 @@ impl Points {
 
     /// Writes `value` to point `served` as a command of user `user`: the write's status.
     async fn command(&self, served: usize, value: Value, user: &str) -> StatusCode {
-        let Some(commands) = &self.parts.commands else {
-            return StatusCode::BadNotWritable;
-        };
         let Some(s) = self.space.points.get(served) else {
             return StatusCode::BadNodeIdUnknown;
         };
@@ -125,7 +122,9 @@ impl Points {
         let origin = Origin::Opcua {
             user: user.to_string(),
         };
-        match commands
+        match self
+            .parts
+            .commands
             .execute(&self.parts.engine, &device.def.name, request, origin)
             .await
         {

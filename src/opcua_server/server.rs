@@ -51,7 +51,7 @@ pub struct Parts {
     /// Every device's points.
     pub catalogue: Catalogue,
     /// The commands service (without `commands:`, every write is refused).
-    pub commands: Option<Arc<Commands>>,
+    pub commands: Arc<Commands>,
     /// Where a command's record goes.
     pub engine: Arc<Engine>,
     /// The connector's version, served as `Connector/Version`.

@@ -720,7 +720,6 @@ mod tests {
     /// a session, the link dies.
     struct Pusher {
         open: bool,
-        opened: u32,
         sent: u32,
     }
 
@@ -736,7 +735,6 @@ mod tests {
 
         async fn open(&mut self, _: usize) -> Result<(), LinkError> {
             self.open = true;
-            self.opened += 1;
             self.sent = 0;
             Ok(())
         }
@@ -808,7 +806,6 @@ mod tests {
         };
         let driver = Pusher {
             open: false,
-            opened: 0,
             sent: 0,
         };
         let line = PollLoop::new(driver, vec![(Arc::clone(&status), schedule)]);
