@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::error::Error;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
