@@ -239,6 +239,20 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
     );
     assert!(wrong.connect().is_err());
 
+    // eng and viewer listed with their client application and security, as the page
+    // shows them.
+    wait_until(POLL_DEADLINE, "eng and viewer in the open sessions", || {
+        let status = d.status();
+        let open = status["opcua_server"]["open_sessions"].as_array().cloned();
+        let users: Vec<String> = open
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| s["application"] == "opex test client")
+            .filter(|s| s["security"].as_str().is_some_and(|x| !x.is_empty()))
+            .filter_map(|s| s["user"].as_str().map(str::to_string))
+            .collect();
+        users.contains(&"eng".to_string()) && users.contains(&"viewer".to_string())
+    });
     let status = d.status();
     let server = &status["opcua_server"];
     assert_eq!(server["listening"], json!(true), "{server:#}");

@@ -1553,3 +1553,59 @@ fn three_faults_one_after_the_other_each_show_at_the_top_on_their_part_and_as_re
         json!(true)
     );
 }
+
+#[test]
+fn the_page_shows_the_opcua_server_and_its_open_sessions_with_their_user_and_client_application() {
+    let Some(bin) = chromium() else {
+        println!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium)");
+        return;
+    };
+    let device = ModbusTcp::start();
+    let ua = free_port();
+    let mut config = writable_config(device.port());
+    config["opcua_server"] = json!({
+        "listen": format!("127.0.0.1:{ua}"),
+        "security": [{"policy": "None", "mode": "None"}],
+        "anonymous": true,
+    });
+    let daemon = Daemon::start(config);
+    let client = OpcuaClient::start(
+        &format!("opc.tcp://127.0.0.1:{ua}/"),
+        &ClientOptions::anonymous(),
+    );
+    wait_until(Duration::from_secs(30), "a session", || {
+        client.connect().is_ok()
+    });
+    let version = client
+        .browse()
+        .iter()
+        .flat_map(|n| {
+            std::iter::once(n.clone()).chain(n["children"].as_array().cloned().unwrap_or_default())
+        })
+        .filter_map(|n| n["node_id"].as_str().map(str::to_string))
+        .find(|id| id.ends_with("s=@connector.version"))
+        .expect("Objects/Connector/Version");
+    assert_eq!(client.read(&[&version])[0]["status"], json!("Good"));
+
+    let mut browser = Browser::start(&bin);
+    browser.call("Page.navigate", json!({"url": daemon.url("/")}));
+    browser.wait_for("document.getElementById('sec-opcua').hidden", &json!(false));
+    browser.wait_for(
+        "document.querySelector('[data-opcua-listening]').dataset.opcuaListening",
+        &json!("1"),
+    );
+    browser.wait_for(
+        "(document.querySelector('[data-opcua-session]') || {}).textContent || ''",
+        &json!("anonymous"),
+    );
+    let dom = browser.dom();
+    assert!(
+        dom.contains("data-opcua-session=\"opex test client\""),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(&format!("opc.tcp://127.0.0.1:{ua}/ None")),
+        "{dom}"
+    );
+    assert!(dom.contains("None None"), "the session's security: {dom}");
+}

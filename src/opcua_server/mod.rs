@@ -10,6 +10,8 @@
 //! - [`status`]: its figures for `/api/status`.
 //! - `points`: the node manager of the devices' points (reads, monitored items, writes as
 //!   commands).
+//! - `sessions`: the open sessions the status page lists, with their users and client
+//!   applications.
 //! - `server`: the server and the task that keeps the values current.
 //!
 //! The server needs the `opcua-server` cargo feature (on by default).
@@ -19,6 +21,8 @@ pub mod config;
 pub mod points;
 #[cfg(feature = "opcua-server")]
 pub mod server;
+#[cfg(feature = "opcua-server")]
+pub mod sessions;
 #[cfg(feature = "opcua-server")]
 pub mod space;
 pub mod status;

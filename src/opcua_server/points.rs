@@ -21,6 +21,7 @@ use opcua::types::{AttributeId, DataValue, StatusCode, TimestampsToReturn};
 use serde_json::Value;
 
 use super::server::Parts;
+use super::sessions::Sessions;
 use super::space::{self, Space};
 use super::Stats;
 use crate::commands::{Origin, PointResult, Request};
@@ -63,6 +64,7 @@ impl InMemoryNodeManagerImplBuilder for PointsBuilder {
             stats: OnceLock::new(),
             monitored: AtomicU64::new(0),
             monitored_limit: self.monitored_items,
+            sessions: Sessions::default(),
         }
     }
 }
@@ -77,6 +79,8 @@ pub struct Points {
     /// Monitored items of the points now, and their limit.
     monitored: AtomicU64,
     monitored_limit: u64,
+    /// The sessions that asked for the devices' variables.
+    pub sessions: Sessions,
 }
 
 impl Points {
@@ -176,6 +180,7 @@ impl InMemoryNodeManagerImpl for Points {
         max_age: f64,
         timestamps_to_return: TimestampsToReturn,
     ) -> Vec<DataValue> {
+        self.sessions.note(context);
         if let Some(s) = self.stats.get() {
             s.reads.fetch_add(nodes.len() as u64, Ordering::Relaxed);
         }
@@ -240,6 +245,7 @@ impl InMemoryNodeManagerImpl for Points {
         address_space: &RwLock<AddressSpace>,
         nodes_to_write: &mut [&mut WriteNode],
     ) -> Result<(), StatusCode> {
+        self.sessions.note(context);
         // Checked by the stack under the lock; written without it, one command each.
         let mut todo: Vec<(usize, usize, Value)> = Vec::new();
         {

@@ -166,6 +166,9 @@ pub fn start(
                     if let Err(e) = manager.set_values(&subscriptions, updates) {
                         log::warn!("opcua server: cannot set the connector's values: {e}");
                     }
+                    if let Ok(mut open) = listening.open_sessions.lock() {
+                        *open = manager.inner().sessions.rows();
+                    }
                 }
             }
         };

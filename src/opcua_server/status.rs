@@ -22,6 +22,9 @@ pub struct Stats {
     pub monitored_items: AtomicU64,
     /// Monitored items refused at `limits.monitored_items`.
     pub monitored_items_refused: AtomicU64,
+    /// The open sessions that asked for the devices' variables: `{id, user, application,
+    /// application_uri, security, since}`.
+    pub open_sessions: Mutex<Vec<Value>>,
     /// The endpoints offered: `{url, policy, mode}`.
     pub endpoints: Mutex<Vec<Value>>,
     /// Logins accepted.
@@ -53,11 +56,17 @@ impl Stats {
             .map(|d| d.flatten().count())
             .unwrap_or(0);
         let endpoints = self.endpoints.lock().map(|e| e.clone()).unwrap_or_default();
+        let open_sessions = self
+            .open_sessions
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         json!({
             "listening": self.listening.load(Ordering::Relaxed),
             "endpoints": endpoints,
             "sessions": n(&self.sessions),
+            "open_sessions": open_sessions,
             "subscriptions": n(&self.subscriptions),
             "monitored_items": n(&self.monitored_items),
             "monitored_items_refused": n(&self.monitored_items_refused),

@@ -324,6 +324,38 @@
     add(clear($('sources')), table(['source', 'kind', 'state', 'stored', 'refused', 'rejected', 'lost', 'in/s'], rows, [0, 0, 0, 1, 1, 1, 1, 0]));
   }
 
+  // The northbound OPC-UA server: whether it listens and where, its figures, certificates
+  // waiting to be trusted, and the open sessions with their user and client application.
+  function opcuaServer(s) {
+    var o = s.opcua_server;
+    show('sec-opcua', !!o);
+    if (!o) return;
+    var box = clear($('opcua'));
+    var ends = (Array.isArray(o.endpoints) ? o.endpoints : []).map(function (e) {
+      return e.url + ' ' + e.policy + (e.mode && e.mode !== 'None' ? ' ' + e.mode : '');
+    });
+    var state = badge(o.listening ? 'listening' : 'not listening', o.listening ? 'ok' : 'bad');
+    state.dataset.opcuaListening = o.listening ? '1' : '0';
+    add(box, add(el('p'), state, ' ', el('span', 'muted', ends.join(' · '))),
+      el('p', 'muted', 'sessions ' + num(o.sessions) + ' · subscriptions ' + num(o.subscriptions) +
+        ' · monitored items ' + num(o.monitored_items) + ' · reads ' + num(o.reads) +
+        ' · writes ' + num(o.writes) + ' (' + num(o.writes_good) + ' written) · refused logins ' + num(o.refused_logins)));
+    if (num(o.rejected_certificates) > 0) {
+      add(box, el('p', 'warn', num(o.rejected_certificates) + ' client certificate(s) refused and waiting in rejected/: ' +
+        'move a file to trusted/ to let that client in'));
+    }
+    var list = Array.isArray(o.open_sessions) ? o.open_sessions : [];
+    if (list.length) {
+      box.appendChild(table(['user', 'client application', 'security', 'since'], list.map(function (x) {
+        var user = el('span', '', x.user);
+        user.dataset.opcuaSession = x.application || x.application_uri || '';
+        return [user, x.application || x.application_uri || '–', x.security, when(x.since)];
+      })));
+    } else if (num(o.sessions) > 0) {
+      add(box, el('p', 'muted', 'no open session has read a device point yet'));
+    }
+  }
+
   function webhooks(s) {
     var list = s.engine && s.engine.webhooks;
     show('sec-webhooks', Array.isArray(list) && list.length > 0);
@@ -388,7 +420,7 @@
 
   function render() {
     if (!doc) return;
-    [header, problems, alerts, devices, commands, sinks, queues, sources, webhooks, schedules, backfills, deadLetters, footer]
+    [header, problems, alerts, devices, commands, sinks, queues, sources, opcuaServer, webhooks, schedules, backfills, deadLetters, footer]
       .forEach(function (f) { try { f(doc); } catch (e) { if (window.console) console.error(e); } });
     app.dataset.statusLoaded = '1';
   }
