@@ -4,8 +4,8 @@
 # opex-connector-<version>.1 (man/opex-connector.1, written from the command table) and the
 # config schema opex-connector.schema.json (config/, written from the config types).
 #
-# Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]] [--no-opcua | --with-simulator]
-#                                 [--stable] [--opt-level L] [--bloat N] [TARGET...]
+# Usage: scripts/build-release.sh [--sign KEY [--valid-for DURATION]]
+#                                 [--no-opcua | --with-opcua-server | --with-simulator] [--stable] [--opt-level L] [--bloat N] [TARGET...]
 #   TARGET defaults to: aarch64-unknown-linux-gnu aarch64-unknown-linux-musl
 #                       armv7-unknown-linux-gnueabihf x86_64-unknown-linux-musl
 #   The boards' targets (aarch64 and armv7, gnu and musl) get the small build, what a site
@@ -24,6 +24,8 @@
 #   is built with the no-debug-logs feature: no debug or trace lines (about 160 KB; info
 #   and above stay). Instead of the field build:
 #   --no-opcua          the smallest build, without OPC-UA: <artifact>-no-opcua
+#   --with-opcua-server the field build and the northbound OPC-UA server (opcua_server:):
+#                       <artifact>-with-opcua-server
 #   --with-simulator    everything, like `cargo build --release`: <artifact>-with-simulator
 #   --stable            the stable build for every target: stable Rust, [profile.release]'s
 #                       opt-level "s", the prebuilt standard library: <artifact>-stable on
@@ -65,6 +67,11 @@ while [ $# -gt 0 ]; do
         --sign) sign_key="$2"; shift 2 ;;
         --valid-for) valid_for="$2"; shift 2 ;;
         --no-opcua) features=(--no-default-features --features "s7 no-debug-logs"); suffix="-no-opcua"; shift ;;
+        --with-opcua-server)
+            features=(--no-default-features --features "opcua opcua-server s7 no-debug-logs")
+            suffix="-with-opcua-server"
+            shift
+            ;;
         --with-simulator) features=(--features no-debug-logs); suffix="-with-simulator"; shift ;;
         --bloat) bloat="$2"; shift 2 ;;
         --opt-level) opt_level="$2"; shift 2 ;;

@@ -340,7 +340,7 @@ main() {
     cargo fmt --check
     log "cargo clippy --all-targets -- -D warnings"
     cargo clippy --all-targets -- -D warnings
-    # The field build without OPC-UA (see the book: deployment/README.md, "Three builds")
+    # The field build without OPC-UA (see the book: deployment/README.md, "Four builds")
     # must build too.
     log "cargo clippy --no-default-features --lib --bins -- -D warnings"
     cargo clippy --no-default-features --lib --bins -- -D warnings

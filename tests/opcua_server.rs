@@ -179,6 +179,27 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
     let health = eng.read(&[&connector("health")]).remove(0);
     assert!(health["value"].is_string(), "{health:#}");
 
+    // The standard nodes a client reads on connecting (served by the connector itself, not
+    // the stack's generated namespace): the state Running, the clock, and the namespaces, the
+    // server's own at 1 and the devices' at 2.
+    let standard = Value::from(eng.read(&["i=2259", "i=2258", "i=2255"]));
+    assert_eq!(standard[0]["value"], json!(0), "{standard:#}");
+    assert_eq!(standard[1]["data_type"], json!("DateTime"), "{standard:#}");
+    let namespaces = &standard[2]["value"];
+    assert_eq!(
+        namespaces[0],
+        json!("http://opcfoundation.org/UA/"),
+        "{standard:#}"
+    );
+    assert!(
+        namespaces[1]
+            .as_str()
+            .is_some_and(|u| u.starts_with("urn:")),
+        "{standard:#}"
+    );
+    assert_eq!(ns, "ns=2", "{standard:#}");
+    assert!(namespaces[2].is_string(), "{standard:#}");
+
     // Units, range and access level.
     let attrs = eng.read_attrs(&free);
     assert_eq!(

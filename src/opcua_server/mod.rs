@@ -6,6 +6,8 @@
 //!   can say a build has no server).
 //! - `space`: the address space made from the point catalogue, and values as OPC-UA holds
 //!   them.
+//! - `base`: the standard namespace's nodes that clients browse from and read on connecting
+//!   (folders, the `Server` object, the types the points refer to).
 //! - `users`: who may log in (Argon2id hashes), and what each may do.
 //! - [`status`]: its figures for `/api/status`.
 //! - `points`: the node manager of the devices' points (reads, monitored items, writes as
@@ -16,6 +18,8 @@
 //!
 //! The server needs the `opcua-server` cargo feature (on by default).
 
+#[cfg(feature = "opcua-server")]
+pub mod base;
 pub mod config;
 #[cfg(feature = "opcua-server")]
 pub mod points;

@@ -7,18 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use opcua::server::address_space::AddressSpace;
-use opcua::server::diagnostics::NamespaceMetadata;
-use opcua::server::node_manager::memory::{
-    InMemoryNodeManagerImpl, InMemoryNodeManagerImplBuilder,
-};
-use opcua::server::node_manager::{
-    MonitoredItemRef, ParsedReadValueId, RequestContext, ServerContext, WriteNode,
-};
-use opcua::server::CreateMonitoredItem;
 use opcua::sync::RwLock;
 use opcua::types::{AttributeId, DataValue, StatusCode, TimestampsToReturn};
 use serde_json::Value;
+use ua_server::address_space::AddressSpace;
+use ua_server::diagnostics::NamespaceMetadata;
+use ua_server::node_manager::memory::{InMemoryNodeManagerImpl, InMemoryNodeManagerImplBuilder};
+use ua_server::node_manager::{
+    MonitoredItemRef, ParsedReadValueId, RequestContext, ServerContext, WriteNode,
+};
+use ua_server::CreateMonitoredItem;
 
 use super::server::Parts;
 use super::sessions::Sessions;

@@ -2,11 +2,12 @@
 //! manager ([`super::points`]: reads from the address space, writes through the commands
 //! path), our own user check ([`super::users`]), and a task that keeps the values current.
 //!
-//! - **Values.** Every [`REFRESH`] the task looks at each device: when it polled (or its
-//!   connection state changed) since the last look, its points' values are set anew; the
-//!   server's subscriptions see the ones that changed. A point is served as its device last
-//!   read it, with the poll's timestamp. Once a second every device is looked at again (a
-//!   value turns stale without a poll), and the gateway's own figures are set.
+//! - **Values.** At each poll of a device and change of its connection state (the catalogue
+//!   wakes the task), and at least every [`REFRESH`], the task looks at each device: when it
+//!   polled (or its connection state changed) since the last look, its points' values are
+//!   set anew; the server's subscriptions see the ones that changed. A point is served as its
+//!   device last read it, with the poll's timestamp. Once a second every device is looked at
+//!   again (a value turns stale without a poll), and the gateway's own figures are set.
 //! - **Writes.** A write to a variable is checked by the stack first (the node writable, the
 //!   user's access level: a `read` user and anonymous sessions have none, the value of the
 //!   variable's data type), then handed to the commands service as a command of its own with
@@ -23,14 +24,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opcua::crypto::{CertificateStore, SecurityPolicy, X509Data};
-use opcua::server::node_manager::memory::{InMemoryNodeManager, InMemoryNodeManagerBuilder};
-use opcua::server::{ServerBuilder, ServerEndpoint};
 use opcua::types::{
     ApplicationDescription, ApplicationType, DataValue, LocalizedText, MessageSecurityMode, NodeId,
     UAString, Variant,
 };
 use serde_json::json;
+use ua_server::node_manager::memory::{InMemoryNodeManager, InMemoryNodeManagerBuilder};
+use ua_server::{ServerBuilder, ServerEndpoint};
 
+use super::base::BaseBuilder;
 use super::config::{Mode, OpcuaServerConfig, Policy};
 use super::points::{Points, PointsBuilder};
 use super::space::{self, Gateway};
@@ -79,7 +81,9 @@ pub fn start(
     let host = endpoint_host(config);
     make_certificate(config, name, &host);
     let users = Arc::new(Users::new(config, Arc::clone(&stats)));
+    // The standard namespace's nodes are our own (`base`), not the stack's generated ones.
     let mut builder = ServerBuilder::new()
+        .without_node_managers()
         .application_name(format!("opex-connector {name}"))
         .application_uri(config.application_uri.clone())
         .product_uri("urn:opex-connector")
@@ -93,6 +97,7 @@ pub fn start(
         // The session and subscription counts /api/status shows.
         .diagnostics_enabled(true)
         .with_authenticator(users)
+        .with_node_manager(InMemoryNodeManagerBuilder::new(BaseBuilder))
         .with_node_manager(InMemoryNodeManagerBuilder::new(PointsBuilder {
             namespace: config.namespace_uri.clone(),
             parts: parts.clone(),
@@ -152,7 +157,10 @@ pub fn start(
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut second = 0;
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = parts.catalogue.changed().notified() => {}
+                }
                 refresh(&manager, &subscriptions, &parts.catalogue, &mut last);
                 count_sessions(&info, &listening);
                 let now = crate::record::now_ms() / 1000;
@@ -194,7 +202,7 @@ type Seen = (u64, &'static str, u64);
 /// another second, since `last`.
 fn refresh(
     manager: &InMemoryNodeManager<Points>,
-    subscriptions: &opcua::server::SubscriptionCache,
+    subscriptions: &ua_server::SubscriptionCache,
     catalogue: &Catalogue,
     last: &mut [Option<Seen>],
 ) {
@@ -213,7 +221,8 @@ fn refresh(
         if let Some(slot) = last.get_mut(d) {
             *slot = Some(now);
         }
-        for served in space.points.iter().filter(|s| s.device == d) {
+        let range = space.by_device.get(d).cloned().unwrap_or_default();
+        for served in space.points.get(range).unwrap_or_default() {
             let Some(p) = device.def.points.get(served.point) else {
                 continue;
             };
@@ -237,7 +246,7 @@ fn refresh(
 }
 
 /// Copies the stack's session and subscription counts into `stats`.
-fn count_sessions(info: &opcua::server::ServerInfo, stats: &Stats) {
+fn count_sessions(info: &ua_server::ServerInfo, stats: &Stats) {
     use opcua::types::VariableId;
     let summary = &info.diagnostics.summary;
     let count = |id| match summary.get(id).and_then(|v| v.value) {

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use opcua::server::node_manager::RequestContext;
 use serde_json::{json, Value};
+use ua_server::node_manager::RequestContext;
 
 /// One session as the status page shows it.
 struct Seen {

@@ -19,12 +19,12 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use opcua::server::address_space::{AccessLevel, AddressSpace, VariableBuilder};
 use opcua::types::{
     DataTypeId, DataValue, DateTime, EUInformation, ExtensionObject, LocalizedText, NodeId,
     ObjectId, Range, StatusCode, SubStatusCode, VariableTypeId, Variant,
 };
 use serde_json::Value;
+use ua_server::address_space::{AccessLevel, AddressSpace, VariableBuilder};
 
 use crate::sources::catalogue::{Catalogue, DataKind, Live, PointDef};
 use crate::sources::status::{ConnState, DeviceStatus};
@@ -63,6 +63,8 @@ pub struct Space {
     pub points: Vec<Served>,
     /// The index in `points` of each point's node.
     pub by_node: HashMap<NodeId, usize>,
+    /// The indices in `points` of each device's points, in catalogue order.
+    pub by_device: Vec<std::ops::Range<usize>>,
     /// Each device's state node, in catalogue order.
     pub device_states: Vec<NodeId>,
     /// The connector's health node.
@@ -118,6 +120,7 @@ pub fn build(
             let g = NodeId::new(ns, format!("{}/{}", def.name, group.name));
             space.add_folder(&g, group.name.as_str(), group.name.as_str(), &folder);
         }
+        let first = out.points.len();
         for (p, point) in def.points.iter().enumerate() {
             let group = NodeId::new(ns, format!("{}/{}", def.name, point.group));
             let node = point_id(ns, &def.name, &point.name);
@@ -129,6 +132,7 @@ pub fn build(
                 node,
             });
         }
+        out.by_device.push(first..out.points.len());
     }
     let connector = NodeId::new(ns, "@connector");
     space.add_folder(&connector, "Connector", "Connector", &objects);

@@ -15,12 +15,10 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use async_trait::async_trait;
-use opcua::server::address_space::AccessLevel;
-use opcua::server::authenticator::{
-    user_pass_security_policy_id, AuthManager, Password, UserToken,
-};
-use opcua::server::ServerEndpoint;
 use opcua::types::{Error, NodeId, StatusCode, UAString, UserTokenPolicy, UserTokenType};
+use ua_server::address_space::AccessLevel;
+use ua_server::authenticator::{user_pass_security_policy_id, AuthManager, Password, UserToken};
+use ua_server::ServerEndpoint;
 
 use super::config::{OpcuaServerConfig, Role, User};
 use super::Stats;

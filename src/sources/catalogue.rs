@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::Notify;
 
 use crate::commands::WritablePoint;
 use crate::sources::status::DeviceStatus;
@@ -155,6 +156,7 @@ pub struct Live {
 pub struct Catalogue {
     devices: Vec<Arc<DeviceStatus>>,
     by_source: HashMap<String, usize>,
+    changed: Arc<Notify>,
 }
 
 impl Catalogue {
@@ -165,7 +167,20 @@ impl Catalogue {
             .enumerate()
             .map(|(i, d)| (d.def.source.clone(), i))
             .collect();
-        Self { devices, by_source }
+        let changed = Arc::new(Notify::new());
+        for d in &devices {
+            d.watch(Arc::clone(&changed));
+        }
+        Self {
+            devices,
+            by_source,
+            changed,
+        }
+    }
+
+    /// Woken (one waiter) when a device polled or its connection state changed.
+    pub fn changed(&self) -> &Notify {
+        &self.changed
     }
 
     /// Every device, in config order.

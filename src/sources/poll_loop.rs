@@ -324,7 +324,7 @@ impl<D: Driver> PollLoop<D> {
                 // The values first: whoever sees the poll counted finds them.
                 let ts_ms = read.ts_ms.unwrap_or(started_ms);
                 member.status.values_in(g, &read.points, ts_ms);
-                member.status.polls_total.fetch_add(1, Ordering::Relaxed);
+                member.status.count_poll();
                 Some(sample(member, g, read.points, ts_ms))
             }
         }

@@ -12,10 +12,11 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
 
 pub use metrics::write_metrics;
 
@@ -164,6 +165,9 @@ pub struct DeviceStatus {
     values: Mutex<Vec<GroupValues>>,
     /// Where each poll's values also go, for the status page's trends.
     trends: Option<Arc<Trends>>,
+    /// Woken at each counted poll and change of state (the catalogue's, for the OPC-UA
+    /// server's values).
+    watcher: OnceLock<Arc<Notify>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,6 +219,7 @@ impl DeviceStatus {
                 .collect(),
             values: Mutex::new(def.groups.iter().map(|_| GroupValues::default()).collect()),
             trends: None,
+            watcher: OnceLock::new(),
             def,
         }
     }
@@ -237,7 +242,26 @@ impl DeviceStatus {
 
     /// Sets the connection state.
     pub fn set_state(&self, s: ConnState) {
-        self.state.store(s as u8, Ordering::Relaxed);
+        if self.state.swap(s as u8, Ordering::Relaxed) != s as u8 {
+            self.wake();
+        }
+    }
+
+    /// Wakes `watcher` at each counted poll and change of state from now on.
+    pub fn watch(&self, watcher: Arc<Notify>) {
+        let _ = self.watcher.set(watcher);
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.watcher.get() {
+            w.notify_one();
+        }
+    }
+
+    /// Counts a poll whose values are in (see [`Self::values_in`]) and says so.
+    pub fn count_poll(&self) {
+        self.polls_total.fetch_add(1, Ordering::Relaxed);
+        self.wake();
     }
 
     /// Records how late a poll started against its schedule.
@@ -319,7 +343,7 @@ impl DeviceStatus {
     pub fn polled(&self, took: Duration) {
         self.last_poll_ms.store(now_ms(), Ordering::Relaxed);
         self.last_duration_us.store(micros(took), Ordering::Relaxed);
-        self.polls_total.fetch_add(1, Ordering::Relaxed);
+        self.count_poll();
     }
 
     /// The last values of every group, by group name (`null` for a group not read yet).
