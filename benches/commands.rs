@@ -103,7 +103,7 @@ fn run() -> BoxResult<()> {
     let _simulator = Kill(
         Command::new(&bin)
             .args(["simulate", "--modbus", &format!("127.0.0.1:{port}")])
-            .args(["--opcua", "off"])
+            .args(["--opcua", "off", "--s7", "off"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()?,

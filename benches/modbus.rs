@@ -67,7 +67,7 @@ fn run(bench: bool) -> BoxResult<()> {
     let mut sim = Proc::spawn(
         Command::new(&bin)
             .args(["simulate", "--modbus", &format!("127.0.0.1:{port}")])
-            .args(["--opcua", "off"])
+            .args(["--opcua", "off", "--s7", "off"])
             .stdout(Stdio::null()),
         &work.path().join("simulate.log"),
     )?;
@@ -97,7 +97,7 @@ fn run(bench: bool) -> BoxResult<()> {
     let mut sim = Proc::spawn(
         Command::new(&bin)
             .args(["simulate", "--modbus", &format!("127.0.0.1:{sim_port}")])
-            .args(["--opcua", "off"])
+            .args(["--opcua", "off", "--s7", "off"])
             .stdout(Stdio::null()),
         &work.path().join("simulate-jitter.log"),
     )?;

@@ -115,7 +115,7 @@ fn run(bench: bool) -> BoxResult<()> {
     let _sim = Proc::spawn(
         Command::new(&bin)
             .args(["simulate", "--modbus", &format!("127.0.0.1:{sim_port}")])
-            .args(["--opcua", "off"])
+            .args(["--opcua", "off", "--s7", "off"])
             .stdout(Stdio::null()),
         &work.path().join("simulate.log"),
     )?;

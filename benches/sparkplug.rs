@@ -121,6 +121,8 @@ fn run() -> BoxResult<()> {
                 &format!("127.0.0.1:{sim_port}"),
                 "--opcua",
                 "off",
+                "--s7",
+                "off",
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
