@@ -68,3 +68,22 @@ fn an_error_is_counted_and_kept_with_its_hint_until_the_next_one() {
     s.set_state(ConnState::Connected);
     assert_eq!(s.to_json()["connected"], json!(true));
 }
+
+#[tokio::test]
+async fn a_counted_poll_and_a_change_of_state_wake_the_catalogue_and_the_same_state_does_not() {
+    let d = Arc::new(device());
+    let catalogue = crate::sources::catalogue::Catalogue::new(vec![Arc::clone(&d)]);
+    let woken = || async {
+        tokio::time::timeout(Duration::from_millis(50), catalogue.changed().notified())
+            .await
+            .is_ok()
+    };
+    assert!(!woken().await, "nothing happened yet");
+    d.count_poll();
+    assert!(woken().await, "a poll");
+    assert_eq!(d.polls_total.load(Ordering::Relaxed), 1);
+    d.set_state(ConnState::Connected);
+    assert!(woken().await, "a new state");
+    d.set_state(ConnState::Connected);
+    assert!(!woken().await, "the same state again");
+}
