@@ -213,6 +213,8 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
         "{attrs:#}"
     );
     let speed_attrs = eng.read_attrs(&speed);
+    // Its browse name is in the devices' namespace, as a browse path names it (`2:speed`).
+    assert_eq!(speed_attrs["browse_name_ns"], json!(2), "{speed_attrs:#}");
     assert_eq!(
         speed_attrs["EngineeringUnits"]["display_name"],
         json!("rpm"),

@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use opcua::types::{
     DataTypeId, DataValue, DateTime, EUInformation, ExtensionObject, LocalizedText, NodeId,
-    ObjectId, Range, StatusCode, SubStatusCode, VariableTypeId, Variant,
+    ObjectId, QualifiedName, Range, StatusCode, SubStatusCode, VariableTypeId, Variant,
 };
 use serde_json::Value;
 use ua_server::address_space::{AccessLevel, AddressSpace, VariableBuilder};
@@ -115,10 +115,20 @@ pub fn build(
     for (d, device) in catalogue.devices().iter().enumerate() {
         let def = &device.def;
         let folder = NodeId::new(ns, def.name.clone());
-        space.add_folder(&folder, def.name.as_str(), def.name.as_str(), &objects);
+        space.add_folder(
+            &folder,
+            QualifiedName::new(ns, def.name.as_str()),
+            def.name.as_str(),
+            &objects,
+        );
         for group in &def.groups {
             let g = NodeId::new(ns, format!("{}/{}", def.name, group.name));
-            space.add_folder(&g, group.name.as_str(), group.name.as_str(), &folder);
+            space.add_folder(
+                &g,
+                QualifiedName::new(ns, group.name.as_str()),
+                group.name.as_str(),
+                &folder,
+            );
         }
         let first = out.points.len();
         for (p, point) in def.points.iter().enumerate() {
@@ -135,7 +145,12 @@ pub fn build(
         out.by_device.push(first..out.points.len());
     }
     let connector = NodeId::new(ns, "@connector");
-    space.add_folder(&connector, "Connector", "Connector", &objects);
+    space.add_folder(
+        &connector,
+        QualifiedName::new(ns, "Connector"),
+        "Connector",
+        &objects,
+    );
     read_only(
         space,
         &connector_id(ns, "version"),
@@ -154,7 +169,7 @@ pub fn build(
         &connector,
     );
     let sinks = connector_id(ns, "sinks");
-    space.add_folder(&sinks, "Sinks", "Sinks", &connector);
+    space.add_folder(&sinks, QualifiedName::new(ns, "Sinks"), "Sinks", &connector);
     for (name, accepting) in &gateway.sinks {
         let node = connector_id(ns, &format!("sinks.{name}.accepting"));
         read_only(
@@ -168,10 +183,20 @@ pub fn build(
         out.sinks.push(node);
     }
     let queues = connector_id(ns, "queues");
-    space.add_folder(&queues, "Queues", "Queues", &connector);
+    space.add_folder(
+        &queues,
+        QualifiedName::new(ns, "Queues"),
+        "Queues",
+        &connector,
+    );
     for (name, fill, level) in &gateway.queues {
         let folder = connector_id(ns, &format!("queues.{name}"));
-        space.add_folder(&folder, name.as_str(), name.as_str(), &queues);
+        space.add_folder(
+            &folder,
+            QualifiedName::new(ns, name.as_str()),
+            name.as_str(),
+            &queues,
+        );
         let f = connector_id(ns, &format!("queues.{name}.fill_pct"));
         read_only(
             space,
@@ -193,11 +218,21 @@ pub fn build(
         out.queues.push((f, l));
     }
     let devices = connector_id(ns, "devices");
-    space.add_folder(&devices, "Devices", "Devices", &connector);
+    space.add_folder(
+        &devices,
+        QualifiedName::new(ns, "Devices"),
+        "Devices",
+        &connector,
+    );
     for device in catalogue.devices() {
         let name = &device.def.name;
         let folder = connector_id(ns, &format!("devices.{name}"));
-        space.add_folder(&folder, name.as_str(), name.as_str(), &devices);
+        space.add_folder(
+            &folder,
+            QualifiedName::new(ns, name.as_str()),
+            name.as_str(),
+            &devices,
+        );
         let state = connector_id(ns, &format!("devices.{name}.state"));
         read_only(
             space,
@@ -221,7 +256,7 @@ fn read_only(
     value: Variant,
     parent: &NodeId,
 ) {
-    VariableBuilder::new(node, name, name)
+    VariableBuilder::new(node, QualifiedName::new(node.namespace, name), name)
         .data_type(data_type)
         .value(value)
         .access_level(AccessLevel::CURRENT_READ)
@@ -244,15 +279,19 @@ fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, gro
     } else {
         VariableTypeId::BaseDataVariableType
     };
-    VariableBuilder::new(node, p.name.as_str(), p.name.as_str())
-        .data_type(data_type(p))
-        .description(format!("{} {}", p.area, p.type_name))
-        .access_level(access)
-        .user_access_level(access)
-        .minimum_sampling_interval(0.0)
-        .has_type_definition(type_definition)
-        .component_of(group.clone())
-        .insert(space);
+    VariableBuilder::new(
+        node,
+        QualifiedName::new(ns, p.name.as_str()),
+        p.name.as_str(),
+    )
+    .data_type(data_type(p))
+    .description(format!("{} {}", p.area, p.type_name))
+    .access_level(access)
+    .user_access_level(access)
+    .minimum_sampling_interval(0.0)
+    .has_type_definition(type_definition)
+    .component_of(group.clone())
+    .insert(space);
     let property = |space: &mut AddressSpace, name: &str, data_type: DataTypeId, value: Variant| {
         let id = NodeId::new(ns, format!("{}#{name}", node_text(node)));
         VariableBuilder::new(&id, name, name)

@@ -23,8 +23,8 @@ Ops:
     read        nodes        {"results": [{"node","value","data_type","status","source_ts"}]}
                              (data_type: the value's built-in type, e.g. Double; null for no
                              value; source_ts: RFC 3339 or null)
-    read_attrs  node         {"node","browse_name","display_name","data_type","data_type_id",
-                             "access_level","user_access_level","description",
+    read_attrs  node         {"node","browse_name","browse_name_ns","display_name","data_type",
+                             "data_type_id","access_level","user_access_level","description",
                              "EngineeringUnits": {"display_name","unit_id","namespace_uri"} or
                              null, "EURange": {"low","high"} or null} (an attribute the node
                              does not have, e.g. no Description, is null; data_type is the
@@ -321,6 +321,7 @@ class Peer:
         out = {
             "node": req["node"],
             "browse_name": browse.Name,
+            "browse_name_ns": browse.NamespaceIndex,
             "display_name": display.Text if display else None,
             "data_type": await self.type_name(dtype) if dtype else None,
             "data_type_id": dtype.to_string() if dtype else None,
