@@ -14,19 +14,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use opcua::sync::RwLock;
 use opcua::types::{
     AttributeId, DataTypeId, DataValue, DateTime, ExtensionObject, IdType, Identifier,
-    MonitoringMode, NodeId, NumericRange, ObjectId, ObjectTypeId, ReferenceTypeId, StatusCode,
-    TimestampsToReturn, VariableId, VariableTypeId, Variant,
+    MonitoringMode, NodeId, NumericRange, ObjectId, ObjectTypeId, QualifiedName, ReferenceTypeId,
+    StatusCode, TimestampsToReturn, VariableId, VariableTypeId, Variant,
 };
 use ua_server::address_space::{
-    AddressSpace, DataTypeBuilder, ObjectBuilder, ObjectTypeBuilder, ReferenceTypeBuilder,
-    VariableBuilder, VariableTypeBuilder,
+    read_node_value, AddressSpace, DataTypeBuilder, ObjectBuilder, ObjectTypeBuilder,
+    ReferenceTypeBuilder, VariableBuilder, VariableTypeBuilder,
 };
 use ua_server::diagnostics::NamespaceMetadata;
-use ua_server::node_manager::memory::{InMemoryNodeManagerImpl, InMemoryNodeManagerImplBuilder};
 use ua_server::node_manager::{
     MonitoredItemRef, MonitoredItemUpdateRef, NodeManagersRef, ParsedReadValueId, RequestContext,
     ServerContext, SyncSampler,
@@ -36,43 +33,38 @@ use ua_server::{CreateMonitoredItem, ServerInfo, ServerStatusWrapper};
 /// The standard namespace's URI.
 const UA_NAMESPACE: &str = "http://opcfoundation.org/UA/";
 
-/// Builds [`Base`].
-pub struct BaseBuilder;
-
-impl InMemoryNodeManagerImplBuilder for BaseBuilder {
-    type Impl = Base;
-
-    fn build(self, context: ServerContext, space: &mut AddressSpace) -> Base {
-        space.add_namespace(UA_NAMESPACE, 0);
-        // Index 1 is the server's own namespace, its application URI, as the standard has it
-        // (the devices' namespace comes after it: `ns=2`).
-        let own = context.info.application_uri.to_string();
-        let index = context
-            .type_tree
-            .write()
-            .namespaces_mut()
-            .add_namespace(&own);
-        space.add_namespace(&own, index);
-        add_types(space);
-        add_folders(space);
-        add_server_object(space);
-        Base {
-            own: NamespaceMetadata {
-                namespace_uri: own,
-                namespace_index: index,
-                ..Default::default()
-            },
-            sampler: SyncSampler::new(),
-            values: Values {
-                node_managers: context.node_managers.clone(),
-                status: Arc::clone(&context.status),
-                info: Arc::clone(&context.info),
-            },
-        }
+/// Adds the standard nodes and the server's own namespace (index 1, so that the devices'
+/// comes after it: `ns=2`) to `space`: the part of [`Base`] the address space holds.
+pub fn build(context: &ServerContext, space: &mut AddressSpace) -> Base {
+    space.add_namespace(UA_NAMESPACE, 0);
+    let own = context.info.application_uri.to_string();
+    let index = context
+        .type_tree
+        .write()
+        .namespaces_mut()
+        .add_namespace(&own);
+    space.add_namespace(&own, index);
+    add_types(space);
+    add_folders(space);
+    add_server_object(space);
+    Base {
+        own: NamespaceMetadata {
+            namespace_uri: own,
+            namespace_index: index,
+            ..Default::default()
+        },
+        sampler: SyncSampler::new(),
+        values: Values {
+            node_managers: context.node_managers.clone(),
+            status: Arc::clone(&context.status),
+            info: Arc::clone(&context.info),
+        },
     }
 }
 
-/// The node manager of the standard namespace's nodes above.
+/// The standard namespace's nodes above, served by the one node manager
+/// ([`super::points::Points`]) beside the devices': one instance of the stack's generic
+/// in-memory node manager instead of two.
 pub struct Base {
     /// The server's own namespace.
     own: NamespaceMetadata,
@@ -200,7 +192,9 @@ impl Values {
     }
 }
 
-/// The standard variable `node` is, when it is one.
+/// The variable of the `Server` object `node` is, when it is one. (Looked up in
+/// [`SERVER_VARIABLES`] rather than with `VariableId::try_from`, whose match over every standard
+/// variable would add its size to the binary.)
 fn variable_id(node: &NodeId) -> Option<VariableId> {
     if node.namespace != 0 {
         return None;
@@ -208,12 +202,15 @@ fn variable_id(node: &NodeId) -> Option<VariableId> {
     let Identifier::Numeric(n) = node.identifier else {
         return None;
     };
-    VariableId::try_from(n).ok()
+    SERVER_VARIABLES
+        .iter()
+        .map(|v| v.0)
+        .find(|&id| id as u32 == n)
 }
 
-#[async_trait]
-impl InMemoryNodeManagerImpl for Base {
-    async fn init(&self, _space: &mut AddressSpace, context: ServerContext) {
+impl Base {
+    /// Starts sampling the monitored items of the `Server` object's changing values.
+    pub fn init(&self, context: &ServerContext) {
         let floor = context
             .info
             .config
@@ -226,12 +223,9 @@ impl InMemoryNodeManagerImpl for Base {
         );
     }
 
-    fn name(&self) -> &str {
-        "standard"
-    }
-
-    fn namespaces(&self) -> Vec<NamespaceMetadata> {
-        vec![
+    /// The standard namespace and the server's own.
+    pub fn namespaces(&self) -> [NamespaceMetadata; 2] {
+        [
             NamespaceMetadata {
                 is_namespace_subset: Some(true),
                 namespace_uri: UA_NAMESPACE.to_owned(),
@@ -243,100 +237,74 @@ impl InMemoryNodeManagerImpl for Base {
         ]
     }
 
-    async fn read_values(
+    /// Whether `node` is one of these (the standard namespace's).
+    pub fn owns(node: &NodeId) -> bool {
+        node.namespace == 0
+    }
+
+    /// Makes monitored item `item` of a standard node; its changing values are sampled.
+    pub fn create_monitored_item(
         &self,
         context: &RequestContext,
-        space: &RwLock<AddressSpace>,
-        nodes: &[&ParsedReadValueId],
-        max_age: f64,
-        timestamps: TimestampsToReturn,
-    ) -> Vec<DataValue> {
-        let space = space.read();
-        nodes
-            .iter()
-            .map(|n| self.read_one(context, &space, n, max_age, timestamps))
-            .collect()
-    }
-
-    async fn create_value_monitored_items(
-        &self,
-        context: &RequestContext,
-        space: &RwLock<AddressSpace>,
-        items: &mut [&mut &mut CreateMonitoredItem],
+        space: &AddressSpace,
+        item: &mut CreateMonitoredItem,
     ) {
-        let space = space.read();
-        for item in items {
-            let read = item.item_to_monitor().clone();
-            let value = self.read_one(context, &space, &read, 0.0, item.timestamps_to_return());
-            let status = value.status();
-            if status != StatusCode::BadAttributeIdInvalid {
-                item.set_initial_value(value);
-            }
-            if matches!(
-                status,
-                StatusCode::BadNodeIdUnknown | StatusCode::BadUserAccessDenied
-            ) {
-                item.set_status(status);
-                continue;
-            }
-            item.set_status(StatusCode::Good);
-            let (Some(id), AttributeId::Value) = (variable_id(&read.node_id), read.attribute_id)
-            else {
-                continue;
-            };
-            if self.values.value(id, None).is_none() {
-                continue;
-            }
-            let values = self.values.clone();
-            let range = read.index_range;
-            self.sampler.add_sampler(
-                read.node_id,
-                read.attribute_id,
-                move || values.data_value(id, None, &range),
-                item.monitoring_mode(),
-                item.handle(),
-                Duration::from_millis(item.sampling_interval() as u64),
-            );
+        let read = item.item_to_monitor().clone();
+        let value = self.read_one(context, space, &read, 0.0, item.timestamps_to_return());
+        let status = value.status();
+        if status != StatusCode::BadAttributeIdInvalid {
+            item.set_initial_value(value);
         }
+        if matches!(
+            status,
+            StatusCode::BadNodeIdUnknown | StatusCode::BadUserAccessDenied
+        ) {
+            item.set_status(status);
+            return;
+        }
+        item.set_status(StatusCode::Good);
+        let (Some(id), AttributeId::Value) = (variable_id(&read.node_id), read.attribute_id) else {
+            return;
+        };
+        if self.values.value(id, None).is_none() {
+            return;
+        }
+        let values = self.values.clone();
+        let range = read.index_range;
+        self.sampler.add_sampler(
+            read.node_id,
+            read.attribute_id,
+            move || values.data_value(id, None, &range),
+            item.monitoring_mode(),
+            item.handle(),
+            Duration::from_millis(item.sampling_interval() as u64),
+        );
     }
 
-    async fn set_monitoring_mode(
-        &self,
-        _context: &RequestContext,
-        mode: MonitoringMode,
-        items: &[&MonitoredItemRef],
-    ) {
-        for item in items {
-            self.sampler
-                .set_sampler_mode(item.node_id(), item.attribute(), item.handle(), mode);
-        }
+    /// Sets the monitoring mode of a standard node's item.
+    pub fn set_monitoring_mode(&self, mode: MonitoringMode, item: &MonitoredItemRef) {
+        self.sampler
+            .set_sampler_mode(item.node_id(), item.attribute(), item.handle(), mode);
     }
 
-    async fn modify_monitored_items(
-        &self,
-        _context: &RequestContext,
-        items: &[&MonitoredItemUpdateRef],
-    ) {
-        for item in items {
-            self.sampler.update_sampler(
-                item.node_id(),
-                item.attribute(),
-                item.handle(),
-                Duration::from_millis(item.update().revised_sampling_interval as u64),
-            );
-        }
+    /// Changes the sampling interval of a standard node's item.
+    pub fn modify_monitored_item(&self, item: &MonitoredItemUpdateRef) {
+        self.sampler.update_sampler(
+            item.node_id(),
+            item.attribute(),
+            item.handle(),
+            Duration::from_millis(item.update().revised_sampling_interval as u64),
+        );
     }
 
-    async fn delete_monitored_items(&self, _context: &RequestContext, items: &[&MonitoredItemRef]) {
-        for item in items {
-            self.sampler
-                .remove_sampler(item.node_id(), item.attribute(), item.handle());
-        }
+    /// Stops sampling a standard node's item.
+    pub fn delete_monitored_item(&self, item: &MonitoredItemRef) {
+        self.sampler
+            .remove_sampler(item.node_id(), item.attribute(), item.handle());
     }
-}
 
-impl Base {
-    fn read_one(
+    /// Reads one attribute of a standard node.
+    pub fn read_one(
         &self,
         context: &RequestContext,
         space: &AddressSpace,
@@ -344,12 +312,15 @@ impl Base {
         max_age: f64,
         timestamps: TimestampsToReturn,
     ) -> DataValue {
-        if let Err(e) = space.validate_node_read(context, read) {
-            return DataValue {
-                status: Some(e),
-                ..Default::default()
-            };
-        }
+        let node = match space.validate_node_read(context, read) {
+            Ok(node) => node,
+            Err(e) => {
+                return DataValue {
+                    status: Some(e),
+                    ..Default::default()
+                }
+            }
+        };
         if read.attribute_id == AttributeId::Value {
             if let Some(v) = variable_id(&read.node_id)
                 .and_then(|id| self.values.data_value(id, Some(context), &read.index_range))
@@ -357,7 +328,7 @@ impl Base {
                 return v;
             }
         }
-        space.read(context, read, max_age, timestamps)
+        read_node_value(node, context, read, max_age, timestamps)
     }
 }
 
@@ -471,7 +442,7 @@ const VARIABLE_TYPES: [(VariableTypeId, &str, Option<VariableTypeId>, DataTypeId
 /// The type nodes of the tables above, each under its supertype (a root type in its folder).
 fn add_types(space: &mut AddressSpace) {
     for (id, name, parent, is_abstract, symmetric, inverse) in REFERENCE_TYPES {
-        let mut b = ReferenceTypeBuilder::new(&id.into(), name, name)
+        let mut b = ReferenceTypeBuilder::new(&id.into(), QualifiedName::new(0, name), name)
             .is_abstract(is_abstract)
             .symmetric(symmetric);
         if !inverse.is_empty() {
@@ -484,7 +455,8 @@ fn add_types(space: &mut AddressSpace) {
         .insert(space);
     }
     for (id, name, parent, is_abstract) in DATA_TYPES {
-        let b = DataTypeBuilder::new(&id.into(), name, name).is_abstract(is_abstract);
+        let b = DataTypeBuilder::new(&id.into(), QualifiedName::new(0, name), name)
+            .is_abstract(is_abstract);
         match parent {
             Some(p) => b.subtype_of(p),
             None => b.organized_by(ObjectId::DataTypesFolder),
@@ -492,7 +464,7 @@ fn add_types(space: &mut AddressSpace) {
         .insert(space);
     }
     for (id, name, parent) in OBJECT_TYPES {
-        let b = ObjectTypeBuilder::new(&id.into(), name, name);
+        let b = ObjectTypeBuilder::new(&id.into(), QualifiedName::new(0, name), name);
         match parent {
             Some(p) => b.subtype_of(p),
             None => b.organized_by(ObjectId::ObjectTypesFolder),
@@ -500,7 +472,7 @@ fn add_types(space: &mut AddressSpace) {
         .insert(space);
     }
     for (id, name, parent, data_type) in VARIABLE_TYPES {
-        let b = VariableTypeBuilder::new(&id.into(), name, name)
+        let b = VariableTypeBuilder::new(&id.into(), QualifiedName::new(0, name), name)
             .is_abstract(parent.is_none())
             .data_type(data_type)
             .value_rank(-2);
@@ -515,7 +487,7 @@ fn add_types(space: &mut AddressSpace) {
 /// `Root` and the folders under it.
 fn add_folders(space: &mut AddressSpace) {
     let folder = |space: &mut AddressSpace, id: ObjectId, name: &str, parent: Option<ObjectId>| {
-        let b = ObjectBuilder::new(&id.into(), name, name).is_folder();
+        let b = ObjectBuilder::new(&id.into(), QualifiedName::new(0, name), name).is_folder();
         match parent {
             Some(p) => b.organized_by(p),
             None => b,
@@ -598,13 +570,17 @@ const SERVER_VARIABLES: [(VariableId, &str, u32, DataTypeId, i32, bool); 29] = {
 /// The `Server` object and the variables under it (their values come from [`Values`]).
 fn add_server_object(space: &mut AddressSpace) {
     use VariableId as V;
-    ObjectBuilder::new(&ObjectId::Server.into(), "Server", "Server")
-        .has_type_definition(ObjectTypeId::ServerType)
-        .organized_by(ObjectId::ObjectsFolder)
-        .insert(space);
+    ObjectBuilder::new(
+        &ObjectId::Server.into(),
+        QualifiedName::new(0, "Server"),
+        "Server",
+    )
+    .has_type_definition(ObjectTypeId::ServerType)
+    .organized_by(ObjectId::ObjectsFolder)
+    .insert(space);
     ObjectBuilder::new(
         &ObjectId::Server_ServerCapabilities.into(),
-        "ServerCapabilities",
+        QualifiedName::new(0, "ServerCapabilities"),
         "ServerCapabilities",
     )
     .has_type_definition(ObjectTypeId::ServerCapabilitiesType)
@@ -612,7 +588,7 @@ fn add_server_object(space: &mut AddressSpace) {
     .insert(space);
     ObjectBuilder::new(
         &ObjectId::Server_ServerCapabilities_OperationLimits.into(),
-        "OperationLimits",
+        QualifiedName::new(0, "OperationLimits"),
         "OperationLimits",
     )
     .has_type_definition(ObjectTypeId::OperationLimitsType)
@@ -627,7 +603,7 @@ fn add_server_object(space: &mut AddressSpace) {
             (false, V::Server_ServerStatus_BuildInfo) => VariableTypeId::BuildInfoType,
             (false, _) => VariableTypeId::BaseDataVariableType,
         };
-        let b = VariableBuilder::new(&id.into(), name, name)
+        let b = VariableBuilder::new(&id.into(), QualifiedName::new(0, name), name)
             .data_type(data_type)
             .value_rank(rank)
             .has_type_definition(type_definition);

@@ -10,8 +10,8 @@
 //!   (folders, the `Server` object, the types the points refer to).
 //! - `users`: who may log in (Argon2id hashes), and what each may do.
 //! - [`status`]: its figures for `/api/status`.
-//! - `points`: the node manager of the devices' points (reads, monitored items, writes as
-//!   commands).
+//! - `points`: the server's one node manager: the devices' points (reads, monitored items,
+//!   writes as commands), the standard nodes' requests handed to `base`.
 //! - `sessions`: the open sessions the status page lists, with their users and client
 //!   applications.
 //! - `server`: the server and the task that keeps the values current.

@@ -1,22 +1,29 @@
-//! The node manager of the devices' points: the address space of [`super::space`] built
-//! once the server knows the namespace's index; reads from it (counted); monitored items held
-//! to `limits.monitored_items` of all sessions together; writes checked by the stack, then
-//! each handed to the commands service as a command of its own.
+//! The server's one node manager: the devices' points, the address space of [`super::space`]
+//! built once the server knows the namespace's index; reads from it (counted); monitored
+//! items held to `limits.monitored_items` of all sessions together; writes checked by the
+//! stack, then each handed to the commands service as a command of its own. The standard
+//! namespace's nodes ([`super::base`]) are in the same address space, and their requests
+//! handed to [`Base`]: one node manager rather than two keeps one instance of the stack's
+//! generic in-memory manager in the binary.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use opcua::sync::RwLock;
+use opcua::types::MonitoringMode;
 use opcua::types::{AttributeId, DataValue, StatusCode, TimestampsToReturn};
 use serde_json::Value;
 use ua_server::address_space::AddressSpace;
 use ua_server::diagnostics::NamespaceMetadata;
 use ua_server::node_manager::memory::{InMemoryNodeManagerImpl, InMemoryNodeManagerImplBuilder};
 use ua_server::node_manager::{
-    MonitoredItemRef, ParsedReadValueId, RequestContext, ServerContext, WriteNode,
+    MonitoredItemRef, MonitoredItemUpdateRef, ParsedReadValueId, RequestContext, ServerContext,
+    WriteNode,
 };
 use ua_server::CreateMonitoredItem;
+
+use super::base::{self, Base};
 
 use super::server::Parts;
 use super::sessions::Sessions;
@@ -38,6 +45,7 @@ impl InMemoryNodeManagerImplBuilder for PointsBuilder {
     type Impl = Points;
 
     fn build(self, context: ServerContext, address_space: &mut AddressSpace) -> Points {
+        let base = base::build(&context, address_space);
         let ns = {
             let mut type_tree = context.type_tree.write();
             type_tree.namespaces_mut().add_namespace(&self.namespace)
@@ -52,6 +60,7 @@ impl InMemoryNodeManagerImplBuilder for PointsBuilder {
             &gateway,
         );
         Points {
+            base,
             namespace: NamespaceMetadata {
                 namespace_uri: self.namespace,
                 namespace_index: ns,
@@ -67,8 +76,10 @@ impl InMemoryNodeManagerImplBuilder for PointsBuilder {
     }
 }
 
-/// The node manager of the devices' points.
+/// The node manager of the devices' points and of the standard nodes.
 pub struct Points {
+    /// The standard namespace's nodes.
+    base: Base,
     namespace: NamespaceMetadata,
     /// The served points and the connector's nodes.
     pub space: Space,
@@ -160,14 +171,18 @@ fn status(r: &PointResult) -> StatusCode {
 
 #[async_trait]
 impl InMemoryNodeManagerImpl for Points {
-    async fn init(&self, _address_space: &mut AddressSpace, _context: ServerContext) {}
+    async fn init(&self, _address_space: &mut AddressSpace, context: ServerContext) {
+        self.base.init(&context);
+    }
 
     fn name(&self) -> &str {
-        "devices"
+        "opex-connector"
     }
 
     fn namespaces(&self) -> Vec<NamespaceMetadata> {
-        vec![self.namespace.clone()]
+        let mut all = self.base.namespaces().to_vec();
+        all.push(self.namespace.clone());
+        all
     }
 
     async fn read_values(
@@ -178,15 +193,27 @@ impl InMemoryNodeManagerImpl for Points {
         max_age: f64,
         timestamps_to_return: TimestampsToReturn,
     ) -> Vec<DataValue> {
-        self.sessions.note(context);
-        if let Some(s) = self.stats.get() {
-            s.reads.fetch_add(nodes.len() as u64, Ordering::Relaxed);
-        }
         let space = address_space.read();
-        nodes
+        let mut devices = 0;
+        let values = nodes
             .iter()
-            .map(|n| space.read(context, n, max_age, timestamps_to_return))
-            .collect()
+            .map(|n| {
+                if Base::owns(&n.node_id) {
+                    self.base
+                        .read_one(context, &space, n, max_age, timestamps_to_return)
+                } else {
+                    devices += 1;
+                    space.read(context, n, max_age, timestamps_to_return)
+                }
+            })
+            .collect();
+        if devices > 0 {
+            self.sessions.note(context);
+            if let Some(s) = self.stats.get() {
+                s.reads.fetch_add(devices, Ordering::Relaxed);
+            }
+        }
+        values
     }
 
     async fn create_value_monitored_items(
@@ -195,6 +222,19 @@ impl InMemoryNodeManagerImpl for Points {
         address_space: &RwLock<AddressSpace>,
         items: &mut [&mut &mut CreateMonitoredItem],
     ) {
+        let (standard, items): (Vec<_>, Vec<_>) = items
+            .iter_mut()
+            .partition(|i| Base::owns(&i.item_to_monitor().node_id));
+        if !standard.is_empty() {
+            let space = address_space.read();
+            for item in standard {
+                self.base.create_monitored_item(context, &space, item);
+            }
+        }
+        let mut items = items;
+        if items.is_empty() {
+            return;
+        }
         let to_read: Vec<_> = items.iter().map(|r| r.item_to_monitor()).collect();
         let values = self
             .read_values(
@@ -227,8 +267,36 @@ impl InMemoryNodeManagerImpl for Points {
         self.publish_monitored();
     }
 
+    async fn set_monitoring_mode(
+        &self,
+        _context: &RequestContext,
+        mode: MonitoringMode,
+        items: &[&MonitoredItemRef],
+    ) {
+        for item in items.iter().filter(|i| Base::owns(i.node_id())) {
+            self.base.set_monitoring_mode(mode, item);
+        }
+    }
+
+    async fn modify_monitored_items(
+        &self,
+        _context: &RequestContext,
+        items: &[&MonitoredItemUpdateRef],
+    ) {
+        for item in items.iter().filter(|i| Base::owns(i.node_id())) {
+            self.base.modify_monitored_item(item);
+        }
+    }
+
     async fn delete_monitored_items(&self, _context: &RequestContext, items: &[&MonitoredItemRef]) {
-        let gone = items.len() as u64;
+        let mut gone = 0;
+        for item in items {
+            if Base::owns(item.node_id()) {
+                self.base.delete_monitored_item(item);
+            } else {
+                gone += 1;
+            }
+        }
         let _ = self
             .monitored
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {

@@ -32,7 +32,6 @@ use serde_json::json;
 use ua_server::node_manager::memory::{InMemoryNodeManager, InMemoryNodeManagerBuilder};
 use ua_server::{ServerBuilder, ServerEndpoint};
 
-use super::base::BaseBuilder;
 use super::config::{Mode, OpcuaServerConfig, Policy};
 use super::points::{Points, PointsBuilder};
 use super::space::{self, Gateway};
@@ -97,7 +96,6 @@ pub fn start(
         // The session and subscription counts /api/status shows.
         .diagnostics_enabled(true)
         .with_authenticator(users)
-        .with_node_manager(InMemoryNodeManagerBuilder::new(BaseBuilder))
         .with_node_manager(InMemoryNodeManagerBuilder::new(PointsBuilder {
             namespace: config.namespace_uri.clone(),
             parts: parts.clone(),
@@ -135,7 +133,7 @@ pub fn start(
     let manager = handle
         .node_managers()
         .get_of_type::<InMemoryNodeManager<Points>>()
-        .ok_or("the devices' node manager is missing")?;
+        .ok_or("the node manager is missing")?;
     if let Ok(mut e) = stats.endpoints.lock() {
         *e = endpoints;
     }
@@ -162,10 +160,10 @@ pub fn start(
                     _ = parts.catalogue.changed().notified() => {}
                 }
                 refresh(&manager, &subscriptions, &parts.catalogue, &mut last);
-                count_sessions(&info, &listening);
                 let now = crate::record::now_ms() / 1000;
                 if now != second {
                     second = now;
+                    count_sessions(&info, &listening);
                     let gateway = (parts.gateway)();
                     let values = gateway.values(&manager.inner().space);
                     let updates = values

@@ -294,7 +294,7 @@ fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, gro
     .insert(space);
     let property = |space: &mut AddressSpace, name: &str, data_type: DataTypeId, value: Variant| {
         let id = NodeId::new(ns, format!("{}#{name}", node_text(node)));
-        VariableBuilder::new(&id, name, name)
+        VariableBuilder::new(&id, QualifiedName::new(0, name), name)
             .data_type(data_type)
             .value(value)
             .access_level(AccessLevel::CURRENT_READ)
