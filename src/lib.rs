@@ -27,7 +27,7 @@
 //! | [`commission`] | the commissioning tools run from the shell: `browse` (an OPC-UA server's address space, as a tree or a ready `nodes:` list), `read` (one point, as a config reads it; Modbus, OPC-UA, S7), `scan` (which Modbus addresses exist); read only, in the config's own words and through the pollers' own code |
 //! | [`commands`] | writes down to devices, at most once and never late: the commands service, the devices' inboxes their poller tasks read between polls, and the `command/<device>` records |
 //! | [`opcua_server`] | the northbound OPC-UA server (`opcua_server:`): every device's points of the catalogue as one address space for SCADA, HMI and MES clients, with the gateway's own figures; users with Argon2id hashes; writes handed to the commands service; its figures for `/api/status` and `/metrics` |
-//! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the status page (static files in `http/page/`, gzip-compressed by `build.rs`), `GET /api/openapi.json` (the book's `docs/src/reference/openapi.json`, the OpenAPI 3.1 description of every route, served like the page's files) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`); the connector's own blocking HTTP client for the push uplink, ClickHouse and alert webhooks (`http/client.rs`) |
+//! | [`http`] | the HTTP server and its config (`http/config.rs`): the `Host` check every request passes first (`http/hosts.rs`, against DNS rebinding), ingest API, commands to devices (`POST /api/devices/{device}/write`, `http/commands.rs`), `/api/status`, `/metrics`, `/api/ledger` (`http/ledger.rs`), admin endpoints, the config API (`GET /api/config`, its revisions, `POST /api/config?dry_run=1`, `http/config_api.rs`), the status page (static files in `http/page/`, gzip-compressed by `build.rs`), `GET /api/openapi.json` (the book's `docs/src/reference/openapi.json`, the OpenAPI 3.1 description of every route, served like the page's files) and its WebSocket live view (`http/live.rs`, framing in `http/ws.rs`); the connector's own blocking HTTP client for the push uplink, ClickHouse and alert webhooks (`http/client.rs`) |
 //! | [`trends`] | the status page's last hour, in memory: every device point, every queue's fill, records/s in per source and out per sink, as 360 buckets of 10 s (min, max, mean, last) per series, at most 2 000 series; fed by the pollers and a sampler, read by `GET /api/trends` |
 //! | [`telemetry`] | typed events that log and count; the Prometheus text format |
 //! | [`simulator`] | a small plant served over Modbus TCP, as a Siemens S7 CPU ([`simulator::s7`]) (`opex-connector simulate`, the demo) and, with the `simulator` feature, OPC-UA ([`simulator::opcua`]) |
@@ -35,6 +35,7 @@
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`gzip`] | inflating the gzip members `build.rs` wrote (the status page's files, the config schema) |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
+//! | [`reload`] | the running config and its revisions: its text, revision and hash (`/api/status` `config`, `/metrics`), the applied configs kept in the data dir ([`reload::revisions`], the last 50), secrets redacted for `GET /api/config`, and what a new config changes part by part ([`reload::parts`]: each device, sink and source, the flows, the sections; what needs a restart) |
 //! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
 //! | [`release`] | release artifacts: signed manifests (version, target, sha256, expiry) and their checks, semantic-version order, the health check of an update, the previous version of an OTA install |
 //!
@@ -62,6 +63,7 @@ pub mod opcua_server;
 pub mod priority;
 pub mod record;
 pub mod release;
+pub mod reload;
 pub mod shutdown;
 pub mod simulator;
 pub mod sinks;

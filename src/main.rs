@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use opex_connector::reload::Loaded;
 use opex_connector::{cli, commission, config, daemon, record, release, simulator, time, VERSION};
 
 /// The log filter of the commissioning tools without `RUST_LOG`: their output is their own
@@ -77,8 +78,23 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
     match (p.command.name, p.args.as_slice()) {
         ("run", []) => {
             let file = p.value("--config").unwrap_or_default();
-            match config::load(&PathBuf::from(file)) {
-                Ok(cfg) => run(cfg),
+            let path = PathBuf::from(file);
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    let mut problems = config::Problems::default();
+                    problems.push("", format!("cannot read {file}: {e}"));
+                    return report(file, &problems);
+                }
+            };
+            match config::from_yaml(&text) {
+                Ok(cfg) => run(
+                    cfg,
+                    Loaded {
+                        text,
+                        path: Some(path),
+                    },
+                ),
                 Err(problems) => report(file, &problems),
             }
         }
@@ -399,11 +415,15 @@ fn run_demo() -> ExitCode {
     }
     // The demo runs whether or not anyone reads its banner.
     let _ = emit(&banner);
-    run(cfg)
+    let loaded = Loaded {
+        text: config::DEMO_YAML.to_string(),
+        path: None,
+    };
+    run(cfg, loaded)
 }
 
-fn run(cfg: config::Config) -> ExitCode {
-    match daemon::run(cfg) {
+fn run(cfg: config::Config, loaded: Loaded) -> ExitCode {
+    match daemon::run(cfg, loaded) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

@@ -89,14 +89,15 @@ fn the_served_document_is_the_books_file_and_valid_openapi() {
 
 /// The router's routes, read from its match arms: each slice pattern of `routes.rs` and
 /// `admin.rs` as segments (`"api"`, a literal; `{}`, a name bound or `_`), the admin
-/// prefixes (`rest @ ..`) joined with each pattern of the queue verbs.
+/// prefixes (`rest @ ..`) joined with each pattern of the queue verbs, and `/api/config`
+/// joined with each pattern of `config_api.rs`.
 fn router_routes() -> BTreeSet<Vec<String>> {
     // The code only: a unit test's patterns are not routes.
     let read = |f: &str| {
         let text = std::fs::read_to_string(root().join("src/http").join(f)).expect("source");
         text.split("#[cfg(test)]").next().unwrap_or("").to_string()
     };
-    let (routes, admin) = (read("routes.rs"), read("admin.rs"));
+    let (routes, admin, config) = (read("routes.rs"), read("admin.rs"), read("config_api.rs"));
     let verbs_at = admin.find("async fn queue_verbs").expect("queue_verbs");
     let verbs_end = verbs_at + admin[verbs_at..].find("\n}\n").expect("its end");
     let (admin_main, verbs) = (
@@ -105,6 +106,18 @@ fn router_routes() -> BTreeSet<Vec<String>> {
     );
     let mut out = BTreeSet::new();
     let mut rests = Vec::new();
+    // `config_api.rs` serves the rest of `/api/config/...`: its patterns follow that prefix.
+    let config_rests: Vec<Vec<String>> = slice_patterns(&config)
+        .iter()
+        .map(|pattern| {
+            pattern
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| p.trim_matches('"').to_string())
+                .collect()
+        })
+        .collect();
     for (text, top) in [
         (routes.as_str(), true),
         (admin_main.as_str(), true),
@@ -146,6 +159,14 @@ fn router_routes() -> BTreeSet<Vec<String>> {
         let base = &p[..p.len() - 1];
         if admin_main.contains(&format!("[{}, rest @ ..]", quoted(base))) {
             for r in &rests {
+                out.insert(base.iter().chain(r).cloned().collect());
+            }
+        }
+        if routes.contains(&format!(
+            "[{}, rest @ ..] => return Ok(config_api::",
+            quoted(base)
+        )) {
+            for r in &config_rests {
                 out.insert(base.iter().chain(r).cloned().collect());
             }
         }

@@ -25,7 +25,7 @@ use std::path::Path;
 pub use crate::http::config::HttpConfig;
 pub(crate) use keys::keys_at;
 pub use overlay::overlay;
-pub use parse::{expanded_yaml, parse_raw, parse_tree};
+pub use parse::{expanded_tree, expanded_yaml, parse_raw, parse_tree};
 pub use validate::{validate, Config, ConnectorConfig, DEFAULT_NAME};
 
 /// The default a newcomer runs: `cargo run --release` with no arguments.

@@ -120,13 +120,20 @@ pub fn parse_raw(text: &str) -> Result<(RawConfig, Problems, Expansion), Problem
 /// FILE` prints. `Err` with every problem (paths as written) when the config is not valid.
 pub fn expanded_yaml(text: &str) -> Result<String, Problems> {
     super::from_yaml(text)?;
-    let mut tree = read_tree(text)?;
-    templates::expand(&mut tree, &mut Problems::default());
+    let tree = expanded_tree(text)?;
     serde_saphyr::to_string(&tree).map_err(|e| {
         let mut p = Problems::default();
         p.push("", format!("cannot write the expanded config: {e}"));
         p
     })
+}
+
+/// The config as written with its templates expanded, as the generic tree (not validated:
+/// for a config already known to be valid). What a reload compares part by part.
+pub fn expanded_tree(text: &str) -> Result<Value, Problems> {
+    let mut tree = read_tree(text)?;
+    templates::expand(&mut tree, &mut Problems::default());
+    Ok(tree)
 }
 
 /// YAML text → the generic tree; `Err` when it is not YAML or not a mapping.

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::flow::Plan;
 use crate::http::{AppState, HttpStats};
+use crate::reload::{Loaded, Running};
 use crate::shutdown::Shutdown;
 use crate::simulator::Simulator;
 use crate::sinks::{Sink, Sinks};
@@ -42,12 +43,13 @@ pub struct Parts {
     pub opcua_server: Option<crate::opcua_server::OpcuaServerConfig>,
 }
 
-/// Builds every part of the connector `config` describes.
-pub fn build(config: Config) -> Result<Parts, DaemonError> {
+/// Builds every part of the connector `config` describes; `loaded` is its text as read.
+pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
     let c = &config.connector;
     std::fs::create_dir_all(&c.data_dir).map_err(|e| {
         DaemonError::Store(StoreError::Io(format!("{}: {e}", c.data_dir.display())))
     })?;
+    let running = Running::start(loaded, &c.data_dir).map_err(DaemonError::Config)?;
     for w in &config.warnings {
         log::warn!("config: {w}");
     }
@@ -176,6 +178,7 @@ pub fn build(config: Config) -> Result<Parts, DaemonError> {
             .opcua_server
             .as_ref()
             .map(|s| crate::opcua_server::Stats::new(s.pki_dir.join("rejected"))),
+        config: Arc::new(running),
     });
     Ok(Parts {
         state,

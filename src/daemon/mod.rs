@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::alerts;
 use crate::config::Config;
 use crate::http::{self, AppState};
+use crate::reload::Loaded;
 use crate::shutdown::Shutdown;
 use crate::sinks::{BuildError, Running, StartContext};
 use crate::sources::webhook;
@@ -34,6 +35,8 @@ pub enum DaemonError {
     Secret(String),
     /// The OPC-UA server could not be started (its port taken, ...).
     OpcuaServer(String),
+    /// The config's text could not be read again as the running config's tree.
+    Config(String),
 }
 
 impl fmt::Display for DaemonError {
@@ -45,21 +48,23 @@ impl fmt::Display for DaemonError {
             Self::Runtime(e) => write!(f, "cannot start: {e}"),
             Self::Secret(e) => write!(f, "webhook secret: {e}"),
             Self::OpcuaServer(e) => write!(f, "opcua server: {e}"),
+            Self::Config(e) => write!(f, "config: {e}"),
         }
     }
 }
 
 impl std::error::Error for DaemonError {}
 
-/// Builds the connector `config` describes and runs it until it is told to stop.
-pub fn run(config: Config) -> Result<(), DaemonError> {
+/// Builds the connector `config` describes and runs it until it is told to stop; `loaded`
+/// is its text as read (kept as a config revision).
+pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     let Parts {
         state,
         simulator,
         alert_workers,
         mut pollers,
         opcua_server,
-    } = build(config)?;
+    } = build(config, loaded)?;
     let shutdown = state.shutdown.clone();
     let engine = Arc::clone(&state.engine);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -19,6 +19,7 @@ mod budget;
 pub mod client;
 mod commands;
 pub mod config;
+mod config_api;
 mod hosts;
 mod ledger;
 mod live;
@@ -113,6 +114,8 @@ pub struct AppState {
     pub body_budget: BodyBudget,
     /// The northbound OPC-UA server's figures, when `opcua_server:` is configured.
     pub opcua_server: Option<Arc<crate::opcua_server::Stats>>,
+    /// The running config: its text, revision and the kept revisions.
+    pub config: Arc<crate::reload::Running>,
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use super::respond::{
     answer_unread, batch_outcome, error, in_progress, json_response, not_allowed, outcome,
     read_body, read_body_within, text, Resp,
 };
-use super::{admin, auth, commands, ledger, live, page, status, trends, AppState};
+use super::{admin, auth, commands, config_api, ledger, live, page, status, trends, AppState};
 use crate::sources::ingest::batch::Format;
 use crate::sources::ingest::IngestSource;
 
@@ -92,6 +92,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         | ["api", "sinks", _, "errors"]
         | ["api", "dead-letters", ..]
         | ["api", "events"] => return Ok(admin::handle(&state, segments, req).await),
+        ["api", "config", rest @ ..] => return Ok(config_api::handle(&state, rest, req).await),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
     Ok(answer_unread(&state, req, resp).await)

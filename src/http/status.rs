@@ -112,6 +112,7 @@ pub fn status(state: &AppState) -> Value {
         "sources": sources,
         "devices": devices,
         "opcua_server": state.opcua_server.as_ref().map(|s| s.to_json()),
+        "config": state.config.status(),
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
@@ -206,6 +207,18 @@ pub fn metrics(state: &AppState) -> String {
     if let Some(server) = &state.opcua_server {
         server.write_metrics(&mut p);
     }
+    p.single(
+        "opex_connector_config_revision",
+        Kind::Gauge,
+        "The revision of the running config.",
+        state.config.revision() as f64,
+    );
+    p.single(
+        "opex_connector_config_reloads_total",
+        Kind::Counter,
+        "Configs applied while the connector ran, since its start.",
+        state.config.reloads() as f64,
+    );
     let e = &state.engine.stats;
     let dlq = state.engine.dead_letters().counts();
     p.single(

@@ -83,7 +83,11 @@ fn status_and_the_live_view_are_answered_while_a_dead_letter_commit_is_held() {
         dir.path().display()
     );
     let config = crate::config::from_yaml(&yaml).expect("valid config");
-    let Parts { state, .. } = build(config).expect("built");
+    let loaded = crate::reload::Loaded {
+        text: yaml.clone(),
+        path: None,
+    };
+    let Parts { state, .. } = build(config, loaded).expect("built");
     let shutdown = Shutdown::new();
     // One thread runs the whole server: a handler that waited on the commit would stop it.
     let runtime = tokio::runtime::Builder::new_current_thread()

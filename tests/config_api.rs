@@ -1,0 +1,239 @@
+//! The config API and the kept revisions (admin token): `GET /api/config` with its secrets
+//! redacted, `GET /api/config/revisions` across restarts, `POST /api/config?dry_run=1` part by
+//! part, a bad config's every problem, and a `POST` that would apply refused with nothing
+//! changed. Drives the real binary.
+
+mod common;
+
+use std::io::{Read, Write};
+
+use common::*;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-0123456789";
+
+fn config() -> Value {
+    json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "webhooks": [{"name": "pay", "secret": "webhook-secret-0123"}],
+    })
+}
+
+fn running_text(daemon: &Daemon) -> String {
+    std::fs::read_to_string(daemon.config_path()).expect("the config file")
+}
+
+#[test]
+fn the_running_config_is_shown_with_its_secrets_redacted_and_its_revision() {
+    let daemon = Daemon::start(config());
+    let reply = daemon.get("/api/config", Some(ADMIN));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["revision"], json!(1), "{body}");
+    assert_eq!(body["origin"], json!("start"), "{body}");
+    let shown = body["config"].as_str().expect("the config as text");
+    for secret in [ADMIN, TOKEN, "webhook-secret-0123"] {
+        assert!(!shown.contains(secret), "{secret} shown in {shown}");
+    }
+    assert!(shown.contains("<redacted>"), "{shown}");
+    assert!(shown.contains(SOURCE), "{shown}");
+    let hash = body["hash"].as_str().expect("hash");
+    assert_eq!(hash.len(), 64, "{hash}");
+
+    let status = daemon.status();
+    assert_eq!(
+        status["config"]["revision"],
+        json!(1),
+        "{}",
+        status["config"]
+    );
+    assert_eq!(status["config"]["hash"], json!(hash));
+    assert_eq!(status["config"]["reloads"], json!(0));
+    assert!(status["config"]["last_error"].is_null());
+    assert!(status["config"]["loaded_at"]
+        .as_str()
+        .is_some_and(|t| t.ends_with('Z')));
+    let metrics = daemon.metrics();
+    assert_eq!(
+        metric(&metrics, "opex_connector_config_revision"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&metrics, "opex_connector_config_reloads_total"),
+        Some(0.0)
+    );
+
+    // Without the admin token: refused, nothing shown.
+    assert_eq!(daemon.get("/api/config", None).status, 401);
+    assert_eq!(
+        daemon
+            .get("/api/config", Some("wrong-token-0123456"))
+            .status,
+        401
+    );
+    assert_eq!(daemon.get("/api/config/revisions", None).status, 401);
+}
+
+#[test]
+fn a_restart_with_the_same_config_keeps_its_revision_and_another_config_is_the_next() {
+    let mut daemon = Daemon::start(config());
+    let first = daemon.get("/api/config", Some(ADMIN)).json();
+    daemon.stop();
+    daemon.restart();
+    let again = daemon.get("/api/config", Some(ADMIN)).json();
+    assert_eq!(again["revision"], json!(1));
+    assert_eq!(again["hash"], first["hash"]);
+
+    daemon.stop();
+    let changed = running_text(&daemon).replace(TOKEN, "another-t0ken-0123");
+    std::fs::write(daemon.config_path(), changed).expect("write");
+    daemon.restart();
+    let body = daemon.get("/api/config/revisions", Some(ADMIN)).json();
+    let list = body["revisions"].as_array().expect("revisions");
+    assert_eq!(list.len(), 2, "{body}");
+    assert_eq!(list[0]["revision"], json!(2), "newest first: {body}");
+    assert_eq!(list[1]["revision"], json!(1));
+    for r in list {
+        assert_eq!(r["origin"], json!("start"), "{body}");
+        assert!(r["at"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");
+        assert_eq!(r["hash"].as_str().map(str::len), Some(64), "{body}");
+    }
+    assert_ne!(list[0]["hash"], list[1]["hash"]);
+    // The texts are kept in the data dir.
+    let kept = daemon.data_dir().join("config-revisions");
+    assert!(kept.join("1.yaml").exists() && kept.join("2.yaml").exists());
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+}
+
+#[test]
+fn a_dry_run_says_part_by_part_what_a_config_would_change() {
+    let daemon = Daemon::start(config());
+    let text = running_text(&daemon);
+
+    let same = daemon.post("/api/config?dry_run=1", Some(ADMIN), text.as_bytes());
+    assert_eq!(same.status, 200, "{}", same.body);
+    let body = same.json();
+    assert_eq!(body["dry_run"], json!(true));
+    assert_eq!(body["revision"], json!(1));
+    for change in ["start", "stop", "restart"] {
+        assert_eq!(body["changes"][change], json!([]), "{body}");
+    }
+    let kept: Vec<&str> = body["changes"]["keep"]
+        .as_array()
+        .expect("keep")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for part in ["ingest/orders", "webhook/pay", "sink/push", "flows", "http"] {
+        assert!(kept.contains(&part), "{part} not kept: {body}");
+    }
+
+    // A source renamed, a webhook's secret changed, a storage sink added, the listen address
+    // moved.
+    let mut changed: Value = serde_saphyr::from_str(&text).expect("YAML");
+    changed["ingest"]["sources"][0]["name"] = json!("cell");
+    changed["webhooks"][0]["secret"] = json!("webhook-secret-9876");
+    changed["storage"] = json!({"max_quota_mb": 16});
+    changed["connector"]["http"]["listen"] = json!("127.0.0.1:1");
+    let reply = daemon.post(
+        "/api/config?dry_run=1",
+        Some(ADMIN),
+        to_yaml(&changed).as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(
+        body["changes"]["start"],
+        json!(["ingest/cell", "sink/storage"]),
+        "{body}"
+    );
+    assert_eq!(body["changes"]["stop"], json!(["ingest/orders"]), "{body}");
+    assert_eq!(body["changes"]["restart"], json!(["webhook/pay"]), "{body}");
+    assert_eq!(
+        body["needs_restart"],
+        json!(["connector.http.listen"]),
+        "{body}"
+    );
+
+    // Nothing changed: the same revision runs, the answer of a dry run is not kept.
+    assert_eq!(daemon.status()["config"]["revision"], json!(1));
+    let revisions = daemon.get("/api/config/revisions", Some(ADMIN)).json();
+    assert_eq!(revisions["revisions"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn a_bad_config_is_answered_with_every_problem_and_its_path() {
+    let daemon = Daemon::start(config());
+    let mut bad: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    bad["ingest"]["sources"][0]["token"] = json!("");
+    bad["devices"] = json!([{"name": "press", "protocol": "modbus_tcp", "host": "127.0.0.1",
+        "points": [{"name": "a", "register": 70000, "type": "u16"}]}]);
+    let reply = daemon.post(
+        "/api/config?dry_run=1",
+        Some(ADMIN),
+        to_yaml(&bad).as_bytes(),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["ok"], json!(false));
+    let paths: Vec<&str> = body["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(|p| p["path"].as_str())
+        .collect();
+    assert!(paths.contains(&"ingest.sources[0].token"), "{body}");
+    assert!(paths.contains(&"devices[0].points[0].register"), "{body}");
+
+    for (body, what) in [
+        (&b"connector: [1, 2"[..], "not YAML"),
+        (&b"\xff\xfe"[..], "not UTF-8"),
+    ] {
+        let reply = daemon.post("/api/config?dry_run=1", Some(ADMIN), body);
+        assert_eq!(reply.status, 400, "{what}: {}", reply.body);
+        assert!(
+            reply.json()["error"].as_str().is_some(),
+            "{what}: {}",
+            reply.body
+        );
+    }
+    // A body over 4 MiB is refused on its declared length, before it is read.
+    let mut conn =
+        std::net::TcpStream::connect(daemon.base().trim_start_matches("http://")).expect("connect");
+    let head = format!(
+        "POST /api/config?dry_run=1 HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {ADMIN}\r\nContent-Length: {}\r\n\r\n",
+        5 << 20
+    );
+    conn.write_all(head.as_bytes()).expect("send the head");
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("4096 KiB"), "{answer}");
+    assert_eq!(daemon.post("/api/config?dry_run=1", None, b"").status, 401);
+    assert_eq!(daemon.status()["config"]["revision"], json!(1));
+}
+
+#[test]
+fn a_config_to_apply_is_refused_with_the_reason_and_nothing_changes() {
+    let daemon = Daemon::start(config());
+    let text = running_text(&daemon).replace(TOKEN, "another-t0ken-0123");
+    let reply = daemon.post("/api/config", Some(ADMIN), text.as_bytes());
+    assert_eq!(reply.status, 501, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["ok"], json!(false));
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nothing was changed")),
+        "{body}"
+    );
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["ingest/orders"]),
+        "{body}"
+    );
+    assert_eq!(daemon.status()["config"]["revision"], json!(1));
+    // The old token still works.
+    assert_eq!(daemon.ingest("k-1", "{\"v\": 1}").status, 200);
+}
