@@ -49,7 +49,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
     std::fs::create_dir_all(&c.data_dir).map_err(|e| {
         DaemonError::Store(StoreError::Io(format!("{}: {e}", c.data_dir.display())))
     })?;
-    let running = Running::start(loaded, &c.data_dir).map_err(DaemonError::Config)?;
+    let running = Running::start(loaded, &c.data_dir);
     for w in &config.warnings {
         log::warn!("config: {w}");
     }

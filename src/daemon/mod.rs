@@ -35,8 +35,6 @@ pub enum DaemonError {
     Secret(String),
     /// The OPC-UA server could not be started (its port taken, ...).
     OpcuaServer(String),
-    /// The config's text could not be read again as the running config's tree.
-    Config(String),
 }
 
 impl fmt::Display for DaemonError {
@@ -48,7 +46,6 @@ impl fmt::Display for DaemonError {
             Self::Runtime(e) => write!(f, "cannot start: {e}"),
             Self::Secret(e) => write!(f, "webhook secret: {e}"),
             Self::OpcuaServer(e) => write!(f, "opcua server: {e}"),
-            Self::Config(e) => write!(f, "config: {e}"),
         }
     }
 }

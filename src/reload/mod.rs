@@ -1,12 +1,16 @@
-//! The running config and its revisions: what `GET /api/config` shows (secrets redacted),
-//! what a new config would change part by part (`POST /api/config?dry_run=1`, [`parts`]),
-//! and the applied configs kept in the data dir ([`revisions`]).
+//! The running config and its revisions: what `GET /api/config` shows (secrets redacted,
+//! `redact.rs`), what a new config would change part by part (`POST /api/config?dry_run=1`,
+//! [`parts`]), and the applied configs kept in the data dir ([`revisions`]). Applying a config
+//! while the connector runs is not in this version: it runs what it read at its start.
 //!
-//! [`Running`] is the one place that knows which config runs: its text, its tree (templates
-//! expanded), its revision and hash, when it was loaded, how many reloads since the start
-//! and the last reload's error. `/api/status` (`config`) and `/metrics` read it.
+//! [`Running`] is the one place that knows which config runs: its text (its tree, templates
+//! expanded, is made again when asked: a config of 10 000 points is some megabytes as a tree
+//! and half a megabyte as text), its revision and hash, when it was loaded, how many reloads
+//! since the start and the last reload's error. `/api/status` (`config`) and `/metrics` read
+//! it.
 
 pub mod parts;
+mod redact;
 pub mod revisions;
 
 use std::path::PathBuf;
@@ -15,19 +19,8 @@ use std::sync::Mutex;
 use serde_json::{json, Value};
 
 pub use parts::{diff, Change, Diff, NEEDS_RESTART};
+pub use redact::{redact, redacted_yaml, REDACTED};
 pub use revisions::{Origin, Revision, Revisions};
-
-/// What replaces a secret in a config shown.
-pub const REDACTED: &str = "<redacted>";
-
-/// The keys whose values are secrets, wherever they are in a config.
-const SECRET_KEYS: [&str; 5] = [
-    "token",
-    "admin_token",
-    "password",
-    "password_hash",
-    "secret",
-];
 
 /// Where the running config was read from.
 #[derive(Debug, Clone)]
@@ -47,7 +40,6 @@ pub struct Running {
 
 struct Current {
     text: String,
-    tree: Value,
     revision: Revision,
     loaded_at_ms: u64,
     reloads: u64,
@@ -59,8 +51,7 @@ impl Running {
     /// when it has the same text). When it cannot be kept (a full or read-only disk), it runs
     /// all the same, as revision 0, with a warning: the revisions are the operator's record,
     /// not a reason to stop the line.
-    pub fn start(loaded: Loaded, data_dir: &std::path::Path) -> Result<Self, String> {
-        let tree = crate::config::expanded_tree(&loaded.text).map_err(|p| p.to_string())?;
+    pub fn start(loaded: Loaded, data_dir: &std::path::Path) -> Self {
         let now = crate::record::now_ms();
         let at = crate::time::rfc3339(now);
         let kept = Revisions::open(data_dir).and_then(|mut revisions| {
@@ -88,18 +79,17 @@ impl Running {
             revision.revision,
             revision.hash
         );
-        Ok(Self {
+        Self {
             path: loaded.path,
             current: Mutex::new(Current {
                 text: loaded.text,
-                tree,
                 revision,
                 loaded_at_ms: now,
                 reloads: 0,
                 last_error: None,
             }),
             revisions: Mutex::new(revisions),
-        })
+        }
     }
 
     /// The file given to `run`, if any.
@@ -117,9 +107,11 @@ impl Running {
         self.with(|c| c.reloads)
     }
 
-    /// The running config's tree, templates expanded.
+    /// The running config's tree, templates expanded (`Null` if its text no longer reads,
+    /// which a validated text cannot do).
     pub fn tree(&self) -> Value {
-        self.with(|c| c.tree.clone())
+        let text = self.with(|c| c.text.clone());
+        crate::config::expanded_tree(&text).unwrap_or(Value::Null)
     }
 
     /// `GET /api/config`: the running config with its secrets redacted, its revision and hash.
@@ -167,75 +159,9 @@ impl Running {
     }
 }
 
-/// `text` (a config) as YAML with every secret replaced by [`REDACTED`]: the values of the
-/// keys of [`SECRET_KEYS`] and the password of a URL's `user:password@`. Written from the
-/// parsed tree: the text's comments and key order are not kept.
-pub fn redacted_yaml(text: &str) -> String {
-    let mut tree: Value = match serde_saphyr::from_str(text) {
-        Ok(v) => v,
-        Err(_) => return String::new(),
-    };
-    redact(&mut tree);
-    serde_saphyr::to_string(&tree).unwrap_or_default()
-}
-
-/// Replaces the secrets in `value`, as [`redacted_yaml`] says.
-pub fn redact(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map.iter_mut() {
-                if SECRET_KEYS.contains(&key.as_str()) && !v.is_null() {
-                    *v = Value::String(REDACTED.into());
-                } else {
-                    redact(v);
-                }
-            }
-        }
-        Value::Array(list) => list.iter_mut().for_each(redact),
-        Value::String(s) => {
-            if let Some(hidden) = url_without_password(s) {
-                *s = hidden;
-            }
-        }
-        _ => {}
-    }
-}
-
-/// `url` with the password of its `user:password@` replaced, when it has one.
-fn url_without_password(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let (userinfo, host) = authority.rsplit_once('@')?;
-    let (user, _password) = userinfo.split_once(':')?;
-    Some(format!("{scheme}://{user}:{REDACTED}@{host}{path}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_are_redacted_wherever_they_are() {
-        let text = "connector:\n  data_dir: /d\n  http: {admin_token: admin-token-0123}\ningest:\n  sources: [{name: line, token: tok-0123456789ab}]\nwebhooks:\n  - {name: pay, secret: s3cret}\npostgres:\n  url: 'postgres://opex:hunter2@127.0.0.1:5432/plant'\n  table: events\nopcua_server:\n  users: [{name: scada, password_hash: '$argon2id$v=19$x', role: read}]\n";
-        let shown = redacted_yaml(text);
-        for secret in [
-            "admin-token-0123",
-            "tok-0123456789ab",
-            "s3cret",
-            "hunter2",
-            "argon2id",
-        ] {
-            assert!(!shown.contains(secret), "{secret} in {shown}");
-        }
-        assert!(
-            shown.contains("postgres://opex:<redacted>@127.0.0.1:5432/plant"),
-            "{shown}"
-        );
-        assert!(shown.contains("name: line"), "{shown}");
-        let tree: Value = serde_saphyr::from_str(&shown).expect("YAML");
-        assert_eq!(tree["ingest"]["sources"][0]["token"], REDACTED);
-    }
 
     #[test]
     fn a_config_that_cannot_be_kept_runs_as_revision_zero() {
@@ -247,19 +173,9 @@ mod tests {
             text: "connector:\n  data_dir: /d\n".into(),
             path: None,
         };
-        let running = Running::start(loaded, &data_dir).expect("runs");
+        let running = Running::start(loaded, &data_dir);
         assert_eq!(running.revision(), 0);
         assert_eq!(running.status()["revision"], 0);
         assert_eq!(running.revisions()["revisions"], json!([]));
-    }
-
-    #[test]
-    fn a_url_without_a_password_is_left_as_it_is() {
-        assert_eq!(url_without_password("nats://127.0.0.1:4222"), None);
-        assert_eq!(url_without_password("http://user@host/x"), None);
-        assert_eq!(
-            url_without_password("mqtt://u:p@h:1883").as_deref(),
-            Some("mqtt://u:<redacted>@h:1883")
-        );
     }
 }
