@@ -908,12 +908,14 @@ fn postgres_rows_piled_up_behind_a_slow_insert_go_in_one_catch_up_insert() {
         assert_stored(&d.ingest(&key, &format!(r#"{{"n":{i}}}"#)), "ingest");
         sent.push(key);
     }
+    // The first batch is the rows waiting when the sink's thread woke: 10, or more on a
+    // busy box where it woke late. It waits on the lock; every other row waits behind it.
     wait_until(
         POLL_DEADLINE,
         "one batch in flight, the rest waiting",
         || {
             let st = sink_status(&d, "postgres");
-            st["in_flight_rows"] == 10 && st["backlog_rows"] == 300
+            st["in_flight_rows"].as_u64().is_some_and(|n| n >= 10) && st["backlog_rows"] == 300
         },
     );
     pg.sql(
@@ -926,7 +928,7 @@ fn postgres_rows_piled_up_behind_a_slow_insert_go_in_one_catch_up_insert() {
     assert_eq!(st["inserted_total"], 300, "{st:#}");
     assert_eq!(
         st["batches_total"], 2,
-        "the first batch of 10, then the 290 rows behind it in one insert: {st:#}"
+        "the first batch, then every row behind it in one insert: {st:#}"
     );
     let _ = holder.kill();
     let _ = holder.wait();
