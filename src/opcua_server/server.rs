@@ -111,6 +111,11 @@ pub fn start(
             config.limits.min_publishing_interval.as_millis() as f64;
         limits.subscriptions.min_sampling_interval_ms =
             config.limits.min_publishing_interval.as_millis() as f64;
+        // The stack's default is no bound: when every point changes at once (a network
+        // outage turns every device's variables bad together) one publish response would
+        // carry them all, over the message size, and the client gets BadResponseTooLarge
+        // instead of its notifications. Bounded, the rest follow in the next responses.
+        limits.subscriptions.max_notifications_per_publish = MAX_NOTIFICATIONS_PER_PUBLISH;
     }
     let mut endpoints = Vec::new();
     for (i, (policy, mode)) in config.security.iter().enumerate() {
@@ -191,6 +196,10 @@ pub fn start(
     });
     Ok(task)
 }
+
+/// Most notifications in one publish response: about 40 bytes each, well inside the stack's
+/// message size.
+pub const MAX_NOTIFICATIONS_PER_PUBLISH: u64 = 1000;
 
 /// What the values of a device were last set from: its polls, its state, and the second (a
 /// value turns stale without a poll).
