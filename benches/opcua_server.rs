@@ -5,8 +5,11 @@
 //! variables changing every second to the same client, in the same run:
 //!
 //! 1. **CPU and RSS**: the connector with the server on (its polls included: node-opcua has
-//!    none to make), the same connector without the server (what the polls alone cost), and
-//!    node-opcua; the ratios of the first to the last (targets <= 0.25 each).
+//!    none to make), the same connector without the server (what the polls alone cost),
+//!    async-opcua's own server alone serving the same variables (this bench started again as
+//!    a child: the ceiling of the stack the connector serves with, nothing of ours in it), and
+//!    node-opcua; the ratios of the first and of the ceiling to the last (targets <= 0.25
+//!    each).
 //! 2. **Poll to notification**: p50 and p99 from a value's source timestamp to the publish
 //!    time of the notification message that carries it (the server's clock both), and to the
 //!    message's arrival at the client (which adds the client's own decoding); target p99 <=
@@ -47,7 +50,18 @@ const NPM_DIR: &str = "/var/tmp/opex-connector-npm";
 /// The devices' namespace of the connector's server in this bench.
 const NAMESPACE: &str = "urn:opex-connector:bench:devices";
 
+/// Set (to `<port> <devices> <points>`) in the child this bench starts as async-opcua's bare
+/// server.
+const BARE_ENV: &str = "OPEX_BENCH_BARE_OPCUA";
+
 fn main() {
+    if let Ok(args) = std::env::var(BARE_ENV) {
+        if let Err(e) = bare_server(&args) {
+            eprintln!("bare async-opcua server failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let bench = std::env::args().any(|a| a == "--bench");
     if let Err(e) = run(bench) {
         eprintln!("opcua-server bench failed: {e}");
@@ -158,6 +172,20 @@ fn run(bench: bool) -> BoxResult<()> {
         None => None,
     };
 
+    // async-opcua's own server with nothing of ours: the ceiling of this stack.
+    let bare = {
+        let (child, port) = start_bare(&size, work.path())?;
+        let m = measure(
+            child.0.id(),
+            &format!("opc.tcp://127.0.0.1:{port}/"),
+            NAMESPACE,
+            &size,
+            &work.path().join("client-bare.log"),
+        )?;
+        drop(child);
+        m
+    };
+
     let mib = |kib: u64| kib as f64 / 1024.0;
     let pct = |cpu: f64| cpu * 100.0 / size.secs;
     let per_item = |m: &Measured| {
@@ -194,9 +222,19 @@ fn run(bench: bool) -> BoxResult<()> {
         mib(polls.rss_kib),
         mib(polls.anon_kib)
     );
+    show(
+        "async-opcua's own server alone, the same variables (the ceiling of the stack the connector serves with)",
+        &bare,
+    );
     match &theirs {
         Some(t) => {
             show("node-opcua server (no polls)", t);
+            println!(
+                "ratio async-opcua alone / node-opcua: CPU {:.2}, RSS {:.2}, anonymous RSS {:.2}",
+                bare.cpu_secs / t.cpu_secs,
+                bare.rss_kib as f64 / t.rss_kib as f64,
+                bare.anon_kib as f64 / t.anon_kib as f64
+            );
             println!(
                 "ratio connector / node-opcua: CPU {:.2} (target <= 0.25), RSS {:.2} (target <= 0.25), anonymous RSS {:.2} (the connector's without the LMDB pages it maps)",
                 ours.cpu_secs / t.cpu_secs,
@@ -409,6 +447,127 @@ fn node_opcua(size: &Size, work: &Path) -> BoxResult<Option<(Kill, u16, String)>
     })?;
     wait_for_port(port)?;
     Ok(Some((child, port, namespace)))
+}
+
+/// Starts this bench again as async-opcua's bare server ([`bare_server`]) on a free port.
+fn start_bare(size: &Size, work: &Path) -> BoxResult<(Kill, u16)> {
+    let port = free_port();
+    let log = work.join("bare-opcua.log");
+    let child = Command::new(std::env::current_exe()?)
+        .env(BARE_ENV, format!("{port} {} {}", size.devices, size.points))
+        .env("OPEX_BENCH_BARE_PKI", work.join("bare-pki"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log)?))
+        .spawn()?;
+    let child = Kill(child);
+    wait_for_port(port)?;
+    Ok((child, port))
+}
+
+/// async-opcua's own server and nothing of ours (`args`: `<port> <devices> <points>`): the
+/// variables `s=dev-<d>.p<i>` of the connector's server, Doubles in [`NAMESPACE`], every one
+/// set to a new value each second, as node-opcua's script does; the stack's own standard
+/// namespace, as its defaults have it. Runs until killed.
+fn bare_server(args: &str) -> BoxResult<()> {
+    use opcua::server::address_space::Variable;
+    use opcua::server::diagnostics::NamespaceMetadata;
+    use opcua::server::node_manager::memory::{simple_node_manager, SimpleNodeManager};
+    use opcua::server::{ServerBuilder, ServerEndpoint, ANONYMOUS_USER_TOKEN_ID};
+    use opcua::types::{DataValue, NodeId, ObjectId};
+
+    let n: Vec<u32> = args
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let [port, devices, points] = n[..] else {
+        return Err(format!("{BARE_ENV}: expected <port> <devices> <points>, got {args:?}").into());
+    };
+    let port = u16::try_from(port)?;
+    let pki = std::env::var("OPEX_BENCH_BARE_PKI").unwrap_or_else(|_| "bare-pki".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let mut builder = ServerBuilder::new()
+            .application_name("async-opcua bench")
+            .application_uri("urn:opex-connector:bench:bare")
+            .product_uri("urn:opex-connector:bench")
+            .host("127.0.0.1")
+            .port(port)
+            .pki_dir(PathBuf::from(pki))
+            .create_sample_keypair(true)
+            .add_endpoint(
+                "none",
+                ServerEndpoint::new_none("/", &[ANONYMOUS_USER_TOKEN_ID.to_string()]),
+            )
+            .discovery_urls(vec!["/".to_owned()])
+            .with_node_manager(simple_node_manager(
+                NamespaceMetadata {
+                    namespace_uri: NAMESPACE.to_owned(),
+                    ..Default::default()
+                },
+                "bench",
+            ));
+        {
+            let limits = builder.limits_mut();
+            limits.subscriptions.max_monitored_items_per_sub = (devices * points) as usize;
+            limits.subscriptions.min_publishing_interval_ms = 100.0;
+            limits.subscriptions.min_sampling_interval_ms = 100.0;
+            // As the connector's server bounds them: all the values change at once here.
+            limits.subscriptions.max_notifications_per_publish =
+                opex_connector::opcua_server::server::MAX_NOTIFICATIONS_PER_PUBLISH;
+        }
+        let (server, handle) = builder.build()?;
+        let ns = handle
+            .get_namespace_index(NAMESPACE)
+            .ok_or("the namespace was not registered")?;
+        let manager = handle
+            .node_managers()
+            .get_of_type::<SimpleNodeManager>()
+            .ok_or("the node manager is missing")?;
+        let mut ids = Vec::new();
+        {
+            let mut space = manager.address_space().write();
+            for d in 1..=devices {
+                let folder = NodeId::new(ns, format!("dev-{d}"));
+                let name = format!("dev-{d}");
+                space.add_folder(&folder, &name, &name, &ObjectId::ObjectsFolder.into());
+                let variables: Vec<Variable> = (0..points)
+                    .map(|i| {
+                        let id = NodeId::new(ns, format!("dev-{d}.p{i}"));
+                        ids.push(id.clone());
+                        let name = format!("p{i}");
+                        Variable::new(&id, &name, &name, 0.0f64)
+                    })
+                    .collect();
+                space.add_variables(variables, &folder);
+            }
+        }
+        let subscriptions = handle.subscriptions().clone();
+        let ticker = async {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut step = 0.0f64;
+            loop {
+                tick.tick().await;
+                step += 1.0;
+                let updates = ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| (id, None, DataValue::new_now(step + i as f64 * 0.001)));
+                if let Err(e) = manager.set_values(&subscriptions, updates) {
+                    eprintln!("cannot set the values: {e}");
+                }
+            }
+        };
+        tokio::select! {
+            r = server.run_with(listener) => r.map_err(|e| e.to_string())?,
+            _ = ticker => {}
+        }
+        Ok::<(), Box<dyn Error>>(())
+    })
 }
 
 /// Records/s acknowledged to `size.ingest_clients` ingest clients by a daemon of `extra`,

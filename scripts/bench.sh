@@ -58,7 +58,9 @@
 #            asyncua client, against node-opcua's own server serving 10 000
 #            variables changing every second to the same client: CPU and RSS
 #            of both and their ratios (the connector's polls included, and
-#            shown alone), poll -> notification p50/p99, ingest records/s
+#            shown alone), and of async-opcua's own server alone serving the
+#            same variables (the stack's ceiling), poll -> notification
+#            p50/p99, ingest records/s
 #            from 64 clients with the server and without it
 #            (benches/opcua_server.rs); installs asyncua and node-opcua as
 #            scripts/test.sh pins them when missing
