@@ -9,11 +9,15 @@
 //! revision of origin `start`.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+/// [`crate::store::file::write_whole`], its error with the file's path.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    crate::store::file::write_whole(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
 
 /// How many revisions are kept.
 pub const KEPT: usize = 50;
@@ -220,23 +224,6 @@ impl Revisions {
             .unwrap_or(0);
         listed.max(files) + 1
     }
-}
-
-/// Writes `bytes` to `path` whole: a temporary file beside it, fsync, rename, fsync of the
-/// folder.
-pub fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let shown = |e: std::io::Error| format!("{}: {e}", path.display());
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = fs::File::create(&tmp).map_err(shown)?;
-    file.write_all(bytes).map_err(shown)?;
-    file.sync_all().map_err(shown)?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(shown)?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(shown)
 }
 
 #[cfg(test)]

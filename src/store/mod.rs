@@ -6,11 +6,14 @@
 //! - [`dead_letters`]: `dead_letters.db`, the pipeline dead-letter queue, the webhook inbox and
 //!   the webhooks' replay windows.
 //! - [`events`]: `events.db`, the event history of the storage sink, by source and time.
+//! - [`file`]: the small files beside them, written whole (checkpoints, sequence numbers,
+//!   config revisions).
 //!
 //! Only [`lmdb`] contains `unsafe` code (opening and resizing a memory map).
 
 pub mod dead_letters;
 pub mod events;
+pub mod file;
 pub mod lmdb;
 pub mod queue;
 pub mod writer;

@@ -10,8 +10,8 @@
 //!
 //! The value runs 0 to 255 and then wraps to 0, as the specification wants.
 
-use std::fs::{self, File};
-use std::io::{ErrorKind, Write};
+use std::fs;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 /// Why the file could not be read or written.
@@ -86,18 +86,8 @@ impl BdSeqFile {
     }
 
     fn store(&self, value: u64) -> Result<(), BdSeqError> {
-        let tmp = self.path.with_extension("bdseq.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(format!("{value}\n").as_bytes())?;
-            f.sync_all()?;
-            fs::rename(&tmp, &self.path)?;
-            if let Some(dir) = self.path.parent() {
-                File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|e| self.error("write", &e))
+        crate::store::file::write_whole(&self.path, format!("{value}\n").as_bytes())
+            .map_err(|e| self.error("write", &e))
     }
 
     fn error(&self, what: &str, e: &std::io::Error) -> BdSeqError {

@@ -7,7 +7,7 @@
 //! rather than read from a wrong position.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -58,18 +58,10 @@ pub fn save(path: &Path, cp: &Checkpoint) -> Result<(), String> {
         |what: &str, e: std::io::Error| format!("checkpoint {}: {what}: {e}", path.display());
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(|e| fail("create folder", e))?;
-    let tmp = path.with_extension("json.tmp");
     // Serializing plain numbers and strings cannot fail.
     let text = serde_json::to_vec(cp).unwrap_or_default();
-    let mut f = File::create(&tmp).map_err(|e| fail("create", e))?;
-    f.write_all(&text).map_err(|e| fail("write", e))?;
-    f.sync_all().map_err(|e| fail("sync", e))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(|e| fail("rename", e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| fail("sync folder", e))?;
-    Ok(())
+    crate::store::file::write_whole(path, &text)
+        .map_err(|e| format!("checkpoint {}: {e}", path.display()))
 }
 
 /// Fingerprint of the first `len` bytes of `file` (fewer when the file is shorter) and how
