@@ -79,13 +79,9 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
         ("run", []) => {
             let file = p.value("--config").unwrap_or_default();
             let path = PathBuf::from(file);
-            let text = match std::fs::read_to_string(&path) {
+            let text = match config::read(&path) {
                 Ok(t) => t,
-                Err(e) => {
-                    let mut problems = config::Problems::default();
-                    problems.push("", format!("cannot read {file}: {e}"));
-                    return report(file, &problems);
-                }
+                Err(problems) => return report(file, &problems),
             };
             match config::from_yaml(&text) {
                 Ok(cfg) => run(

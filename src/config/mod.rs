@@ -166,14 +166,16 @@ pub fn check_private_file(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads a config file's text; a file that cannot be read is the one problem.
+pub fn read(path: &Path) -> Result<String, Problems> {
+    std::fs::read_to_string(path).map_err(|e| {
+        let mut p = Problems::default();
+        p.push("", format!("cannot read {}: {e}", path.display()));
+        p
+    })
+}
+
 /// Reads, parses and validates a config file.
 pub fn load(path: &Path) -> Result<Config, Problems> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => from_yaml(&text),
-        Err(e) => {
-            let mut p = Problems::default();
-            p.push("", format!("cannot read {}: {e}", path.display()));
-            Err(p)
-        }
-    }
+    from_yaml(&read(path)?)
 }
