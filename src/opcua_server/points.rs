@@ -11,8 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use opcua::sync::RwLock;
-use opcua::types::MonitoringMode;
-use opcua::types::{AttributeId, DataValue, StatusCode, TimestampsToReturn};
+use opcua::types::{AttributeId, DataValue, MonitoringMode, StatusCode, TimestampsToReturn};
 use serde_json::Value;
 use ua_server::address_space::AddressSpace;
 use ua_server::diagnostics::NamespaceMetadata;
@@ -24,7 +23,6 @@ use ua_server::node_manager::{
 use ua_server::CreateMonitoredItem;
 
 use super::base::{self, Base};
-
 use super::server::Parts;
 use super::sessions::Sessions;
 use super::space::{self, Space};
@@ -222,7 +220,7 @@ impl InMemoryNodeManagerImpl for Points {
         address_space: &RwLock<AddressSpace>,
         items: &mut [&mut &mut CreateMonitoredItem],
     ) {
-        let (standard, items): (Vec<_>, Vec<_>) = items
+        let (standard, mut items): (Vec<_>, Vec<_>) = items
             .iter_mut()
             .partition(|i| Base::owns(&i.item_to_monitor().node_id));
         if !standard.is_empty() {
@@ -231,7 +229,6 @@ impl InMemoryNodeManagerImpl for Points {
                 self.base.create_monitored_item(context, &space, item);
             }
         }
-        let mut items = items;
         if items.is_empty() {
             return;
         }

@@ -115,20 +115,10 @@ pub fn build(
     for (d, device) in catalogue.devices().iter().enumerate() {
         let def = &device.def;
         let folder = NodeId::new(ns, def.name.clone());
-        space.add_folder(
-            &folder,
-            QualifiedName::new(ns, def.name.as_str()),
-            def.name.as_str(),
-            &objects,
-        );
+        add_folder(space, &folder, &def.name, &objects);
         for group in &def.groups {
             let g = NodeId::new(ns, format!("{}/{}", def.name, group.name));
-            space.add_folder(
-                &g,
-                QualifiedName::new(ns, group.name.as_str()),
-                group.name.as_str(),
-                &folder,
-            );
+            add_folder(space, &g, &group.name, &folder);
         }
         let first = out.points.len();
         for (p, point) in def.points.iter().enumerate() {
@@ -145,12 +135,7 @@ pub fn build(
         out.by_device.push(first..out.points.len());
     }
     let connector = NodeId::new(ns, "@connector");
-    space.add_folder(
-        &connector,
-        QualifiedName::new(ns, "Connector"),
-        "Connector",
-        &objects,
-    );
+    add_folder(space, &connector, "Connector", &objects);
     read_only(
         space,
         &connector_id(ns, "version"),
@@ -169,7 +154,7 @@ pub fn build(
         &connector,
     );
     let sinks = connector_id(ns, "sinks");
-    space.add_folder(&sinks, QualifiedName::new(ns, "Sinks"), "Sinks", &connector);
+    add_folder(space, &sinks, "Sinks", &connector);
     for (name, accepting) in &gateway.sinks {
         let node = connector_id(ns, &format!("sinks.{name}.accepting"));
         read_only(
@@ -183,20 +168,10 @@ pub fn build(
         out.sinks.push(node);
     }
     let queues = connector_id(ns, "queues");
-    space.add_folder(
-        &queues,
-        QualifiedName::new(ns, "Queues"),
-        "Queues",
-        &connector,
-    );
+    add_folder(space, &queues, "Queues", &connector);
     for (name, fill, level) in &gateway.queues {
         let folder = connector_id(ns, &format!("queues.{name}"));
-        space.add_folder(
-            &folder,
-            QualifiedName::new(ns, name.as_str()),
-            name.as_str(),
-            &queues,
-        );
+        add_folder(space, &folder, name, &queues);
         let f = connector_id(ns, &format!("queues.{name}.fill_pct"));
         read_only(
             space,
@@ -218,21 +193,11 @@ pub fn build(
         out.queues.push((f, l));
     }
     let devices = connector_id(ns, "devices");
-    space.add_folder(
-        &devices,
-        QualifiedName::new(ns, "Devices"),
-        "Devices",
-        &connector,
-    );
+    add_folder(space, &devices, "Devices", &connector);
     for device in catalogue.devices() {
         let name = &device.def.name;
         let folder = connector_id(ns, &format!("devices.{name}"));
-        space.add_folder(
-            &folder,
-            QualifiedName::new(ns, name.as_str()),
-            name.as_str(),
-            &devices,
-        );
+        add_folder(space, &folder, name, &devices);
         let state = connector_id(ns, &format!("devices.{name}.state"));
         read_only(
             space,
@@ -245,6 +210,11 @@ pub fn build(
         out.device_states.push(state);
     }
     out
+}
+
+/// A folder `name` (its browse name in `node`'s namespace) under `parent`.
+fn add_folder(space: &mut AddressSpace, node: &NodeId, name: &str, parent: &NodeId) {
+    space.add_folder(node, QualifiedName::new(node.namespace, name), name, parent);
 }
 
 /// A read-only variable of the connector's own.
