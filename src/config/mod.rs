@@ -15,6 +15,7 @@ mod keys;
 mod overlay;
 mod parse;
 pub mod raw;
+mod read;
 mod routes;
 pub mod schema;
 mod validate;
@@ -23,7 +24,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use crate::http::config::HttpConfig;
-pub(crate) use keys::keys_at;
+pub(crate) use keys::fields_of;
 pub use overlay::overlay;
 pub use parse::{expanded_tree, expanded_yaml, parse_raw, parse_tree};
 pub use validate::{validate, Config, ConnectorConfig, DEFAULT_NAME};

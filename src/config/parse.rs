@@ -1,17 +1,18 @@
 //! YAML → raw structs, collecting every structural problem.
 //!
 //! serde stops at the first error, but an operator fixing a config on a box wants the whole list.
-//! So the text is first read into a generic tree; unknown keys are reported through
-//! `serde_ignored` (every one, with its path); a value of the wrong type is reported through
-//! `serde_path_to_error`, removed from the tree, and deserialization is tried again, until it
+//! So the text is first read into a generic tree and the raw structs out of it by
+//! [`read`](super::read): every unknown key is reported with its path; a value of the wrong
+//! type is reported with its path, removed from the tree, and the tree is read again, until it
 //! succeeds. Every raw field is optional, so removing a bad value never causes a second,
 //! misleading "missing field" report: required keys are checked by validation.
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::keys::{keys_at, nearest, Seg};
+use super::keys::Seg;
 use super::raw::RawConfig;
+use super::read;
 use super::Problems;
 use crate::sources::templates::{self, Expansion};
 
@@ -32,37 +33,6 @@ fn render(path: &[Seg]) -> String {
         }
     }
     out
-}
-
-fn ignored_path(path: &serde_ignored::Path<'_>, out: &mut Vec<Seg>) {
-    use serde_ignored::Path as P;
-    match path {
-        P::Root => {}
-        P::Seq { parent, index } => {
-            ignored_path(parent, out);
-            out.push(Seg::Index(*index));
-        }
-        P::Map { parent, key } => {
-            ignored_path(parent, out);
-            out.push(Seg::Key(key.clone()));
-        }
-        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
-            ignored_path(parent, out)
-        }
-    }
-}
-
-fn error_path(path: &serde_path_to_error::Path) -> Vec<Seg> {
-    use serde_path_to_error::Segment as S;
-    path.iter()
-        .filter_map(|s| match s {
-            S::Seq { index } => Some(Seg::Index(*index)),
-            S::Map { key } => Some(Seg::Key(key.clone())),
-            // An externally tagged enum's variant is the key its content sits under.
-            S::Enum { variant } => Some(Seg::Key(variant.clone())),
-            S::Unknown => None,
-        })
-        .collect()
 }
 
 /// Removes the value at `path`; false when nothing was there to remove.
@@ -168,9 +138,9 @@ pub fn parse_tree<T: DeserializeOwned>(
     tagged: bool,
 ) -> (Option<T>, Problems) {
     let mut problems = Problems::default();
-    // The variant is a segment of the error paths, not of the ignored keys' paths.
-    let error_skip = usize::from(tagged);
-    let at = |segs: &[Seg], skip: usize| {
+    // A tagged enum's variant is the first segment of every path inside it.
+    let skip = usize::from(tagged);
+    let at = |segs: &[Seg]| {
         let rest = render(segs.get(skip..).unwrap_or_default());
         match (prefix.is_empty(), rest.is_empty(), rest.starts_with('[')) {
             (true, _, _) => rest,
@@ -179,38 +149,27 @@ pub fn parse_tree<T: DeserializeOwned>(
             (false, false, false) => format!("{prefix}.{rest}"),
         }
     };
-    // The ignored keys' paths start inside the variant; the probe of the valid keys needs it.
-    let variant: Vec<Seg> = match (&tree, tagged) {
-        (Value::Object(m), true) => m.keys().take(1).cloned().map(Seg::Key).collect(),
-        _ => Vec::new(),
-    };
+    // Every pass reads past the same unknown keys: each is reported once, after the values
+    // of the wrong type.
     let mut unknown: Vec<(String, String)> = Vec::new();
+    let mut raw = None;
     for _ in 0..=MAX_TYPE_ERRORS {
         let mut this_pass = Vec::new();
-        let mut note = |p: serde_ignored::Path<'_>| {
-            let mut segs = Vec::new();
-            ignored_path(&p, &mut segs);
-            this_pass.push(segs);
-        };
-        let result: Result<T, _> = serde_path_to_error::deserialize(
-            serde_ignored::Deserializer::new(tree.clone(), &mut note),
-        );
-        for segs in this_pass {
-            let path = at(&segs, 0);
+        let result = read::read::<T>(&tree, &mut this_pass);
+        for (segs, message) in this_pass {
+            let path = at(&segs);
             if !unknown.iter().any(|(p, _)| *p == path) {
-                unknown.push((path, unknown_key::<T>(&variant, &segs)));
+                unknown.push((path, message));
             }
         }
         match result {
-            Ok(raw) => {
-                for (path, message) in unknown {
-                    problems.push(path, message);
-                }
-                return (Some(raw), problems);
+            Ok(read) => {
+                raw = Some(read);
+                break;
             }
             Err(e) => {
-                let segs = error_path(e.path());
-                problems.push(at(&segs, error_skip), e.into_inner().to_string());
+                let segs = e.path.unwrap_or_default();
+                problems.push(at(&segs), e.message);
                 if !remove(&mut tree, &segs) {
                     break;
                 }
@@ -220,21 +179,7 @@ pub fn parse_tree<T: DeserializeOwned>(
     for (path, message) in unknown {
         problems.push(path, message);
     }
-    (None, problems)
-}
-
-/// `unknown key`, with the valid key nearest to it at the same place when there is one:
-/// `unknown key; did you mean `interval_ms`?`. `segs` is the unknown key's path inside the
-/// tree, `variant` the tagged enum's variant it sits under (empty when untagged).
-fn unknown_key<T: DeserializeOwned>(variant: &[Seg], segs: &[Seg]) -> String {
-    let Some((Seg::Key(key), container)) = segs.split_last() else {
-        return "unknown key".into();
-    };
-    let at = [variant, container].concat();
-    match keys_at::<T>(&at).and_then(|valid| nearest(key, valid)) {
-        Some(near) => format!("unknown key; did you mean `{near}`?"),
-        None => "unknown key".into(),
-    }
+    (raw, problems)
 }
 
 #[cfg(test)]

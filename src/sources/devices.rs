@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::checks::{checked_name, in_range};
-use crate::config::{keys_at, parse_tree, Problems};
+use crate::config::{fields_of, parse_tree, Problems};
 use crate::sources::catalogue::DeviceDef;
 use crate::sources::modbus::config::{
     check_lines, validate_modbus_device, ModbusDeviceConfig, RawModbusDevice,
@@ -113,9 +113,8 @@ pub fn read_device(
     protocol_required: bool,
     p: &mut Problems,
 ) -> RawDeviceEntry {
-    // The struct's own field names: not a second list of them. It is a plain struct, so the
-    // probe always sees them.
-    let common_keys = keys_at::<RawDeviceCommon>(&[]).unwrap_or_default();
+    // The struct's own field names: not a second list of them.
+    let common_keys = fields_of::<RawDeviceCommon>();
     let mut rest = entry.clone();
     let mut common = Map::new();
     for key in common_keys {
