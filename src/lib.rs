@@ -35,7 +35,7 @@
 //! | [`priority`] | thread priorities: the pollers first, every other busy thread after them |
 //! | [`gzip`] | inflating the gzip members `build.rs` wrote (the status page's files, the config schema) |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
-//! | [`reload`] | the running config and its revisions: its text, revision and hash (`/api/status` `config`, `/metrics`), the applied configs kept in the data dir ([`reload::revisions`], the last 50), secrets redacted for `GET /api/config`, and what a new config changes part by part ([`reload::parts`]: each device, sink and source, the flows, the sections; what needs a restart) |
+//! | [`reload`] | the running config and its revisions: its text, revision and hash (`/api/status` `config`, `/metrics`), the applied configs kept in the data dir ([`reload::revisions`], the last 50), secrets redacted for `GET /api/config`, and what a new config changes part by part ([`reload::parts`]: each device, sink and source, the flows, the sections; what needs a restart); applying one while running (`POST /api/config`, `SIGHUP`; this version: the flows, the engine's plan swapped whole) |
 //! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
 //! | [`release`] | release artifacts: signed manifests (version, target, sha256, expiry) and their checks, semantic-version order, the health check of an update, the previous version of an OTA install |
 //!

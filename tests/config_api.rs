@@ -1,7 +1,8 @@
 //! The config API and the kept revisions (admin token): `GET /api/config` with its secrets
 //! redacted, `GET /api/config/revisions` across restarts, `POST /api/config?dry_run=1` part by
-//! part, a bad config's every problem, and a `POST` that would apply refused with nothing
-//! changed. Drives the real binary.
+//! part, a bad config's every problem, a new flow plan applied live by `POST /api/config`
+//! and by `SIGHUP`, `If-Match`, and the changes this version cannot make live refused with
+//! nothing changed. Drives the real binary.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::io::{Read, Write};
 use common::*;
 use serde_json::{json, Value};
 
-const ADMIN: &str = "admin-token-0123456789";
+const ADMIN: &str = ADMIN_TOKEN;
 
 fn config() -> Value {
     json!({
@@ -214,26 +215,176 @@ fn a_bad_config_is_answered_with_every_problem_and_its_path() {
     assert_eq!(daemon.status()["config"]["revision"], json!(1));
 }
 
+/// Push queue and storage, the orders source wired to `push` only by a flow.
+fn flow_config() -> Value {
+    let mut c = config();
+    c["connector"]["push_queue"] = json!({"enabled": true, "max_quota_mb": 16});
+    c["storage"] = json!({"max_quota_mb": 16});
+    c["flows"] = ingest_flow(&["push"]);
+    c
+}
+
+fn rows(daemon: &Daemon) -> u64 {
+    u64_at(&daemon.status(), "/push_queue/rows")
+}
+
 #[test]
-fn a_config_to_apply_is_refused_with_the_reason_and_nothing_changes() {
-    let daemon = Daemon::start(config());
-    let text = running_text(&daemon).replace(TOKEN, "another-t0ken-0123");
-    let reply = daemon.post("/api/config", Some(ADMIN), text.as_bytes());
-    assert_eq!(reply.status, 501, "{}", reply.body);
+fn a_new_flow_plan_is_applied_at_once_kept_as_the_next_revision_and_in_the_file() {
+    let mut daemon = Daemon::start(flow_config());
+    assert_eq!(daemon.ingest("before", "{\"v\": 1}").status, 200);
+    assert_eq!(rows(&daemon), 1);
+    assert!(events(&daemon, &format!("source=ingest/{SOURCE}")).is_empty());
+
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = ingest_flow(&["storage"]);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
     let body = reply.json();
-    assert_eq!(body["ok"], json!(false));
-    assert!(
-        body["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("nothing was changed")),
-        "{body}"
+    assert_eq!(body["revision"], json!(2), "{body}");
+    assert_eq!(body["changes"]["restart"], json!(["flows"]), "{body}");
+
+    // The next record goes by the new plan: to storage, not to the push queue.
+    assert_eq!(daemon.ingest("after", "{\"v\": 2}").status, 200);
+    assert_eq!(rows(&daemon), 1);
+    let stored = events(&daemon, &format!("source=ingest/{SOURCE}"));
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let status = daemon.status();
+    assert_eq!(status["config"]["revision"], json!(2));
+    assert_eq!(status["config"]["reloads"], json!(1));
+    assert!(status["config"]["last_error"].is_null());
+    let revisions = daemon.get("/api/config/revisions", Some(ADMIN)).json();
+    assert_eq!(
+        revisions["revisions"][0]["origin"],
+        json!("api"),
+        "{revisions}"
     );
     assert_eq!(
-        body["changes"]["restart"],
-        json!(["ingest/orders"]),
+        revisions["revisions"][0]["by"],
+        json!("admin"),
+        "{revisions}"
+    );
+    assert!(
+        running_text(&daemon).contains("to-storage"),
+        "the file given to run holds it"
+    );
+
+    // A restart comes back with it, as the same revision.
+    daemon.stop();
+    daemon.restart();
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+    assert_eq!(daemon.ingest("restarted", "{\"v\": 3}").status, 200);
+    assert_eq!(events(&daemon, &format!("source=ingest/{SOURCE}")).len(), 2);
+}
+
+#[test]
+fn if_match_refuses_a_change_made_on_top_of_another_revision() {
+    let daemon = Daemon::start(flow_config());
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = ingest_flow(&["push", "storage"]);
+    let text = to_yaml(&new);
+    let stale = daemon.request(
+        "POST",
+        "/api/config",
+        Some(ADMIN),
+        &[("If-Match", "7")],
+        Some(text.as_bytes()),
+    );
+    assert_eq!(stale.status, 412, "{}", stale.body);
+    assert_eq!(stale.json()["revision"], json!(1));
+    let bad = daemon.request(
+        "POST",
+        "/api/config",
+        Some(ADMIN),
+        &[("If-Match", "seven")],
+        Some(text.as_bytes()),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(daemon.status()["config"]["revision"], json!(1));
+    let fresh = daemon.request(
+        "POST",
+        "/api/config",
+        Some(ADMIN),
+        &[("If-Match", "\"1\"")],
+        Some(text.as_bytes()),
+    );
+    assert_eq!(fresh.status, 200, "{}", fresh.body);
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+}
+
+#[test]
+fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_changes() {
+    let daemon = Daemon::start(flow_config());
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["ingest"]["sources"][0]["token"] = json!("another-t0ken-0123");
+    new["flows"] = ingest_flow(&["storage"]);
+    new["connector"]["http"]["listen"] = json!("127.0.0.1:1");
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["not_live"], json!(["ingest/orders"]), "{body}");
+    assert_eq!(
+        body["needs_restart"],
+        json!(["connector.http.listen"]),
         "{body}"
     );
-    assert_eq!(daemon.status()["config"]["revision"], json!(1));
-    // The old token still works.
+    let error = body["error"].as_str().expect("error");
+    assert!(
+        error.contains("nothing was changed") && error.contains("ingest/orders"),
+        "{error}"
+    );
+
+    // Nothing changed: the old token, the old flow, the same revision; the refusal is the
+    // last error.
     assert_eq!(daemon.ingest("k-1", "{\"v\": 1}").status, 200);
+    assert_eq!(rows(&daemon), 1);
+    let status = daemon.status();
+    assert_eq!(status["config"]["revision"], json!(1));
+    assert_eq!(status["config"]["reloads"], json!(0));
+    assert!(status["config"]["last_error"]
+        .as_str()
+        .is_some_and(|e| e.contains("ingest/orders")));
+    assert!(!running_text(&daemon).contains("another-t0ken"));
+
+    // A bad config is refused whole by the apply too.
+    new = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = json!([{"id": "out", "nodes": [{"id": "in", "kind": "source", "source": "ingest/nope"}], "wires": []}]);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(daemon.status()["config"]["revision"], json!(1));
+}
+
+#[test]
+fn sighup_applies_the_file_again_and_a_bad_file_changes_nothing() {
+    let daemon = Daemon::start(flow_config());
+    let hup = || {
+        let sent = std::process::Command::new("kill")
+            .args(["-HUP", &daemon.pid().to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(sent.success());
+    };
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = ingest_flow(&["storage"]);
+    std::fs::write(daemon.config_path(), to_yaml(&new)).expect("write");
+    hup();
+    wait_until(std::time::Duration::from_secs(10), "the reload", || {
+        daemon.status()["config"]["revision"] == json!(2)
+    });
+    let revisions = daemon.get("/api/config/revisions", Some(ADMIN)).json();
+    assert_eq!(
+        revisions["revisions"][0]["origin"],
+        json!("sighup"),
+        "{revisions}"
+    );
+    assert_eq!(daemon.ingest("k-1", "{\"v\": 1}").status, 200);
+    assert_eq!(events(&daemon, &format!("source=ingest/{SOURCE}")).len(), 1);
+
+    std::fs::write(daemon.config_path(), "connector: [not, a, mapping").expect("write");
+    hup();
+    wait_until(std::time::Duration::from_secs(10), "the refusal", || {
+        daemon.status()["config"]["last_error"].is_string()
+    });
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+    assert_eq!(daemon.ingest("k-2", "{\"v\": 2}").status, 200);
+    assert_eq!(events(&daemon, &format!("source=ingest/{SOURCE}")).len(), 2);
 }

@@ -67,6 +67,22 @@ pub struct Config {
 }
 
 impl Config {
+    /// The flows compiled; without flows, every source to `push` and every polled device
+    /// also to the sinks of the kinds that take them all.
+    pub fn plan(&self) -> crate::flow::Plan {
+        if self.flows.is_empty() {
+            let sources = self.source_names();
+            let devices = self.devices.source_names();
+            let mut routes: Vec<(&str, &[String])> = vec![("push", &sources)];
+            for s in self.sinks.iter().filter(|s| s.takes_every_device()) {
+                routes.push((&s.name, &devices));
+            }
+            crate::flow::Plan::direct_to(&routes)
+        } else {
+            crate::flow::Plan::compile(self.flows.clone())
+        }
+    }
+
     /// Every configured source as flows name it: `ingest/<name>`, `webhook/<name>`,
     /// `modbus/<name>`, `nats/<name>`, `mqtt/<name>`, `schedule/<name>`, `backfill/<name>`.
     pub fn source_names(&self) -> Vec<String> {

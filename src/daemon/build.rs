@@ -10,7 +10,6 @@ use crate::commands::paths::CommandPaths;
 use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::flow::Plan;
 use crate::http::{AppState, HttpStats};
 use crate::reload::{Loaded, Running};
 use crate::shutdown::Shutdown;
@@ -77,18 +76,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         DeadLetterQueue::open(&c.data_dir, config.dead_letters_max_rows)
             .map_err(DaemonError::Store)?,
     );
-    let plan = if config.flows.is_empty() {
-        // Every source to `push`; every polled device also to the kinds that take them all.
-        let sources = config.source_names();
-        let devices = config.devices.source_names();
-        let mut routes: Vec<(&str, &[String])> = vec![("push", &sources)];
-        for s in config.sinks.iter().filter(|s| s.takes_every_device()) {
-            routes.push((&s.name, &devices));
-        }
-        Plan::direct_to(&routes)
-    } else {
-        Plan::compile(config.flows.clone())
-    };
+    let plan = config.plan();
     // The requests each webhook answered before the last stop, still within its window.
     let now = crate::record::now_ms() as i64 / 1000;
     for w in &webhooks {

@@ -1,5 +1,6 @@
 //! `opex-connector run`: [`build`] makes every part from a validated config; [`run`] starts
-//! them, serves until SIGTERM or SIGINT, then stops them in order: stop accepting, let requests
+//! them, serves until SIGTERM or SIGINT (SIGHUP reads the config file again and applies it,
+//! [`crate::reload`]), then stops them in order: stop accepting, let requests
 //! finish, stop the pollers, the sources and the deliverers, commit or insert what the sinks
 //! hold, close the stores.
 
@@ -14,11 +15,12 @@ use std::sync::Arc;
 use crate::alerts;
 use crate::config::Config;
 use crate::http::{self, AppState};
-use crate::reload::Loaded;
+use crate::reload::{Loaded, Origin};
 use crate::shutdown::Shutdown;
 use crate::sinks::{BuildError, Running, StartContext};
 use crate::sources::webhook;
 use crate::store::StoreError;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// Why the daemon could not start or run.
 #[derive(Debug)]
@@ -229,6 +231,17 @@ async fn serve(
         Arc::clone(&state.engine),
         state.webhooks.clone(),
     ));
+    let reloads = match signal(SignalKind::hangup()) {
+        Ok(hup) => Some(tokio::spawn(reload_on_sighup(
+            Arc::clone(&state),
+            hup,
+            shutdown.clone(),
+        ))),
+        Err(e) => {
+            log::error!("cannot watch SIGHUP, the config is not read again on it: {e}");
+            None
+        }
+    };
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
     let live = tokio::spawn(http::publish_live_status(
@@ -257,6 +270,9 @@ async fn serve(
         let _ = task.await;
     }
     let _ = checker.await;
+    if let Some(task) = reloads {
+        let _ = task.await;
+    }
     let _ = live.await;
     let _ = sampler.await;
     http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
@@ -321,6 +337,29 @@ fn spawn_messaging(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::Jo
         ));
     }
     tasks
+}
+
+/// Applies the file given to `run` again on every SIGHUP (watched by `hup`), until shutdown:
+/// as `POST /api/config` applies a config, with origin `sighup`.
+async fn reload_on_sighup(state: Arc<AppState>, mut hup: Signal, shutdown: Shutdown) {
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {}
+            _ = shutdown.wait() => break,
+        }
+        let Some(path) = state.config.path().map(std::path::Path::to_path_buf) else {
+            log::warn!("config: SIGHUP ignored: the connector runs the embedded demo, not a file");
+            continue;
+        };
+        let (running, engine) = (Arc::clone(&state.config), Arc::clone(&state.engine));
+        let _ = tokio::task::spawn_blocking(move || match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let _ = running.apply(&text, Origin::Sighup, None, None, &engine);
+            }
+            Err(e) => running.note_error(format!("cannot read {}: {e}", path.display())),
+        })
+        .await;
+    }
 }
 
 /// Waits for SIGTERM or SIGINT.

@@ -11,6 +11,7 @@
 //! acked as each record's run ends), as it would for records offered one by one.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::offer::{Admitted, Engine, Mode};
 use crate::record::{Record, Settlement};
@@ -28,14 +29,16 @@ impl Engine {
         for _ in &records {
             self.ledger.received(source);
         }
-        let entries = self.plan.entries(source);
+        let plan = self.plan();
+        let entries = plan.entries(source);
         if entries.is_empty() {
             return Ok(records.iter().map(|_| self.unrouted(source)).collect());
         }
-        let reachable = self.plan.reachable_sinks(source);
+        let reachable = plan.reachable_sinks(source);
         let mut admitted: Vec<Admitted> = records
             .iter()
             .map(|_| Admitted {
+                plan: Arc::clone(&plan),
                 reservations: Vec::with_capacity(reachable.len()),
             })
             .collect();

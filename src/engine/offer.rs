@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::stats::EngineStats;
 use crate::admission::Reservation;
@@ -20,13 +20,22 @@ const MAX_STEPS: usize = 10_000;
 pub const ACCEPTED_NOT_HANDLED: &str = "accepted (200) but not handled: ";
 
 /// Reservations taken at admission, one per reachable sink (by its index among the sinks);
-/// released when dropped.
-#[derive(Default)]
+/// released when dropped. With the plan they were taken under: the record runs under it
+/// even when a reload swapped the engine's plan meanwhile.
 pub struct Admitted {
+    pub(super) plan: Arc<Plan>,
     pub(super) reservations: Vec<(usize, Reservation)>,
 }
 
 impl Admitted {
+    /// No reservation, under `plan`.
+    pub(super) fn none(plan: &Arc<Plan>) -> Self {
+        Self {
+            plan: Arc::clone(plan),
+            reservations: Vec::new(),
+        }
+    }
+
     fn take(&mut self, sink: usize) -> Option<Reservation> {
         let i = self.reservations.iter().position(|(s, _)| *s == sink)?;
         Some(self.reservations.swap_remove(i).1)
@@ -60,7 +69,8 @@ pub enum Mode {
 
 /// Runs records from sources to sinks.
 pub struct Engine {
-    pub(super) plan: Plan,
+    /// The compiled flows now; a reload swaps it whole ([`Engine::set_plan`]).
+    plan: RwLock<Arc<Plan>>,
     pub(super) sinks: Sinks,
     dlq: Arc<DeadLetterQueue>,
     pub(super) hub: DataHub,
@@ -99,7 +109,7 @@ impl Engine {
     /// An engine running `plan` over `sinks`, parking failures in `dlq`.
     pub fn new(plan: Plan, sinks: Sinks, dlq: Arc<DeadLetterQueue>) -> Self {
         Self {
-            plan,
+            plan: RwLock::new(Arc::new(plan)),
             sinks,
             dlq,
             hub: DataHub::new(),
@@ -114,9 +124,23 @@ impl Engine {
         &self.hub
     }
 
-    /// The compiled flows.
-    pub fn plan(&self) -> &Plan {
-        &self.plan
+    /// The compiled flows now.
+    pub fn plan(&self) -> Arc<Plan> {
+        match self.plan.read() {
+            Ok(p) => Arc::clone(&p),
+            // A panic cannot leave the plan half written: it is replaced whole.
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Puts `plan` in the place of the running one, at once: a record offered after this
+    /// runs under it; a record admitted before finishes under the plan it was admitted with.
+    pub fn set_plan(&self, plan: Plan) {
+        let plan = Arc::new(plan);
+        match self.plan.write() {
+            Ok(mut p) => *p = plan,
+            Err(poisoned) => *poisoned.into_inner() = plan,
+        }
     }
 
     /// The sinks.
@@ -132,22 +156,25 @@ impl Engine {
     /// Asks every sink reachable from the record's source to admit it, before any node runs.
     /// `Ok(None)`: no flow takes this source. `Err`: the settlement to give the source now.
     pub fn admit(&self, record: &Record) -> Result<Option<Admitted>, Settlement> {
-        self.admit_from(record, self.plan.entries(&record.source))
+        let plan = self.plan();
+        self.admit_from(record, &plan, plan.entries(&record.source))
     }
 
-    /// [`Engine::admit`] for a record whose source's `entries` the caller has looked up (the
-    /// plan is asked once a record).
+    /// [`Engine::admit`] under `plan`, for a record whose source's `entries` in it the caller
+    /// has looked up (the plan is asked once a record).
     fn admit_from(
         &self,
         record: &Record,
+        plan: &Arc<Plan>,
         entries: &[NodeRef],
     ) -> Result<Option<Admitted>, Settlement> {
         self.ledger.received(&record.source);
         if entries.is_empty() {
             return Ok(None);
         }
-        let reachable = self.plan.reachable_sinks(&record.source);
+        let reachable = plan.reachable_sinks(&record.source);
         let mut admitted = Admitted {
+            plan: Arc::clone(plan),
             reservations: Vec::with_capacity(reachable.len()),
         };
         for name in reachable {
@@ -176,8 +203,9 @@ impl Engine {
     /// stored it, or with the reason it must be retried.
     pub async fn offer(&self, record: Record) -> Settlement {
         let watched = self.hub.watch(&record);
-        let entries = self.plan.entries(&record.source);
-        let settlement = match self.admit_from(&record, entries) {
+        let plan = self.plan();
+        let entries = plan.entries(&record.source);
+        let settlement = match self.admit_from(&record, &plan, entries) {
             Err(settlement) => settlement,
             Ok(None) => self.unrouted(&record.source),
             Ok(Some(admitted)) => self.run(record, entries, admitted, Mode::Normal).await,
@@ -194,7 +222,8 @@ impl Engine {
             Mode::Replay => None,
             Mode::Normal | Mode::Accepted => self.hub.watch(&record),
         };
-        let entries = self.plan.entries(&record.source);
+        let plan = Arc::clone(&admitted.plan);
+        let entries = plan.entries(&record.source);
         let settlement = if entries.is_empty() {
             self.unrouted(&record.source)
         } else {
@@ -208,18 +237,19 @@ impl Engine {
 
     /// Offers a dead letter again, from the source node(s) of its flow only.
     pub async fn replay(&self, flow: &str, record: Record) -> Settlement {
-        let entries = self.plan.flow_entries(flow, &record.source);
+        let plan = self.plan();
+        let entries = plan.flow_entries(flow, &record.source);
         if entries.is_empty() {
             return Settlement::Failed {
                 sink: String::new(),
                 reason: format!("flow {flow:?} has no source node for {:?}", record.source),
             };
         }
-        match self.admit(&record) {
+        match self.admit_from(&record, &plan, plan.entries(&record.source)) {
             Err(settlement) => settlement,
             Ok(admitted) => {
-                self.run(record, &entries, admitted.unwrap_or_default(), Mode::Replay)
-                    .await
+                let admitted = admitted.unwrap_or_else(|| Admitted::none(&plan));
+                self.run(record, &entries, admitted, Mode::Replay).await
             }
         }
     }
@@ -228,12 +258,13 @@ impl Engine {
     /// (its sinks refuse): "accepted (200) but not handled", never dropped. `DeadLettered`
     /// once parked; `Failed` when even the park failed, so the caller keeps the record.
     pub async fn park_unhandled(&self, record: Record, why: &Settlement) -> Settlement {
-        let Some(at) = self.plan.entries(&record.source).first().copied() else {
+        let plan = self.plan();
+        let Some(at) = plan.entries(&record.source).first().copied() else {
             return self.unrouted(&record.source);
         };
         let mut run = Run::default();
         let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(why));
-        self.park(&mut run, &record, at, at, reason, Mode::Accepted)
+        self.park(&plan, &mut run, &record, at, at, reason, Mode::Accepted)
             .await;
         match (run.dead_letter, run.failure) {
             (Some(Some(id)), _) => {
@@ -281,6 +312,9 @@ impl Engine {
         mut admitted: Admitted,
         mode: Mode,
     ) -> Settlement {
+        // `entries` are the record's in this plan (the caller took them from it).
+        let plan = Arc::clone(&admitted.plan);
+        let plan = &*plan;
         let mut run = Run::default();
         // Each work item remembers the entry node its record came in by: a dead letter is
         // replayed from there, even when the failing node sits in a subflow.
@@ -303,11 +337,11 @@ impl Engine {
             steps += 1;
             if steps > MAX_STEPS {
                 let reason = format!("more than {MAX_STEPS} node runs for one record");
-                self.park(&mut run, &original, entry, at, reason, mode)
+                self.park(plan, &mut run, &original, entry, at, reason, mode)
                     .await;
                 break;
             }
-            if let NodeKind::Sink { sink } = self.plan.kind(at) {
+            if let NodeKind::Sink { sink } = plan.kind(at) {
                 let track = !run.tracked && self.sinks.get(sink).is_some_and(|s| s.is_queue());
                 let reason = match self.deliver(sink, &record, &mut admitted, track).await {
                     Ok(Delivered::Stored) if track => {
@@ -327,9 +361,9 @@ impl Engine {
                     Ok(Delivered::Suppressed) => continue,
                     Err(Failure::Rejected(reason)) => {
                         // The record itself cannot be delivered: retrying cannot help.
-                        let errors = self.node_failed(at, &reason);
+                        let errors = self.node_failed(plan, at, &reason);
                         if errors.is_empty() {
-                            self.park(&mut run, &original, entry, at, reason, mode)
+                            self.park(plan, &mut run, &original, entry, at, reason, mode)
                                 .await;
                         } else {
                             work.extend(fork(errors, entry, &record));
@@ -338,9 +372,8 @@ impl Engine {
                     }
                     Err(Failure::Retry(reason)) => reason,
                 };
-                self.stats
-                    .node_error(self.plan.flow_id(at), self.plan.node_id(at));
-                let errors = self.plan.targets(at, Port::Error);
+                self.stats.node_error(plan.flow_id(at), plan.node_id(at));
+                let errors = plan.targets(at, Port::Error);
                 if !errors.is_empty() {
                     work.extend(fork(errors, entry, &record));
                     continue;
@@ -349,7 +382,7 @@ impl Engine {
                 match mode {
                     Mode::Accepted => {
                         let reason = format!("{ACCEPTED_NOT_HANDLED}{}", describe(&reason));
-                        self.park(&mut run, &original, entry, at, reason, mode)
+                        self.park(plan, &mut run, &original, entry, at, reason, mode)
                             .await;
                     }
                     Mode::Normal | Mode::Replay => {
@@ -358,7 +391,7 @@ impl Engine {
                 }
                 continue;
             }
-            let kind = self.plan.kind(at);
+            let kind = plan.kind(at);
             // Only a map changes the record; the others' error wires get it as it is.
             let entered = matches!(kind, NodeKind::Map(_)).then(|| record.clone());
             let outcome = run_node(kind, &mut record);
@@ -368,9 +401,9 @@ impl Engine {
                     self.stats.filtered.fetch_add(1, Ordering::Relaxed);
                 }
                 NodeOutcome::Fail(reason) => {
-                    let errors = self.node_failed(at, &reason);
+                    let errors = self.node_failed(plan, at, &reason);
                     if errors.is_empty() {
-                        self.park(&mut run, &original, entry, at, reason, mode)
+                        self.park(plan, &mut run, &original, entry, at, reason, mode)
                             .await;
                     } else {
                         work.extend(fork(errors, entry, entered));
@@ -379,14 +412,14 @@ impl Engine {
                 NodeOutcome::Emit(port) => {
                     let is_subflow = matches!(kind, NodeKind::Subflow { .. });
                     if is_subflow {
-                        work.extend(fork(self.plan.subflow_inputs(at), entry, &record));
+                        work.extend(fork(plan.subflow_inputs(at), entry, &record));
                     }
-                    let targets = self.plan.targets(at, port);
+                    let targets = plan.targets(at, port);
                     if targets.is_empty() && !is_subflow {
                         let reason = format!("{} is not wired", port_name(port));
-                        let errors = self.node_failed(at, &reason);
+                        let errors = self.node_failed(plan, at, &reason);
                         if errors.is_empty() {
-                            self.park(&mut run, &original, entry, at, reason, mode)
+                            self.park(plan, &mut run, &original, entry, at, reason, mode)
                                 .await;
                         } else {
                             work.extend(fork(errors, entry, entered));
@@ -463,10 +496,10 @@ impl Engine {
 
     /// A node failed (or emitted on an unwired port): counts it and returns its error wires
     /// (empty: the record goes to the dead letters).
-    fn node_failed(&self, at: NodeRef, reason: &str) -> &[NodeRef] {
-        let (flow, node) = (self.plan.flow_id(at), self.plan.node_id(at));
+    fn node_failed<'p>(&self, plan: &'p Plan, at: NodeRef, reason: &str) -> &'p [NodeRef] {
+        let (flow, node) = (plan.flow_id(at), plan.node_id(at));
         self.stats.node_error(flow, node);
-        let errors = self.plan.targets(at, Port::Error);
+        let errors = plan.targets(at, Port::Error);
         if !errors.is_empty() {
             log::debug!(
                 "node failed, record sent to its error wire: flow={flow} node={node} reason=\"{reason}\""
@@ -477,8 +510,12 @@ impl Engine {
 
     /// Parks the record as its source produced it, so that a replay from the source node
     /// runs every node once. In replay mode nothing new is parked.
+    // The plan the run goes by is one more argument than clippy's bound; a struct of the
+    // run's fixed parts would only rename them.
+    #[allow(clippy::too_many_arguments)]
     async fn park(
         &self,
+        plan: &Plan,
         run: &mut Run,
         original: &Record,
         entry: NodeRef,
@@ -486,12 +523,12 @@ impl Engine {
         reason: String,
         mode: Mode,
     ) {
-        let flow = self.plan.flow_id(entry).to_string();
+        let flow = plan.flow_id(entry).to_string();
         // A node of a called flow is named with its flow: `<flow>/<node>`.
         let node = if at.flow == entry.flow {
-            self.plan.node_id(at).to_string()
+            plan.node_id(at).to_string()
         } else {
-            format!("{}/{}", self.plan.flow_id(at), self.plan.node_id(at))
+            format!("{}/{}", plan.flow_id(at), plan.node_id(at))
         };
         if mode == Mode::Replay {
             log::warn!("replayed record failed again: flow={flow} node={node} reason=\"{reason}\"");
@@ -555,5 +592,59 @@ fn describe(s: &Settlement) -> String {
         Settlement::Retry { sink, .. } => format!("sink {sink} refused (full)"),
         Settlement::Failed { sink, reason } => format!("sink {sink} failed: {reason}"),
         other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::OnFull;
+    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
+    use crate::sinks::{Sink, SinkConfig, SinkSpec};
+
+    /// An engine with a durable `push` sink, `source` wired to it.
+    fn engine(dir: &std::path::Path, source: &str) -> Engine {
+        let cfg = SinkConfig {
+            name: "push".into(),
+            spec: SinkSpec::Push(PushConfig {
+                queue: PushQueueConfig {
+                    enabled: true,
+                    quota_bytes: 1 << 20,
+                    on_full: OnFull::Block,
+                },
+                uplink: None,
+                preprocess: Vec::new(),
+            }),
+        };
+        let push = Sink::build(&cfg, dir).expect("push");
+        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).expect("dlq"));
+        Engine::new(
+            Plan::direct(&[source.to_string()], "push"),
+            Sinks::new(vec![push]),
+            dlq,
+        )
+    }
+
+    fn record(source: &str) -> Record {
+        Record::from_value(source, "k", &serde_json::json!({"v": 1}))
+    }
+
+    #[tokio::test]
+    async fn a_record_admitted_before_a_plan_swap_finishes_under_its_plan_and_the_next_under_the_new(
+    ) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let engine = engine(dir.path(), "ingest/a");
+        let admitted = engine
+            .admit(&record("ingest/a"))
+            .expect("admitted")
+            .expect("routed");
+        // The new plan takes `ingest/a` nowhere.
+        engine.set_plan(Plan::direct(&["ingest/b".to_string()], "push"));
+        let settlement = engine
+            .run_admitted(record("ingest/a"), admitted, Mode::Normal)
+            .await;
+        assert_eq!(settlement, Settlement::Stored);
+        assert_eq!(engine.offer(record("ingest/a")).await, Settlement::Unrouted);
+        assert_eq!(engine.offer(record("ingest/b")).await, Settlement::Stored);
     }
 }

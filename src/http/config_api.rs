@@ -1,9 +1,10 @@
 //! The config API (admin token): `GET /api/config` (the running config, secrets redacted,
 //! with its revision and hash), `GET /api/config/revisions` (the kept revisions, newest
-//! first) and `POST /api/config?dry_run=1` (a whole config as YAML, validated, then compared
+//! first), `POST /api/config?dry_run=1` (a whole config as YAML, validated, then compared
 //! part by part with the running one: which parts would start, stop, restart or stay, and
-//! which settings need a restart). Applying a config while the connector runs is not in this
-//! version: a `POST` without `dry_run` is refused with that reason and changes nothing.
+//! which settings need a restart) and `POST /api/config` (the same, then applied as
+//! [`crate::reload::Running::apply`] says; `If-Match: <revision>` refuses a change made on
+//! top of another revision with `412`).
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -13,7 +14,7 @@ use super::admin::refusal;
 use super::respond::{answer_unread, error, json_response, not_allowed, read_body_within, Resp};
 use super::AppState;
 use crate::config::Problems;
-use crate::reload;
+use crate::reload::{self, Origin, Refused};
 
 /// The largest config a `POST /api/config` takes: 4 MiB.
 pub const MAX_CONFIG_BYTES: usize = 4 << 20;
@@ -45,6 +46,22 @@ async fn post(state: &AppState, req: Request<Incoming>) -> Resp {
         .unwrap_or("")
         .split('&')
         .any(|kv| matches!(kv, "dry_run=1" | "dry_run=true" | "dry_run"));
+    let if_match = req.headers().get(hyper::header::IF_MATCH).map(|v| {
+        v.to_str()
+            .ok()
+            .and_then(|s| s.trim().trim_matches('"').parse::<u64>().ok())
+    });
+    let if_match = match if_match {
+        None => None,
+        Some(Some(n)) => Some(n),
+        Some(None) => {
+            let bad = error(
+                StatusCode::BAD_REQUEST,
+                "If-Match: expected a config revision, a whole number",
+            );
+            return answer_unread(state, req, bad).await;
+        }
+    };
     let body = match read_body_within(state, req, MAX_CONFIG_BYTES, Some("a config")).await {
         Ok(b) => b,
         Err(resp) => return resp,
@@ -52,6 +69,9 @@ async fn post(state: &AppState, req: Request<Incoming>) -> Resp {
     let Ok(text) = std::str::from_utf8(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 text");
     };
+    if !dry_run {
+        return apply(state, text.to_string(), if_match).await;
+    }
     let config = match crate::config::from_yaml(text) {
         Ok(c) => c,
         Err(problems) => return invalid(&problems),
@@ -61,24 +81,63 @@ async fn post(state: &AppState, req: Request<Incoming>) -> Resp {
         Err(problems) => return invalid(&problems),
     };
     let diff = reload::diff(&state.config.tree(), &tree);
-    let mut answer = json!({
+    let answer = json!({
         "ok": true,
-        "dry_run": dry_run,
+        "dry_run": true,
         "revision": state.config.revision(),
         "hash": reload::revisions::hash(text),
         "changes": diff.to_json(),
         "needs_restart": diff.needs_restart,
         "warnings": config.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
     });
-    if dry_run {
-        return json_response(StatusCode::OK, &answer);
+    json_response(StatusCode::OK, &answer)
+}
+
+/// `POST /api/config`: applies `text` (off the runtime's threads: it writes and syncs files).
+async fn apply(state: &AppState, text: String, if_match: Option<u64>) -> Resp {
+    let running = std::sync::Arc::clone(&state.config);
+    let engine = std::sync::Arc::clone(&state.engine);
+    let applied = tokio::task::spawn_blocking(move || {
+        running.apply(&text, Origin::Api, Some("admin"), if_match, &engine)
+    })
+    .await;
+    let refused = match applied {
+        Ok(Ok(a)) => {
+            return json_response(
+                StatusCode::OK,
+                &json!({
+                    "ok": true,
+                    "dry_run": false,
+                    "revision": a.revision.revision,
+                    "hash": a.revision.hash,
+                    "changes": a.diff.to_json(),
+                    "needs_restart": a.diff.needs_restart,
+                }),
+            )
+        }
+        Ok(Err(refused)) => refused,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let message = refused.to_string();
+    match refused {
+        Refused::Invalid(problems) => invalid(&problems),
+        Refused::Conflict { running } => json_response(
+            StatusCode::PRECONDITION_FAILED,
+            &json!({"ok": false, "error": message, "revision": running}),
+        ),
+        Refused::NotLive { diff, parts } => json_response(
+            StatusCode::CONFLICT,
+            &json!({
+                "ok": false,
+                "error": message,
+                "revision": state.config.revision(),
+                "changes": diff.to_json(),
+                "needs_restart": diff.needs_restart,
+                "not_live": parts,
+            }),
+        ),
+        Refused::Io(_) => error(StatusCode::INTERNAL_SERVER_ERROR, &message),
     }
-    answer["ok"] = Value::Bool(false);
-    answer["error"] = Value::String(
-        "this version does not apply a config while it runs: nothing was changed; put the config in the file given to run and restart (POST with ?dry_run=1 shows what it would change)"
-            .into(),
-    );
-    json_response(StatusCode::NOT_IMPLEMENTED, &answer)
 }
 
 /// `400` with every problem of a config and its path.

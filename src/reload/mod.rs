@@ -1,7 +1,12 @@
 //! The running config and its revisions: what `GET /api/config` shows (secrets redacted,
 //! `redact.rs`), what a new config would change part by part (`POST /api/config?dry_run=1`,
-//! [`parts`]), and the applied configs kept in the data dir ([`revisions`]). Applying a config
-//! while the connector runs is not in this version: it runs what it read at its start.
+//! [`parts`]), the applied configs kept in the data dir ([`revisions`]), and applying a new
+//! config while the connector runs (`apply.rs`, [`Running::apply`]: `POST /api/config`,
+//! `SIGHUP`).
+//!
+//! What this version applies live: the flows (the engine's plan swapped whole, at once). A
+//! config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
+//! the parts named, and nothing changes: the operator restarts with it.
 //!
 //! [`Running`] is the one place that knows which config runs: its text (its tree, templates
 //! expanded, is made again when asked: a config of 10 000 points is some megabytes as a tree
@@ -9,6 +14,7 @@
 //! since the start and the last reload's error. `/api/status` (`config`) and `/metrics` read
 //! it.
 
+mod apply;
 pub mod parts;
 mod redact;
 pub mod revisions;
@@ -18,6 +24,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
+pub use apply::{Applied, Refused, LIVE_PARTS};
 pub use parts::{diff, Change, Diff, NEEDS_RESTART};
 pub use redact::{redact, redacted_yaml, REDACTED};
 pub use revisions::{Origin, Revision, Revisions};
@@ -36,6 +43,8 @@ pub struct Running {
     path: Option<PathBuf>,
     current: Mutex<Current>,
     revisions: Mutex<Revisions>,
+    /// Held by the one apply at a time.
+    applying: Mutex<()>,
 }
 
 struct Current {
@@ -89,6 +98,7 @@ impl Running {
                 last_error: None,
             }),
             revisions: Mutex::new(revisions),
+            applying: Mutex::new(()),
         }
     }
 

@@ -69,11 +69,8 @@ pub async fn recover_inbox(engine: Arc<Engine>, webhooks: Vec<Arc<WebhookSource>
         };
         let source = record.source.clone();
         let settlement = match engine.admit(&record) {
-            Ok(admitted) => {
-                engine
-                    .run_admitted(record, admitted.unwrap_or_default(), Mode::Accepted)
-                    .await
-            }
+            Ok(Some(admitted)) => engine.run_admitted(record, admitted, Mode::Accepted).await,
+            Ok(None) => engine.unrouted(&record.source),
             Err(refused) => engine.park_unhandled(record, &refused).await,
         };
         // A webhook removed from the config since has no counters left.

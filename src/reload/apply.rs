@@ -1,0 +1,189 @@
+//! Applying a new config while the connector runs: validated whole, compared part by part,
+//! refused with the reason when it changes what cannot change live, else kept (the file given
+//! to `run`, the revisions) and put in place. This version changes the flows live.
+
+use super::{diff, revisions, Change, Diff, Origin, Revision, Running};
+
+/// The parts a reload changes while the connector runs; any other changed part is refused.
+pub const LIVE_PARTS: [&str; 1] = ["flows"];
+
+/// A config applied.
+#[derive(Debug)]
+pub struct Applied {
+    /// Its revision.
+    pub revision: Revision,
+    /// What it changed.
+    pub diff: Diff,
+}
+
+/// Why a config was not applied; nothing changed.
+#[derive(Debug)]
+pub enum Refused {
+    /// It is not a valid config: every problem with its path.
+    Invalid(crate::config::Problems),
+    /// It was made on top of another revision than the running one (`If-Match`).
+    Conflict {
+        /// The running revision.
+        running: u64,
+    },
+    /// It changes what this version cannot change while it runs.
+    NotLive {
+        /// What it would change.
+        diff: Diff,
+        /// The changed parts that cannot change live (the settings of `diff.needs_restart`
+        /// besides).
+        parts: Vec<String>,
+    },
+    /// It could not be kept: the file given to `run` could not be rewritten.
+    Io(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(p) => write!(
+                f,
+                "the config has {} problem(s): {}",
+                p.0.len(),
+                p.to_string().replace('\n', "; ")
+            ),
+            Self::Conflict { running } => write!(
+                f,
+                "the running config is revision {running}, not the one this change was made on"
+            ),
+            Self::NotLive { diff, parts } => {
+                let mut what: Vec<String> = diff
+                    .needs_restart
+                    .iter()
+                    .map(|s| format!("{s} (needs a restart)"))
+                    .collect();
+                what.extend(parts.iter().map(|p| {
+                    format!("{p} (not changed while running in this version: restart with it)")
+                }));
+                write!(f, "nothing was changed: {}", what.join(", "))
+            }
+            Self::Io(e) => write!(f, "nothing was changed: {e}"),
+        }
+    }
+}
+
+impl Running {
+    /// Applies config `text` from `origin` (applied by `by`, on top of revision `if_match`
+    /// when given): validated whole, compared part by part, refused with the reason when it
+    /// changes what cannot change live; else the file given to `run` rewritten with it
+    /// (written whole, then renamed), kept as the next revision, and its flows put in
+    /// `engine`'s place. A refusal is the last error `/api/status` shows.
+    pub fn apply(
+        &self,
+        text: &str,
+        origin: Origin,
+        by: Option<&str>,
+        if_match: Option<u64>,
+        engine: &crate::engine::Engine,
+    ) -> Result<Applied, Refused> {
+        let _one = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        let result = self.try_apply(text, origin, by, if_match, engine);
+        let error = result.as_ref().err().map(|e| e.to_string());
+        if let Some(e) = &error {
+            log::warn!(
+                "config: not applied: origin={} error=\"{e}\"",
+                origin.as_str()
+            );
+        }
+        if let Ok(mut c) = self.current.lock() {
+            c.last_error = error;
+        }
+        result
+    }
+
+    /// Notes `error` as the last reload's (a file that could not be read on `SIGHUP`).
+    pub fn note_error(&self, error: String) {
+        log::warn!("config: not applied: error=\"{error}\"");
+        if let Ok(mut c) = self.current.lock() {
+            c.last_error = Some(error);
+        }
+    }
+
+    fn try_apply(
+        &self,
+        text: &str,
+        origin: Origin,
+        by: Option<&str>,
+        if_match: Option<u64>,
+        engine: &crate::engine::Engine,
+    ) -> Result<Applied, Refused> {
+        let config = crate::config::from_yaml(text).map_err(Refused::Invalid)?;
+        let running = self.revision();
+        if if_match.is_some_and(|r| r != running) {
+            return Err(Refused::Conflict { running });
+        }
+        let tree = crate::config::expanded_tree(text).map_err(Refused::Invalid)?;
+        let diff = diff(&self.tree(), &tree);
+        let mut parts: Vec<String> = diff
+            .parts
+            .iter()
+            .filter(|(name, c)| **c != Change::Keep && !LIVE_PARTS.contains(&name.as_str()))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let flows = diff.parts.get("flows") != Some(&Change::Keep);
+        // A Sparkplug sink announces the devices the flows route to it when it starts.
+        if flows {
+            parts.extend(
+                config
+                    .sinks
+                    .iter()
+                    .filter(|s| matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_)))
+                    .map(|s| {
+                        format!(
+                            "sink/{} (its births list the devices the flows route to it)",
+                            s.name
+                        )
+                    }),
+            );
+        }
+        if !parts.is_empty() || !diff.needs_restart.is_empty() {
+            return Err(Refused::NotLive { diff, parts });
+        }
+        // The file given to `run` holds what runs, so that a restart comes back with it (on
+        // SIGHUP it already does).
+        if let (Some(path), false) = (&self.path, origin == Origin::Sighup) {
+            revisions::write_whole(path, text.as_bytes()).map_err(Refused::Io)?;
+        }
+        let now = crate::record::now_ms();
+        let at = crate::time::rfc3339(now);
+        let kept = self
+            .revisions
+            .lock()
+            .map_err(|_| "the revisions' lock".to_string())
+            .and_then(|mut r| r.record(text, origin, by, at.clone()));
+        let revision = kept.unwrap_or_else(|e| {
+            log::warn!(
+                "config revisions: cannot keep the applied config, it runs as revision 0: {e}"
+            );
+            Revision {
+                revision: 0,
+                at,
+                origin,
+                by: by.map(str::to_string),
+                hash: revisions::hash(text),
+            }
+        });
+        if flows {
+            engine.set_plan(config.plan());
+        }
+        if let Ok(mut c) = self.current.lock() {
+            c.text = text.to_string();
+            c.revision = revision.clone();
+            c.loaded_at_ms = now;
+            c.reloads += 1;
+        }
+        log::info!(
+            "config: applied revision={} origin={} hash={} restarted={:?}",
+            revision.revision,
+            origin.as_str(),
+            revision.hash,
+            diff.with(Change::Restart)
+        );
+        Ok(Applied { revision, diff })
+    }
+}
