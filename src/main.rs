@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use opex_connector::reload::Loaded;
+use opex_connector::reload::{self, Loaded};
 use opex_connector::{cli, commission, config, daemon, record, release, simulator, time, VERSION};
 
 /// The log filter of the commissioning tools without `RUST_LOG`: their output is their own
@@ -92,6 +92,16 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
                     },
                 ),
                 Err(problems) => report(file, &problems),
+            }
+        }
+        ("reload", []) => {
+            let file = p.value("--config").unwrap_or_default();
+            match reload::ask::ask(file.as_ref()) {
+                Ok(applied) => emit(&applied),
+                Err(why) => {
+                    eprintln!("{why}");
+                    ExitCode::from(1)
+                }
             }
         }
         ("validate", [file]) => match config::load(&PathBuf::from(file)) {
@@ -200,8 +210,6 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
     }
 }
 
-/// Writes `text` to stdout. A reader that went away (`| head`) ends the command quietly with
-/// exit status 1 instead of a panic.
 /// Writes `text` to stdout: exit 1, without a panic, when it cannot be written (a closed
 /// pipe, `| head`).
 fn emit(text: &str) -> ExitCode {

@@ -1,4 +1,5 @@
-//! One shutdown signal that every task and thread selects on.
+//! One shutdown signal that every task and thread selects on, and the signals of the parts a
+//! reload stops alone ([`Shutdown::child`]).
 //!
 //! Async tasks await [`Shutdown::wait`]; plain threads sleep in [`Shutdown::wait_timeout`],
 //! which returns at once when the signal comes, so no thread sleeps through a stop.
@@ -50,6 +51,21 @@ impl Shutdown {
         self.inner.tx.send_replace(true);
     }
 
+    /// A signal of its own that this one triggers too: a part a reload stops alone, and
+    /// that stops with everything at the connector's stop. A task of the runtime forwards
+    /// the trigger, so it needs one.
+    pub fn child(&self) -> Shutdown {
+        let child = Shutdown::new();
+        let (parent, forward) = (self.clone(), child.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = parent.wait() => forward.trigger(),
+                _ = forward.wait() => {}
+            }
+        });
+        child
+    }
+
     /// True once triggered.
     pub fn is_triggered(&self) -> bool {
         self.inner.flag.load(Ordering::SeqCst)
@@ -70,5 +86,23 @@ impl Shutdown {
             .wait_timeout_while(guard, timeout, |_| !self.is_triggered())
             .unwrap_or_else(|e| e.into_inner());
         self.is_triggered()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_child_stops_alone_or_with_its_parent() {
+        let parent = Shutdown::new();
+        let alone = parent.child();
+        let with_parent = parent.child();
+        alone.trigger();
+        alone.wait().await;
+        assert!(!parent.is_triggered() && !with_parent.is_triggered());
+        parent.trigger();
+        with_parent.wait().await;
+        assert!(with_parent.is_triggered());
     }
 }

@@ -315,13 +315,13 @@ fn if_match_refuses_a_change_made_on_top_of_another_revision() {
 fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_changes() {
     let daemon = Daemon::start(flow_config());
     let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
-    new["ingest"]["sources"][0]["token"] = json!("another-t0ken-0123");
+    new["webhooks"][0]["secret"] = json!("another-webhook-secret-0123");
     new["flows"] = ingest_flow(&["storage"]);
     new["connector"]["http"]["listen"] = json!("127.0.0.1:1");
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
     assert_eq!(reply.status, 409, "{}", reply.body);
     let body = reply.json();
-    assert_eq!(body["not_live"], json!(["ingest/orders"]), "{body}");
+    assert_eq!(body["not_live"], json!(["webhook/pay"]), "{body}");
     assert_eq!(
         body["needs_restart"],
         json!(["connector.http.listen"]),
@@ -329,11 +329,11 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     );
     let error = body["error"].as_str().expect("error");
     assert!(
-        error.contains("nothing was changed") && error.contains("ingest/orders"),
+        error.contains("nothing was changed") && error.contains("webhook/pay"),
         "{error}"
     );
 
-    // Nothing changed: the old token, the old flow, the same revision; the refusal is the
+    // Nothing changed: the old secret, the old flow, the same revision; the refusal is the
     // last error.
     assert_eq!(daemon.ingest("k-1", "{\"v\": 1}").status, 200);
     assert_eq!(rows(&daemon), 1);
@@ -342,8 +342,8 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     assert_eq!(status["config"]["reloads"], json!(0));
     assert!(status["config"]["last_error"]
         .as_str()
-        .is_some_and(|e| e.contains("ingest/orders")));
-    assert!(!running_text(&daemon).contains("another-t0ken"));
+        .is_some_and(|e| e.contains("webhook/pay")));
+    assert!(!running_text(&daemon).contains("another-webhook"));
 
     // A bad config is refused whole by the apply too.
     new = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
@@ -387,4 +387,127 @@ fn sighup_applies_the_file_again_and_a_bad_file_changes_nothing() {
     assert_eq!(daemon.status()["config"]["revision"], json!(2));
     assert_eq!(daemon.ingest("k-2", "{\"v\": 2}").status, 200);
     assert_eq!(events(&daemon, &format!("source=ingest/{SOURCE}")).len(), 2);
+}
+
+#[test]
+fn a_kept_revision_is_rolled_back_to_as_the_next_revision() {
+    let daemon = Daemon::start(flow_config());
+    let first = daemon.get("/api/config", Some(ADMIN)).json();
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = ingest_flow(&["storage"]);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+
+    // Not kept, or made on top of another revision: refused, nothing changed.
+    let missing = daemon.post("/api/config/rollback/9", Some(ADMIN), b"");
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    assert!(
+        missing.body.contains("revision 9 is not kept"),
+        "{}",
+        missing.body
+    );
+    let stale = daemon.request(
+        "POST",
+        "/api/config/rollback/1",
+        Some(ADMIN),
+        &[("If-Match", "1")],
+        None,
+    );
+    assert_eq!(stale.status, 412, "{}", stale.body);
+    assert_eq!(
+        daemon.get("/api/config/rollback/1", Some(ADMIN)).status,
+        405
+    );
+    assert_eq!(daemon.post("/api/config/rollback/1", None, b"").status, 401);
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+
+    let back = daemon.request(
+        "POST",
+        "/api/config/rollback/1",
+        Some(ADMIN),
+        &[("If-Match", "2")],
+        None,
+    );
+    assert_eq!(back.status, 200, "{}", back.body);
+    let body = back.json();
+    assert_eq!(body["revision"], json!(3), "the next revision: {body}");
+    assert_eq!(body["hash"], first["hash"], "revision 1's text: {body}");
+    assert_eq!(body["changes"]["restart"], json!(["flows"]), "{body}");
+    // The first plan again: to the push queue.
+    assert_eq!(daemon.ingest("after", "{\"v\": 1}").status, 200);
+    assert_eq!(rows(&daemon), 1);
+    assert!(events(&daemon, &format!("source=ingest/{SOURCE}")).is_empty());
+    let shown = daemon.get("/api/config", Some(ADMIN)).json();
+    assert_eq!(shown["config"], first["config"]);
+    assert!(
+        !running_text(&daemon).contains("to-storage"),
+        "the file holds it"
+    );
+    let list = daemon.get("/api/config/revisions", Some(ADMIN)).json();
+    assert_eq!(
+        list["revisions"].as_array().map(Vec::len),
+        Some(3),
+        "{list}"
+    );
+}
+
+#[test]
+fn the_reload_command_asks_the_daemon_to_apply_its_file() {
+    let mut config = flow_config();
+    let port = free_port();
+    config["connector"]["http"]["listen"] = json!(format!("127.0.0.1:{port}"));
+    let daemon = Daemon::start(config);
+    let file = daemon.config_path();
+    let file = file.to_str().expect("a UTF-8 path");
+    let reload = || run_cli(&["reload", "--config", file]);
+
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = ingest_flow(&["storage"]);
+    std::fs::write(file, to_yaml(&new)).expect("write");
+    let applied = reload();
+    let stdout = String::from_utf8_lossy(&applied.stdout);
+    assert!(
+        applied.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(stdout.starts_with("applied: revision 2 "), "{stdout}");
+    assert!(stdout.contains("restart: flows"), "{stdout}");
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+
+    // A change this version cannot make live: the daemon's reason, exit 1.
+    new["webhooks"][0]["secret"] = json!("another-webhook-secret-0123");
+    std::fs::write(file, to_yaml(&new)).expect("write");
+    let refused = reload();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(" 409 nothing was changed"), "{stderr}");
+    assert!(stderr.contains("webhook/pay"), "{stderr}");
+
+    // A file with problems: each with its path, nothing sent.
+    std::fs::write(file, "connector:\n  colour: blue\n").expect("write");
+    let invalid = reload();
+    let stderr = String::from_utf8_lossy(&invalid.stderr);
+    assert_eq!(invalid.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("connector.colour: unknown key"), "{stderr}");
+    assert!(stderr.contains("nothing was sent"), "{stderr}");
+    let status = daemon.status();
+    assert_eq!(status["config"]["revision"], json!(2));
+    assert_eq!(status["config"]["reloads"], json!(1));
+}
+
+#[test]
+fn the_reload_command_without_an_admin_api_says_to_send_sighup() {
+    let mut config = config();
+    config["connector"]["http"]["admin_token"] = Value::Null;
+    config["connector"]["http"]["listen"] = json!("127.0.0.1:8080");
+    let dir = tempfile::tempdir().expect("tmp");
+    config["connector"]["data_dir"] = json!(dir.path().join("data"));
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, to_yaml(&config)).expect("write");
+    let out = run_cli(&["reload", "--config", file.to_str().expect("UTF-8")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("admin_token is not set"), "{stderr}");
+    assert!(stderr.contains("SIGHUP"), "{stderr}");
 }

@@ -106,17 +106,27 @@ fn router_routes() -> BTreeSet<Vec<String>> {
     );
     let mut out = BTreeSet::new();
     let mut rests = Vec::new();
+    // A literal segment is itself, a binding (`name`, `_`) a template, `rest @ ..` the rest.
+    let segments = |pattern: &str| -> Vec<String> {
+        pattern
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                if p.starts_with('"') {
+                    p.trim_matches('"').to_string()
+                } else if p.ends_with("..") {
+                    "..".to_string()
+                } else {
+                    "{}".to_string()
+                }
+            })
+            .collect()
+    };
     // `config_api.rs` serves the rest of `/api/config/...`: its patterns follow that prefix.
     let config_rests: Vec<Vec<String>> = slice_patterns(&config)
         .iter()
-        .map(|pattern| {
-            pattern
-                .split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .map(|p| p.trim_matches('"').to_string())
-                .collect()
-        })
+        .map(|pattern| segments(pattern))
         .collect();
     for (text, top) in [
         (routes.as_str(), true),
@@ -124,20 +134,7 @@ fn router_routes() -> BTreeSet<Vec<String>> {
         (verbs, false),
     ] {
         for pattern in slice_patterns(text) {
-            let parts: Vec<String> = pattern
-                .split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .map(|p| {
-                    if p.starts_with('"') {
-                        p.trim_matches('"').to_string()
-                    } else if p.ends_with("..") {
-                        "..".to_string()
-                    } else {
-                        "{}".to_string()
-                    }
-                })
-                .collect();
+            let parts = segments(&pattern);
             if !top {
                 rests.push(parts);
             } else if parts.first().is_some_and(|p| {

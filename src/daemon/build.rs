@@ -15,13 +15,9 @@ use crate::reload::{Loaded, Running};
 use crate::shutdown::Shutdown;
 use crate::simulator::Simulator;
 use crate::sinks::{Sink, Sinks};
-use crate::sources::backfill::BackfillSource;
 use crate::sources::catalogue::Catalogue;
-use crate::sources::ingest::IngestSource;
-use crate::sources::mqtt::MqttSource;
-use crate::sources::nats::NatsSource;
+use crate::sources::live::{Built, Sources};
 use crate::sources::pollers::Pollers;
-use crate::sources::schedule::ScheduleSource;
 use crate::sources::status::DeviceStatus;
 use crate::sources::webhook::{config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
@@ -119,47 +115,15 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         disk_free_pct: config.alerts.disk_free_pct,
         shutdown: Shutdown::new(),
         engine,
-        ingest: config
-            .ingest
-            .sources
-            .iter()
-            .cloned()
-            .map(|s| Arc::new(IngestSource::new(s)))
-            .collect(),
+        sources: Sources::new(Built::new(&config)),
         webhooks,
         devices,
         stats: HttpStats::default(),
         auth: Default::default(),
         ledger_scan: Default::default(),
-        nats_sources: config
-            .nats
-            .sources
-            .iter()
-            .cloned()
-            .map(|s| Arc::new(NatsSource::new(s)))
-            .collect(),
-        mqtt_sources: config
-            .mqtt
-            .sources
-            .iter()
-            .cloned()
-            .map(|s| Arc::new(MqttSource::new(s)))
-            .collect(),
         commands: Arc::new(commands),
         command_paths: CommandPaths::new(config.commands.as_ref()),
         alerts: Arc::new(hub),
-        schedules: config
-            .schedules
-            .iter()
-            .cloned()
-            .map(|s| Arc::new(ScheduleSource::new(s)))
-            .collect(),
-        backfills: config
-            .backfills
-            .iter()
-            .cloned()
-            .map(|b| Arc::new(BackfillSource::new(b, &c.data_dir)))
-            .collect(),
         trends,
         body_budget: crate::http::BodyBudget::new(c.http.max_body_bytes),
         opcua_server: config

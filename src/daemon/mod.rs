@@ -249,9 +249,9 @@ async fn serve(
         shutdown.clone(),
     ));
     let command_paths = spawn_command_paths(&state, &shutdown);
-    let mut messaging = spawn_messaging(&state, &shutdown);
-    messaging.extend(alert_workers.spawn(&shutdown));
-    let feeds = spawn_feeds(&state, &shutdown);
+    // The sources' consumers, schedules and backfills; each ends on the shutdown signal.
+    state.sources.start(&state.engine, &shutdown);
+    let alert_workers = alert_workers.spawn(&shutdown);
     let sampler = tokio::spawn(crate::trends::sampler::run(
         Arc::clone(&state.trends),
         Arc::clone(&state.engine),
@@ -276,29 +276,13 @@ async fn serve(
     let _ = live.await;
     let _ = sampler.await;
     http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
-    for task in messaging {
+    for task in alert_workers {
         let _ = task.await;
     }
-    // Backfills write their last checkpoint before the stores close.
-    for task in feeds {
-        let _ = task.await;
-    }
+    // The consumers settle their pipelines; backfills write their last checkpoint before
+    // the stores close.
+    state.sources.join().await;
     Ok(())
-}
-
-/// Starts the schedules and the backfills; each ends on the shutdown signal (a backfill
-/// checkpoints where it stands first).
-fn spawn_feeds(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
-    let engine = &state.engine;
-    let schedules = state
-        .schedules
-        .iter()
-        .map(|s| tokio::spawn(Arc::clone(s).run(Arc::clone(engine), shutdown.clone())));
-    let backfills = state
-        .backfills
-        .iter()
-        .map(|b| tokio::spawn(Arc::clone(b).run(Arc::clone(engine), shutdown.clone())));
-    schedules.chain(backfills).collect()
 }
 
 /// Starts the NATS and MQTT command paths; each ends on the shutdown signal, after its
@@ -322,23 +306,6 @@ fn spawn_command_paths(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task
     nats.chain(mqtt).collect()
 }
 
-/// Starts the NATS and MQTT sources' consumers; each ends on the shutdown signal (a source
-/// settles what is in its pipeline first).
-fn spawn_messaging(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    for s in &state.nats_sources {
-        tasks.push(tokio::spawn(
-            Arc::clone(s).run(Arc::clone(&state.engine), shutdown.clone()),
-        ));
-    }
-    for s in &state.mqtt_sources {
-        tasks.push(tokio::spawn(
-            Arc::clone(s).run(Arc::clone(&state.engine), shutdown.clone()),
-        ));
-    }
-    tasks
-}
-
 /// Applies the file given to `run` again on every SIGHUP (watched by `hup`), until shutdown:
 /// as `POST /api/config` applies a config, with origin `sighup`.
 async fn reload_on_sighup(state: Arc<AppState>, mut hup: Signal, shutdown: Shutdown) {
@@ -351,12 +318,16 @@ async fn reload_on_sighup(state: Arc<AppState>, mut hup: Signal, shutdown: Shutd
             log::warn!("config: SIGHUP ignored: the connector runs the embedded demo, not a file");
             continue;
         };
-        let (running, engine) = (Arc::clone(&state.config), Arc::clone(&state.engine));
+        let state = Arc::clone(&state);
         let _ = tokio::task::spawn_blocking(move || match std::fs::read_to_string(&path) {
             Ok(text) => {
-                let _ = running.apply(&text, Origin::Sighup, None, None, &engine);
+                let _ = state
+                    .config
+                    .apply(&text, Origin::Sighup, None, None, &state.targets());
             }
-            Err(e) => running.note_error(format!("cannot read {}: {e}", path.display())),
+            Err(e) => state
+                .config
+                .note_error(format!("cannot read {}: {e}", path.display())),
         })
         .await;
     }

@@ -4,7 +4,10 @@
 //! part by part with the running one: which parts would start, stop, restart or stay, and
 //! which settings need a restart) and `POST /api/config` (the same, then applied as
 //! [`crate::reload::Running::apply`] says; `If-Match: <revision>` refuses a change made on
-//! top of another revision with `412`).
+//! top of another revision with `412`), and `POST /api/config/rollback/{revision}` (a kept
+//! revision's text applied again, as the next revision).
+
+use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -20,7 +23,7 @@ use crate::reload::{self, Origin, Refused};
 pub const MAX_CONFIG_BYTES: usize = 4 << 20;
 
 /// Serves `/api/config` and `/api/config/revisions` (`rest` is the path after `config`).
-pub async fn handle(state: &AppState, rest: &[&str], req: Request<Incoming>) -> Resp {
+pub async fn handle(state: &Arc<AppState>, rest: &[&str], req: Request<Incoming>) -> Resp {
     if let Some(refused) = refusal(state, &req).await {
         return answer_unread(state, req, refused).await;
     }
@@ -31,6 +34,8 @@ pub async fn handle(state: &AppState, rest: &[&str], req: Request<Incoming>) -> 
         ([], _) => answer_unread(state, req, not_allowed("GET, POST")).await,
         (["revisions"], Method::GET) => json_response(StatusCode::OK, &state.config.revisions()),
         (["revisions"], _) => answer_unread(state, req, not_allowed("GET")).await,
+        (["rollback", n], Method::POST) => rollback(state, n, req).await,
+        (["rollback", _], _) => answer_unread(state, req, not_allowed("POST")).await,
         _ => {
             let unknown = error(StatusCode::NOT_FOUND, "no such endpoint");
             answer_unread(state, req, unknown).await
@@ -39,28 +44,16 @@ pub async fn handle(state: &AppState, rest: &[&str], req: Request<Incoming>) -> 
 }
 
 /// `POST /api/config`: with `dry_run=1`, what the body would change.
-async fn post(state: &AppState, req: Request<Incoming>) -> Resp {
+async fn post(state: &Arc<AppState>, req: Request<Incoming>) -> Resp {
     let dry_run = req
         .uri()
         .query()
         .unwrap_or("")
         .split('&')
         .any(|kv| matches!(kv, "dry_run=1" | "dry_run=true" | "dry_run"));
-    let if_match = req.headers().get(hyper::header::IF_MATCH).map(|v| {
-        v.to_str()
-            .ok()
-            .and_then(|s| s.trim().trim_matches('"').parse::<u64>().ok())
-    });
-    let if_match = match if_match {
-        None => None,
-        Some(Some(n)) => Some(n),
-        Some(None) => {
-            let bad = error(
-                StatusCode::BAD_REQUEST,
-                "If-Match: expected a config revision, a whole number",
-            );
-            return answer_unread(state, req, bad).await;
-        }
+    let if_match = match if_match(&req) {
+        Ok(r) => r,
+        Err(bad) => return answer_unread(state, req, bad.answer()).await,
     };
     let body = match read_body_within(state, req, MAX_CONFIG_BYTES, Some("a config")).await {
         Ok(b) => b,
@@ -93,12 +86,55 @@ async fn post(state: &AppState, req: Request<Incoming>) -> Resp {
     json_response(StatusCode::OK, &answer)
 }
 
+/// The revision of `If-Match`, if given; `Err` (the `400`) when it is not a whole number.
+fn if_match<B>(req: &Request<B>) -> Result<Option<u64>, NotARevision> {
+    let Some(value) = req.headers().get(hyper::header::IF_MATCH) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().trim_matches('"').parse::<u64>().ok())
+        .map(Some)
+        .ok_or(NotARevision)
+}
+
+/// An `If-Match` that names no revision.
+struct NotARevision;
+
+impl NotARevision {
+    fn answer(self) -> Resp {
+        error(
+            StatusCode::BAD_REQUEST,
+            "If-Match: expected a config revision, a whole number",
+        )
+    }
+}
+
+/// `POST /api/config/rollback/{n}`: kept revision `n` applied again, as the next revision
+/// (`404` when it is not kept).
+async fn rollback(state: &Arc<AppState>, n: &str, req: Request<Incoming>) -> Resp {
+    let found = n.parse::<u64>().ok().and_then(|n| state.config.text_of(n));
+    let answer = match (found, if_match(&req)) {
+        (_, Err(bad)) => bad.answer(),
+        (None, _) => error(
+            StatusCode::NOT_FOUND,
+            &format!("revision {n} is not kept (GET /api/config/revisions lists those that are)"),
+        ),
+        (Some(text), Ok(if_match)) => apply(state, text, if_match).await,
+    };
+    // Whatever body came is read and dropped, so that the connection can go on.
+    answer_unread(state, req, answer).await
+}
+
 /// `POST /api/config`: applies `text` (off the runtime's threads: it writes and syncs files).
-async fn apply(state: &AppState, text: String, if_match: Option<u64>) -> Resp {
-    let running = std::sync::Arc::clone(&state.config);
-    let engine = std::sync::Arc::clone(&state.engine);
+async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Resp {
+    let shared = Arc::clone(state);
     let applied = tokio::task::spawn_blocking(move || {
-        running.apply(&text, Origin::Api, Some("admin"), if_match, &engine)
+        let targets = shared.targets();
+        shared
+            .config
+            .apply(&text, Origin::Api, Some("admin"), if_match, &targets)
     })
     .await;
     let refused = match applied {

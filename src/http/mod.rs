@@ -54,12 +54,8 @@ use crate::alerts::Hub;
 use crate::config::HttpConfig;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
-use crate::sources::backfill::BackfillSource;
 use crate::sources::catalogue::Catalogue;
-use crate::sources::ingest::IngestSource;
-use crate::sources::mqtt::MqttSource;
-use crate::sources::nats::NatsSource;
-use crate::sources::schedule::ScheduleSource;
+use crate::sources::live::Sources;
 use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
@@ -82,8 +78,9 @@ pub struct AppState {
     pub shutdown: Shutdown,
     /// The engine every source offers to; it holds the sinks.
     pub engine: Arc<Engine>,
-    /// The ingest sources, in config order.
-    pub ingest: Vec<Arc<IngestSource>>,
+    /// The ingest API's sources, the NATS and MQTT consumers, the schedules and the
+    /// backfills, each changed alone by a reload.
+    pub sources: Sources,
     /// The webhooks, in config order.
     pub webhooks: Vec<Arc<WebhookSource>>,
     /// Every device with its figures, points and live values, in config order.
@@ -94,20 +91,12 @@ pub struct AppState {
     pub auth: AuthGuard,
     /// The one push queue check (`GET /api/ledger?verify=1`) allowed at a time.
     pub ledger_scan: LedgerScan,
-    /// NATS JetStream sources, in config order.
-    pub nats_sources: Vec<Arc<NatsSource>>,
-    /// MQTT sources, in config order.
-    pub mqtt_sources: Vec<Arc<MqttSource>>,
     /// The devices that take commands, and the way to send them one.
     pub commands: Arc<crate::commands::Commands>,
     /// The NATS and MQTT paths commands come in by.
     pub command_paths: crate::commands::paths::CommandPaths,
     /// The alert hub: queue levels, open alerts, channels.
     pub alerts: Arc<Hub>,
-    /// Schedules, in config order.
-    pub schedules: Vec<Arc<ScheduleSource>>,
-    /// Backfills, in config order.
-    pub backfills: Vec<Arc<BackfillSource>>,
     /// The last hour of every point, queue and rate (`GET /api/trends`).
     pub trends: Arc<crate::trends::Trends>,
     /// The bytes webhook bodies may hold before their signature is checked (`budget.rs`).
@@ -116,6 +105,17 @@ pub struct AppState {
     pub opcua_server: Option<Arc<crate::opcua_server::Stats>>,
     /// The running config: its text, revision and the kept revisions.
     pub config: Arc<crate::reload::Running>,
+}
+
+impl AppState {
+    /// What a reload changes while the connector runs.
+    pub fn targets(&self) -> crate::reload::Targets<'_> {
+        crate::reload::Targets {
+            engine: &self.engine,
+            sources: &self.sources,
+            shutdown: &self.shutdown,
+        }
+    }
 }
 
 #[cfg(test)]

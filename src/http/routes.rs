@@ -118,12 +118,12 @@ fn split_path<'a, 'p>(path: &'p str, parts: &'a mut [&'p str; MAX_SEGMENTS]) -> 
 
 /// The ingest source `source` once the caller's token is checked, with the request; else the
 /// answer (`404`, `401`), given after the body is read and dropped.
-async fn ingest_source<'s>(
-    state: &'s AppState,
+async fn ingest_source(
+    state: &AppState,
     source: &str,
     req: Request<Incoming>,
-) -> Result<(&'s Arc<IngestSource>, Request<Incoming>), Resp> {
-    let Some(src) = state.ingest.iter().find(|s| s.name() == source) else {
+) -> Result<(Arc<IngestSource>, Request<Incoming>), Resp> {
+    let Some(src) = state.sources.ingest.find(|s| s.name() == source) else {
         let unknown = error(
             StatusCode::NOT_FOUND,
             &format!("unknown ingest source {source:?}"),

@@ -25,13 +25,21 @@ pub fn healthy(state: &AppState) -> bool {
 
 /// The schedules' entries: `schedules` of `/api/status` and of `GET /api/schedules`.
 pub fn schedules(state: &AppState) -> Vec<Value> {
-    state.schedules.iter().map(|s| s.status()).collect()
+    state
+        .sources
+        .schedules
+        .all()
+        .iter()
+        .map(|s| s.status())
+        .collect()
 }
 
 /// The `/api/status` document.
 pub fn status(state: &AppState) -> Value {
     let mut sources: Vec<Value> = state
+        .sources
         .ingest
+        .all()
         .iter()
         .map(|s| {
             json!({
@@ -44,8 +52,8 @@ pub fn status(state: &AppState) -> Value {
             })
         })
         .collect();
-    sources.extend(state.nats_sources.iter().map(|s| s.status()));
-    sources.extend(state.mqtt_sources.iter().map(|s| s.status()));
+    sources.extend(state.sources.nats.all().iter().map(|s| s.status()));
+    sources.extend(state.sources.mqtt.all().iter().map(|s| s.status()));
     let webhooks: Vec<Value> = state
         .webhooks
         .iter()
@@ -118,7 +126,7 @@ pub fn status(state: &AppState) -> Value {
         "alerts": state.alerts.open_alerts(),
         "alert_channels": channels,
         "schedules": schedules(state),
-        "backfills": state.backfills.iter().map(|b| b.status()).collect::<Vec<Value>>(),
+        "backfills": state.sources.backfills.all().iter().map(|b| b.status()).collect::<Vec<Value>>(),
         "trends": state.trends.status_json(),
     });
     if let Some(o) = doc.as_object_mut() {
@@ -371,8 +379,8 @@ fn l(c: &AtomicU64) -> u64 {
 
 /// The schedules and the backfills.
 fn feed_metrics(state: &AppState, p: &mut Page) {
-    let schedules: Vec<(&str, &ScheduleStats)> = state
-        .schedules
+    let running_schedules = state.sources.schedules.all();
+    let schedules: Vec<(&str, &ScheduleStats)> = running_schedules
         .iter()
         .map(|s| (s.source(), &s.stats))
         .collect();
@@ -397,8 +405,8 @@ fn feed_metrics(state: &AppState, p: &mut Page) {
             ),
         ],
     );
-    let backfills: Vec<(&str, &BackfillStats)> = state
-        .backfills
+    let running_backfills = state.sources.backfills.all();
+    let backfills: Vec<(&str, &BackfillStats)> = running_backfills
         .iter()
         .map(|b| (b.source(), &b.stats))
         .collect();
@@ -422,8 +430,8 @@ fn feed_metrics(state: &AppState, p: &mut Page) {
 
 /// Counters of the ingest, NATS and MQTT sources.
 fn source_metrics(state: &AppState, p: &mut Page) {
-    let ingest: Vec<(&str, &IngestStats)> = state
-        .ingest
+    let running_ingest = state.sources.ingest.all();
+    let ingest: Vec<(&str, &IngestStats)> = running_ingest
         .iter()
         .map(|s| (s.source(), &s.stats))
         .collect();
@@ -453,8 +461,8 @@ fn source_metrics(state: &AppState, p: &mut Page) {
             ),
         ],
     );
-    let nats: Vec<(&str, &NatsSourceStats)> = state
-        .nats_sources
+    let running_nats = state.sources.nats.all();
+    let nats: Vec<(&str, &NatsSourceStats)> = running_nats
         .iter()
         .map(|s| (s.source(), &s.stats))
         .collect();
@@ -489,8 +497,8 @@ fn source_metrics(state: &AppState, p: &mut Page) {
             ),
         ],
     );
-    let mqtt: Vec<(&str, &MqttSourceStats)> = state
-        .mqtt_sources
+    let running_mqtt = state.sources.mqtt.all();
+    let mqtt: Vec<(&str, &MqttSourceStats)> = running_mqtt
         .iter()
         .map(|s| (s.source(), &s.stats))
         .collect();

@@ -1,11 +1,46 @@
 //! Applying a new config while the connector runs: validated whole, compared part by part,
 //! refused with the reason when it changes what cannot change live, else kept (the file given
-//! to `run`, the revisions) and put in place. This version changes the flows live.
+//! to `run`, the revisions) and put in place. This version changes live the flows and the
+//! sources of [`crate::sources::live`] (and the NATS and MQTT connections that only they
+//! use: they restart with them).
+
+use std::sync::Arc;
 
 use super::{diff, revisions, Change, Diff, Origin, Revision, Running};
+use crate::engine::Engine;
+use crate::shutdown::Shutdown;
+use crate::sources::live::{Built, Sources};
 
-/// The parts a reload changes while the connector runs; any other changed part is refused.
-pub const LIVE_PARTS: [&str; 1] = ["flows"];
+/// The parts a reload changes while the connector runs (a name ending in `/` stands for every
+/// part of that kind); any other changed part is refused.
+pub const LIVE_PARTS: [&str; 8] = [
+    "flows",
+    "ingest/",
+    "nats/",
+    "mqtt/",
+    "schedule/",
+    "backfill/",
+    "nats-connection/",
+    "mqtt-connection/",
+];
+
+/// Whether a reload changes `part` while the connector runs.
+fn live(part: &str) -> bool {
+    LIVE_PARTS.iter().any(|l| match l.strip_suffix('/') {
+        Some(_) => part.starts_with(l),
+        None => part == *l,
+    })
+}
+
+/// What a reload changes while the connector runs.
+pub struct Targets<'a> {
+    /// Its flow plan is swapped.
+    pub engine: &'a Arc<Engine>,
+    /// Its sources are stopped, started and replaced one at a time.
+    pub sources: &'a Sources,
+    /// The connector's stop, which stops a part started by a reload too.
+    pub shutdown: &'a Shutdown,
+}
 
 /// A config applied.
 #[derive(Debug)]
@@ -79,10 +114,10 @@ impl Running {
         origin: Origin,
         by: Option<&str>,
         if_match: Option<u64>,
-        engine: &crate::engine::Engine,
+        targets: &Targets<'_>,
     ) -> Result<Applied, Refused> {
         let _one = self.applying.lock().unwrap_or_else(|p| p.into_inner());
-        let result = self.try_apply(text, origin, by, if_match, engine);
+        let result = self.try_apply(text, origin, by, if_match, targets);
         let error = result.as_ref().err().map(|e| e.to_string());
         if let Some(e) = &error {
             log::warn!(
@@ -110,8 +145,12 @@ impl Running {
         origin: Origin,
         by: Option<&str>,
         if_match: Option<u64>,
-        engine: &crate::engine::Engine,
+        targets: &Targets<'_>,
     ) -> Result<Applied, Refused> {
+        // The parts' tasks are stopped and started on the runtime this is called from (off
+        // its worker threads: `spawn_blocking`).
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Refused::Io("a config is applied from the connector's runtime".into()))?;
         let config = crate::config::from_yaml(text).map_err(Refused::Invalid)?;
         let running = self.revision();
         if if_match.is_some_and(|r| r != running) {
@@ -122,7 +161,7 @@ impl Running {
         let mut parts: Vec<String> = diff
             .parts
             .iter()
-            .filter(|(name, c)| **c != Change::Keep && !LIVE_PARTS.contains(&name.as_str()))
+            .filter(|(name, c)| **c != Change::Keep && !live(name))
             .map(|(name, _)| name.clone())
             .collect();
         let flows = diff.parts.get("flows") != Some(&Change::Keep);
@@ -168,9 +207,28 @@ impl Running {
                 hash: revisions::hash(text),
             }
         });
-        if flows {
-            engine.set_plan(config.plan());
-        }
+        // The parts that end first, under the plan they ran with (a consumer settles what it
+        // holds), then the new plan, then the parts that begin.
+        let named = |changes: &[Change]| -> Vec<&str> {
+            diff.parts
+                .iter()
+                .filter(|(_, c)| changes.contains(c))
+                .map(|(name, _)| name.as_str())
+                .collect()
+        };
+        runtime.block_on(async {
+            targets.sources.stop(&named(&[Change::Stop]), false).await;
+            targets.sources.stop(&named(&[Change::Restart]), true).await;
+        });
+        // Compiled again whatever changed: without `flows:` the plan names every source.
+        targets.engine.set_plan(config.plan());
+        let started = named(&[Change::Start, Change::Restart]);
+        targets.sources.add(
+            Built::new(&config),
+            &started,
+            targets.engine,
+            targets.shutdown,
+        );
         if let Ok(mut c) = self.current.lock() {
             c.text = text.to_string();
             c.revision = revision.clone();

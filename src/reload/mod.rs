@@ -2,11 +2,14 @@
 //! `redact.rs`), what a new config would change part by part (`POST /api/config?dry_run=1`,
 //! [`parts`]), the applied configs kept in the data dir ([`revisions`]), and applying a new
 //! config while the connector runs (`apply.rs`, [`Running::apply`]: `POST /api/config`,
-//! `SIGHUP`).
+//! `SIGHUP`, a kept revision rolled back to), and `opex-connector reload` asking the daemon
+//! for it ([`ask`]).
 //!
-//! What this version applies live: the flows (the engine's plan swapped whole, at once). A
-//! config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
-//! the parts named, and nothing changes: the operator restarts with it.
+//! What this version applies live ([`LIVE_PARTS`]): the flows (the engine's plan swapped
+//! whole, at once) and the sources of [`crate::sources::live`] (each stopped, started or
+//! replaced alone; the NATS and MQTT connections only they use restart with them). A config
+//! that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with the parts
+//! named, and nothing changes: the operator restarts with it.
 //!
 //! [`Running`] is the one place that knows which config runs: its text (its tree, templates
 //! expanded, is made again when asked: a config of 10 000 points is some megabytes as a tree
@@ -15,6 +18,7 @@
 //! it.
 
 mod apply;
+pub mod ask;
 pub mod parts;
 mod redact;
 pub mod revisions;
@@ -24,7 +28,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-pub use apply::{Applied, Refused, LIVE_PARTS};
+pub use apply::{Applied, Refused, Targets, LIVE_PARTS};
 pub use parts::{diff, Change, Diff, NEEDS_RESTART};
 pub use redact::{redact, redacted_yaml, REDACTED};
 pub use revisions::{Origin, Revision, Revisions};
@@ -149,6 +153,11 @@ impl Running {
                 "last_error": c.last_error,
             })
         })
+    }
+
+    /// The text of kept revision `n` (`POST /api/config/rollback/{n}`).
+    pub fn text_of(&self, n: u64) -> Option<String> {
+        self.revisions.lock().ok()?.text(n)
     }
 
     /// `GET /api/config/revisions`: the kept revisions, newest first.
