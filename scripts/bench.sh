@@ -64,6 +64,14 @@
 #            from 64 clients with the server and without it
 #            (benches/opcua_server.rs); installs asyncua and node-opcua as
 #            scripts/test.sh pins them when missing
+#   reload   50 reloads (POST /api/config: the flows, a schedule, an ingest
+#            source's token) under 16 ingest clients while one device of
+#            the simulator is polled every 100 ms: request -> applied answer
+#            p50/p99/max, the clients' requests not answered 200, the
+#            device's longest gap between two polls and its polls missed;
+#            then a restart of the same daemon under the same load: signal
+#            -> first 200 again, requests refused, the device's gap
+#            (benches/reload.rs)
 #
 # Environment: BENCH_SECS (default 10) per measurement, BENCH_CONNS (default
 # 64; databases: 16), BENCH_ROWS (databases: default 100000), BENCH_DIR (temp
@@ -78,7 +86,7 @@
 # (instructions: requests counted, default 3200, after 320 not counted),
 # BENCH_POINTS and BENCH_PUBLISHING_MS (opcua-server: points per device,
 # default 100; publishing interval, default 1000; BENCH_DEVICES default 100,
-# BENCH_SECS default 20).
+# BENCH_SECS default 20), BENCH_RELOADS (reload: default 50).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -86,7 +94,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,80p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,90p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Cargo's target folder as an absolute path (CARGO_TARGET_DIR is relative to
@@ -168,6 +176,12 @@ bench_fleet() {
     release_daemon
     echo "==> cargo bench --bench fleet (BENCH_FLEET=${BENCH_FLEET:-1,4,16} BENCH_FLEET_SYNC=${BENCH_FLEET_SYNC:-both} BENCH_SECS=${BENCH_SECS:-10})"
     cargo bench --bench fleet
+}
+
+bench_reload() {
+    release_daemon
+    echo "==> cargo bench --bench reload (BENCH_RELOADS=${BENCH_RELOADS:-50})"
+    cargo bench --bench reload
 }
 
 bench_opcua_server() {
@@ -328,6 +342,7 @@ case "${1:-}" in
     s7) bench_s7 ;;
     instructions) bench_instructions ;;
     opcua-server) bench_opcua_server ;;
+    reload) bench_reload ;;
     -h | --help | help) usage ;;
     "")
         usage >&2

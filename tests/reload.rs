@@ -190,3 +190,272 @@ fn a_changed_jetstream_consumer_restarts_alone_and_the_other_keeps_its_connectio
     });
     assert_eq!(u64_at(&daemon.status(), "/push_queue/rows"), 4);
 }
+
+/// How many clients post records while the config changes.
+const CLIENTS: usize = 64;
+/// How many configs are applied under the load.
+const RELOADS: usize = 20;
+
+/// The config of reload `round` (0 is the one the daemon starts with): the ingest records go
+/// to the push queue and, every other round, to the MQTT sink as well; a schedule is added,
+/// changed and removed in turn; a second ingest source's token is rotated. Everything else
+/// (the devices, the sinks, the JetStream consumer, its connection) stays as it is.
+fn loaded_config(
+    round: usize,
+    nats: &NatsServer,
+    broker: &Mosquitto,
+    plant: u16,
+    uplink: &str,
+) -> Value {
+    let device = |name: &str| {
+        json!({
+            "name": name, "protocol": "modbus_tcp", "host": "127.0.0.1", "port": plant, "unit": 1,
+            "timeout_ms": 500,
+            "groups": [{"name": "process", "interval_ms": 100}],
+            "points": [{"name": "oven_temp", "register": 0, "type": "f32"}],
+        })
+    };
+    let ingest_to: &[&str] = if round % 2 == 1 {
+        &["push", "mqtt"]
+    } else {
+        &["push"]
+    };
+    let mut nodes = vec![
+        json!({"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")}),
+        json!({"id": "extra", "kind": "source", "source": format!("ingest/{OTHER}")}),
+        json!({"id": "js", "kind": "source", "source": "nats/events"}),
+        json!({"id": "p1", "kind": "source", "source": "modbus/plant-1"}),
+        json!({"id": "p2", "kind": "source", "source": "modbus/plant-2"}),
+    ];
+    nodes.extend(
+        ["push", "mqtt"]
+            .iter()
+            .filter(|s| **s == "push" || ingest_to.contains(s))
+            .map(|s| json!({"id": format!("to-{s}"), "kind": "sink", "sink": s})),
+    );
+    let mut wires: Vec<Value> = ingest_to
+        .iter()
+        .map(|s| json!({"from": "in", "to": format!("to-{s}")}))
+        .collect();
+    for from in ["extra", "js", "p1", "p2"] {
+        wires.push(json!({"from": from, "to": "to-push"}));
+    }
+    let mut config = json!({
+        "connector": {
+            "http": {"admin_token": ADMIN},
+            "push_queue": {"enabled": true, "max_quota_mb": 256, "on_full": "block"},
+            "push": {"url": uplink, "retry_initial_ms": 50, "retry_max_ms": 200},
+        },
+        "ingest": {"sources": [
+            {"name": SOURCE, "token": TOKEN},
+            {"name": OTHER, "token": format!("other-t0ken-{round:04}-0123")},
+        ]},
+        "simulator": {"modbus": format!("127.0.0.1:{plant}")},
+        "devices": [device("plant-1"), device("plant-2")],
+        "nats": {
+            "connections": [{"name": "js", "servers": [nats.url()]}],
+            "sources": [{"name": "events", "stream": "EVENTS", "durable": "edge"}],
+        },
+        "mqtt": {
+            "connections": [{"name": "plant", "url": broker.url(), "client_id": "it-sink"}],
+            "sink": {"topic": "opex/{{key}}", "qos": 1, "ack_timeout_secs": 5},
+        },
+    });
+    if round % 3 != 2 {
+        config["schedules"] = json!([{"name": "tick", "every": "1s", "payload": {"round": round}}]);
+        nodes.push(json!({"id": "tick", "kind": "source", "source": "schedule/tick"}));
+        wires.push(json!({"from": "tick", "to": "to-push"}));
+    }
+    config["flows"] = json!([{"id": "out", "nodes": nodes, "wires": wires}]);
+    config
+}
+
+#[test]
+fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let nats = NatsServer::start();
+    let js = Js::connect(&nats.url());
+    js.create_stream("EVENTS", &["events.>"]);
+    let broker = Mosquitto::start();
+    let uplink = Receiver::start();
+    let plant = free_port();
+    let daemon = Daemon::start(loaded_config(0, &nats, &broker, plant, &uplink.url()));
+    let device = |name: &str| named(&daemon.status(), "/devices", name).clone();
+    wait_until(
+        Duration::from_secs(20),
+        "the devices poll, the consumer consumes",
+        || {
+            u64_at(&device("plant-1"), "/polls_total") > 0
+                && u64_at(&device("plant-2"), "/polls_total") > 0
+                && source(&daemon, "nats/events")["consuming"] == true
+                && named(&daemon.status(), "/sinks", "mqtt")["connected"] == true
+        },
+    );
+    let connects = |name: &str| u64_at(&device(name), "/connects_total");
+    let (connects_1, connects_2) = (connects("plant-1"), connects("plant-2"));
+    let consumer = cid(&nats, "opex-connector nats/events").expect("the consumer's connection");
+    let broker_log = broker.dir().join("mosquitto.log");
+    let sink_sessions = || {
+        std::fs::read_to_string(&broker_log)
+            .unwrap_or_default()
+            .matches(" as it-sink-sink-mqtt (")
+            .count()
+    };
+    assert_eq!(
+        sink_sessions(),
+        1,
+        "the MQTT sink connected once: {}",
+        std::fs::read_to_string(&broker_log).unwrap_or_default()
+    );
+
+    // The load: 64 clients posting records, a publisher into JetStream.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stored: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let odd: Arc<Mutex<Vec<String>>> = Arc::default();
+    let base = daemon.url(&format!("/api/ingest/{SOURCE}"));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (stop, stored, odd, base) =
+                (stop.clone(), stored.clone(), odd.clone(), base.clone());
+            std::thread::spawn(move || {
+                let client = Client::new();
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let key = format!("c{c}-{n}");
+                    n += 1;
+                    match client.post(&format!("{base}/{key}"), Some(TOKEN), b"{\"v\": 1}") {
+                        Ok(r) if r.status == 200 => {
+                            // The record's id, as the uplink gets it.
+                            let id = r.json()["id"].as_str().map(str::to_string);
+                            stored.lock().unwrap().insert(id.unwrap_or(key));
+                        }
+                        Ok(r) if r.status == 503 && r.header("retry-after").is_some() => {}
+                        Ok(r) => odd
+                            .lock()
+                            .unwrap()
+                            .push(format!("{key}: {} {}", r.status, r.body)),
+                        Err(e) => odd.lock().unwrap().push(format!("{key}: {e}")),
+                    }
+                }
+            })
+        })
+        .collect();
+    let publisher = {
+        let (stop, url) = (stop.clone(), nats.url());
+        std::thread::spawn(move || {
+            let js = Js::connect(&url);
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                js.publish("events.tick", serde_json::to_vec(&json!({"n": n})).unwrap());
+                n += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            n
+        })
+    };
+
+    let polls_before = u64_at(&device("plant-1"), "/polls_total");
+    for round in 1..=RELOADS {
+        let mut config = loaded_config(round, &nats, &broker, plant, &uplink.url());
+        // What the harness added to the first config stays as it is.
+        let first = running(&daemon);
+        config["connector"]["data_dir"] = first["connector"]["data_dir"].clone();
+        config["connector"]["http"]["listen"] = first["connector"]["http"]["listen"].clone();
+        config["telemetry"] = first["telemetry"].clone();
+        let body = apply(&daemon, &config);
+        assert_eq!(body["revision"], json!(round + 1), "{body}");
+        let kept: Vec<&str> = body["changes"]["keep"]
+            .as_array()
+            .expect("keep")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        for part in [
+            "device/plant-1",
+            "device/plant-2",
+            "sink/mqtt",
+            "sink/push",
+            "nats/events",
+        ] {
+            assert!(
+                kept.contains(&part),
+                "round {round}: {part} not kept: {body}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().expect("a client");
+    }
+    let published = publisher.join().expect("the publisher");
+
+    let odd = odd.lock().unwrap().clone();
+    assert!(
+        odd.is_empty(),
+        "answers other than 200 and 503 + Retry-After: {odd:?}"
+    );
+    let stored = stored.lock().unwrap().clone();
+    assert!(
+        stored.len() > CLIENTS,
+        "the load ran: {} stored",
+        stored.len()
+    );
+
+    // Every acked record delivered: each stored key at the uplink, every JetStream message
+    // consumed, the ledger balanced with nothing lost.
+    let began = std::time::Instant::now();
+    loop {
+        let got = uplink.unique_ids();
+        let missing: Vec<&String> = stored.iter().filter(|k| !got.contains(*k)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "{} of {} stored records never reached the uplink, e.g. {:?}; it has {} ids, e.g. {:?}; push queue: {}",
+            missing.len(),
+            stored.len(),
+            missing.iter().take(5).collect::<Vec<_>>(),
+            got.len(),
+            got.iter().take(5).collect::<Vec<_>>(),
+            daemon.status()["push_queue"]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "JetStream has nothing pending",
+        || {
+            let (pending, unacked, _) = js.consumer("EVENTS", "edge");
+            pending + unacked == 0
+        },
+    );
+    assert!(published > 0);
+    wait_until(
+        Duration::from_secs(30),
+        "nothing pending in the ledger",
+        || {
+            let ledger = ledger(&daemon, false);
+            ledger["sources"]
+                .as_object()
+                .is_some_and(|s| s.values().all(|c| u64_at(c, "/pending") == 0))
+        },
+    );
+    let ledger = assert_balanced(&ledger(&daemon, true), "after the reloads");
+    for (name, c) in ledger["sources"].as_object().expect("sources") {
+        assert_eq!(u64_at(c, "/lost"), 0, "{name} lost records: {c:#}");
+    }
+
+    // The unchanged parts were not touched: the devices kept their connections and went on
+    // polling, the consumer its NATS connection, the MQTT sink its one session.
+    assert_eq!(connects("plant-1"), connects_1, "{}", device("plant-1"));
+    assert_eq!(connects("plant-2"), connects_2, "{}", device("plant-2"));
+    assert!(u64_at(&device("plant-1"), "/polls_total") > polls_before);
+    assert_eq!(cid(&nats, "opex-connector nats/events"), Some(consumer));
+    assert_eq!(sink_sessions(), 1, "the MQTT sink connected once");
+    assert_eq!(daemon.status()["config"]["reloads"], json!(RELOADS));
+}

@@ -73,11 +73,16 @@ impl Daemon {
                 "connector:\n  name: bench\n  data_dir: {data}\n  http:\n    listen: 127.0.0.1:0\n    max_connections: 256\n  push_queue:\n    enabled: true\n    max_quota_mb: 1024\n    on_full: evict_oldest\ningest:\n  sources:\n    - name: bench\n      token: bench-token-0123\n{extra}"
             ),
         )?;
+        Self::run(bin, dir, &config)
+    }
+
+    /// Runs the daemon with the config file `config` (its log in `dir`).
+    pub fn run(bin: &Path, dir: &Path, config: &Path) -> BoxResult<Daemon> {
         let log = dir.join("daemon.log");
         let mut proc = Proc::spawn(
             Command::new(bin)
                 .args(["run", "--config"])
-                .arg(&config)
+                .arg(config)
                 .stdout(Stdio::piped()),
             &log,
         )?;
