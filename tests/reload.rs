@@ -1,7 +1,9 @@
-//! A reload changes one source at a time while the others go on untouched: ingest sources,
-//! schedules and JetStream consumers added, changed and removed by `POST /api/config`, with
-//! the unchanged ones' counters and connections (the NATS server's own connection ids) kept.
-//! Drives the real binary against a real nats-server.
+//! A reload changes one part at a time while the others go on untouched: ingest sources,
+//! schedules, JetStream consumers and alert channels added, changed and removed by `POST
+//! /api/config`, with the unchanged parts' counters and connections kept (the NATS server's
+//! own connection ids, mosquitto's log of sessions, the devices' connect counters); and 20
+//! such reloads under load with nothing lost. Drives the real binary against real
+//! nats-server, mosquitto and pymodbus.
 
 mod common;
 
@@ -198,8 +200,9 @@ const RELOADS: usize = 20;
 
 /// The config of reload `round` (0 is the one the daemon starts with): the ingest records go
 /// to the push queue and, every other round, to the MQTT sink as well; a schedule is added,
-/// changed and removed in turn; a second ingest source's token is rotated. Everything else
-/// (the devices, the sinks, the JetStream consumer, its connection) stays as it is.
+/// changed and removed in turn; a second ingest source's token is rotated (and the test adds
+/// and removes an alert channel in turn). Everything else (the devices, the sinks, the
+/// JetStream consumer, its connection) stays as it is.
 fn loaded_config(
     round: usize,
     nats: &NatsServer,
@@ -281,6 +284,7 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
     js.create_stream("EVENTS", &["events.>"]);
     let broker = Mosquitto::start();
     let uplink = Receiver::start();
+    let alert_receiver = Receiver::start();
     let plant = free_port();
     let daemon = Daemon::start(loaded_config(0, &nats, &broker, plant, &uplink.url()));
     let device = |name: &str| named(&daemon.status(), "/devices", name).clone();
@@ -365,7 +369,19 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
         config["connector"]["data_dir"] = first["connector"]["data_dir"].clone();
         config["connector"]["http"]["listen"] = first["connector"]["http"]["listen"].clone();
         config["telemetry"] = first["telemetry"].clone();
+        // An alert channel added and removed in turn.
+        config["telemetry"]["alerts"]["webhook"] = match round % 2 {
+            1 => json!({"url": alert_receiver.url()}),
+            _ => Value::Null,
+        };
         let body = apply(&daemon, &config);
+        assert_eq!(
+            body["changes"]["restart"]
+                .as_array()
+                .map(|r| r.contains(&json!("alerts"))),
+            Some(true),
+            "round {round}: {body}"
+        );
         assert_eq!(body["revision"], json!(round + 1), "{body}");
         let kept: Vec<&str> = body["changes"]["keep"]
             .as_array()
@@ -458,4 +474,68 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
     assert_eq!(cid(&nats, "opex-connector nats/events"), Some(consumer));
     assert_eq!(sink_sessions(), 1, "the MQTT sink connected once");
     assert_eq!(daemon.status()["config"]["reloads"], json!(RELOADS));
+}
+
+#[test]
+fn an_alert_channel_is_added_and_removed_while_the_device_it_reports_keeps_its_connection() {
+    let mut device = ModbusTcp::start();
+    let alerts = Receiver::start();
+    let daemon = Daemon::start(json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "telemetry": {"alerts": {"after_secs": 1, "check_interval_secs": 1}},
+        "devices": [{
+            "name": "press-1", "protocol": "modbus_tcp", "host": "127.0.0.1",
+            "port": device.port(), "unit": 1, "timeout_ms": 300,
+            "groups": [{"name": "main", "interval_ms": 100}],
+            "points": [{"name": "u16", "register": 0, "type": "u16"}],
+        }],
+    }));
+    let press = || named(&daemon.status(), "/devices", "press-1").clone();
+    wait_until(Duration::from_secs(20), "the device polled", || {
+        u64_at(&press(), "/polls_total") > 0
+    });
+    let connects = u64_at(&press(), "/connects_total");
+    let channels = |daemon: &Daemon| -> Vec<Value> {
+        daemon.status()["alert_channels"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c["name"].clone())
+            .collect()
+    };
+    assert_eq!(channels(&daemon), [json!("log")]);
+
+    let mut new = running(&daemon);
+    new["telemetry"]["alerts"]["webhook"] =
+        json!({"url": alerts.url(), "retry_initial_ms": 100, "retry_max_ms": 500});
+    let body = apply(&daemon, &new);
+    assert_eq!(body["changes"]["restart"], json!(["alerts"]), "{body}");
+    assert_eq!(channels(&daemon), [json!("log"), json!("webhook")]);
+    assert_eq!(
+        u64_at(&press(), "/connects_total"),
+        connects,
+        "the device untouched"
+    );
+
+    // The new channel carries the next outage.
+    device.stop();
+    wait_until(
+        Duration::from_secs(20),
+        "the outage on the new channel",
+        || {
+            alerts
+                .records()
+                .iter()
+                .any(|a| a["component"] == "device press-1" && a["kind"] == "device_offline")
+        },
+    );
+
+    new["telemetry"]["alerts"]
+        .as_object_mut()
+        .expect("alerts")
+        .remove("webhook");
+    let body = apply(&daemon, &new);
+    assert_eq!(body["changes"]["restart"], json!(["alerts"]), "{body}");
+    assert_eq!(channels(&daemon), [json!("log")]);
 }

@@ -7,11 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinHandle;
+
 use super::alert::{now_rfc3339, queue_message, severity, Alert};
-use super::channels::ChannelHandle;
+use super::channels::{ChannelHandle, Workers};
+use super::config::AlertsConfig;
 use crate::admission::level::{GrowthTracker, LevelTracker};
 use crate::shutdown::Shutdown;
 
@@ -154,16 +157,25 @@ impl Component {
     }
 }
 
+/// `d` in whole milliseconds, at least 1 (an interval of 0 would not tick).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 /// The hub.
 pub struct Hub {
     pub(super) connector: String,
-    check_interval: Duration,
+    /// Milliseconds between two checks (a reload changes it).
+    check_interval_ms: AtomicU64,
     pub(super) queues: Vec<Queue>,
     components: Vec<Component>,
     /// Parts read as a whole at each check (the sinks), with their components' trackers.
     groups: Vec<ReadGroup>,
     group_trackers: Mutex<BTreeMap<String, GrowthTracker>>,
-    pub(super) channels: Vec<ChannelHandle>,
+    /// The channels besides the log; a reload puts new ones in their place.
+    pub(super) channels: RwLock<Vec<ChannelHandle>>,
+    /// The channels' workers started, waited for at the stop.
+    workers: Mutex<Vec<JoinHandle<()>>>,
     /// Alerts written to the log (the channel that is always there).
     pub(super) log_total: AtomicU64,
     /// The last non-`ok` alert of each queue or component, by [`Alert::key`].
@@ -177,12 +189,13 @@ impl Hub {
     pub fn new(connector: &str, check_interval: Duration, channels: Vec<ChannelHandle>) -> Self {
         Self {
             connector: connector.to_string(),
-            check_interval,
+            check_interval_ms: AtomicU64::new(millis(check_interval)),
             queues: Vec::new(),
             components: Vec::new(),
             groups: Vec::new(),
             group_trackers: Mutex::new(BTreeMap::new()),
-            channels,
+            channels: RwLock::new(channels),
+            workers: Mutex::default(),
             log_total: AtomicU64::new(0),
             open: Mutex::new(BTreeMap::new()),
             outages: super::outages::Outages::new(Duration::from_secs(super::config::AFTER_SECS)),
@@ -197,7 +210,41 @@ impl Hub {
 
     /// Time between two checks.
     pub fn check_interval(&self) -> Duration {
-        self.check_interval
+        Duration::from_millis(self.check_interval_ms.load(Ordering::Relaxed))
+    }
+
+    /// Starts the channels' `workers` on the current runtime; each ends on `shutdown`, or
+    /// when its channel is replaced (after the alert it is sending).
+    pub fn start_workers(&self, workers: Workers, shutdown: &Shutdown) {
+        let started = workers.spawn(shutdown);
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(started);
+    }
+
+    /// A reload's new `telemetry.alerts:`: its channels in the place of the old ones (each
+    /// old worker sends what it holds, then ends), its check interval and its `after`. Needs
+    /// the runtime.
+    pub fn reconfigure(&self, cfg: &AlertsConfig, shutdown: &Shutdown) {
+        let (channels, workers) = super::channels::build(cfg);
+        self.start_workers(workers, shutdown);
+        let old = std::mem::replace(
+            &mut *self.channels.write().unwrap_or_else(|e| e.into_inner()),
+            channels,
+        );
+        drop(old);
+        self.check_interval_ms
+            .store(millis(cfg.check_interval), Ordering::Relaxed);
+        self.outages.set_after(cfg.after);
+    }
+
+    /// Waits, after the stop, until every channel's worker ended.
+    pub async fn join_workers(&self) {
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in workers {
+            let _ = w.await;
+        }
     }
 
     /// Watches a queue.
@@ -333,19 +380,31 @@ impl Hub {
                 open.insert(alert.key(), alert.clone());
             }
         }
-        for c in &self.channels {
+        for c in self
+            .channels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             c.offer(alert);
         }
     }
 
     /// Checks every `check_interval` until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
-        let mut tick = tokio::time::interval(self.check_interval);
+        let mut every = self.check_interval();
+        let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = tick.tick() => {},
                 _ = shutdown.wait() => return,
+            }
+            if self.check_interval() != every {
+                // A reload changed it: the next check is one new interval away.
+                every = self.check_interval();
+                tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             }
             self.check(tokio::time::Instant::now().into_std());
         }

@@ -6,6 +6,7 @@
 //! (the delivery document's queue alerts), so it is never alerted twice.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ const QUEUE_KINDS: [&str; 2] = ["queue_high", "queue_full"];
 /// last sent (Unix seconds).
 #[derive(Default)]
 pub struct Outages {
-    after: Duration,
+    /// `after`, in seconds (a reload changes it).
+    after_secs: AtomicU64,
     sent: Mutex<BTreeMap<String, (Problem, u64)>>,
 }
 
@@ -29,9 +31,14 @@ impl Outages {
     /// Problems are alerted once they have lasted `after`.
     pub fn new(after: Duration) -> Self {
         Self {
-            after,
+            after_secs: AtomicU64::new(after.as_secs()),
             sent: Mutex::default(),
         }
+    }
+
+    /// From now on, problems are alerted once they have lasted `after`.
+    pub fn set_after(&self, after: Duration) {
+        self.after_secs.store(after.as_secs(), Ordering::Relaxed);
     }
 }
 
@@ -56,7 +63,7 @@ impl Hub {
             false
         });
         for (key, p) in open {
-            if now.saturating_sub(p.since) < self.outages.after.as_secs() {
+            if now.saturating_sub(p.since) < self.outages.after_secs.load(Ordering::Relaxed) {
                 continue;
             }
             let repeat = match sent.get(&key) {

@@ -52,7 +52,13 @@ impl Hub {
             "failing": false,
         });
         std::iter::once(log)
-            .chain(self.channels.iter().map(|c| c.stats.to_json(&c.name)))
+            .chain(
+                self.channels
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|c| c.stats.to_json(&c.name)),
+            )
             .collect()
     }
 

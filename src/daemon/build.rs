@@ -112,7 +112,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         previous_version: crate::release::previous_version(),
         http: c.http.clone(),
         data_dir: c.data_dir.clone(),
-        disk_free_pct: config.alerts.disk_free_pct,
+        disk_free_pct: config.alerts.disk_free_pct.into(),
         shutdown: Shutdown::new(),
         engine,
         sources: Sources::new(Built::new(&config)),

@@ -251,7 +251,7 @@ async fn serve(
     let command_paths = spawn_command_paths(&state, &shutdown);
     // The sources' consumers, schedules and backfills; each ends on the shutdown signal.
     state.sources.start(&state.engine, &shutdown);
-    let alert_workers = alert_workers.spawn(&shutdown);
+    state.alerts.start_workers(alert_workers, &shutdown);
     let sampler = tokio::spawn(crate::trends::sampler::run(
         Arc::clone(&state.trends),
         Arc::clone(&state.engine),
@@ -276,9 +276,7 @@ async fn serve(
     let _ = live.await;
     let _ = sampler.await;
     http::wait_for_live_sessions(&state, std::time::Duration::from_secs(2)).await;
-    for task in alert_workers {
-        let _ = task.await;
-    }
+    state.alerts.join_workers().await;
     // The consumers settle their pipelines; backfills write their last checkpoint before
     // the stores close.
     state.sources.join().await;
@@ -355,9 +353,16 @@ pub(crate) async fn wait_for_signal() {
 async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
     let hub = tokio::spawn(Arc::clone(&state.alerts).run(shutdown.clone()));
     let mut tick = tokio::time::interval(crate::admission::level::CHECK_EVERY);
-    let mut health = tokio::time::interval(state.alerts.check_interval());
+    let mut every = state.alerts.check_interval();
+    let mut health = tokio::time::interval(every);
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if state.alerts.check_interval() != every {
+            // A reload changed it.
+            every = state.alerts.check_interval();
+            health = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
         tokio::select! {
             _ = tick.tick() => {
                 if http::healthy(&state) {

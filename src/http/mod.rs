@@ -72,8 +72,9 @@ pub struct AppState {
     pub http: HttpConfig,
     /// `connector.data_dir`, whose free space the status shows.
     pub data_dir: PathBuf,
-    /// `telemetry.alerts.disk_free_pct`: under this percent free, the disk is a problem.
-    pub disk_free_pct: u64,
+    /// `telemetry.alerts.disk_free_pct`: under this percent free, the disk is a problem (a
+    /// reload changes it).
+    pub disk_free_pct: std::sync::atomic::AtomicU64,
     /// The stop signal (live view sessions close on it).
     pub shutdown: Shutdown,
     /// The engine every source offers to; it holds the sinks.
@@ -113,6 +114,8 @@ impl AppState {
         crate::reload::Targets {
             engine: &self.engine,
             sources: &self.sources,
+            alerts: &self.alerts,
+            disk_free_pct: &self.disk_free_pct,
             shutdown: &self.shutdown,
         }
     }

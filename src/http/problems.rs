@@ -60,7 +60,14 @@ pub fn findings(state: &AppState) -> Vec<Finding> {
         }
     }
     if let Some((free, total)) = disk_space(&state.data_dir) {
-        out.extend(disk(free, total, state.disk_free_pct, &state.data_dir));
+        out.extend(disk(
+            free,
+            total,
+            state
+                .disk_free_pct
+                .load(std::sync::atomic::Ordering::Relaxed),
+            &state.data_dir,
+        ));
     }
     for s in schedules(state) {
         let result = s["last_result"].as_str().unwrap_or("ok");

@@ -1,20 +1,23 @@
 //! Applying a new config while the connector runs: validated whole, compared part by part,
 //! refused with the reason when it changes what cannot change live, else kept (the file given
-//! to `run`, the revisions) and put in place. This version changes live the flows and the
-//! sources of [`crate::sources::live`] (and the NATS and MQTT connections that only they
-//! use: they restart with them).
+//! to `run`, the revisions) and put in place. This version changes live the flows, the
+//! sources of [`crate::sources::live`] and the alert channels and checks (`telemetry:`), and
+//! the NATS and MQTT connections only they use (they restart with them).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{diff, revisions, Change, Diff, Origin, Revision, Running};
+use crate::alerts::Hub;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
 use crate::sources::live::{Built, Sources};
 
 /// The parts a reload changes while the connector runs (a name ending in `/` stands for every
 /// part of that kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 8] = [
+pub const LIVE_PARTS: [&str; 9] = [
     "flows",
+    "alerts",
     "ingest/",
     "nats/",
     "mqtt/",
@@ -38,6 +41,10 @@ pub struct Targets<'a> {
     pub engine: &'a Arc<Engine>,
     /// Its sources are stopped, started and replaced one at a time.
     pub sources: &'a Sources,
+    /// Its alert channels are replaced, its check interval and `after` changed.
+    pub alerts: &'a Hub,
+    /// `telemetry.alerts.disk_free_pct`.
+    pub disk_free_pct: &'a AtomicU64,
     /// The connector's stop, which stops a part started by a reload too.
     pub shutdown: &'a Shutdown,
 }
@@ -222,6 +229,12 @@ impl Running {
         });
         // Compiled again whatever changed: without `flows:` the plan names every source.
         targets.engine.set_plan(config.plan());
+        if diff.parts.get("alerts") != Some(&Change::Keep) {
+            targets.alerts.reconfigure(&config.alerts, targets.shutdown);
+            targets
+                .disk_free_pct
+                .store(config.alerts.disk_free_pct, Ordering::Relaxed);
+        }
         let started = named(&[Change::Start, Change::Restart]);
         targets.sources.add(
             Built::new(&config),

@@ -6,8 +6,9 @@
 //! for it ([`ask`]).
 //!
 //! What this version applies live ([`LIVE_PARTS`]): the flows (the engine's plan swapped
-//! whole, at once) and the sources of [`crate::sources::live`] (each stopped, started or
-//! replaced alone; the NATS and MQTT connections only they use restart with them). A config
+//! whole, at once), the sources of [`crate::sources::live`] (each stopped, started or
+//! replaced alone) and the alerts (`telemetry:`: the channels replaced, the checks' settings
+//! changed); the NATS and MQTT connections only they use restart with them. A config
 //! that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with the parts
 //! named, and nothing changes: the operator restarts with it.
 //!
