@@ -315,13 +315,13 @@ fn if_match_refuses_a_change_made_on_top_of_another_revision() {
 fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_changes() {
     let daemon = Daemon::start(flow_config());
     let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
-    new["webhooks"][0]["secret"] = json!("another-webhook-secret-0123");
+    new["storage"]["max_quota_mb"] = json!(32);
     new["flows"] = ingest_flow(&["storage"]);
     new["connector"]["http"]["listen"] = json!("127.0.0.1:1");
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
     assert_eq!(reply.status, 409, "{}", reply.body);
     let body = reply.json();
-    assert_eq!(body["not_live"], json!(["webhook/pay"]), "{body}");
+    assert_eq!(body["not_live"], json!(["sink/storage"]), "{body}");
     assert_eq!(
         body["needs_restart"],
         json!(["connector.http.listen"]),
@@ -329,11 +329,11 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     );
     let error = body["error"].as_str().expect("error");
     assert!(
-        error.contains("nothing was changed") && error.contains("webhook/pay"),
+        error.contains("nothing was changed") && error.contains("sink/storage"),
         "{error}"
     );
 
-    // Nothing changed: the old secret, the old flow, the same revision; the refusal is the
+    // Nothing changed: the old quota, the old flow, the same revision; the refusal is the
     // last error.
     assert_eq!(daemon.ingest("k-1", "{\"v\": 1}").status, 200);
     assert_eq!(rows(&daemon), 1);
@@ -342,8 +342,8 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     assert_eq!(status["config"]["reloads"], json!(0));
     assert!(status["config"]["last_error"]
         .as_str()
-        .is_some_and(|e| e.contains("webhook/pay")));
-    assert!(!running_text(&daemon).contains("another-webhook"));
+        .is_some_and(|e| e.contains("sink/storage")));
+    assert!(!running_text(&daemon).contains("max_quota_mb: 32"));
 
     // A bad config is refused whole by the apply too.
     new = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
@@ -476,13 +476,13 @@ fn the_reload_command_asks_the_daemon_to_apply_its_file() {
     assert_eq!(daemon.status()["config"]["revision"], json!(2));
 
     // A change this version cannot make live: the daemon's reason, exit 1.
-    new["webhooks"][0]["secret"] = json!("another-webhook-secret-0123");
+    new["storage"]["max_quota_mb"] = json!(32);
     std::fs::write(file, to_yaml(&new)).expect("write");
     let refused = reload();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(" 409 nothing was changed"), "{stderr}");
-    assert!(stderr.contains("webhook/pay"), "{stderr}");
+    assert!(stderr.contains("sink/storage"), "{stderr}");
 
     // A file with problems: each with its path, nothing sent.
     std::fs::write(file, "connector:\n  colour: blue\n").expect("write");

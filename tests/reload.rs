@@ -539,3 +539,79 @@ fn an_alert_channel_is_added_and_removed_while_the_device_it_reports_keeps_its_c
     assert_eq!(body["changes"]["restart"], json!(["alerts"]), "{body}");
     assert_eq!(channels(&daemon), [json!("log")]);
 }
+
+#[test]
+fn a_webhook_secret_is_rotated_live_and_one_that_cannot_be_read_changes_nothing() {
+    let daemon = Daemon::start(json!({
+        "connector": {
+            "http": {"admin_token": ADMIN},
+            "push_queue": {"enabled": true, "max_quota_mb": 16},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "webhooks": [
+            {"name": "pay", "secret": "old-webhook-secret-0123"},
+            {"name": "ship", "secret": "ship-webhook-secret-0123"},
+        ],
+    }));
+    assert_eq!(
+        daemon
+            .hook("pay", "old-webhook-secret-0123", r#"{"n":1}"#)
+            .status,
+        200
+    );
+    assert_eq!(
+        daemon
+            .hook("ship", "ship-webhook-secret-0123", r#"{"n":1}"#)
+            .status,
+        200
+    );
+
+    let mut new = running(&daemon);
+    new["webhooks"][0]["secret"] = json!("new-webhook-secret-0123");
+    let body = apply(&daemon, &new);
+    assert_eq!(body["changes"]["restart"], json!(["webhook/pay"]), "{body}");
+    assert_eq!(
+        daemon
+            .hook("pay", "old-webhook-secret-0123", r#"{"n":2}"#)
+            .status,
+        401
+    );
+    assert_eq!(
+        daemon
+            .hook("pay", "new-webhook-secret-0123", r#"{"n":3}"#)
+            .status,
+        200
+    );
+    // The other webhook kept its counters.
+    let ship = webhook_stats(&daemon.status(), "ship");
+    assert_eq!(u64_at(&ship, "/accepted"), 1, "{ship}");
+
+    // A secret file that is not there: the part cannot start, nothing changes.
+    let mut broken = running(&daemon);
+    let webhook = broken["webhooks"][0].as_object_mut().expect("a webhook");
+    webhook.remove("secret");
+    webhook.insert("secret_file".into(), json!("/nonexistent/opex-secret"));
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&broken).as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["failed"]["part"], json!("webhook/pay"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nothing was changed")),
+        "{body}"
+    );
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+    assert_eq!(
+        daemon
+            .hook("pay", "new-webhook-secret-0123", r#"{"n":4}"#)
+            .status,
+        200
+    );
+    assert!(
+        !std::fs::read_to_string(daemon.config_path())
+            .expect("the file")
+            .contains("/nonexistent"),
+        "the file holds what runs"
+    );
+}

@@ -19,7 +19,6 @@ use crate::sources::catalogue::Catalogue;
 use crate::sources::live::{Built, Sources};
 use crate::sources::pollers::Pollers;
 use crate::sources::status::DeviceStatus;
-use crate::sources::webhook::{config::load_secret, WebhookSource};
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
 use crate::trends::Trends;
@@ -53,15 +52,6 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
             log::warn!("sink {}: {w}", s.name);
         }
     }
-    let webhooks = config
-        .webhooks
-        .iter()
-        .map(|w| {
-            load_secret(&w.secret)
-                .map(|secret| Arc::new(WebhookSource::new(w.clone(), secret)))
-                .map_err(DaemonError::Secret)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
     let sinks = config
         .sinks
         .iter()
@@ -73,11 +63,9 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
             .map_err(DaemonError::Store)?,
     );
     let plan = config.plan();
-    // The requests each webhook answered before the last stop, still within its window.
-    let now = crate::record::now_ms() as i64 / 1000;
-    for w in &webhooks {
-        w.restore_window(&dlq, now);
-    }
+    // Every source; each webhook's secret read and the requests it answered before the last
+    // stop, still within its window, restored.
+    let sources = Built::new(&config, |_| true, &dlq).map_err(|(_, e)| DaemonError::Secret(e))?;
     let engine = Arc::new(Engine::new(plan, Sinks::new(sinks), dlq));
     // Bound before the pollers start, so the demo's first poll finds its device.
     let simulator = Simulator::bind(&config.simulator).map_err(DaemonError::Bind)?;
@@ -115,8 +103,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         disk_free_pct: config.alerts.disk_free_pct.into(),
         shutdown: Shutdown::new(),
         engine,
-        sources: Sources::new(Built::new(&config)),
-        webhooks,
+        sources: Sources::new(sources),
         devices,
         stats: HttpStats::default(),
         auth: Default::default(),

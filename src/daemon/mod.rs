@@ -229,7 +229,7 @@ async fn serve(
 
     tokio::spawn(webhook::recover_inbox(
         Arc::clone(&state.engine),
-        state.webhooks.clone(),
+        state.sources.webhooks.all(),
     ));
     let reloads = match signal(SignalKind::hangup()) {
         Ok(hup) => Some(tokio::spawn(reload_on_sighup(

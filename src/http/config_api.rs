@@ -172,6 +172,15 @@ async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Re
                 "not_live": parts,
             }),
         ),
+        Refused::Failed { part, reason } => json_response(
+            StatusCode::CONFLICT,
+            &json!({
+                "ok": false,
+                "error": message,
+                "revision": state.config.revision(),
+                "failed": {"part": part, "reason": reason},
+            }),
+        ),
         Refused::Io(_) => error(StatusCode::INTERNAL_SERVER_ERROR, &message),
     }
 }

@@ -56,7 +56,6 @@ use crate::engine::Engine;
 use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::live::Sources;
-use crate::sources::webhook::WebhookSource;
 
 /// Everything a request handler may look at.
 pub struct AppState {
@@ -79,11 +78,9 @@ pub struct AppState {
     pub shutdown: Shutdown,
     /// The engine every source offers to; it holds the sinks.
     pub engine: Arc<Engine>,
-    /// The ingest API's sources, the NATS and MQTT consumers, the schedules and the
-    /// backfills, each changed alone by a reload.
+    /// The ingest API's sources, the webhooks, the NATS and MQTT consumers, the schedules
+    /// and the backfills, each changed alone by a reload.
     pub sources: Sources,
-    /// The webhooks, in config order.
-    pub webhooks: Vec<Arc<WebhookSource>>,
     /// Every device with its figures, points and live values, in config order.
     pub devices: Catalogue,
     /// Server counters.

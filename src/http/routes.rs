@@ -192,7 +192,7 @@ async fn ingest_batch(state: &AppState, source: &str, req: Request<Incoming>) ->
 }
 
 async fn hook(state: &AppState, name: &str, req: Request<Incoming>) -> Resp {
-    let Some(hook) = state.webhooks.iter().find(|w| w.name() == name) else {
+    let Some(hook) = state.sources.webhooks.find(|w| w.name() == name) else {
         let unknown = error(StatusCode::NOT_FOUND, &format!("unknown webhook {name:?}"));
         return answer_unread(state, req, unknown).await;
     };

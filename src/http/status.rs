@@ -55,7 +55,9 @@ pub fn status(state: &AppState) -> Value {
     sources.extend(state.sources.nats.all().iter().map(|s| s.status()));
     sources.extend(state.sources.mqtt.all().iter().map(|s| s.status()));
     let webhooks: Vec<Value> = state
+        .sources
         .webhooks
+        .all()
         .iter()
         .map(|w| {
             json!({

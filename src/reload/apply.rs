@@ -15,10 +15,11 @@ use crate::sources::live::{Built, Sources};
 
 /// The parts a reload changes while the connector runs (a name ending in `/` stands for every
 /// part of that kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 9] = [
+pub const LIVE_PARTS: [&str; 10] = [
     "flows",
     "alerts",
     "ingest/",
+    "webhook/",
     "nats/",
     "mqtt/",
     "schedule/",
@@ -76,6 +77,13 @@ pub enum Refused {
         /// besides).
         parts: Vec<String>,
     },
+    /// A part it starts could not be built (a webhook's secret file unreadable).
+    Failed {
+        /// The part.
+        part: String,
+        /// Why.
+        reason: String,
+    },
     /// It could not be kept: the file given to `run` could not be rewritten.
     Io(String),
 }
@@ -103,6 +111,9 @@ impl std::fmt::Display for Refused {
                     format!("{p} (not changed while running in this version: restart with it)")
                 }));
                 write!(f, "nothing was changed: {}", what.join(", "))
+            }
+            Self::Failed { part, reason } => {
+                write!(f, "nothing was changed: {part} cannot start: {reason}")
             }
             Self::Io(e) => write!(f, "nothing was changed: {e}"),
         }
@@ -190,6 +201,22 @@ impl Running {
         if !parts.is_empty() || !diff.needs_restart.is_empty() {
             return Err(Refused::NotLive { diff, parts });
         }
+        // The parts that begin are built first (a webhook reads its secret): one that cannot
+        // be refuses the whole config, and nothing changes.
+        let named = |changes: &[Change]| -> Vec<&str> {
+            diff.parts
+                .iter()
+                .filter(|(_, c)| changes.contains(c))
+                .map(|(name, _)| name.as_str())
+                .collect()
+        };
+        let started = named(&[Change::Start, Change::Restart]);
+        let built = Built::new(
+            &config,
+            |part| started.contains(&part),
+            targets.engine.dead_letters(),
+        )
+        .map_err(|(part, reason)| Refused::Failed { part, reason })?;
         // The file given to `run` holds what runs, so that a restart comes back with it (on
         // SIGHUP it already does).
         if let (Some(path), false) = (&self.path, origin == Origin::Sighup) {
@@ -216,13 +243,6 @@ impl Running {
         });
         // The parts that end first, under the plan they ran with (a consumer settles what it
         // holds), then the new plan, then the parts that begin.
-        let named = |changes: &[Change]| -> Vec<&str> {
-            diff.parts
-                .iter()
-                .filter(|(_, c)| changes.contains(c))
-                .map(|(name, _)| name.as_str())
-                .collect()
-        };
         runtime.block_on(async {
             targets.sources.stop(&named(&[Change::Stop]), false).await;
             targets.sources.stop(&named(&[Change::Restart]), true).await;
@@ -235,13 +255,7 @@ impl Running {
                 .disk_free_pct
                 .store(config.alerts.disk_free_pct, Ordering::Relaxed);
         }
-        let started = named(&[Change::Start, Change::Restart]);
-        targets.sources.add(
-            Built::new(&config),
-            &started,
-            targets.engine,
-            targets.shutdown,
-        );
+        targets.sources.add(built, targets.engine, targets.shutdown);
         if let Ok(mut c) = self.current.lock() {
             c.text = text.to_string();
             c.revision = revision.clone();

@@ -1,8 +1,8 @@
 //! The sources that a reload changes one at a time ([`crate::reload`]): the ingest API's
-//! sources, the NATS and MQTT consumers, the schedules and the backfills. Each runs with a
-//! stop signal of its own, which the connector's stop also triggers, so that a reload stops,
-//! starts or replaces one while the others go on untouched: their connections, their
-//! schedules, their counters.
+//! sources, the webhooks, the NATS and MQTT consumers, the schedules and the backfills. Each
+//! runs with a stop signal of its own, which the connector's stop also triggers, so that a
+//! reload stops, starts or replaces one while the others go on untouched: their connections,
+//! their schedules, their counters.
 //!
 //! A part stopped alone ends as it ends at the connector's stop: a NATS consumer settles
 //! what is in its pipeline, a backfill writes its checkpoint (its replacement resumes from
@@ -15,12 +15,14 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
+use crate::store::dead_letters::DeadLetterQueue;
 
 use super::backfill::BackfillSource;
 use super::ingest::IngestSource;
 use super::mqtt::MqttSource;
 use super::nats::NatsSource;
 use super::schedule::ScheduleSource;
+use super::webhook::{config::load_secret, WebhookSource};
 
 /// A kind of source a reload replaces one at a time.
 pub trait Part: Send + Sync + 'static {
@@ -102,14 +104,11 @@ impl<T: Part> Live<T> {
         }
     }
 
-    /// Starts each of `built` that `parts` names (stopped by `shutdown` too), in the place
-    /// of the one of its name still there, else at its place in the new config's order.
+    /// Starts each of `built` (with its place in the new config's order), stopped by
+    /// `shutdown` too, in the place of the one of its name still there, else at its place.
     /// Needs the runtime.
-    pub fn add(&self, built: Vec<T>, parts: &[&str], engine: &Arc<Engine>, shutdown: &Shutdown) {
-        for (index, source) in built.into_iter().enumerate() {
-            if !parts.contains(&source.part()) {
-                continue;
-            }
+    pub fn add(&self, built: Vec<(usize, T)>, engine: &Arc<Engine>, shutdown: &Shutdown) {
+        for (index, source) in built {
             let source = Arc::new(source);
             let stop = shutdown.child();
             let task = source.spawn(Arc::clone(engine), stop.clone());
@@ -148,54 +147,89 @@ impl<T: Part> Live<T> {
     }
 }
 
-/// The sources of a config, built, not running.
+/// Sources of a config, built, not running, each with its place in the config's order.
 pub struct Built {
-    ingest: Vec<IngestSource>,
-    nats: Vec<NatsSource>,
-    mqtt: Vec<MqttSource>,
-    schedules: Vec<ScheduleSource>,
-    backfills: Vec<BackfillSource>,
+    ingest: Vec<(usize, IngestSource)>,
+    webhooks: Vec<(usize, WebhookSource)>,
+    nats: Vec<(usize, NatsSource)>,
+    mqtt: Vec<(usize, MqttSource)>,
+    schedules: Vec<(usize, ScheduleSource)>,
+    backfills: Vec<(usize, BackfillSource)>,
 }
 
+/// The part a source could not be built for, and why.
+pub type Failed = (String, String);
+
 impl Built {
-    /// The sources of `config`.
-    pub fn new(config: &Config) -> Self {
-        let data_dir = &config.connector.data_dir;
-        Self {
-            ingest: config
-                .ingest
-                .sources
-                .iter()
-                .cloned()
-                .map(IngestSource::new)
-                .collect(),
-            nats: config
-                .nats
-                .sources
-                .iter()
-                .cloned()
-                .map(NatsSource::new)
-                .collect(),
-            mqtt: config
-                .mqtt
-                .sources
-                .iter()
-                .cloned()
-                .map(MqttSource::new)
-                .collect(),
-            schedules: config
-                .schedules
-                .iter()
-                .cloned()
-                .map(ScheduleSource::new)
-                .collect(),
-            backfills: config
-                .backfills
-                .iter()
-                .cloned()
-                .map(|b| BackfillSource::new(b, data_dir))
-                .collect(),
+    /// The sources of `config` that `wanted` names (by part name: `webhook/<name>`); a
+    /// webhook's secret read (from its file) and its replay window restored from `dlq`.
+    /// `Err` with the first that cannot be built.
+    pub fn new(
+        config: &Config,
+        wanted: impl Fn(&str) -> bool,
+        dlq: &DeadLetterQueue,
+    ) -> Result<Self, Failed> {
+        fn pick<C: Clone, T>(
+            list: &[C],
+            part: impl Fn(&C) -> String,
+            wanted: &impl Fn(&str) -> bool,
+            build: impl Fn(C) -> Result<T, String>,
+        ) -> Result<Vec<(usize, T)>, Failed> {
+            let mut out = Vec::new();
+            for (index, c) in list.iter().enumerate() {
+                let name = part(c);
+                if wanted(&name) {
+                    out.push((index, build(c.clone()).map_err(|e| (name, e))?));
+                }
+            }
+            Ok(out)
         }
+        let data_dir = &config.connector.data_dir;
+        let now = crate::record::now_ms() as i64 / 1000;
+        Ok(Self {
+            ingest: pick(
+                &config.ingest.sources,
+                |s| format!("ingest/{}", s.name),
+                &wanted,
+                |s| Ok(IngestSource::new(s)),
+            )?,
+            webhooks: pick(
+                &config.webhooks,
+                |w| format!("webhook/{}", w.name),
+                &wanted,
+                |w| {
+                    let secret = load_secret(&w.secret)?;
+                    let hook = WebhookSource::new(w, secret);
+                    // The requests it answered before, still within its window.
+                    hook.restore_window(dlq, now);
+                    Ok(hook)
+                },
+            )?,
+            nats: pick(
+                &config.nats.sources,
+                |s| format!("nats/{}", s.name),
+                &wanted,
+                |s| Ok(NatsSource::new(s)),
+            )?,
+            mqtt: pick(
+                &config.mqtt.sources,
+                |s| format!("mqtt/{}", s.name),
+                &wanted,
+                |s| Ok(MqttSource::new(s)),
+            )?,
+            schedules: pick(
+                &config.schedules,
+                |s| format!("schedule/{}", s.name),
+                &wanted,
+                |s| Ok(ScheduleSource::new(s)),
+            )?,
+            backfills: pick(
+                &config.backfills,
+                |b| format!("backfill/{}", b.name),
+                &wanted,
+                |b| Ok(BackfillSource::new(b, data_dir)),
+            )?,
+        })
     }
 }
 
@@ -203,6 +237,8 @@ impl Built {
 pub struct Sources {
     /// `ingest.sources`.
     pub ingest: Live<IngestSource>,
+    /// `webhooks`.
+    pub webhooks: Live<WebhookSource>,
     /// `nats.sources`.
     pub nats: Live<NatsSource>,
     /// `mqtt.sources`.
@@ -214,17 +250,28 @@ pub struct Sources {
 }
 
 /// The prefixes of these sources' part names: the parts a reload changes live.
-pub const PREFIXES: [&str; 5] = ["ingest/", "nats/", "mqtt/", "schedule/", "backfill/"];
+pub const PREFIXES: [&str; 6] = [
+    "ingest/",
+    "webhook/",
+    "nats/",
+    "mqtt/",
+    "schedule/",
+    "backfill/",
+];
 
 impl Sources {
     /// `built`, not yet started.
     pub fn new(built: Built) -> Self {
+        fn live<T: Part>(built: Vec<(usize, T)>) -> Live<T> {
+            Live::new(built.into_iter().map(|(_, s)| s).collect())
+        }
         Self {
-            ingest: Live::new(built.ingest),
-            nats: Live::new(built.nats),
-            mqtt: Live::new(built.mqtt),
-            schedules: Live::new(built.schedules),
-            backfills: Live::new(built.backfills),
+            ingest: live(built.ingest),
+            webhooks: live(built.webhooks),
+            nats: live(built.nats),
+            mqtt: live(built.mqtt),
+            schedules: live(built.schedules),
+            backfills: live(built.backfills),
         }
     }
 
@@ -251,6 +298,7 @@ impl Sources {
         for part in parts {
             match part.split_once('/').map(|(kind, _)| kind) {
                 Some("ingest") => self.ingest.stop(part, restarted).await,
+                Some("webhook") => self.webhooks.stop(part, restarted).await,
                 Some("nats") => self.nats.stop(part, restarted).await,
                 Some("mqtt") => self.mqtt.stop(part, restarted).await,
                 Some("schedule") => self.schedules.stop(part, restarted).await,
@@ -260,17 +308,28 @@ impl Sources {
         }
     }
 
-    /// Starts each of `parts` that is one of the sources `built`.
-    pub fn add(&self, built: Built, parts: &[&str], engine: &Arc<Engine>, shutdown: &Shutdown) {
-        self.ingest.add(built.ingest, parts, engine, shutdown);
-        self.nats.add(built.nats, parts, engine, shutdown);
-        self.mqtt.add(built.mqtt, parts, engine, shutdown);
-        self.schedules.add(built.schedules, parts, engine, shutdown);
-        self.backfills.add(built.backfills, parts, engine, shutdown);
+    /// Starts every source of `built`.
+    pub fn add(&self, built: Built, engine: &Arc<Engine>, shutdown: &Shutdown) {
+        self.ingest.add(built.ingest, engine, shutdown);
+        self.webhooks.add(built.webhooks, engine, shutdown);
+        self.nats.add(built.nats, engine, shutdown);
+        self.mqtt.add(built.mqtt, engine, shutdown);
+        self.schedules.add(built.schedules, engine, shutdown);
+        self.backfills.add(built.backfills, engine, shutdown);
     }
 }
 
 impl Part for IngestSource {
+    fn part(&self) -> &str {
+        self.source()
+    }
+
+    fn spawn(self: &Arc<Self>, _engine: Arc<Engine>, _stop: Shutdown) -> Option<JoinHandle<()>> {
+        None
+    }
+}
+
+impl Part for WebhookSource {
     fn part(&self) -> &str {
         self.source()
     }

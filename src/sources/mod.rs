@@ -19,8 +19,8 @@
 //! - [`schedule`]: ticks at an interval or on a cron expression (missed ticks not replayed).
 //! - [`backfill`]: records from a JSONL or CSV file, retried until accepted, resumed from a
 //!   durable checkpoint.
-//! - [`live`]: the ingest, NATS, MQTT, schedule and backfill sources as a reload sees them:
-//!   each started, stopped or replaced alone.
+//! - [`live`]: the ingest, webhook, NATS, MQTT, schedule and backfill sources as a reload
+//!   sees them: each started, stopped or replaced alone.
 
 pub mod backfill;
 pub mod buffers;
