@@ -229,11 +229,8 @@ impl Hub {
     pub fn reconfigure(&self, cfg: &AlertsConfig, shutdown: &Shutdown) {
         let (channels, workers) = super::channels::build(cfg);
         self.start_workers(workers, shutdown);
-        let old = std::mem::replace(
-            &mut *self.channels.write().unwrap_or_else(|e| e.into_inner()),
-            channels,
-        );
-        drop(old);
+        // The old handles dropped here close their workers' queues.
+        *self.channels.write().unwrap_or_else(|e| e.into_inner()) = channels;
         self.check_interval_ms
             .store(millis(cfg.check_interval), Ordering::Relaxed);
         self.outages.set_after(cfg.after);

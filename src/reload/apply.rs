@@ -123,9 +123,10 @@ impl std::fmt::Display for Refused {
 impl Running {
     /// Applies config `text` from `origin` (applied by `by`, on top of revision `if_match`
     /// when given): validated whole, compared part by part, refused with the reason when it
-    /// changes what cannot change live; else the file given to `run` rewritten with it
-    /// (written whole, then renamed), kept as the next revision, and its flows put in
-    /// `engine`'s place. A refusal is the last error `/api/status` shows.
+    /// changes what cannot change live or starts a part that cannot start; else the file
+    /// given to `run` rewritten with it (written whole, then renamed), kept as the next
+    /// revision, and its changed parts put in the place of the old ones in `targets`. A
+    /// refusal is the last error `/api/status` shows.
     pub fn apply(
         &self,
         text: &str,
@@ -168,7 +169,7 @@ impl Running {
         // The parts' tasks are stopped and started on the runtime this is called from (off
         // its worker threads: `spawn_blocking`).
         let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| Refused::Io("a config is applied from the connector's runtime".into()))?;
+            .map_err(|_| Refused::Io("no runtime to stop and start the parts on".into()))?;
         let config = crate::config::from_yaml(text).map_err(Refused::Invalid)?;
         let running = self.revision();
         if if_match.is_some_and(|r| r != running) {
