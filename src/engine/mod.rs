@@ -21,3 +21,29 @@ mod stats;
 
 pub use offer::{Admitted, Engine, Mode};
 pub use stats::EngineStats;
+
+/// An engine for the unit tests: one durable `push` sink in `dir` (a 1 MiB queue that blocks
+/// when full) and a dead-letter queue beside it, `plan` its routes.
+#[cfg(test)]
+pub(crate) fn test_engine(dir: &std::path::Path, plan: crate::flow::Plan) -> Engine {
+    use crate::admission::OnFull;
+    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
+    use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
+    let cfg = SinkConfig {
+        name: "push".into(),
+        spec: SinkSpec::Push(PushConfig {
+            queue: PushQueueConfig {
+                enabled: true,
+                quota_bytes: 1 << 20,
+                on_full: OnFull::Block,
+            },
+            uplink: None,
+            preprocess: Vec::new(),
+        }),
+    };
+    let push = Sink::build(&cfg, dir).expect("push sink");
+    let dlq = std::sync::Arc::new(
+        crate::store::dead_letters::DeadLetterQueue::open(dir, 100).expect("dead letters"),
+    );
+    Engine::new(plan, Sinks::new(vec![push]), dlq)
+}

@@ -598,31 +598,10 @@ fn describe(s: &Settlement) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::OnFull;
-    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
-    use crate::sinks::{Sink, SinkConfig, SinkSpec};
 
     /// An engine with a durable `push` sink, `source` wired to it.
     fn engine(dir: &std::path::Path, source: &str) -> Engine {
-        let cfg = SinkConfig {
-            name: "push".into(),
-            spec: SinkSpec::Push(PushConfig {
-                queue: PushQueueConfig {
-                    enabled: true,
-                    quota_bytes: 1 << 20,
-                    on_full: OnFull::Block,
-                },
-                uplink: None,
-                preprocess: Vec::new(),
-            }),
-        };
-        let push = Sink::build(&cfg, dir).expect("push");
-        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).expect("dlq"));
-        Engine::new(
-            Plan::direct(&[source.to_string()], "push"),
-            Sinks::new(vec![push]),
-            dlq,
-        )
+        super::super::test_engine(dir, Plan::direct(&[source.to_string()], "push"))
     }
 
     fn record(source: &str) -> Record {

@@ -11,29 +11,20 @@ use super::{diff, revisions, Change, Diff, Origin, Revision, Running};
 use crate::alerts::Hub;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
-use crate::sources::live::{Built, Sources};
+use crate::sources::live::{Built, Sources, PREFIXES};
 
-/// The parts a reload changes while the connector runs (a name ending in `/` stands for every
-/// part of that kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 10] = [
-    "flows",
-    "alerts",
-    "ingest/",
-    "webhook/",
-    "nats/",
-    "mqtt/",
-    "schedule/",
-    "backfill/",
-    "nats-connection/",
-    "mqtt-connection/",
-];
+/// The parts a reload changes while the connector runs besides the sources of
+/// [`crate::sources::live::PREFIXES`] (a name ending in `/` stands for every part of that
+/// kind); any other changed part is refused.
+pub const LIVE_PARTS: [&str; 4] = ["flows", "alerts", "nats-connection/", "mqtt-connection/"];
 
 /// Whether a reload changes `part` while the connector runs.
 fn live(part: &str) -> bool {
-    LIVE_PARTS.iter().any(|l| match l.strip_suffix('/') {
-        Some(_) => part.starts_with(l),
+    let kind = |l: &&str| match l.strip_suffix('/') {
+        Some(_) => part.starts_with(*l),
         None => part == *l,
-    })
+    };
+    LIVE_PARTS.iter().any(kind) || PREFIXES.iter().any(kind)
 }
 
 /// What a reload changes while the connector runs.
@@ -271,5 +262,31 @@ impl Running {
             diff.with(Change::Restart)
         );
         Ok(Applied { revision, diff })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::live;
+
+    #[test]
+    fn the_flows_the_alerts_the_sources_and_their_connections_change_live_and_nothing_else() {
+        for part in [
+            "flows",
+            "alerts",
+            "ingest/orders",
+            "webhook/pay",
+            "nats/events",
+            "mqtt/plant",
+            "schedule/tick",
+            "backfill/history",
+            "nats-connection/js",
+            "mqtt-connection/plant",
+        ] {
+            assert!(live(part), "{part}");
+        }
+        for part in ["sink/push", "device/press-1", "commands", "http", "flowsx", "ingest"] {
+            assert!(!live(part), "{part}");
+        }
     }
 }

@@ -65,31 +65,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::admission::OnFull;
     use crate::flow::Plan;
-    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
     use crate::sinks::queue::Drain;
-    use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
-    use crate::store::dead_letters::DeadLetterQueue;
 
     fn engine(dir: &std::path::Path) -> (Engine, Arc<dyn Drain>) {
-        let cfg = SinkConfig {
-            name: "push".into(),
-            spec: SinkSpec::Push(PushConfig {
-                queue: PushQueueConfig {
-                    enabled: true,
-                    quota_bytes: 1 << 20,
-                    on_full: OnFull::Block,
-                },
-                uplink: None,
-                preprocess: Vec::new(),
-            }),
-        };
-        let push = Sink::build(&cfg, dir).unwrap();
-        let drain = push.drain().unwrap();
-        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).unwrap());
         let plan = Plan::direct(&["modbus/press".to_string()], "push");
-        (Engine::new(plan, Sinks::new(vec![push]), dlq), drain)
+        let engine = crate::engine::test_engine(dir, plan);
+        let drain = engine.sinks().get("push").and_then(|s| s.drain()).unwrap();
+        (engine, drain)
     }
 
     fn sample(bytes: usize) -> Record {

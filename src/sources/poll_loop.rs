@@ -530,14 +530,10 @@ fn failed<D: Driver>(driver: &D, m: usize, member: &mut Member<D::Plan>, e: &Lin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::OnFull;
     use crate::commands::{Command, Origin, Request};
     use crate::flow::Plan;
-    use crate::sinks::push::config::{PushConfig, PushQueueConfig};
-    use crate::sinks::{Sink, SinkConfig, SinkSpec, Sinks};
     use crate::sources::catalogue::{DeviceDef, GroupDef, PointDef};
     use crate::sources::driver::{GroupRead, Pushed, Results};
-    use crate::store::dead_letters::DeadLetterQueue;
     use serde_json::json;
 
     /// Two devices on one link: device 0 never answers, device 1 always does.
@@ -633,24 +629,10 @@ mod tests {
     }
 
     fn engine(dir: &std::path::Path) -> Arc<Engine> {
-        let cfg = SinkConfig {
-            name: "push".into(),
-            spec: SinkSpec::Push(PushConfig {
-                queue: PushQueueConfig {
-                    enabled: true,
-                    quota_bytes: 1 << 20,
-                    on_full: OnFull::Block,
-                },
-                uplink: None,
-                preprocess: Vec::new(),
-            }),
-        };
-        let push = Sink::build(&cfg, dir).expect("push sink");
-        let dlq = Arc::new(DeadLetterQueue::open(dir, 100).expect("dead letters"));
         // No route from the devices: their samples are settled at once (unrouted), without
         // the writer thread's real time under the paused clock.
         let plan = Plan::direct(&["ingest/other".to_string()], "push");
-        Arc::new(Engine::new(plan, Sinks::new(vec![push]), dlq))
+        Arc::new(crate::engine::test_engine(dir, plan))
     }
 
     #[tokio::test(start_paused = true)]
