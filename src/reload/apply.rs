@@ -285,7 +285,14 @@ mod tests {
         ] {
             assert!(live(part), "{part}");
         }
-        for part in ["sink/push", "device/press-1", "commands", "http", "flowsx", "ingest"] {
+        for part in [
+            "sink/push",
+            "device/press-1",
+            "commands",
+            "http",
+            "flowsx",
+            "ingest",
+        ] {
             assert!(!live(part), "{part}");
         }
     }
