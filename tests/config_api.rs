@@ -322,6 +322,9 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     assert_eq!(reply.status, 409, "{}", reply.body);
     let body = reply.json();
     assert_eq!(body["not_live"], json!(["sink/storage"]), "{body}");
+    // The answer has the fields of every config answer (the OpenAPI document's ConfigDiff).
+    assert_eq!(body["dry_run"], json!(false), "{body}");
+    assert_eq!(body["hash"].as_str().map(str::len), Some(64), "{body}");
     assert_eq!(
         body["needs_restart"],
         json!(["connector.http.listen"]),

@@ -595,6 +595,8 @@ fn a_webhook_secret_is_rotated_live_and_one_that_cannot_be_read_changes_nothing(
     assert_eq!(reply.status, 409, "{}", reply.body);
     let body = reply.json();
     assert_eq!(body["failed"]["part"], json!("webhook/pay"), "{body}");
+    assert_eq!(body["changes"]["restart"], json!(["webhook/pay"]), "{body}");
+    assert_eq!(body["dry_run"], json!(false), "{body}");
     assert!(
         body["error"]
             .as_str()

@@ -129,6 +129,7 @@ async fn rollback(state: &Arc<AppState>, n: &str, req: Request<Incoming>) -> Res
 
 /// `POST /api/config`: applies `text` (off the runtime's threads: it writes and syncs files).
 async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Resp {
+    let hash = reload::revisions::hash(&text);
     let shared = Arc::clone(state);
     let applied = tokio::task::spawn_blocking(move || {
         let targets = shared.targets();
@@ -165,19 +166,25 @@ async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Re
             StatusCode::CONFLICT,
             &json!({
                 "ok": false,
+                "dry_run": false,
                 "error": message,
                 "revision": state.config.revision(),
+                "hash": hash,
                 "changes": diff.to_json(),
                 "needs_restart": diff.needs_restart,
                 "not_live": parts,
             }),
         ),
-        Refused::Failed { part, reason } => json_response(
+        Refused::Failed { diff, part, reason } => json_response(
             StatusCode::CONFLICT,
             &json!({
                 "ok": false,
+                "dry_run": false,
                 "error": message,
                 "revision": state.config.revision(),
+                "hash": hash,
+                "changes": diff.to_json(),
+                "needs_restart": diff.needs_restart,
                 "failed": {"part": part, "reason": reason},
             }),
         ),

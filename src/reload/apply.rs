@@ -70,6 +70,8 @@ pub enum Refused {
     },
     /// A part it starts could not be built (a webhook's secret file unreadable).
     Failed {
+        /// What it would change.
+        diff: Diff,
         /// The part.
         part: String,
         /// Why.
@@ -103,7 +105,7 @@ impl std::fmt::Display for Refused {
                 }));
                 write!(f, "nothing was changed: {}", what.join(", "))
             }
-            Self::Failed { part, reason } => {
+            Self::Failed { part, reason, .. } => {
                 write!(f, "nothing was changed: {part} cannot start: {reason}")
             }
             Self::Io(e) => write!(f, "nothing was changed: {e}"),
@@ -208,7 +210,11 @@ impl Running {
             |part| started.contains(&part),
             targets.engine.dead_letters(),
         )
-        .map_err(|(part, reason)| Refused::Failed { part, reason })?;
+        .map_err(|(part, reason)| Refused::Failed {
+            diff: diff.clone(),
+            part,
+            reason,
+        })?;
         // The file given to `run` holds what runs, so that a restart comes back with it (on
         // SIGHUP it already does).
         if let (Some(path), false) = (&self.path, origin == Origin::Sighup) {
