@@ -162,6 +162,31 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// Ticks at the hub's check interval, and follows it when a reload changes it.
+pub struct Beat {
+    every: Duration,
+    interval: tokio::time::Interval,
+}
+
+impl Beat {
+    /// Ticks every `every`, the first at once; a late tick delays the next ones.
+    pub fn new(every: Duration) -> Self {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { every, interval }
+    }
+
+    /// Waits for the next tick of `every`: when it is not the interval ticked so far (a
+    /// reload changed it), the next tick is one new interval from now. Cancel safe.
+    pub async fn tick(&mut self, every: Duration) {
+        if every != self.every {
+            *self = Self::new(every);
+            self.interval.reset();
+        }
+        self.interval.tick().await;
+    }
+}
+
 /// The hub.
 pub struct Hub {
     pub(super) connector: String,
@@ -389,19 +414,11 @@ impl Hub {
 
     /// Checks every `check_interval` until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
-        let mut every = self.check_interval();
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beat = Beat::new(self.check_interval());
         loop {
             tokio::select! {
-                _ = tick.tick() => {},
+                _ = beat.tick(self.check_interval()) => {},
                 _ = shutdown.wait() => return,
-            }
-            if self.check_interval() != every {
-                // A reload changed it: the next check is one new interval away.
-                every = self.check_interval();
-                tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             }
             self.check(tokio::time::Instant::now().into_std());
         }

@@ -26,7 +26,7 @@ pub use alert::Alert;
 pub use channels::ChannelHandle;
 pub use config::{AlertsConfig, RawTelemetry};
 pub use hub::{
-    Component, ComponentReport, Hub, Queue, QueueKind, QueueReading, QueueReport, Watched,
+    Beat, Component, ComponentReport, Hub, Queue, QueueKind, QueueReading, QueueReport, Watched,
 };
 
 #[cfg(test)]

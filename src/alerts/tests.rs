@@ -151,3 +151,21 @@ fn a_full_channel_queue_drops_and_counts_instead_of_blocking() {
     assert_eq!(slow["dropped_total"], 5);
     assert_eq!(hub.channels_json()[0]["sent_total"], n);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_beat_follows_a_changed_check_interval_from_the_change_on() {
+    let start = tokio::time::Instant::now();
+    let mut beat = Beat::new(Duration::from_secs(5));
+    beat.tick(Duration::from_secs(5)).await;
+    assert_eq!(start.elapsed(), Duration::ZERO, "the first tick at once");
+    beat.tick(Duration::from_secs(5)).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    beat.tick(Duration::from_secs(2)).await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(7),
+        "one new interval from now"
+    );
+    beat.tick(Duration::from_secs(2)).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(9));
+}

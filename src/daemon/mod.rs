@@ -353,16 +353,8 @@ pub(crate) async fn wait_for_signal() {
 async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
     let hub = tokio::spawn(Arc::clone(&state.alerts).run(shutdown.clone()));
     let mut tick = tokio::time::interval(crate::admission::level::CHECK_EVERY);
-    let mut every = state.alerts.check_interval();
-    let mut health = tokio::time::interval(every);
-    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut health = crate::alerts::Beat::new(state.alerts.check_interval());
     loop {
-        if state.alerts.check_interval() != every {
-            // A reload changed it.
-            every = state.alerts.check_interval();
-            health = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        }
         tokio::select! {
             _ = tick.tick() => {
                 if http::healthy(&state) {
@@ -371,7 +363,7 @@ async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
             },
             // The health model, assessed on the hub's beat: its state for Sparkplug, its
             // lasting problems alerted.
-            _ = health.tick() => {
+            _ = health.tick(state.alerts.check_interval()) => {
                 state.alerts.check_outages(&http::problems::assess(&state));
             },
             _ = shutdown.wait() => break,
