@@ -162,34 +162,38 @@ async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Re
             StatusCode::PRECONDITION_FAILED,
             &json!({"ok": false, "error": message, "revision": running}),
         ),
-        Refused::NotLive { diff, parts } => json_response(
-            StatusCode::CONFLICT,
-            &json!({
-                "ok": false,
-                "dry_run": false,
-                "error": message,
-                "revision": state.config.revision(),
-                "hash": hash,
-                "changes": diff.to_json(),
-                "needs_restart": diff.needs_restart,
-                "not_live": parts,
-            }),
-        ),
-        Refused::Failed { diff, part, reason } => json_response(
-            StatusCode::CONFLICT,
-            &json!({
-                "ok": false,
-                "dry_run": false,
-                "error": message,
-                "revision": state.config.revision(),
-                "hash": hash,
-                "changes": diff.to_json(),
-                "needs_restart": diff.needs_restart,
-                "failed": {"part": part, "reason": reason},
-            }),
-        ),
+        // Both say what the config would change, as every config answer does, and why not.
+        Refused::NotLive { diff, parts } => {
+            conflict(state, &message, &hash, &diff, "not_live", json!(parts))
+        }
+        Refused::Failed { diff, part, reason } => {
+            let failed = json!({"part": part, "reason": reason});
+            conflict(state, &message, &hash, &diff, "failed", failed)
+        }
         Refused::Io(_) => error(StatusCode::INTERNAL_SERVER_ERROR, &message),
     }
+}
+
+/// `409`: a config not applied, what it would change (`diff`), and why not under `why`.
+fn conflict(
+    state: &AppState,
+    message: &str,
+    hash: &str,
+    diff: &reload::Diff,
+    why: &str,
+    detail: Value,
+) -> Resp {
+    let mut answer = json!({
+        "ok": false,
+        "dry_run": false,
+        "error": message,
+        "revision": state.config.revision(),
+        "hash": hash,
+        "changes": diff.to_json(),
+        "needs_restart": diff.needs_restart,
+    });
+    answer[why] = detail;
+    json_response(StatusCode::CONFLICT, &answer)
 }
 
 /// `400` with every problem of a config and its path.
