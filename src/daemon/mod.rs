@@ -227,9 +227,11 @@ async fn serve(
     );
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
+    let unfinished = webhook::unfinished_inbox(&state.engine).await;
     tokio::spawn(webhook::recover_inbox(
         Arc::clone(&state.engine),
         state.sources.webhooks.all(),
+        unfinished,
     ));
     let reloads = match signal(SignalKind::hangup()) {
         Ok(hup) => Some(tokio::spawn(reload_on_sighup(

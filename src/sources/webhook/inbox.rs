@@ -42,20 +42,30 @@ async fn finish_inbox(engine: &Arc<Engine>, inbox_id: u64) {
     }
 }
 
-/// At start: runs every request that was answered 200 (`on_receipt`) but not finished before
-/// the process stopped. A record whose sinks are full now is parked in the dead-letter queue as
-/// "accepted (200) but not handled": its sender cannot be told to retry any more. A record
-/// that can be neither stored nor parked stays in the inbox for the start after.
-pub async fn recover_inbox(engine: Arc<Engine>, webhooks: Vec<Arc<WebhookSource>>) {
+/// The requests answered 200 (`on_receipt`) but not finished before the process stopped.
+/// Read before the HTTP server takes requests: a request accepted after it is run by its own
+/// handler, never a second time by [`recover_inbox`].
+pub async fn unfinished_inbox(engine: &Arc<Engine>) -> Vec<(u64, Vec<u8>)> {
     let dlq = Arc::clone(engine.dead_letters());
-    let entries = match tokio::task::spawn_blocking(move || dlq.inbox_all()).await {
-        Ok(Ok(e)) => e,
+    match tokio::task::spawn_blocking(move || dlq.inbox_all()).await {
+        Ok(Ok(entries)) => entries,
         Ok(Err(e)) => {
             log::error!("webhook inbox unreadable at start: error=\"{e}\"");
-            return;
+            Vec::new()
         }
-        Err(_) => return,
-    };
+        Err(_) => Vec::new(),
+    }
+}
+
+/// At start: runs the requests [`unfinished_inbox`] found. A record whose sinks are full now
+/// is parked in the dead-letter queue as "accepted (200) but not handled": its sender cannot
+/// be told to retry any more. A record that can be neither stored nor parked stays in the
+/// inbox for the start after.
+pub async fn recover_inbox(
+    engine: Arc<Engine>,
+    webhooks: Vec<Arc<WebhookSource>>,
+    entries: Vec<(u64, Vec<u8>)>,
+) {
     if !entries.is_empty() {
         log::warn!(
             "webhook inbox: resuming {} accepted requests",

@@ -7,6 +7,6 @@ mod request;
 pub mod signature;
 mod source;
 
-pub use inbox::recover_inbox;
+pub use inbox::{recover_inbox, unfinished_inbox};
 pub use request::{InProgress, WAIT_FOR_COPY};
 pub use source::{Verified, WebhookSource, WebhookStats};
