@@ -1,6 +1,6 @@
 //! A reload changes one part at a time while the others go on untouched: ingest sources,
-//! schedules, JetStream consumers and alert channels added, changed and removed by `POST
-//! /api/config`, with the unchanged parts' counters and connections kept (the NATS server's
+//! schedules, JetStream consumers, devices (their commands with them) and alert channels
+//! added, changed and removed by `POST /api/config`, with the unchanged parts' counters and connections kept (the NATS server's
 //! own connection ids, mosquitto's log of sessions, the devices' connect counters); and 20
 //! such reloads under load with nothing lost. Drives the real binary against real
 //! nats-server, mosquitto and pymodbus.
@@ -200,9 +200,10 @@ const RELOADS: usize = 20;
 
 /// The config of reload `round` (0 is the one the daemon starts with): the ingest records go
 /// to the push queue and, every other round, to the MQTT sink as well; a schedule is added,
-/// changed and removed in turn; a second ingest source's token is rotated (and the test adds
-/// and removes an alert channel in turn). Everything else (the devices, the sinks, the
-/// JetStream consumer, its connection) stays as it is.
+/// changed and removed in turn; a second ingest source's token is rotated; `plant-2` gains
+/// a point and loses it again in turn (and the test adds and removes an alert channel in
+/// turn). Everything else (`plant-1`, the sinks, the JetStream consumer, its connection)
+/// stays as it is.
 fn loaded_config(
     round: usize,
     nats: &NatsServer,
@@ -210,12 +211,16 @@ fn loaded_config(
     plant: u16,
     uplink: &str,
 ) -> Value {
-    let device = |name: &str| {
+    let device = |name: &str, more: bool| {
+        let mut points = vec![json!({"name": "oven_temp", "register": 0, "type": "f32"})];
+        if more {
+            points.push(json!({"name": "coolant_temp", "register": 2, "type": "f32"}));
+        }
         json!({
             "name": name, "protocol": "modbus_tcp", "host": "127.0.0.1", "port": plant, "unit": 1,
             "timeout_ms": 500,
             "groups": [{"name": "process", "interval_ms": 100}],
-            "points": [{"name": "oven_temp", "register": 0, "type": "f32"}],
+            "points": points,
         })
     };
     let ingest_to: &[&str] = if round % 2 == 1 {
@@ -254,7 +259,7 @@ fn loaded_config(
             {"name": OTHER, "token": format!("other-t0ken-{round:04}-0123")},
         ]},
         "simulator": {"modbus": format!("127.0.0.1:{plant}")},
-        "devices": [device("plant-1"), device("plant-2")],
+        "devices": [device("plant-1", false), device("plant-2", round % 2 == 1)],
         "nats": {
             "connections": [{"name": "js", "servers": [nats.url()]}],
             "sources": [{"name": "events", "stream": "EVENTS", "durable": "edge"}],
@@ -299,7 +304,7 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
         },
     );
     let connects = |name: &str| u64_at(&device(name), "/connects_total");
-    let (connects_1, connects_2) = (connects("plant-1"), connects("plant-2"));
+    let connects_1 = connects("plant-1");
     let consumer = cid(&nats, "opex-connector nats/events").expect("the consumer's connection");
     let broker_log = broker.dir().join("mosquitto.log");
     let sink_sessions = || {
@@ -375,13 +380,15 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
             _ => Value::Null,
         };
         let body = apply(&daemon, &config);
-        assert_eq!(
-            body["changes"]["restart"]
-                .as_array()
-                .map(|r| r.contains(&json!("alerts"))),
-            Some(true),
-            "round {round}: {body}"
-        );
+        for part in ["alerts", "device/plant-2"] {
+            assert_eq!(
+                body["changes"]["restart"]
+                    .as_array()
+                    .map(|r| r.contains(&json!(part))),
+                Some(true),
+                "round {round}: {part} not restarted: {body}"
+            );
+        }
         assert_eq!(body["revision"], json!(round + 1), "{body}");
         let kept: Vec<&str> = body["changes"]["keep"]
             .as_array()
@@ -389,13 +396,7 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        for part in [
-            "device/plant-1",
-            "device/plant-2",
-            "sink/mqtt",
-            "sink/push",
-            "nats/events",
-        ] {
+        for part in ["device/plant-1", "sink/mqtt", "sink/push", "nats/events"] {
             assert!(
                 kept.contains(&part),
                 "round {round}: {part} not kept: {body}"
@@ -466,11 +467,14 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
         assert_eq!(u64_at(c, "/lost"), 0, "{name} lost records: {c:#}");
     }
 
-    // The unchanged parts were not touched: the devices kept their connections and went on
-    // polling, the consumer its NATS connection, the MQTT sink its one session.
+    // The unchanged parts were not touched: plant-1 kept its connection and went on polling,
+    // the consumer its NATS connection, the MQTT sink its one session; plant-2, restarted at
+    // every reload, polls with its last config.
     assert_eq!(connects("plant-1"), connects_1, "{}", device("plant-1"));
-    assert_eq!(connects("plant-2"), connects_2, "{}", device("plant-2"));
     assert!(u64_at(&device("plant-1"), "/polls_total") > polls_before);
+    wait_until(Duration::from_secs(10), "plant-2 polls again", || {
+        u64_at(&device("plant-2"), "/polls_total") > 0
+    });
     assert_eq!(cid(&nats, "opex-connector nats/events"), Some(consumer));
     assert_eq!(sink_sessions(), 1, "the MQTT sink connected once");
     assert_eq!(daemon.status()["config"]["reloads"], json!(RELOADS));
@@ -615,5 +619,150 @@ fn a_webhook_secret_is_rotated_live_and_one_that_cannot_be_read_changes_nothing(
             .expect("the file")
             .contains("/nonexistent"),
         "the file holds what runs"
+    );
+}
+
+const COMMANDS: &str = "commands-t0ken-0123456";
+
+/// A device of the built-in simulator on `plant`, with its writable oven setpoint and `extra`
+/// points besides.
+fn simulated(name: &str, plant: u16, extra: &[Value]) -> Value {
+    let mut points = vec![
+        json!({"name": "oven_temp", "register": 0, "type": "f32"}),
+        json!({"name": "oven_setpoint", "register": 12, "type": "f32",
+               "writable": true, "min": 0, "max": 250}),
+    ];
+    points.extend(extra.iter().cloned());
+    json!({
+        "name": name, "protocol": "modbus_tcp", "host": "127.0.0.1", "port": plant, "unit": 1,
+        "timeout_ms": 500,
+        "groups": [{"name": "process", "interval_ms": 100}],
+        "points": points,
+    })
+}
+
+fn write(daemon: &Daemon, device: &str, command: Value) -> (u16, Value) {
+    let r = daemon.post(
+        &format!("/api/devices/{device}/write"),
+        Some(COMMANDS),
+        command.to_string().as_bytes(),
+    );
+    (
+        r.status,
+        serde_json::from_str(&r.body).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn a_device_is_changed_added_and_removed_while_the_other_keeps_its_connection_and_schedule() {
+    let plant = free_port();
+    let coolant = json!({"name": "coolant_temp", "register": 2, "type": "f32"});
+    let mut config = json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "commands": {"token": COMMANDS},
+        "simulator": {"modbus": format!("127.0.0.1:{plant}")},
+        "devices": [simulated("plant-1", plant, &[]), simulated("plant-2", plant, &[])],
+    });
+    let daemon = Daemon::start(config.clone());
+    let device = |name: &str| named(&daemon.status(), "/devices", name).clone();
+    let polls = |name: &str| u64_at(&device(name), "/polls_total");
+    wait_until(Duration::from_secs(20), "both devices poll", || {
+        polls("plant-1") > 0 && polls("plant-2") > 0
+    });
+    let connects = u64_at(&device("plant-1"), "/connects_total");
+    let first = running(&daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+    // A command with an id before plant-2 restarts.
+    let sent = json!({"id": "sp-1", "points": {"oven_setpoint": 150}});
+    let (status, answer) = write(&daemon, "plant-2", sent.clone());
+    assert_eq!(
+        (status, answer["ok"].clone()),
+        (200, json!(true)),
+        "{answer}"
+    );
+
+    // A point added to plant-2: it restarts alone and reads the point.
+    config["devices"][1] = simulated("plant-2", plant, std::slice::from_ref(&coolant));
+    let body = apply(&daemon, &config);
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["device/plant-2"]),
+        "{body}"
+    );
+    let polls_1 = polls("plant-1");
+    wait_until(
+        Duration::from_secs(20),
+        "plant-2 reads its new point",
+        || {
+            device("plant-2")["values"]
+                .to_string()
+                .contains("coolant_temp")
+        },
+    );
+    assert!(!device("plant-1")["values"]
+        .to_string()
+        .contains("coolant_temp"));
+    // The same command again is answered as the first one, not written twice; a new one
+    // reaches the restarted device's task.
+    let (_, again) = write(&daemon, "plant-2", sent);
+    assert_eq!(again["ok"], json!(true), "{again}");
+    let (_, next) = write(
+        &daemon,
+        "plant-2",
+        json!({"points": {"oven_setpoint": 160}}),
+    );
+    assert_eq!(next["ok"], json!(true), "{next}");
+    let commands = &device("plant-2")["commands"];
+    assert_eq!(commands["duplicates"], json!(1), "{commands}");
+    assert_eq!(commands["written"], json!(2), "{commands}");
+
+    // plant-3 added, plant-2 removed.
+    config["devices"] = json!([
+        simulated("plant-1", plant, &[]),
+        simulated("plant-3", plant, &[coolant])
+    ]);
+    let body = apply(&daemon, &config);
+    assert_eq!(
+        body["changes"]["start"],
+        json!(["device/plant-3"]),
+        "{body}"
+    );
+    assert_eq!(body["changes"]["stop"], json!(["device/plant-2"]), "{body}");
+    wait_until(Duration::from_secs(20), "plant-3 polls", || {
+        polls("plant-3") > 0
+    });
+    let names: Vec<Value> = daemon.status()["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("plant-1"), json!("plant-3")]);
+    let (status, gone) = write(
+        &daemon,
+        "plant-2",
+        json!({"points": {"oven_setpoint": 170}}),
+    );
+    assert_eq!(status, 404, "{gone}");
+    let (_, third) = write(
+        &daemon,
+        "plant-3",
+        json!({"points": {"oven_setpoint": 170}}),
+    );
+    assert_eq!(third["ok"], json!(true), "{third}");
+
+    // plant-1 was never touched: the same connection, its polls going on through it all.
+    assert_eq!(u64_at(&device("plant-1"), "/connects_total"), connects);
+    wait_until(Duration::from_secs(10), "plant-1 polls on", || {
+        polls("plant-1") > polls_1 + 2
+    });
+    assert_eq!(u64_at(&device("plant-1"), "/connects_total"), connects);
+    let metrics = daemon.get("/metrics", None).body;
+    assert!(
+        !metrics.contains("device=\"plant-2\""),
+        "a removed device leaves /metrics"
     );
 }

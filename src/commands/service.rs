@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -112,12 +112,29 @@ struct Window {
 }
 
 struct Device {
-    inbox: CommandSender,
-    points: Vec<WritablePoint>,
+    /// The inbox of the device's running task and its writable points: a reload that
+    /// restarts the device replaces them; its counters and recent ids stay, so a command
+    /// sent again after the reload is still answered, not run twice.
+    task: RwLock<Task>,
     stats: CommandStats,
     window: Mutex<Window>,
     /// Per path ([`Origin::path`]), its recent ids.
     recent: Mutex<HashMap<&'static str, Recent>>,
+}
+
+struct Task {
+    inbox: CommandSender,
+    points: Vec<WritablePoint>,
+}
+
+impl Device {
+    fn inbox(&self) -> CommandSender {
+        self.task
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .inbox
+            .clone()
+    }
 }
 
 /// What a command came to.
@@ -182,7 +199,7 @@ impl std::fmt::Display for CommandError {
 /// The devices that take commands, and the one way to send them one.
 pub struct Commands {
     cfg: CommandsConfig,
-    devices: BTreeMap<String, Device>,
+    devices: RwLock<BTreeMap<String, Arc<Device>>>,
     next_id: AtomicU64,
 }
 
@@ -191,7 +208,7 @@ impl Commands {
     pub fn new(cfg: CommandsConfig) -> Self {
         Self {
             cfg,
-            devices: BTreeMap::new(),
+            devices: RwLock::default(),
             next_id: AtomicU64::new(0),
         }
     }
@@ -202,51 +219,74 @@ impl Commands {
     }
 
     /// Registers `device` with its writable `points`, and returns the inbox its task reads.
-    pub fn register(&mut self, device: &str, points: Vec<WritablePoint>) -> CommandReceiver {
+    pub fn register(&self, device: &str, points: Vec<WritablePoint>) -> CommandReceiver {
         let (tx, rx) = channel();
         self.register_with(device, points, tx);
         rx
     }
 
     /// Registers `device` on an inbox it shares with others (the devices of one RTU line,
-    /// whose one task reads one inbox).
-    pub fn register_with(
-        &mut self,
-        device: &str,
-        points: Vec<WritablePoint>,
-        inbox: CommandSender,
-    ) {
-        self.devices.insert(
+    /// whose one task reads one inbox). A device registered again (restarted by a reload)
+    /// keeps its counters and recent ids; commands go to its new task from now on.
+    pub fn register_with(&self, device: &str, points: Vec<WritablePoint>, inbox: CommandSender) {
+        let mut devices = self.devices.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = devices.get(device) {
+            *d.task.write().unwrap_or_else(|e| e.into_inner()) = Task { inbox, points };
+            return;
+        }
+        devices.insert(
             device.to_string(),
-            Device {
-                inbox,
-                points,
+            Arc::new(Device {
+                task: RwLock::new(Task { inbox, points }),
                 stats: CommandStats::default(),
                 window: Mutex::new(Window {
                     started: Instant::now(),
                     count: 0,
                 }),
                 recent: Mutex::new(HashMap::new()),
-            },
+            }),
         );
     }
 
-    /// The writable points of `device` (empty for an unknown one).
-    pub fn points(&self, device: &str) -> &[WritablePoint] {
-        self.devices.get(device).map_or(&[], |d| &d.points)
+    /// Forgets `device` (removed by a reload): its commands are refused as for an unknown
+    /// device from now on.
+    pub fn unregister(&self, device: &str) {
+        self.devices
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(device);
     }
 
-    /// The counters of `device`.
-    pub fn stats(&self, device: &str) -> Option<&CommandStats> {
-        self.devices.get(device).map(|d| &d.stats)
+    fn device(&self, device: &str) -> Option<Arc<Device>> {
+        let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+        devices.get(device).cloned()
+    }
+
+    /// True when `device` takes commands.
+    pub fn takes(&self, device: &str) -> bool {
+        self.device(device).is_some()
+    }
+
+    /// The writable points of `device` (empty for an unknown one).
+    pub fn points(&self, device: &str) -> Vec<WritablePoint> {
+        self.device(device).map_or_else(Vec::new, |d| {
+            d.task
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .points
+                .clone()
+        })
+    }
+
+    /// The counters of `device` as `/api/status` shows them.
+    pub fn stats_json(&self, device: &str) -> Option<Value> {
+        self.device(device).map(|d| d.stats.to_json())
     }
 
     /// The `command/<device>` sources, for flows.
     pub fn source_names(&self) -> Vec<String> {
-        self.devices
-            .keys()
-            .map(|d| format!("command/{d}"))
-            .collect()
+        let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+        devices.keys().map(|d| format!("command/{d}")).collect()
     }
 
     /// True when `device` may take another command this second.
@@ -277,9 +317,9 @@ impl Commands {
         origin: Origin,
     ) -> Result<Outcome, CommandError> {
         let d = self
-            .devices
-            .get(device)
+            .device(device)
             .ok_or_else(|| CommandError::UnknownDevice(device.to_string()))?;
+        let d = &*d;
         let received = Instant::now();
         let mut reused = false;
         let first = match &request.id {
@@ -328,7 +368,7 @@ impl Commands {
             all(&command.points, &PointResult::RateLimited)
         } else {
             let (pending, answer) = Pending::new(command.clone());
-            match d.inbox.try_send(pending) {
+            match d.inbox().try_send(pending) {
                 Err(_) => all(
                     &command.points,
                     &PointResult::Unavailable("the device has too many commands waiting".into()),
@@ -374,8 +414,14 @@ impl Commands {
 
     /// The commands' families on `/metrics`, per device.
     pub fn write_metrics(&self, p: &mut Page) {
-        let items: Vec<(&str, &CommandStats)> = self
-            .devices
+        let devices: Vec<(String, Arc<Device>)> = {
+            let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+            devices
+                .iter()
+                .map(|(n, d)| (n.clone(), Arc::clone(d)))
+                .collect()
+        };
+        let items: Vec<(&str, &CommandStats)> = devices
             .iter()
             .map(|(n, d)| (n.as_str(), &d.stats))
             .collect();
@@ -510,7 +556,7 @@ mod tests {
     async fn a_reused_id_with_other_content_is_refused_and_ids_are_kept_per_path() {
         let dir = tempfile::tempdir().unwrap();
         let engine = engine(dir.path());
-        let mut commands = Commands::new(CommandsConfig::default());
+        let commands = Commands::new(CommandsConfig::default());
         let mut inbox = commands.register("oven", Vec::new());
         let commands = Arc::new(commands);
         let taken = Arc::new(AtomicU64::new(0));
@@ -548,11 +594,11 @@ mod tests {
         assert!(run(60.0, mqtt()).await.ok());
         assert_eq!(run(70.0, mqtt()).await.refused, Some(ID_REUSED));
         assert_eq!(taken.load(Ordering::Relaxed), 2);
-        let stats = commands.stats("oven").unwrap();
-        assert_eq!(l(&stats.received), 4);
-        assert_eq!(l(&stats.refused), 2);
-        assert_eq!(l(&stats.id_reused), 2);
-        assert_eq!(l(&stats.duplicates), 1);
+        let stats = commands.stats_json("oven").unwrap();
+        assert_eq!(stats["received"], 4);
+        assert_eq!(stats["refused"], 2);
+        assert_eq!(stats["id_reused"], 2);
+        assert_eq!(stats["duplicates"], 1);
         device.abort();
     }
 
@@ -560,7 +606,7 @@ mod tests {
     async fn a_repeated_id_gets_the_first_outcome_and_reaches_the_device_once() {
         let dir = tempfile::tempdir().unwrap();
         let engine = engine(dir.path());
-        let mut commands = Commands::new(CommandsConfig::default());
+        let commands = Commands::new(CommandsConfig::default());
         let mut inbox = commands.register("oven", Vec::new());
         let commands = Arc::new(commands);
         let taken = Arc::new(AtomicU64::new(0));
@@ -600,10 +646,10 @@ mod tests {
         assert!(run(None).await.unwrap().ok());
         assert!(run(None).await.unwrap().ok());
         assert_eq!(taken.load(Ordering::Relaxed), 3);
-        let stats = commands.stats("oven").unwrap();
-        assert_eq!(l(&stats.received), 3);
-        assert_eq!(l(&stats.written), 3);
-        assert_eq!(l(&stats.duplicates), 2);
+        let stats = commands.stats_json("oven").unwrap();
+        assert_eq!(stats["received"], 3);
+        assert_eq!(stats["written"], 3);
+        assert_eq!(stats["duplicates"], 2);
         device.abort();
     }
 }

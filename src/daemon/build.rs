@@ -17,7 +17,7 @@ use crate::simulator::Simulator;
 use crate::sinks::{Sink, Sinks};
 use crate::sources::catalogue::Catalogue;
 use crate::sources::live::{Built, Sources};
-use crate::sources::pollers::Pollers;
+use crate::sources::pollers::{Pollers, Ready};
 use crate::sources::status::DeviceStatus;
 use crate::store::dead_letters::DeadLetterQueue;
 use crate::store::StoreError;
@@ -31,8 +31,8 @@ pub struct Parts {
     pub simulator: Simulator,
     /// The alert channels' workers, started with the runtime.
     pub alert_workers: alerts::channels::Workers,
-    /// Every device's task, not yet polling.
-    pub pollers: Pollers,
+    /// Every device's poll loop, not yet polling.
+    pub pollers: Vec<Ready>,
     /// `opcua_server:`, to start once the runtime runs.
     pub opcua_server: Option<crate::opcua_server::OpcuaServerConfig>,
 }
@@ -81,12 +81,13 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
             .map(|d| Arc::new(DeviceStatus::new(d).with_trends(Arc::clone(&trends))))
             .collect(),
     );
-    let mut commands = Commands::new(config.commands.clone().unwrap_or_default());
-    // Registered before `commands` is shared; each device's task reads its own inbox.
+    let commands = Commands::new(config.commands.clone().unwrap_or_default());
+    // Each device's task reads its own inbox.
     let pollers = Pollers::build(
         &config.devices,
+        |_| true,
         &devices,
-        config.commands.is_some().then_some(&mut commands),
+        config.commands.is_some().then_some(&commands),
         &c.data_dir,
     );
     let (channels, alert_workers) = alerts::channels::build(&config.alerts);
@@ -105,6 +106,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         engine,
         sources: Sources::new(sources),
         devices,
+        pollers: Pollers::default(),
         stats: HttpStats::default(),
         auth: Default::default(),
         ledger_scan: Default::default(),

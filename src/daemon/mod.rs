@@ -61,7 +61,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
         state,
         simulator,
         alert_workers,
-        mut pollers,
+        pollers,
         opcua_server,
     } = build(config, loaded)?;
     let shutdown = state.shutdown.clone();
@@ -88,8 +88,9 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     }
     let opcua_server = start_opcua_server(opcua_server.as_ref(), &state, &runtime)?;
     // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
-    pollers
-        .start(&engine, &shutdown)
+    state
+        .pollers
+        .start(pollers, &engine, &shutdown)
         .map_err(DaemonError::Runtime)?;
     let simulator_stop = Shutdown::new();
     let simulator_tasks = {
@@ -104,7 +105,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     // Stop, in order. The poll tasks end on the signal; a sample held at that moment is not
     // offered again.
     shutdown.trigger();
-    runtime.block_on(pollers.join());
+    runtime.block_on(state.pollers.join());
     if let Some(t) = opcua_server {
         let _ = runtime.block_on(t);
     }

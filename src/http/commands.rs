@@ -66,7 +66,7 @@ pub async fn write(state: &AppState, device: &str, req: Request<Incoming>) -> Re
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
     let device = percent_decode(device);
-    if state.commands.stats(&device).is_none() {
+    if !state.commands.takes(&device) {
         return error(
             StatusCode::NOT_FOUND,
             &format!("no device {device:?} takes commands"),

@@ -83,6 +83,8 @@ pub struct AppState {
     pub sources: Sources,
     /// Every device with its figures, points and live values, in config order.
     pub devices: Catalogue,
+    /// Every device's poll loop, each stopped and started alone by a reload.
+    pub pollers: crate::sources::pollers::Pollers,
     /// Server counters.
     pub stats: HttpStats,
     /// The bearer token checks: failed attempts per client address, their counters.
@@ -114,6 +116,11 @@ impl AppState {
             alerts: &self.alerts,
             disk_free_pct: &self.disk_free_pct,
             shutdown: &self.shutdown,
+            pollers: &self.pollers,
+            catalogue: &self.devices,
+            commands: &self.commands,
+            trends: &self.trends,
+            data_dir: &self.data_dir,
         }
     }
 }

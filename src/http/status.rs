@@ -163,8 +163,8 @@ pub(super) fn devices(state: &AppState) -> Vec<Value> {
         let Some(name) = d["name"].as_str().map(str::to_string) else {
             continue;
         };
-        if let Some(stats) = state.commands.stats(&name) {
-            d["commands"] = stats.to_json();
+        if let Some(stats) = state.commands.stats_json(&name) {
+            d["commands"] = stats;
             d["writable"] = state
                 .commands
                 .points(&name)
@@ -283,7 +283,7 @@ pub fn metrics(state: &AppState) -> String {
     state.command_paths.write_metrics(&mut p);
     feed_metrics(state, &mut p);
     state.trends.write_metrics(&mut p);
-    crate::sources::status::write_metrics(state.devices.devices(), &mut p);
+    crate::sources::status::write_metrics(&state.devices.devices(), &mut p);
     p.single(
         "opex_connector_http_connections_total",
         Kind::Counter,

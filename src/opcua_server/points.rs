@@ -118,7 +118,7 @@ impl Points {
         let Some(s) = self.space.points.get(served) else {
             return StatusCode::BadNodeIdUnknown;
         };
-        let Some(device) = self.parts.catalogue.devices().get(s.device) else {
+        let Some(device) = self.parts.catalogue.devices().get(s.device).cloned() else {
             return StatusCode::BadNodeIdUnknown;
         };
         let Some(point) = device.def.points.get(s.point) else {
@@ -333,7 +333,7 @@ impl InMemoryNodeManagerImpl for Points {
                     continue;
                 }
                 let point = self.space.points.get(served).and_then(|s| {
-                    let device = self.parts.catalogue.devices().get(s.device)?;
+                    let device = self.parts.catalogue.devices().get(s.device).cloned()?;
                     device.def.points.get(s.point).cloned()
                 });
                 let json = match (&point, v.value.value.as_ref()) {

@@ -194,7 +194,7 @@ pub fn build(
     }
     let devices = connector_id(ns, "devices");
     add_folder(space, &devices, "Devices", &connector);
-    for device in catalogue.devices() {
+    for device in catalogue.devices().iter() {
         let name = &device.def.name;
         let folder = connector_id(ns, &format!("devices.{name}"));
         add_folder(space, &folder, name, &devices);

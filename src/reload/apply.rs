@@ -1,22 +1,35 @@
 //! Applying a new config while the connector runs: validated whole, compared part by part,
 //! refused with the reason when it changes what cannot change live, else kept (the file given
 //! to `run`, the revisions) and put in place. This version changes live the flows, the
-//! sources of [`crate::sources::live`] and the alert channels and checks (`telemetry:`), and
-//! the NATS and MQTT connections only they use (they restart with them).
+//! devices, the sources of [`crate::sources::live`] and the alert channels and checks
+//! (`telemetry:`), and the NATS and MQTT connections only they use (they restart with them).
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{diff, revisions, Change, Diff, Origin, Revision, Running};
 use crate::alerts::Hub;
+use crate::commands::Commands;
+use crate::config::Config;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
+use crate::sources::catalogue::Catalogue;
 use crate::sources::live::{Built, Sources, PREFIXES};
+use crate::sources::pollers::Pollers;
+use crate::sources::status::DeviceStatus;
+use crate::trends::Trends;
 
 /// The parts a reload changes while the connector runs besides the sources of
 /// [`crate::sources::live::PREFIXES`] (a name ending in `/` stands for every part of that
 /// kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 4] = ["flows", "alerts", "nats-connection/", "mqtt-connection/"];
+pub const LIVE_PARTS: [&str; 5] = [
+    "flows",
+    "alerts",
+    "device/",
+    "nats-connection/",
+    "mqtt-connection/",
+];
 
 /// Whether a reload changes `part` while the connector runs.
 fn live(part: &str) -> bool {
@@ -39,6 +52,16 @@ pub struct Targets<'a> {
     pub disk_free_pct: &'a AtomicU64,
     /// The connector's stop, which stops a part started by a reload too.
     pub shutdown: &'a Shutdown,
+    /// Its devices' poll loops are stopped and started one connection at a time.
+    pub pollers: &'a Pollers,
+    /// Its devices are listed again, a device kept with the status it had.
+    pub catalogue: &'a Catalogue,
+    /// A started device is registered there, a removed one forgotten.
+    pub commands: &'a Commands,
+    /// A started device's points keep their last hour there.
+    pub trends: &'a Arc<Trends>,
+    /// `connector.data_dir` (an OPC-UA device's default PKI folder).
+    pub data_dir: &'a Path,
 }
 
 /// A config applied.
@@ -176,22 +199,7 @@ impl Running {
             .filter(|(name, c)| **c != Change::Keep && !live(name))
             .map(|(name, _)| name.clone())
             .collect();
-        let flows = diff.parts.get("flows") != Some(&Change::Keep);
-        // A Sparkplug sink announces the devices the flows route to it when it starts.
-        if flows {
-            parts.extend(
-                config
-                    .sinks
-                    .iter()
-                    .filter(|s| matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_)))
-                    .map(|s| {
-                        format!(
-                            "sink/{} (its births list the devices the flows route to it)",
-                            s.name
-                        )
-                    }),
-            );
-        }
+        parts.extend(tied_to_devices(&config, &diff));
         if !parts.is_empty() || !diff.needs_restart.is_empty() {
             return Err(Refused::NotLive { diff, parts });
         }
@@ -241,9 +249,19 @@ impl Running {
         });
         // The parts that end first, under the plan they ran with (a consumer settles what it
         // holds), then the new plan, then the parts that begin.
+        let devices = |changes: &[Change]| -> Vec<&str> {
+            named(changes)
+                .into_iter()
+                .filter_map(|part| part.strip_prefix("device/"))
+                .collect()
+        };
         runtime.block_on(async {
             targets.sources.stop(&named(&[Change::Stop]), false).await;
             targets.sources.stop(&named(&[Change::Restart]), true).await;
+            targets
+                .pollers
+                .stop(&devices(&[Change::Stop, Change::Restart]))
+                .await;
         });
         // Compiled again whatever changed: without `flows:` the plan names every source.
         targets.engine.set_plan(config.plan());
@@ -254,6 +272,12 @@ impl Running {
                 .store(config.alerts.disk_free_pct, Ordering::Relaxed);
         }
         targets.sources.add(built, targets.engine, targets.shutdown);
+        start_devices(
+            &config,
+            &devices(&[Change::Start, Change::Restart]),
+            &devices(&[Change::Stop]),
+            targets,
+        );
         if let Ok(mut c) = self.current.lock() {
             c.text = text.to_string();
             c.revision = revision.clone();
@@ -271,12 +295,82 @@ impl Running {
     }
 }
 
+/// The parts that read every device's points and cannot follow a change of them while they
+/// run: the OPC-UA server's address space, a Sparkplug sink's births (which also list the
+/// devices the flows route to it). Named when the devices (or the flows) change.
+fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<String> {
+    let changed = |prefix: &str| {
+        diff.parts
+            .iter()
+            .any(|(name, c)| *c != Change::Keep && name.starts_with(prefix))
+    };
+    let (devices, flows) = (changed("device/"), changed("flows"));
+    let mut parts = Vec::new();
+    if devices && config.opcua_server.is_some() {
+        parts.push("opcua_server (its address space lists every device's points)".to_string());
+    }
+    if devices || flows {
+        parts.extend(
+            config
+                .sinks
+                .iter()
+                .filter(|s| matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_)))
+                .map(|s| {
+                    format!(
+                        "sink/{} (its births list the devices' points and the devices the flows route to it)",
+                        s.name
+                    )
+                }),
+        );
+    }
+    parts
+}
+
+/// Lists `config`'s devices (a device kept with the status it had, a `started` one with a new
+/// one), forgets the `stopped` ones' commands, and starts the poll loops of the `started`
+/// ones, each device registered for commands when `commands:` is configured.
+fn start_devices(config: &Config, started: &[&str], stopped: &[&str], targets: &Targets<'_>) {
+    let was = targets.catalogue.devices();
+    let listed = config
+        .devices
+        .catalogue()
+        .into_iter()
+        .map(|def| {
+            let kept = was
+                .iter()
+                .find(|d| d.def.name == def.name && !started.contains(&def.name.as_str()));
+            match kept {
+                Some(d) => Arc::clone(d),
+                None => Arc::new(DeviceStatus::new(def).with_trends(Arc::clone(targets.trends))),
+            }
+        })
+        .collect();
+    targets.catalogue.replace(listed);
+    for device in stopped {
+        targets.commands.unregister(device);
+    }
+    let ready = Pollers::build(
+        &config.devices,
+        |name| started.contains(&name),
+        targets.catalogue,
+        config.commands.is_some().then_some(targets.commands),
+        targets.data_dir,
+    );
+    if let Err(e) = targets
+        .pollers
+        .start(ready, targets.engine, targets.shutdown)
+    {
+        log::error!("devices not started: the pollers' thread cannot start: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::live;
 
     #[test]
-    fn the_flows_the_alerts_the_sources_and_their_connections_change_live_and_nothing_else() {
+    fn the_flows_the_alerts_the_devices_the_sources_and_their_connections_change_live_and_nothing_else(
+    ) {
         for part in [
             "flows",
             "alerts",
@@ -288,17 +382,11 @@ mod tests {
             "backfill/history",
             "nats-connection/js",
             "mqtt-connection/plant",
+            "device/press-1",
         ] {
             assert!(live(part), "{part}");
         }
-        for part in [
-            "sink/push",
-            "device/press-1",
-            "commands",
-            "http",
-            "flowsx",
-            "ingest",
-        ] {
+        for part in ["sink/push", "commands", "http", "flowsx", "ingest"] {
             assert!(!live(part), "{part}");
         }
     }

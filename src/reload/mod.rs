@@ -6,11 +6,12 @@
 //! for it ([`ask`]).
 //!
 //! What this version applies live ([`LIVE_PARTS`]): the flows (the engine's plan swapped
-//! whole, at once), the sources of [`crate::sources::live`] (each stopped, started or
-//! replaced alone) and the alerts (`telemetry:`: the channels replaced, the checks' settings
-//! changed); the NATS and MQTT connections only they use restart with them. A config
-//! that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with the parts
-//! named, and nothing changes: the operator restarts with it.
+//! whole, at once), the devices (each connection's poll loop stopped and started alone,
+//! [`crate::sources::pollers`]), the sources of [`crate::sources::live`] (each stopped,
+//! started or replaced alone) and the alerts (`telemetry:`: the channels replaced, the
+//! checks' settings changed); the NATS and MQTT connections only they use restart with them.
+//! A config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
+//! the parts named, and nothing changes: the operator restarts with it.
 //!
 //! [`Running`] is the one place that knows which config runs: its text (its tree, templates
 //! expanded, is made again when asked: a config of 10 000 points is some megabytes as a tree

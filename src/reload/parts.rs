@@ -11,7 +11,8 @@
 //! settings but its address), `ingest` (its limits), `dead_letters`, `connector` (its name).
 //!
 //! A part changed when its settings as written changed, or when a NATS or MQTT connection it
-//! names (`connection: <name>`, anywhere in it) changed. A value written out that equals its
+//! names (`connection: <name>`, anywhere in it) changed. The Modbus RTU devices of one serial
+//! line (one `port`) are polled by one loop: a changed, new or removed one restarts the others. A value written out that equals its
 //! default counts as a change: it restarts the part, which is safe.
 //!
 //! Three settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
@@ -121,6 +122,25 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
     for name in restarted {
         parts.insert(name, Change::Restart);
     }
+    // The devices of a serial line are polled by one loop: they restart with a changed one.
+    let lines: BTreeSet<&str> = parts
+        .iter()
+        .filter(|(name, c)| **c != Change::Keep && name.starts_with("device/"))
+        .flat_map(|(name, _)| [before.get(name), after.get(name)])
+        .flatten()
+        .filter_map(serial_line)
+        .collect();
+    let sharing: Vec<String> = after
+        .iter()
+        .filter(|(name, v)| {
+            parts.get(*name) == Some(&Change::Keep)
+                && serial_line(v).is_some_and(|l| lines.contains(l))
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in sharing {
+        parts.insert(name, Change::Restart);
+    }
     let needs_restart = NEEDS_RESTART
         .iter()
         .filter(|path| at(old, path) != at(new, path))
@@ -199,6 +219,13 @@ pub fn parts(tree: &Value) -> BTreeMap<String, Value> {
         out.insert(part.into(), value);
     }
     out
+}
+
+/// The serial device a Modbus RTU device's settings name (`port`).
+fn serial_line(device: &Value) -> Option<&str> {
+    (device["protocol"] == "modbus_rtu")
+        .then(|| device["port"].as_str())
+        .flatten()
 }
 
 /// Whether `value` names one of `connections` as `connection: <name>` anywhere in it.
@@ -303,6 +330,29 @@ nats:
         let d = diff(&tree(BASE), &tree(&other));
         assert_eq!(d.with(Change::Restart), ["http"]);
         assert!(d.needs_restart.is_empty());
+    }
+
+    #[test]
+    fn a_changed_device_on_a_serial_line_restarts_the_line_and_no_other_device() {
+        let rtu = |unit: u32, register: u32| {
+            format!("  - {{name: u{unit}, protocol: modbus_rtu, port: /dev/ttyUSB0, unit: {unit}, points: [{{name: a, register: {register}, type: u16}}]}}\n")
+        };
+        let with = |register: u32| {
+            format!(
+                "connector: {{data_dir: /d}}\ndevices:\n{}{}  - {{name: tcp, protocol: modbus_tcp, host: 127.0.0.1, points: [{{name: a, register: 0, type: u16}}]}}\n  - {{name: other-line, protocol: modbus_rtu, port: /dev/ttyUSB1, unit: 1, points: [{{name: a, register: 0, type: u16}}]}}\n",
+                rtu(1, register),
+                rtu(2, 0)
+            )
+        };
+        let d = diff(&tree(&with(0)), &tree(&with(3)));
+        assert_eq!(d.with(Change::Restart), ["device/u1", "device/u2"]);
+        assert_eq!(d.parts["device/tcp"], Change::Keep);
+        assert_eq!(d.parts["device/other-line"], Change::Keep);
+        // A device removed from the line restarts the ones left on it.
+        let without = with(0).replace(&rtu(1, 0), "");
+        let d = diff(&tree(&with(0)), &tree(&without));
+        assert_eq!(d.with(Change::Stop), ["device/u1"]);
+        assert_eq!(d.with(Change::Restart), ["device/u2"]);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! the commands' list of writable points) reads this catalogue and never names a protocol.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -152,30 +152,53 @@ pub struct Live {
 }
 
 /// Every device of the connector with its points and their live values, in config order.
+/// Its clones share one list, which a reload replaces whole ([`Self::replace`]).
 #[derive(Debug, Clone, Default)]
 pub struct Catalogue {
+    list: Arc<RwLock<Arc<Listed>>>,
+    changed: Arc<Notify>,
+}
+
+/// The devices of one config.
+#[derive(Debug, Default)]
+pub struct Listed {
     devices: Vec<Arc<DeviceStatus>>,
     by_source: HashMap<String, usize>,
-    changed: Arc<Notify>,
+}
+
+impl std::ops::Deref for Listed {
+    type Target = [Arc<DeviceStatus>];
+
+    fn deref(&self) -> &Self::Target {
+        &self.devices
+    }
 }
 
 impl Catalogue {
     /// The catalogue of `devices`.
     pub fn new(devices: Vec<Arc<DeviceStatus>>) -> Self {
+        let catalogue = Self::default();
+        catalogue.replace(devices);
+        catalogue
+    }
+
+    /// Lists `devices` in the place of the ones listed (a reload: a device kept is listed
+    /// with the status it had).
+    pub fn replace(&self, devices: Vec<Arc<DeviceStatus>>) {
         let by_source = devices
             .iter()
             .enumerate()
             .map(|(i, d)| (d.def.source.clone(), i))
             .collect();
-        let changed = Arc::new(Notify::new());
         for d in &devices {
-            d.watch(Arc::clone(&changed));
+            d.watch(Arc::clone(&self.changed));
         }
-        Self {
-            devices,
-            by_source,
-            changed,
+        let listed = Arc::new(Listed { devices, by_source });
+        match self.list.write() {
+            Ok(mut l) => *l = listed,
+            Err(poisoned) => *poisoned.into_inner() = listed,
         }
+        self.changed.notify_one();
     }
 
     /// Woken (one waiter) when a device polled or its connection state changed.
@@ -183,33 +206,37 @@ impl Catalogue {
         &self.changed
     }
 
-    /// Every device, in config order.
-    pub fn devices(&self) -> &[Arc<DeviceStatus>] {
-        &self.devices
+    /// Every device, in config order, as listed now.
+    pub fn devices(&self) -> Arc<Listed> {
+        // Only `replace` writes, and it writes one whole value.
+        match self.list.read() {
+            Ok(l) => Arc::clone(&l),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
     }
 
     /// True without devices.
     pub fn is_empty(&self) -> bool {
-        self.devices.is_empty()
+        self.devices().is_empty()
     }
 
     /// The device whose records carry `source`.
-    pub fn by_source(&self, source: &str) -> Option<&Arc<DeviceStatus>> {
-        self.by_source
-            .get(source)
-            .and_then(|&i| self.devices.get(i))
+    pub fn by_source(&self, source: &str) -> Option<Arc<DeviceStatus>> {
+        let list = self.devices();
+        let i = *list.by_source.get(source)?;
+        list.devices.get(i).cloned()
     }
 
     /// The device named `name`.
-    pub fn by_name(&self, name: &str) -> Option<&Arc<DeviceStatus>> {
-        self.devices.iter().find(|d| d.def.name == name)
+    pub fn by_name(&self, name: &str) -> Option<Arc<DeviceStatus>> {
+        self.devices().iter().find(|d| d.def.name == name).cloned()
     }
 
     /// Point `name` of device `device`, with its live value once read.
-    pub fn point(&self, device: &str, name: &str) -> Option<(&PointDef, Option<Live>)> {
+    pub fn point(&self, device: &str, name: &str) -> Option<(PointDef, Option<Live>)> {
         let d = self.by_name(device)?;
         let def = d.def.points.iter().find(|p| p.name == name)?;
-        Some((def, d.live(&def.group, name)))
+        Some((def.clone(), d.live(&def.group, name)))
     }
 }
 

@@ -181,9 +181,17 @@ impl<D: Driver> PollLoop<D> {
         }
     }
 
+    /// The names of the devices it polls.
+    pub fn devices(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| m.status.name().to_string())
+            .collect()
+    }
+
     /// Registers every device of the connection with `commands`, with its writable points,
     /// on the connection's one inbox.
-    pub fn register(&mut self, commands: &mut Commands) {
+    pub fn register(&mut self, commands: &Commands) {
         let (tx, rx) = channel();
         for m in &self.members {
             commands.register_with(m.status.name(), m.status.def.writable(), tx.clone());
@@ -645,7 +653,7 @@ mod tests {
             backoff_start: BACKOFF_START,
             backoff_max: Duration::from_secs(4),
         };
-        let mut commands = Commands::new(Default::default());
+        let commands = Commands::new(Default::default());
         let mut line = PollLoop::new(
             Shared { open: false },
             vec![
@@ -653,7 +661,7 @@ mod tests {
                 (Arc::clone(&alive), schedule),
             ],
         );
-        line.register(&mut commands);
+        line.register(&commands);
         let shutdown = Shutdown::new();
         let engine = engine(dir.path());
         let task = tokio::spawn(line.run(Arc::clone(&engine), shutdown.clone()));

@@ -160,7 +160,7 @@ pub fn take(
     let result = match parse_request(body) {
         Err(e) => Err(NotTaken::Malformed(e)),
         Ok(request) => match template.device(subject) {
-            Some(d) if commands.stats(d).is_some() => Ok((d.to_string(), request)),
+            Some(d) if commands.takes(d) => Ok((d.to_string(), request)),
             other => Err(NotTaken::UnknownDevice(other.unwrap_or("").to_string())),
         },
     };

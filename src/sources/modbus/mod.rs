@@ -17,4 +17,4 @@ pub mod plan;
 pub mod poller;
 pub mod write;
 
-pub use poller::{ModbusLine, ModbusPollers};
+pub use poller::{lines, ModbusLine};

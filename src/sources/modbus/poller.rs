@@ -29,13 +29,10 @@ use super::plan::{coalesce, split, ReadRequest};
 use super::write::{self, WriteRequest};
 use crate::commands::command::all;
 use crate::commands::{Command, Commands, PointResult};
-use crate::engine::Engine;
-use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::driver::{Driver, GroupRead, LinkError, Results};
 use crate::sources::hints;
 use crate::sources::poll_loop::{PollLoop, Schedule, BACKOFF_START};
-use crate::sources::pollers::PollerRuntime;
 use crate::sources::status::DeviceStatus;
 
 /// Runs one request (`call`) within `timeout`: the answer or the device's exception, or the
@@ -313,104 +310,61 @@ impl Driver for ModbusLine {
 /// The devices of a line with their schedules, in the line's order.
 type Members = Vec<(Arc<DeviceStatus>, Schedule)>;
 
-/// The Modbus lines: one poll loop per TCP device or serial port, before they start; their
-/// tasks after.
-pub struct ModbusPollers {
-    lines: Vec<PollLoop<ModbusLine>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl ModbusPollers {
-    /// The lines of `devices` (one per TCP endpoint or serial port), not yet polling; each
-    /// device shows its figures and values in its status in `catalogue`. With `commands`
-    /// (when `commands:` is configured), every device is registered there and its line runs
-    /// its commands.
-    pub fn new(
-        devices: &[ModbusDeviceConfig],
-        catalogue: &Catalogue,
-        commands: Option<&mut Commands>,
-    ) -> Self {
-        let mut lines: Vec<(ModbusLine, Members)> = Vec::new();
-        for d in devices {
-            let Some(status) = catalogue.by_name(&d.name).cloned() else {
-                log::error!(
-                    "modbus device missing from the catalogue: device={}",
-                    d.name
-                );
-                continue;
-            };
-            let schedule = Schedule {
-                intervals: d.groups.iter().map(|g| g.interval).collect(),
-                hold: d.hold,
-                backoff_start: BACKOFF_START,
-                backoff_max: d.backoff_max,
-            };
-            let at = match &d.transport {
-                Transport::Tcp { .. } => None,
-                Transport::Rtu(l) => lines.iter().position(
-                    |(line, _)| matches!(&line.opener, Opener::Rtu(o) if o.path == l.path),
-                ),
-            };
-            let (line, members) = match at {
-                Some(i) => &mut lines[i],
-                None => {
-                    let delay = match &d.transport {
-                        Transport::Tcp { .. } => Duration::ZERO,
-                        Transport::Rtu(l) => l.inter_frame_delay,
-                    };
-                    lines.push((ModbusLine::new(Opener::of(&d.transport), delay), Vec::new()));
-                    let last = lines.len() - 1;
-                    &mut lines[last]
-                }
-            };
-            line.devices.push(d.clone());
-            members.push((status, schedule));
-        }
-        let mut lines: Vec<PollLoop<ModbusLine>> = lines
-            .into_iter()
-            .map(|(line, members)| PollLoop::new(line, members))
-            .collect();
-        if let Some(commands) = commands {
-            for line in &mut lines {
-                line.register(commands);
+/// The poll loops of `devices`: one per TCP device, one per serial port for the devices that
+/// share it; each device shows its figures and values in its status in `catalogue`. With
+/// `commands` (when `commands:` is configured), every device is registered there and its line
+/// runs its commands.
+pub fn lines(
+    devices: &[&ModbusDeviceConfig],
+    catalogue: &Catalogue,
+    commands: Option<&Commands>,
+) -> Vec<PollLoop<ModbusLine>> {
+    let mut lines: Vec<(ModbusLine, Members)> = Vec::new();
+    for d in devices {
+        let Some(status) = catalogue.by_name(&d.name) else {
+            log::error!(
+                "modbus device missing from the catalogue: device={}",
+                d.name
+            );
+            continue;
+        };
+        let schedule = Schedule {
+            intervals: d.groups.iter().map(|g| g.interval).collect(),
+            hold: d.hold,
+            backoff_start: BACKOFF_START,
+            backoff_max: d.backoff_max,
+        };
+        let at = match &d.transport {
+            Transport::Tcp { .. } => None,
+            Transport::Rtu(l) => lines
+                .iter()
+                .position(|(line, _)| matches!(&line.opener, Opener::Rtu(o) if o.path == l.path)),
+        };
+        let (line, members) = match at {
+            Some(i) => &mut lines[i],
+            None => {
+                let delay = match &d.transport {
+                    Transport::Tcp { .. } => Duration::ZERO,
+                    Transport::Rtu(l) => l.inter_frame_delay,
+                };
+                lines.push((ModbusLine::new(Opener::of(&d.transport), delay), Vec::new()));
+                let last = lines.len() - 1;
+                &mut lines[last]
             }
-        }
-        Self {
-            lines,
-            tasks: Vec::new(),
-        }
+        };
+        line.devices.push((*d).clone());
+        members.push((status, schedule));
     }
-
-    /// No lines.
-    pub fn empty() -> Self {
-        Self {
-            lines: Vec::new(),
-            tasks: Vec::new(),
-        }
-    }
-
-    /// True without lines.
-    pub fn is_empty(&self) -> bool {
-        self.lines.is_empty() && self.tasks.is_empty()
-    }
-
-    /// Starts one task per line on the pollers' runtime.
-    pub fn start(&mut self, engine: &Arc<Engine>, runtime: &PollerRuntime, shutdown: &Shutdown) {
-        self.tasks.extend(
-            std::mem::take(&mut self.lines)
-                .into_iter()
-                .map(|line| runtime.spawn(line.run(Arc::clone(engine), shutdown.clone()))),
-        );
-    }
-
-    /// Waits for every line task to end (after the shutdown signal).
-    pub async fn join(self) {
-        for t in self.tasks {
-            if let Err(e) = t.await {
-                log::error!("modbus line task ended abnormally: {e}");
-            }
+    let mut lines: Vec<PollLoop<ModbusLine>> = lines
+        .into_iter()
+        .map(|(line, members)| PollLoop::new(line, members))
+        .collect();
+    if let Some(commands) = commands {
+        for line in &mut lines {
+            line.register(commands);
         }
     }
+    lines
 }
 
 /// Sends one read request within `timeout`: the answer, or the device's exception (data), or

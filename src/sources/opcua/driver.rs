@@ -641,14 +641,14 @@ fn changed_at(dv: &DataValue) -> Option<u64> {
 /// figures in its status in `catalogue`; with `commands`, each registered there. Makes each
 /// device's key pair first (see [`OpcuaDriver::new`]).
 pub fn poll_loops(
-    devices: &[OpcuaDeviceConfig],
+    devices: &[&OpcuaDeviceConfig],
     catalogue: &Catalogue,
     data_dir: &Path,
-    mut commands: Option<&mut Commands>,
+    commands: Option<&Commands>,
 ) -> Vec<PollLoop<OpcuaDriver>> {
     let mut out = Vec::new();
     for d in devices {
-        let Some(status) = catalogue.by_name(&d.name).cloned() else {
+        let Some(status) = catalogue.by_name(&d.name) else {
             log::error!("opcua device missing from the catalogue: device={}", d.name);
             continue;
         };
@@ -658,9 +658,9 @@ pub fn poll_loops(
             backoff_start: d.reconnect_initial,
             backoff_max: d.reconnect_max,
         };
-        let driver = OpcuaDriver::new(d.clone(), data_dir, Arc::clone(&status));
+        let driver = OpcuaDriver::new((*d).clone(), data_dir, Arc::clone(&status));
         let mut poll_loop = PollLoop::new(driver, vec![(status, schedule)]);
-        if let Some(c) = commands.as_deref_mut() {
+        if let Some(c) = commands {
             poll_loop.register(c);
         }
         out.push(poll_loop);

@@ -391,13 +391,13 @@ async fn read_back(conn: &mut Connection, item: Item, raw: &Value) -> Result<Poi
 /// The poll loop of every S7 device of `devices` (one per PLC), each showing its figures in
 /// its status in `catalogue`; with `commands`, each registered there.
 pub fn poll_loops(
-    devices: &[S7DeviceConfig],
+    devices: &[&S7DeviceConfig],
     catalogue: &Catalogue,
-    mut commands: Option<&mut Commands>,
+    commands: Option<&Commands>,
 ) -> Vec<PollLoop<S7Driver>> {
     let mut out = Vec::new();
     for d in devices {
-        let Some(status) = catalogue.by_name(&d.name).cloned() else {
+        let Some(status) = catalogue.by_name(&d.name) else {
             log::error!("s7 device missing from the catalogue: device={}", d.name);
             continue;
         };
@@ -407,8 +407,8 @@ pub fn poll_loops(
             backoff_start: BACKOFF_START,
             backoff_max: d.backoff_max,
         };
-        let mut poll_loop = PollLoop::new(S7Driver::new(d.clone()), vec![(status, schedule)]);
-        if let Some(c) = commands.as_deref_mut() {
+        let mut poll_loop = PollLoop::new(S7Driver::new((*d).clone()), vec![(status, schedule)]);
+        if let Some(c) = commands {
             poll_loop.register(c);
         }
         out.push(poll_loop);
