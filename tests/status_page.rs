@@ -825,6 +825,8 @@ fn the_page_draws_queues_alerts_schedules_backfills_and_sparkplug_nodes_and_show
                                "historical": {"waiting": 40, "sent": 300}}},
             ],
             "dead_letters": {"open": 2, "resolved": 1, "parked_total": 3, "trimmed_total": 0},
+            "config": {"revision": 7, "hash": "ab", "loaded_at": "2026-11-29T15:00:00Z", "reloads": 3,
+                       "last_error": format!("nothing was changed: sink/{evil} cannot start")},
         }),
         Value::Null,
     );
@@ -868,6 +870,15 @@ fn the_page_draws_queues_alerts_schedules_backfills_and_sparkplug_nodes_and_show
         "{dom}"
     );
     assert!(dom.contains("disk free 1.0 GiB"), "{dom}");
+    // The running config's revision, its reloads, why the last one was not applied.
+    assert!(
+        dom.contains("config revision 7 since ") && dom.contains(" · 3 reloads since the start"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("last config change not applied: nothing was changed: sink/&lt;img"),
+        "{dom}"
+    );
     // A Sparkplug node in the sinks table: waiting for its host, with its counts.
     assert!(
         dom.contains("/gw-1 · waiting for its primary host · host scada offline · bdSeq 7 · seq 12 · births 4 · data 90 · commands 2 · historical 40 waiting, 300 sent"),

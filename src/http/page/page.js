@@ -126,6 +126,19 @@
     b.id = 'state';
     b.dataset.state = state;
     add(line, b, ' ', parts.join(' · '));
+    config(s.config);
+  }
+
+  // The running config: its revision, since when, the reloads since the start, and why the
+  // last reload was refused, until the next one applies.
+  function config(cfg) {
+    show('config-line', !!cfg);
+    show('config-error', !!(cfg && cfg.last_error));
+    if (!cfg) return;
+    var n = num(cfg.reloads);
+    $('config-line').textContent = 'config revision ' + cfg.revision + ' since ' + when(cfg.loaded_at) +
+      (n ? ' · ' + n + (n === 1 ? ' reload' : ' reloads') + ' since the start' : '');
+    $('config-error').textContent = cfg.last_error ? 'last config change not applied: ' + cfg.last_error : '';
   }
 
   // What is not working now, first: the part, what is wrong, since when, what to do.
