@@ -306,6 +306,37 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
 }
 
 #[test]
+fn a_point_added_by_a_reload_is_served_once_the_server_started_again() {
+    let device = ModbusTcp::start();
+    let port = free_port();
+    let d = Daemon::start(config(device.port(), port, both()));
+    let before = client(port, VIEWER);
+    read_good(&before, &point(&before, "speed"));
+
+    let text = std::fs::read_to_string(d.config_path()).expect("the config file");
+    let mut new: Value = serde_saphyr::from_str(&text).expect("YAML");
+    new["devices"][0]["points"]
+        .as_array_mut()
+        .expect("points")
+        .push(json!({"name": "added", "register": 1, "type": "u16"}));
+    let reply = d.post("/api/config", Some(ADMIN_TOKEN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["device/press-1", "opcua_server"]),
+        "{body}"
+    );
+
+    // A new session browses the new point, read with its poll's value.
+    let after = client(port, VIEWER);
+    let added = point(&after, "added");
+    let v = read_good(&after, &added);
+    assert_eq!(v["value"], json!(device.read_holding(1, 1)[0]), "{v:#}");
+    assert_eq!(d.status()["opcua_server"]["listening"], json!(true));
+}
+
+#[test]
 fn a_device_that_stops_answering_turns_its_variables_bad_until_it_is_back() {
     let mut device = ModbusTcp::start();
     let port = free_port();

@@ -119,6 +119,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
             .opcua_server
             .as_ref()
             .map(|s| crate::opcua_server::Stats::new(s.pki_dir.join("rejected"))),
+        opcua_serving: Default::default(),
         config: Arc::new(running),
     });
     Ok(Parts {

@@ -86,7 +86,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     for sink in engine.sinks().iter() {
         sinks.extend(sink.start(&ctx).map_err(DaemonError::Runtime)?);
     }
-    let opcua_server = start_opcua_server(opcua_server.as_ref(), &state, &runtime)?;
+    start_opcua_server(opcua_server, &state, &runtime)?;
     // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
     state
         .pollers
@@ -106,9 +106,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     // offered again.
     shutdown.trigger();
     runtime.block_on(state.pollers.join());
-    if let Some(t) = opcua_server {
-        let _ = runtime.block_on(t);
-    }
+    runtime.block_on(state.opcua_serving.join());
     simulator_stop.trigger();
     runtime.block_on(async {
         for t in simulator_tasks {
@@ -142,14 +140,15 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     result
 }
 
-/// Starts the OPC-UA server of `config`, when there is one, on `runtime`.
+/// Starts the OPC-UA server of `config`, when there is one, on `runtime`, in
+/// `state.opcua_serving` (a reload that changes the devices starts it again).
 fn start_opcua_server(
-    config: Option<&crate::opcua_server::OpcuaServerConfig>,
+    config: Option<crate::opcua_server::OpcuaServerConfig>,
     state: &Arc<AppState>,
     runtime: &tokio::runtime::Runtime,
-) -> Result<Option<tokio::task::JoinHandle<()>>, DaemonError> {
-    let (Some(config), Some(stats)) = (config, state.opcua_server.as_ref()) else {
-        return Ok(None);
+) -> Result<(), DaemonError> {
+    let (Some(config), Some(stats)) = (config, state.opcua_server.clone()) else {
+        return Ok(());
     };
     #[cfg(feature = "opcua-server")]
     {
@@ -162,21 +161,26 @@ fn start_opcua_server(
             version: crate::VERSION.to_string(),
             gateway: Arc::new(move || gateway(&s)),
         };
-        crate::opcua_server::server::start(
-            config,
-            &state.name,
-            parts,
-            Arc::clone(stats),
-            state.shutdown.clone(),
-        )
-        .map(Some)
-        .map_err(DaemonError::OpcuaServer)
+        let name = state.name.clone();
+        let start = Box::new(move |stop| {
+            crate::opcua_server::server::start(
+                &config,
+                &name,
+                parts.clone(),
+                Arc::clone(&stats),
+                stop,
+            )
+        });
+        state
+            .opcua_serving
+            .start(start, &state.shutdown)
+            .map_err(DaemonError::OpcuaServer)
     }
     // Validation refuses the section in a build without the server.
     #[cfg(not(feature = "opcua-server"))]
     {
         let _ = (config, stats, runtime);
-        Ok(None)
+        Ok(())
     }
 }
 

@@ -103,6 +103,9 @@ pub struct AppState {
     pub body_budget: BodyBudget,
     /// The northbound OPC-UA server's figures, when `opcua_server:` is configured.
     pub opcua_server: Option<Arc<crate::opcua_server::Stats>>,
+    /// The northbound OPC-UA server while it runs (a reload that changes the devices starts
+    /// it again).
+    pub opcua_serving: crate::opcua_server::Serving,
     /// The running config: its text, revision and the kept revisions.
     pub config: Arc<crate::reload::Running>,
 }
@@ -121,6 +124,7 @@ impl AppState {
             commands: &self.commands,
             trends: &self.trends,
             data_dir: &self.data_dir,
+            opcua_server: &self.opcua_serving,
         }
     }
 }

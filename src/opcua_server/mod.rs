@@ -15,6 +15,8 @@
 //! - `sessions`: the open sessions the status page lists, with their users and client
 //!   applications.
 //! - `server`: the server and the task that keeps the values current.
+//! - [`serving`]: the server while it runs, restarted whole by a reload that changes the
+//!   devices.
 //!
 //! The server needs the `opcua-server` cargo feature (on by default).
 
@@ -25,6 +27,7 @@ pub mod config;
 pub mod points;
 #[cfg(feature = "opcua-server")]
 pub mod server;
+pub mod serving;
 #[cfg(feature = "opcua-server")]
 pub mod sessions;
 #[cfg(feature = "opcua-server")]
@@ -34,4 +37,5 @@ pub mod status;
 pub mod users;
 
 pub use config::{OpcuaServerConfig, RawOpcuaServer};
+pub use serving::Serving;
 pub use status::Stats;

@@ -13,6 +13,7 @@ use crate::alerts::Hub;
 use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::opcua_server::Serving;
 use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::live::{Built, Sources, PREFIXES};
@@ -62,6 +63,8 @@ pub struct Targets<'a> {
     pub trends: &'a Arc<Trends>,
     /// `connector.data_dir` (an OPC-UA device's default PKI folder).
     pub data_dir: &'a Path,
+    /// The northbound OPC-UA server, started again when the devices change.
+    pub opcua_server: &'a Serving,
 }
 
 /// A config applied.
@@ -192,11 +195,16 @@ impl Running {
             return Err(Refused::Conflict { running });
         }
         let tree = crate::config::expanded_tree(text).map_err(Refused::Invalid)?;
-        let diff = diff(&self.tree(), &tree);
+        let old = self.tree();
+        let diff = diff(&old, &tree);
+        // The server restarts with the devices it lists; its own settings do not change live.
+        let server_changed = old["opcua_server"] != tree["opcua_server"];
         let mut parts: Vec<String> = diff
             .parts
             .iter()
-            .filter(|(name, c)| **c != Change::Keep && !live(name))
+            .filter(|(name, c)| {
+                **c != Change::Keep && !live(name) && (*name != "opcua_server" || server_changed)
+            })
             .map(|(name, _)| name.clone())
             .collect();
         parts.extend(tied_to_devices(&config, &diff));
@@ -278,6 +286,9 @@ impl Running {
             &devices(&[Change::Stop]),
             targets,
         );
+        if diff.parts.get("opcua_server") == Some(&Change::Restart) {
+            runtime.block_on(targets.opcua_server.restart(targets.shutdown));
+        }
         if let Ok(mut c) = self.current.lock() {
             c.text = text.to_string();
             c.revision = revision.clone();
@@ -296,8 +307,8 @@ impl Running {
 }
 
 /// The parts that read every device's points and cannot follow a change of them while they
-/// run: the OPC-UA server's address space, a Sparkplug sink's births (which also list the
-/// devices the flows route to it). Named when the devices (or the flows) change.
+/// run: a Sparkplug sink's births (which also list the devices the flows route to it). Named
+/// when the devices (or the flows) change.
 fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<String> {
     let changed = |prefix: &str| {
         diff.parts
@@ -306,9 +317,6 @@ fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<String> {
     };
     let (devices, flows) = (changed("device/"), changed("flows"));
     let mut parts = Vec::new();
-    if devices && config.opcua_server.is_some() {
-        parts.push("opcua_server (its address space lists every device's points)".to_string());
-    }
     if devices || flows {
         parts.extend(
             config

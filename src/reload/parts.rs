@@ -12,7 +12,8 @@
 //!
 //! A part changed when its settings as written changed, or when a NATS or MQTT connection it
 //! names (`connection: <name>`, anywhere in it) changed. The Modbus RTU devices of one serial
-//! line (one `port`) are polled by one loop: a changed, new or removed one restarts the others. A value written out that equals its
+//! line (one `port`) are polled by one loop: a changed, new or removed one restarts the others.
+//! The OPC-UA server serves every device's points: a change of the devices restarts it. A value written out that equals its
 //! default counts as a change: it restarts the part, which is safe.
 //!
 //! Three settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
@@ -140,6 +141,13 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         .collect();
     for name in sharing {
         parts.insert(name, Change::Restart);
+    }
+    // The OPC-UA server's address space lists every device's points: it restarts with them.
+    let devices = parts
+        .iter()
+        .any(|(name, c)| *c != Change::Keep && name.starts_with("device/"));
+    if devices && !new["opcua_server"].is_null() {
+        parts.insert("opcua_server".into(), Change::Restart);
     }
     let needs_restart = NEEDS_RESTART
         .iter()
@@ -293,6 +301,12 @@ nats:
         let d = diff(&tree(BASE), &tree(&new));
         assert_eq!(d.with(Change::Restart), ["device/press-1"]);
         assert_eq!(d.parts["device/press-2"], Change::Keep);
+        // The OPC-UA server serves every device's points: it restarts with them.
+        let served = |c: &str| format!("{c}opcua_server: {{listen: 127.0.0.1:4840}}\n");
+        let d = diff(&tree(&served(BASE)), &tree(&served(&new)));
+        assert_eq!(d.with(Change::Restart), ["device/press-1", "opcua_server"]);
+        let d = diff(&tree(&served(BASE)), &tree(&served(BASE)));
+        assert_eq!(d.parts["opcua_server"], Change::Keep);
     }
 
     #[test]
