@@ -514,3 +514,34 @@ fn the_reload_command_without_an_admin_api_says_to_send_sighup() {
     assert!(stderr.contains("admin_token is not set"), "{stderr}");
     assert!(stderr.contains("SIGHUP"), "{stderr}");
 }
+
+#[test]
+fn new_http_settings_hold_from_the_next_request_and_max_connections_needs_a_restart() {
+    const NEW_ADMIN: &str = "new-admin-t0ken-0123456";
+    let daemon = Daemon::start(config());
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["connector"]["http"]["admin_token"] = json!(NEW_ADMIN);
+    new["connector"]["http"]["max_body_kb"] = json!(1);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["changes"]["restart"], json!(["http"]));
+
+    // The old admin token is refused from now on, the new one taken.
+    assert_eq!(daemon.get("/api/config", Some(ADMIN)).status, 401);
+    assert_eq!(daemon.get("/api/config", Some(NEW_ADMIN)).status, 200);
+    // The new body limit holds.
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(2048));
+    assert_eq!(daemon.ingest("big", &big).status, 413);
+    assert_eq!(daemon.ingest("small", "{\"v\": 1}").status, 200);
+
+    // The connection slots need a restart: refused, named, nothing changed.
+    let mut slots: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    slots["connector"]["http"]["max_connections"] = json!(16);
+    let reply = daemon.post("/api/config", Some(NEW_ADMIN), to_yaml(&slots).as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(
+        reply.json()["needs_restart"],
+        json!(["connector.http.max_connections"])
+    );
+    assert_eq!(daemon.status()["config"]["revision"], json!(2));
+}

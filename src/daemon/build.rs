@@ -99,7 +99,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         health: Arc::default(),
         started: Instant::now(),
         previous_version: crate::release::previous_version(),
-        http: c.http.clone(),
+        http: crate::http::Settings::new(c.http.clone()),
         data_dir: c.data_dir.clone(),
         disk_free_pct: config.alerts.disk_free_pct.into(),
         shutdown: Shutdown::new(),

@@ -216,7 +216,7 @@ async fn serve(
     alert_workers: alerts::channels::Workers,
     shutdown: Shutdown,
 ) -> Result<(), DaemonError> {
-    let listener = http::bind(state.http.listen)
+    let listener = http::bind(state.http.get().listen)
         .await
         .map_err(DaemonError::Bind)?;
     let addr = listener.local_addr().map_err(DaemonError::Bind)?;

@@ -35,7 +35,8 @@ const MAX_PAGE: usize = 1000;
 /// configured (the call does not exist), `401` without the right bearer token (counted, and
 /// slowed after repeated failures from one address).
 pub async fn refusal<B>(state: &AppState, req: &Request<B>) -> Option<Resp> {
-    let Some(token) = state.http.admin_token.as_deref() else {
+    let http = state.http.get();
+    let Some(token) = http.admin_token.as_deref() else {
         return Some(error(StatusCode::NOT_FOUND, "no such endpoint"));
     };
     let refused = &state.auth.stats.admin_unauthorized;

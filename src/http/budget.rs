@@ -38,6 +38,8 @@ pub const FREE_BYTES: usize = 64 << 10;
 /// The budget, shared by every connection.
 pub struct BodyBudget {
     permits: Arc<Semaphore>,
+    /// Bytes the budget holds in all.
+    size: std::sync::Mutex<usize>,
     /// Bodies refused because the budget was spent.
     pub refused_total: AtomicU64,
 }
@@ -47,9 +49,21 @@ impl BodyBudget {
     /// or one whole body when `max_body_kb` is larger, so that any body the limit admits can
     /// be received when no other is.
     pub fn new(max_body_bytes: usize) -> Self {
+        let size = BODY_BUDGET_BYTES.max(max_body_bytes);
         Self {
-            permits: Arc::new(Semaphore::new(BODY_BUDGET_BYTES.max(max_body_bytes))),
+            permits: Arc::new(Semaphore::new(size)),
+            size: std::sync::Mutex::new(size),
             refused_total: AtomicU64::new(0),
+        }
+    }
+
+    /// Grows the budget to one whole body of `max_body_bytes` when a reload raised
+    /// `max_body_kb` above it (it never shrinks while bodies hold part of it).
+    pub fn fit(&self, max_body_bytes: usize) {
+        let mut size = self.size.lock().unwrap_or_else(|e| e.into_inner());
+        if max_body_bytes > *size {
+            self.permits.add_permits(max_body_bytes - *size);
+            *size = max_body_bytes;
         }
     }
 
@@ -70,7 +84,7 @@ pub struct Unchecked {
 /// Reads `req`'s body as [`super::respond::read_body`] does (`max_body_bytes`, the body-read
 /// timeout), holding what is beyond [`FREE_BYTES`] against the budget; `503` when it is spent.
 pub async fn read_unchecked(state: &AppState, req: Request<Incoming>) -> Result<Unchecked, Resp> {
-    let max = state.http.max_body_bytes;
+    let max = state.http.get().max_body_bytes;
     let declared = declared_length(&req);
     if declared.is_some_and(|n| n > max as u64) {
         return Err(closing(too_large(max)));
@@ -110,7 +124,7 @@ pub async fn read_unchecked(state: &AppState, req: Request<Incoming>) -> Result<
         }
         Ok(())
     };
-    match tokio::time::timeout(state.http.body_read_timeout, read).await {
+    match tokio::time::timeout(state.http.get().body_read_timeout, read).await {
         Err(_) => Err(closing(error(
             StatusCode::REQUEST_TIMEOUT,
             "body not received in time",

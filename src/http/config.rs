@@ -2,11 +2,12 @@
 //! starts, in `hosts.rs`).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::hosts::Authority;
+use super::hosts::{AllowedHosts, Authority};
 use crate::config::checks::{checked_token, in_range, TokenRule};
 use crate::config::{Problem, Problems};
 
@@ -157,6 +158,44 @@ fn allowed_hosts(raw: Option<&[String]>, path: &str, p: &mut Problems) -> Vec<Au
         }
     }
     hosts
+}
+
+/// The server's settings while it runs: what each connection and request reads now, which
+/// a reload replaces whole (all but the address and `max_connections`, which need a restart).
+pub struct Settings {
+    now: RwLock<(Arc<HttpConfig>, Arc<AllowedHosts>)>,
+}
+
+impl Settings {
+    /// The settings of `config`, the box's host name read now.
+    pub fn new(config: HttpConfig) -> Self {
+        let hosts = AllowedHosts::build(&config.allowed_hosts);
+        Self {
+            now: RwLock::new((config.into(), hosts.into())),
+        }
+    }
+
+    /// The settings now.
+    pub fn get(&self) -> Arc<HttpConfig> {
+        Arc::clone(&self.read().0)
+    }
+
+    /// The hosts answered now.
+    pub fn hosts(&self) -> Arc<AllowedHosts> {
+        Arc::clone(&self.read().1)
+    }
+
+    /// Puts `config` in place: the next connection and request read it.
+    pub fn set(&self, config: HttpConfig) {
+        let hosts = AllowedHosts::build(&config.allowed_hosts);
+        let mut now = self.now.write().unwrap_or_else(|e| e.into_inner());
+        *now = (config.into(), hosts.into());
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, (Arc<HttpConfig>, Arc<AllowedHosts>)> {
+        // `set` replaces the pair whole.
+        self.now.read().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[cfg(test)]

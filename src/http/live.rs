@@ -81,7 +81,7 @@ pub fn upgrade(state: Arc<AppState>, mut req: Request<Incoming>) -> Resp {
     // host. Clients that send no Origin (tools, scripts) are not browsers and pass.
     let origin = header("origin");
     let admitted = req.extensions().get::<AdmittedHost>().map(|h| &h.0);
-    if !origin.is_empty() && !origin_allowed(&origin, admitted, &state.http.allowed_hosts) {
+    if !origin.is_empty() && !origin_allowed(&origin, admitted, &state.http.get().allowed_hosts) {
         log::warn!("live client refused: origin={origin:?} is not this connector");
         return error(
             StatusCode::FORBIDDEN,

@@ -36,6 +36,7 @@ pub use live::{
     publish_status as publish_live_status, wait_for_sessions as wait_for_live_sessions,
 };
 
+pub use self::config::Settings;
 pub use auth::{
     bearer_ok, ct_eq, AuthGuard, AuthStats, FAILURE_DELAY, FORGET_AFTER, FREE_FAILURES, TABLE_SIZE,
 };
@@ -51,7 +52,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::alerts::Hub;
-use crate::config::HttpConfig;
 use crate::engine::Engine;
 use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
@@ -67,8 +67,8 @@ pub struct AppState {
     pub started: Instant,
     /// The version an over-the-air update replaced, when installed that way.
     pub previous_version: Option<String>,
-    /// The server's settings.
-    pub http: HttpConfig,
+    /// The server's settings, with the hosts it answers (a reload replaces them).
+    pub http: Settings,
     /// `connector.data_dir`, whose free space the status shows.
     pub data_dir: PathBuf,
     /// `telemetry.alerts.disk_free_pct`: under this percent free, the disk is a problem (a
@@ -125,6 +125,8 @@ impl AppState {
             trends: &self.trends,
             data_dir: &self.data_dir,
             opcua_server: &self.opcua_serving,
+            http: &self.http,
+            body_budget: &self.body_budget,
         }
     }
 }

@@ -25,7 +25,7 @@ pub type Resp = Response<Full<Bytes>>;
 /// Those refusals leave the rest of the body unread, so they say `Connection: close`: the
 /// connection cannot carry another request.
 pub async fn read_body(state: &AppState, req: Request<Incoming>) -> Result<Bytes, Resp> {
-    read_body_within(state, req, state.http.max_body_bytes, None).await
+    read_body_within(state, req, state.http.get().max_body_bytes, None).await
 }
 
 /// [`read_body`] within `max` bytes; the `413` names `limit` when given (a batch's body is
@@ -52,7 +52,7 @@ pub async fn read_body_within(
     let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
     let read = match first {
         Poll::Ready(read) => Ok(read),
-        Poll::Pending => tokio::time::timeout(state.http.body_read_timeout, collect).await,
+        Poll::Pending => tokio::time::timeout(state.http.get().body_read_timeout, collect).await,
     };
     match read {
         Err(_) => Err(closing(error(
@@ -81,7 +81,7 @@ pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp)
     if req.body().is_end_stream() {
         return resp;
     }
-    let max = state.http.max_body_bytes;
+    let max = state.http.get().max_body_bytes;
     if req.headers().contains_key(EXPECT) || declared_length(&req).is_some_and(|n| n > max as u64) {
         return closing(resp);
     }
@@ -94,7 +94,7 @@ pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp)
         }
         true
     };
-    match tokio::time::timeout(state.http.body_read_timeout, drain).await {
+    match tokio::time::timeout(state.http.get().body_read_timeout, drain).await {
         Ok(true) => resp,
         Ok(false) | Err(_) => closing(resp),
     }

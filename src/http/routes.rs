@@ -184,7 +184,7 @@ async fn ingest_batch(state: &AppState, source: &str, req: Request<Incoming>) ->
         }
     };
     let format = Format::of(content_type.as_deref(), &body);
-    let max_payload = state.http.max_body_bytes;
+    let max_payload = state.http.get().max_body_bytes;
     batch_outcome(
         src.ingest_batch(&state.engine, body, format, partial, max_payload)
             .await,

@@ -12,7 +12,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::hosts::AllowedHosts;
 use super::{auth, respond, routes, AppState};
 use crate::shutdown::Shutdown;
 
@@ -44,8 +43,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves until `shutdown`, then lets open connections finish (bounded) and returns.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdown) {
-    let hosts = Arc::new(AllowedHosts::build(&state.http.allowed_hosts));
-    let permits = Arc::new(Semaphore::new(state.http.max_connections));
+    let permits = Arc::new(Semaphore::new(state.http.get().max_connections));
     let mut connections = JoinSet::new();
     loop {
         let permit = match Arc::clone(&permits).try_acquire_owned() {
@@ -82,7 +80,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
             .fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
         let state = Arc::clone(&state);
-        let hosts = Arc::clone(&hosts);
+        let hosts = state.http.hosts();
         let shutdown = shutdown.clone();
         // Reap finished connection tasks so the set stays small.
         while connections.try_join_next().is_some() {}
@@ -107,7 +105,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Shutdo
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(state.http.header_read_timeout)
+                .header_read_timeout(state.http.get().header_read_timeout)
                 .max_header_size(MAX_HEAD_BYTES)
                 .max_buf_size(MAX_HEAD_BYTES);
             // Upgrades: the live view's WebSocket (`/api/live`) takes the connection over.

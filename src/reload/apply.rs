@@ -1,8 +1,9 @@
 //! Applying a new config while the connector runs: validated whole, compared part by part,
 //! refused with the reason when it changes what cannot change live, else kept (the file given
 //! to `run`, the revisions) and put in place. This version changes live the flows, the
-//! devices, the sources of [`crate::sources::live`] and the alert channels and checks
-//! (`telemetry:`), and the NATS and MQTT connections only they use (they restart with them).
+//! devices (the OPC-UA server restarts with them), the sources of [`crate::sources::live`],
+//! the alert channels and checks (`telemetry:`), the HTTP server's settings, and the NATS and
+//! MQTT connections only they use (they restart with them).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +25,10 @@ use crate::trends::Trends;
 /// The parts a reload changes while the connector runs besides the sources of
 /// [`crate::sources::live::PREFIXES`] (a name ending in `/` stands for every part of that
 /// kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 5] = [
+pub const LIVE_PARTS: [&str; 6] = [
     "flows",
     "alerts",
+    "http",
     "device/",
     "nats-connection/",
     "mqtt-connection/",
@@ -65,6 +67,10 @@ pub struct Targets<'a> {
     pub data_dir: &'a Path,
     /// The northbound OPC-UA server, started again when the devices change.
     pub opcua_server: &'a Serving,
+    /// The HTTP server's settings (`connector.http` but its address and connection slots).
+    pub http: &'a crate::http::Settings,
+    /// The bytes webhook bodies may hold before their check, grown with `max_body_kb`.
+    pub body_budget: &'a crate::http::BodyBudget,
 }
 
 /// A config applied.
@@ -273,6 +279,12 @@ impl Running {
         });
         // Compiled again whatever changed: without `flows:` the plan names every source.
         targets.engine.set_plan(config.plan());
+        if diff.parts.get("http") != Some(&Change::Keep) {
+            targets
+                .body_budget
+                .fit(config.connector.http.max_body_bytes);
+            targets.http.set(config.connector.http.clone());
+        }
         if diff.parts.get("alerts") != Some(&Change::Keep) {
             targets.alerts.reconfigure(&config.alerts, targets.shutdown);
             targets
@@ -377,7 +389,7 @@ mod tests {
     use super::live;
 
     #[test]
-    fn the_flows_the_alerts_the_devices_the_sources_and_their_connections_change_live_and_nothing_else(
+    fn the_flows_the_alerts_the_http_settings_the_devices_and_the_sources_change_live_and_nothing_else(
     ) {
         for part in [
             "flows",
@@ -391,10 +403,11 @@ mod tests {
             "nats-connection/js",
             "mqtt-connection/plant",
             "device/press-1",
+            "http",
         ] {
             assert!(live(part), "{part}");
         }
-        for part in ["sink/push", "commands", "http", "flowsx", "ingest"] {
+        for part in ["sink/push", "commands", "httpx", "flowsx", "ingest"] {
             assert!(!live(part), "{part}");
         }
     }

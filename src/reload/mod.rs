@@ -8,8 +8,9 @@
 //! What this version applies live ([`LIVE_PARTS`]): the flows (the engine's plan swapped
 //! whole, at once), the devices (each connection's poll loop stopped and started alone,
 //! [`crate::sources::pollers`]), the sources of [`crate::sources::live`] (each stopped,
-//! started or replaced alone) and the alerts (`telemetry:`: the channels replaced, the
-//! checks' settings changed); the NATS and MQTT connections only they use restart with them.
+//! started or replaced alone), the alerts (`telemetry:`: the channels replaced, the checks'
+//! settings changed) and the HTTP server's settings (read by the next request); the NATS and
+//! MQTT connections only they use restart with them, and the OPC-UA server with the devices.
 //! A config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
 //! the parts named, and nothing changes: the operator restarts with it.
 //!

@@ -16,17 +16,18 @@
 //! The OPC-UA server serves every device's points: a change of the devices restarts it. A value written out that equals its
 //! default counts as a change: it restarts the part, which is safe.
 //!
-//! Three settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
-//! the HTTP server's address, the push queue's `on_full`.
+//! Four settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
+//! the HTTP server's address and its connection slots, the push queue's `on_full`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 /// The settings a reload cannot apply, as paths into the config.
-pub const NEEDS_RESTART: [&str; 3] = [
+pub const NEEDS_RESTART: [&str; 4] = [
     "connector.data_dir",
     "connector.http.listen",
+    "connector.http.max_connections",
     "connector.push_queue.on_full",
 ];
 
@@ -208,6 +209,7 @@ pub fn parts(tree: &Value) -> BTreeMap<String, Value> {
     let mut http = connector["http"].clone();
     if let Some(map) = http.as_object_mut() {
         map.remove("listen");
+        map.remove("max_connections");
     }
     let mut ingest = tree["ingest"].clone();
     if let Some(map) = ingest.as_object_mut() {
