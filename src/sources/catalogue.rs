@@ -177,23 +177,15 @@ impl std::ops::Deref for Listed {
 impl Catalogue {
     /// The catalogue of `devices`.
     pub fn new(devices: Vec<Arc<DeviceStatus>>) -> Self {
-        let catalogue = Self::default();
-        catalogue.replace(devices);
-        catalogue
+        let changed = Arc::new(Notify::new());
+        let list = Arc::new(RwLock::new(listed(devices, &changed)));
+        Self { list, changed }
     }
 
     /// Lists `devices` in the place of the ones listed (a reload: a device kept is listed
-    /// with the status it had).
+    /// with the status it had), and wakes the watcher.
     pub fn replace(&self, devices: Vec<Arc<DeviceStatus>>) {
-        let by_source = devices
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (d.def.source.clone(), i))
-            .collect();
-        for d in &devices {
-            d.watch(Arc::clone(&self.changed));
-        }
-        let listed = Arc::new(Listed { devices, by_source });
+        let listed = listed(devices, &self.changed);
         match self.list.write() {
             Ok(mut l) => *l = listed,
             Err(poisoned) => *poisoned.into_inner() = listed,
@@ -238,6 +230,19 @@ impl Catalogue {
         let def = d.def.points.iter().find(|p| p.name == name)?;
         Some((def.clone(), d.live(&def.group, name)))
     }
+}
+
+/// `devices` as one list, each waking `changed` at its polls and changes of state.
+fn listed(devices: Vec<Arc<DeviceStatus>>, changed: &Arc<Notify>) -> Arc<Listed> {
+    let by_source = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.def.source.clone(), i))
+        .collect();
+    for d in &devices {
+        d.watch(Arc::clone(changed));
+    }
+    Arc::new(Listed { devices, by_source })
 }
 
 /// The value in engineering units of raw number `x` at a point with `scale` and `offset`
