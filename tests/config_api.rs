@@ -516,15 +516,33 @@ fn the_reload_command_without_an_admin_api_says_to_send_sighup() {
 }
 
 #[test]
-fn new_http_settings_hold_from_the_next_request_and_max_connections_needs_a_restart() {
+fn new_http_settings_and_limits_hold_from_the_next_request_and_max_connections_needs_a_restart() {
     const NEW_ADMIN: &str = "new-admin-t0ken-0123456";
     let daemon = Daemon::start(config());
     let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
     new["connector"]["http"]["admin_token"] = json!(NEW_ADMIN);
     new["connector"]["http"]["max_body_kb"] = json!(1);
+    new["ingest"]["max_batch_records"] = json!(2);
+    new["dead_letters"] = json!({"max_rows": 5});
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(reply.json()["changes"]["restart"], json!(["http"]));
+    assert_eq!(
+        reply.json()["changes"]["restart"],
+        json!(["dead_letters", "http", "ingest", format!("ingest/{SOURCE}")])
+    );
+    // The ingest source, restarted with its section, takes its new batch limit; the
+    // dead-letter queue its new cap.
+    let lines = "{\"id\":\"a\",\"payload\":1}\n{\"id\":\"b\",\"payload\":2}\n{\"id\":\"c\",\"payload\":3}\n";
+    let batch = daemon.ingest_batch("", "application/x-ndjson", lines.as_bytes());
+    assert_eq!(batch.status, 413, "{}", batch.body);
+    assert!(batch.body.contains("max_batch_records"), "{}", batch.body);
+    let status = daemon.status();
+    let dlq = status["queues"]
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["name"] == "dead_letters"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(dlq["quota"], json!(5), "{status:#}");
 
     // The old admin token is refused from now on, the new one taken.
     assert_eq!(daemon.get("/api/config", Some(ADMIN)).status, 401);

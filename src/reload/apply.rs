@@ -25,10 +25,12 @@ use crate::trends::Trends;
 /// The parts a reload changes while the connector runs besides the sources of
 /// [`crate::sources::live::PREFIXES`] (a name ending in `/` stands for every part of that
 /// kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 6] = [
+pub const LIVE_PARTS: [&str; 8] = [
     "flows",
     "alerts",
     "http",
+    "ingest",
+    "dead_letters",
     "device/",
     "nats-connection/",
     "mqtt-connection/",
@@ -279,6 +281,12 @@ impl Running {
         });
         // Compiled again whatever changed: without `flows:` the plan names every source.
         targets.engine.set_plan(config.plan());
+        if diff.parts.get("dead_letters") != Some(&Change::Keep) {
+            targets
+                .engine
+                .dead_letters()
+                .set_max_rows(config.dead_letters_max_rows);
+        }
         if diff.parts.get("http") != Some(&Change::Keep) {
             targets
                 .body_budget
@@ -389,8 +397,8 @@ mod tests {
     use super::live;
 
     #[test]
-    fn the_flows_the_alerts_the_http_settings_the_devices_and_the_sources_change_live_and_nothing_else(
-    ) {
+    fn the_flows_the_alerts_the_sections_the_devices_and_the_sources_change_live_and_nothing_else()
+    {
         for part in [
             "flows",
             "alerts",
@@ -404,10 +412,12 @@ mod tests {
             "mqtt-connection/plant",
             "device/press-1",
             "http",
+            "ingest",
+            "dead_letters",
         ] {
             assert!(live(part), "{part}");
         }
-        for part in ["sink/push", "commands", "httpx", "flowsx", "ingest"] {
+        for part in ["sink/push", "commands", "httpx", "flowsx", "ingestx"] {
             assert!(!live(part), "{part}");
         }
     }

@@ -13,7 +13,8 @@
 //! A part changed when its settings as written changed, or when a NATS or MQTT connection it
 //! names (`connection: <name>`, anywhere in it) changed. The Modbus RTU devices of one serial
 //! line (one `port`) are polled by one loop: a changed, new or removed one restarts the others.
-//! The OPC-UA server serves every device's points: a change of the devices restarts it. A value written out that equals its
+//! The OPC-UA server serves every device's points: a change of the devices restarts it. The
+//! ingest sources take their batch limits from the `ingest` part: they restart with it. A value written out that equals its
 //! default counts as a change: it restarts the part, which is safe.
 //!
 //! Four settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
@@ -142,6 +143,14 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         .collect();
     for name in sharing {
         parts.insert(name, Change::Restart);
+    }
+    // The ingest sources take their batch limits from `ingest:`: they restart with it.
+    if parts.get("ingest") == Some(&Change::Restart) {
+        for (name, change) in parts.iter_mut() {
+            if name.starts_with("ingest/") && *change == Change::Keep {
+                *change = Change::Restart;
+            }
+        }
     }
     // The OPC-UA server's address space lists every device's points: it restarts with them.
     let devices = parts
@@ -319,6 +328,13 @@ nats:
         let d = diff(&tree(BASE), &tree(&new));
         assert_eq!(d.with(Change::Start), ["ingest/cell", "sink/storage"]);
         assert_eq!(d.with(Change::Stop), ["ingest/line"]);
+    }
+
+    #[test]
+    fn new_batch_limits_restart_every_ingest_source() {
+        let new = BASE.replace("ingest:\n", "ingest:\n  max_batch_records: 10\n");
+        let d = diff(&tree(BASE), &tree(&new));
+        assert_eq!(d.with(Change::Restart), ["ingest", "ingest/line"]);
     }
 
     #[test]

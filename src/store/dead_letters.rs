@@ -292,7 +292,7 @@ pub struct DeadLetterQueue {
     resize_lock: RwLock<()>,
     map_size: Mutex<usize>,
     max_map: usize,
-    max_rows: u64,
+    max_rows: std::sync::atomic::AtomicU64,
 }
 
 fn io(e: impl std::fmt::Display) -> StoreError {
@@ -404,7 +404,7 @@ impl DeadLetterQueue {
             resize_lock: RwLock::new(()),
             map_size: Mutex::new(map_size),
             max_map,
-            max_rows: max_rows.max(1),
+            max_rows: max_rows.max(1).into(),
         })
     }
 
@@ -496,7 +496,7 @@ impl DeadLetterQueue {
         let (mut index, (meta, trimmed)) = self.write(|txn, index| {
             let id = index.meta.next_id;
             let total = (index.open.len() + index.resolved.len()) as u64 + 1;
-            let excess = total.saturating_sub(self.max_rows) as usize;
+            let excess = total.saturating_sub(self.max_rows()) as usize;
             let victims: Vec<(u64, DlqState)> = index
                 .resolved
                 .iter()
@@ -743,7 +743,15 @@ impl DeadLetterQueue {
 
     /// Most entries kept (`dead_letters.max_rows`).
     pub fn max_rows(&self) -> u64 {
+        self.max_rows.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keeps at most `max_rows` entries from the next one parked on (a reload): a lower cap
+    /// trims the oldest at that moment, as it does at a start with it, each open one counted
+    /// as trimmed.
+    pub fn set_max_rows(&self, max_rows: u64) {
         self.max_rows
+            .store(max_rows.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sizes and counters now.
