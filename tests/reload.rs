@@ -766,3 +766,117 @@ fn a_device_is_changed_added_and_removed_while_the_other_keeps_its_connection_an
         "a removed device leaves /metrics"
     );
 }
+
+#[test]
+fn commands_added_then_a_new_token_while_the_devices_poll() {
+    let plant = free_port();
+    let mut config = json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "simulator": {"modbus": format!("127.0.0.1:{plant}")},
+        "devices": [simulated("plant-1", plant, &[])],
+    });
+    let daemon = Daemon::start(config.clone());
+    let polls = || {
+        u64_at(
+            named(&daemon.status(), "/devices", "plant-1"),
+            "/polls_total",
+        )
+    };
+    wait_until(Duration::from_secs(20), "the device polls", || polls() > 0);
+    let first = running(&daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+    let setpoint = json!({"points": {"oven_setpoint": 120}});
+    let (status, _) = write(&daemon, "plant-1", setpoint.clone());
+    assert_eq!(status, 404, "no commands: the route is not there");
+
+    // `commands:` added: the device restarts registered, and takes a write.
+    config["commands"] = json!({"token": COMMANDS});
+    let body = apply(&daemon, &config);
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["commands", "device/plant-1"]),
+        "{body}"
+    );
+    let (status, answer) = write(&daemon, "plant-1", setpoint.clone());
+    assert_eq!(
+        (status, answer["ok"].clone()),
+        (200, json!(true)),
+        "{answer}"
+    );
+
+    // A new token: the old one is refused from the next command, the device untouched.
+    let connects = u64_at(
+        named(&daemon.status(), "/devices", "plant-1"),
+        "/connects_total",
+    );
+    config["commands"]["token"] = json!("other-commands-t0ken-0123");
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["restart"], json!(["commands"]), "{body}");
+    let (status, _) = write(&daemon, "plant-1", setpoint.clone());
+    assert_eq!(status, 401);
+    let r = daemon.post(
+        "/api/devices/plant-1/write",
+        Some("other-commands-t0ken-0123"),
+        setpoint.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        u64_at(
+            named(&daemon.status(), "/devices", "plant-1"),
+            "/connects_total"
+        ),
+        connects
+    );
+}
+
+#[test]
+fn a_new_nats_command_subject_is_subscribed_in_the_place_of_the_old_one() {
+    let nats = NatsServer::start();
+    let js = Js::connect(&nats.url());
+    let plant = free_port();
+    let mut config = json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "simulator": {"modbus": format!("127.0.0.1:{plant}")},
+        "devices": [simulated("plant-1", plant, &[])],
+        "nats": {"connections": [{"name": "bus", "servers": [nats.url()]}]},
+        "commands": {"token": COMMANDS, "nats": {"connection": "bus"}},
+    });
+    let daemon = Daemon::start(config.clone());
+    let path_up = || daemon.status()["commands"]["nats"]["connected"] == true;
+    wait_until(Duration::from_secs(20), "the NATS path subscribed", path_up);
+    let request = |subject: &str| {
+        let body = json!({"points": {"oven_setpoint": 130}}).to_string();
+        js.rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                js.client.request(subject.to_string(), body.into()),
+            )
+            .await
+        })
+    };
+    let first = running(&daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+    config["commands"]["nats"]["subject"] = json!("plant.cmd.{device}");
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["restart"], json!(["commands"]), "{body}");
+    wait_until(
+        Duration::from_secs(20),
+        "the new subject subscribed",
+        path_up,
+    );
+    let reply = request("plant.cmd.plant-1")
+        .expect("a reply in time")
+        .expect("a reply");
+    let reply: Value = serde_json::from_slice(&reply.payload).expect("JSON");
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    assert!(
+        !matches!(request("opex.cmd.plant-1"), Ok(Ok(_))),
+        "the old subject is not answered any more"
+    );
+}

@@ -198,7 +198,7 @@ impl std::fmt::Display for CommandError {
 
 /// The devices that take commands, and the one way to send them one.
 pub struct Commands {
-    cfg: CommandsConfig,
+    cfg: RwLock<Arc<CommandsConfig>>,
     devices: RwLock<BTreeMap<String, Arc<Device>>>,
     next_id: AtomicU64,
 }
@@ -207,15 +207,20 @@ impl Commands {
     /// No devices yet; `cfg` is `commands:` (its defaults when absent).
     pub fn new(cfg: CommandsConfig) -> Self {
         Self {
-            cfg,
+            cfg: RwLock::new(Arc::new(cfg)),
             devices: RwLock::default(),
             next_id: AtomicU64::new(0),
         }
     }
 
-    /// The config.
-    pub fn config(&self) -> &CommandsConfig {
-        &self.cfg
+    /// The config now (`commands:`, its defaults when absent).
+    pub fn config(&self) -> Arc<CommandsConfig> {
+        Arc::clone(&self.cfg.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `cfg` in place (a reload): the next command reads its token, expiry and rate.
+    pub fn set_config(&self, cfg: CommandsConfig) {
+        *self.cfg.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(cfg);
     }
 
     /// Registers `device` with its writable `points`, and returns the inbox its task reads.
@@ -296,7 +301,7 @@ impl Commands {
             w.started = now;
             w.count = 0;
         }
-        if w.count >= self.cfg.max_per_second {
+        if w.count >= self.config().max_per_second {
             return false;
         }
         w.count += 1;
@@ -359,7 +364,7 @@ impl Commands {
             points: request.points,
             verify: request.verify,
             received,
-            deadline: received + request.expires.unwrap_or(self.cfg.expires),
+            deadline: received + request.expires.unwrap_or(self.config().expires),
             origin,
         };
         let results = if reused {

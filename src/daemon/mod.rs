@@ -255,7 +255,9 @@ async fn serve(
         Arc::clone(&state),
         shutdown.clone(),
     ));
-    let command_paths = spawn_command_paths(&state, &shutdown);
+    state
+        .command_paths
+        .start(&state.commands, &state.engine, &shutdown);
     // The sources' consumers, schedules and backfills; each ends on the shutdown signal.
     state.sources.start(&state.engine, &shutdown);
     state.alerts.start_workers(alert_workers, &shutdown);
@@ -273,9 +275,7 @@ async fn serve(
     let _ = server.await;
     // The command paths stop taking commands and answer the running ones while the pollers
     // that run them still poll (they stop after this returns).
-    for task in command_paths {
-        let _ = task.await;
-    }
+    state.command_paths.join().await;
     let _ = checker.await;
     if let Some(task) = reloads {
         let _ = task.await;
@@ -288,27 +288,6 @@ async fn serve(
     // the stores close.
     state.sources.join().await;
     Ok(())
-}
-
-/// Starts the NATS and MQTT command paths; each ends on the shutdown signal, after its
-/// running commands are answered.
-fn spawn_command_paths(state: &AppState, shutdown: &Shutdown) -> Vec<tokio::task::JoinHandle<()>> {
-    let paths = &state.command_paths;
-    let nats = paths.nats.iter().map(|n| {
-        tokio::spawn(Arc::clone(n).run(
-            Arc::clone(&state.commands),
-            Arc::clone(&state.engine),
-            shutdown.clone(),
-        ))
-    });
-    let mqtt = paths.mqtt.iter().map(|m| {
-        tokio::spawn(Arc::clone(m).run(
-            Arc::clone(&state.commands),
-            Arc::clone(&state.engine),
-            shutdown.clone(),
-        ))
-    });
-    nats.chain(mqtt).collect()
 }
 
 /// Applies the file given to `run` again on every SIGHUP (watched by `hup`), until shutdown:

@@ -37,7 +37,8 @@ pub const TOKEN_NAME: &str = "commands";
 
 /// Runs the command of `req` on `device` (still percent-encoded, as the path holds it).
 pub async fn write(state: &AppState, device: &str, req: Request<Incoming>) -> Resp {
-    let Some(token) = state.commands.config().token.as_deref() else {
+    let config = state.commands.config();
+    let Some(token) = config.token.as_deref() else {
         let off = error(
             StatusCode::NOT_FOUND,
             "commands over HTTP are off: commands.token is not configured",

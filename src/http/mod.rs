@@ -122,6 +122,7 @@ impl AppState {
             pollers: &self.pollers,
             catalogue: &self.devices,
             commands: &self.commands,
+            command_paths: &self.command_paths,
             trends: &self.trends,
             data_dir: &self.data_dir,
             opcua_server: &self.opcua_serving,

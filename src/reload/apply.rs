@@ -2,8 +2,9 @@
 //! refused with the reason when it changes what cannot change live, else kept (the file given
 //! to `run`, the revisions) and put in place. This version changes live the flows, the
 //! devices (the OPC-UA server restarts with them), the sources of [`crate::sources::live`],
-//! the alert channels and checks (`telemetry:`), the HTTP server's settings, and the NATS and
-//! MQTT connections only they use (they restart with them).
+//! the alert channels and checks (`telemetry:`), the commands, the HTTP server's settings,
+//! the ingest limits, the dead-letter cap, and the NATS and MQTT connections only they use
+//! (they restart with them).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use super::{diff, revisions, Change, Diff, Origin, Revision, Running};
 use crate::alerts::Hub;
+use crate::commands::paths::CommandPaths;
 use crate::commands::Commands;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -25,9 +27,10 @@ use crate::trends::Trends;
 /// The parts a reload changes while the connector runs besides the sources of
 /// [`crate::sources::live::PREFIXES`] (a name ending in `/` stands for every part of that
 /// kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 8] = [
+pub const LIVE_PARTS: [&str; 9] = [
     "flows",
     "alerts",
+    "commands",
     "http",
     "ingest",
     "dead_letters",
@@ -61,8 +64,10 @@ pub struct Targets<'a> {
     pub pollers: &'a Pollers,
     /// Its devices are listed again, a device kept with the status it had.
     pub catalogue: &'a Catalogue,
-    /// A started device is registered there, a removed one forgotten.
-    pub commands: &'a Commands,
+    /// A started device is registered there, a removed one forgotten; its config replaced.
+    pub commands: &'a Arc<Commands>,
+    /// The NATS and MQTT command paths, started again when they change.
+    pub command_paths: &'a CommandPaths,
     /// A started device's points keep their last hour there.
     pub trends: &'a Arc<Trends>,
     /// `connector.data_dir` (an OPC-UA device's default PKI folder).
@@ -281,6 +286,19 @@ impl Running {
         });
         // Compiled again whatever changed: without `flows:` the plan names every source.
         targets.engine.set_plan(config.plan());
+        if diff.parts.get("commands") != Some(&Change::Keep) {
+            targets
+                .commands
+                .set_config(config.commands.clone().unwrap_or_default());
+            if command_paths_changed(&old, &tree, &diff) {
+                runtime.block_on(targets.command_paths.restart(
+                    config.commands.as_ref(),
+                    targets.commands,
+                    targets.engine,
+                    targets.shutdown,
+                ));
+            }
+        }
         if diff.parts.get("dead_letters") != Some(&Change::Keep) {
             targets
                 .engine
@@ -354,6 +372,19 @@ fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<String> {
     parts
 }
 
+/// Whether the NATS or MQTT command path changes from `old` to `new`: its settings, or the
+/// connection it names.
+fn command_paths_changed(old: &serde_json::Value, new: &serde_json::Value, diff: &Diff) -> bool {
+    ["nats", "mqtt"].iter().any(|path| {
+        let (was, now) = (&old["commands"][path], &new["commands"][path]);
+        let connection = now["connection"]
+            .as_str()
+            .map(|c| format!("{path}-connection/{c}"));
+        was != now
+            || connection.is_some_and(|c| diff.parts.get(&c).is_some_and(|c| *c != Change::Keep))
+    })
+}
+
 /// Lists `config`'s devices (a device kept with the status it had, a `started` one with a new
 /// one), forgets the `stopped` ones' commands, and starts the poll loops of the `started`
 /// ones, each device registered for commands when `commands:` is configured.
@@ -376,6 +407,12 @@ fn start_devices(config: &Config, started: &[&str], stopped: &[&str], targets: &
     targets.catalogue.replace(listed);
     for device in stopped {
         targets.commands.unregister(device);
+    }
+    // Without `commands:` the started devices take none.
+    if config.commands.is_none() {
+        for device in started {
+            targets.commands.unregister(device);
+        }
     }
     let ready = Pollers::build(
         &config.devices,
@@ -414,10 +451,11 @@ mod tests {
             "http",
             "ingest",
             "dead_letters",
+            "commands",
         ] {
             assert!(live(part), "{part}");
         }
-        for part in ["sink/push", "commands", "httpx", "flowsx", "ingestx"] {
+        for part in ["sink/push", "connector", "httpx", "flowsx", "ingestx"] {
             assert!(!live(part), "{part}");
         }
     }

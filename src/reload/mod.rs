@@ -9,8 +9,10 @@
 //! whole, at once), the devices (each connection's poll loop stopped and started alone,
 //! [`crate::sources::pollers`]), the sources of [`crate::sources::live`] (each stopped,
 //! started or replaced alone), the alerts (`telemetry:`: the channels replaced, the checks'
-//! settings changed) and the HTTP server's settings (read by the next request); the NATS and
-//! MQTT connections only they use restart with them, and the OPC-UA server with the devices.
+//! settings changed), the commands (their settings, their NATS and MQTT paths restarted),
+//! the HTTP server's settings (read by the next request), the ingest limits and the
+//! dead-letter cap; the NATS and MQTT connections only they use restart with them, and the
+//! OPC-UA server with the devices.
 //! A config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
 //! the parts named, and nothing changes: the operator restarts with it.
 //!

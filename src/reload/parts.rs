@@ -14,7 +14,9 @@
 //! names (`connection: <name>`, anywhere in it) changed. The Modbus RTU devices of one serial
 //! line (one `port`) are polled by one loop: a changed, new or removed one restarts the others.
 //! The OPC-UA server serves every device's points: a change of the devices restarts it. The
-//! ingest sources take their batch limits from the `ingest` part: they restart with it. A value written out that equals its
+//! ingest sources take their batch limits from the `ingest` part: they restart with it. A
+//! device takes commands only while `commands:` exists: every device restarts when the
+//! section comes or goes. A value written out that equals its
 //! default counts as a change: it restarts the part, which is safe.
 //!
 //! Four settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
@@ -125,6 +127,28 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
     for name in restarted {
         parts.insert(name, Change::Restart);
     }
+    // A part that leaves out `connection:` uses the only connection of its family.
+    for family in ["nats", "mqtt"] {
+        let list = new[family]["connections"].as_array();
+        let only = match list.map(Vec::as_slice) {
+            Some([c]) => c["name"].as_str(),
+            _ => None,
+        };
+        let Some(only) = only else { continue };
+        if parts.get(&format!("{family}-connection/{only}")) == Some(&Change::Keep) {
+            continue;
+        }
+        let users: Vec<String> = after
+            .iter()
+            .filter(|(name, v)| {
+                parts.get(*name) == Some(&Change::Keep) && uses_implicitly(name, v, family)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in users {
+            parts.insert(name, Change::Restart);
+        }
+    }
     // The devices of a serial line are polled by one loop: they restart with a changed one.
     let lines: BTreeSet<&str> = parts
         .iter()
@@ -143,6 +167,15 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         .collect();
     for name in sharing {
         parts.insert(name, Change::Restart);
+    }
+    // A device takes commands only while `commands:` exists: every device restarts when the
+    // section comes or goes.
+    if old["commands"].is_null() != new["commands"].is_null() {
+        for (name, change) in parts.iter_mut() {
+            if name.starts_with("device/") && *change == Change::Keep {
+                *change = Change::Restart;
+            }
+        }
     }
     // The ingest sources take their batch limits from `ingest:`: they restart with it.
     if parts.get("ingest") == Some(&Change::Restart) {
@@ -240,6 +273,31 @@ pub fn parts(tree: &Value) -> BTreeMap<String, Value> {
     out
 }
 
+/// Whether part `name` (its settings `value`) uses a connection of `family` (`nats`, `mqtt`)
+/// without naming it: a consumer, a sink, the commands' path or the alerts' channel of that
+/// family written without `connection:`.
+fn uses_implicitly(name: &str, value: &Value, family: &str) -> bool {
+    let unnamed = |v: &Value| v.is_object() && v.get("connection").is_none();
+    let sink = name.strip_prefix("sink/");
+    let kind = value["type"].as_str();
+    match name {
+        "commands" => unnamed(&value[family]),
+        "alerts" => unnamed(&value["alerts"][family]),
+        _ if name
+            .strip_prefix(family)
+            .is_some_and(|n| n.starts_with('/')) =>
+        {
+            unnamed(value)
+        }
+        _ if sink == Some(family) && kind.is_none() => unnamed(value),
+        _ if sink.is_some() => {
+            let of_family = kind == Some(family) || (family == "mqtt" && kind == Some("sparkplug"));
+            of_family && unnamed(value)
+        }
+        _ => false,
+    }
+}
+
 /// The serial device a Modbus RTU device's settings name (`port`).
 fn serial_line(device: &Value) -> Option<&str> {
     (device["protocol"] == "modbus_rtu")
@@ -331,6 +389,21 @@ nats:
     }
 
     #[test]
+    fn commands_added_restart_every_device_and_a_new_token_none() {
+        let with = |token: &str| format!("{BASE}commands: {{token: {token}}}\n");
+        let d = diff(&tree(BASE), &tree(&with("t0ken-0123456789ab")));
+        assert_eq!(
+            d.with(Change::Restart),
+            ["commands", "device/press-1", "device/press-2"]
+        );
+        let d = diff(
+            &tree(&with("t0ken-0123456789ab")),
+            &tree(&with("t0ken-0123456789cd")),
+        );
+        assert_eq!(d.with(Change::Restart), ["commands"]);
+    }
+
+    #[test]
     fn new_batch_limits_restart_every_ingest_source() {
         let new = BASE.replace("ingest:\n", "ingest:\n  max_batch_records: 10\n");
         let d = diff(&tree(BASE), &tree(&new));
@@ -344,6 +417,22 @@ nats:
         assert_eq!(
             d.with(Change::Restart),
             ["nats-connection/site", "nats/orders"]
+        );
+    }
+
+    #[test]
+    fn the_only_connection_changed_restarts_what_uses_it_without_naming_it() {
+        let implicit = BASE.replace(", connection: site,", ",");
+        let changed = implicit.replace("nats://127.0.0.1:4222", "nats://127.0.0.1:4223");
+        let with = |c: &str| {
+            format!(
+                "{c}commands: {{token: t0ken-0123456789ab, nats: {{subject: 'cmd.{{device}}'}}}}\n"
+            )
+        };
+        let d = diff(&tree(&with(&implicit)), &tree(&with(&changed)));
+        assert_eq!(
+            d.with(Change::Restart),
+            ["commands", "nats-connection/site", "nats/orders"]
         );
     }
 

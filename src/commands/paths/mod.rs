@@ -17,7 +17,7 @@ pub mod mqtt;
 pub mod nats;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -25,6 +25,8 @@ use serde_json::{json, Value};
 use super::command::{parse_request, Request};
 use super::config::{CommandsConfig, DEVICE};
 use super::service::Commands;
+use crate::engine::Engine;
+use crate::shutdown::Shutdown;
 use crate::telemetry::prometheus::{Kind, Page};
 
 pub use mqtt::MqttCommands;
@@ -189,18 +191,26 @@ fn busy(stats: &PathStats, subject: &str, why: &str) -> Value {
     error(why)
 }
 
-/// The NATS and MQTT paths configured in `commands:`.
+/// The NATS and MQTT paths configured in `commands:`, while they run: started with the
+/// connector, and stopped and started again whole by a reload that changes them.
 #[derive(Default)]
 pub struct CommandPaths {
-    /// `commands.nats`.
-    pub nats: Option<std::sync::Arc<NatsCommands>>,
-    /// `commands.mqtt`.
-    pub mqtt: Option<std::sync::Arc<MqttCommands>>,
+    now: Mutex<Paths>,
 }
 
-impl CommandPaths {
-    /// The paths `cfg` configures (none without `commands:`).
-    pub fn new(cfg: Option<&CommandsConfig>) -> Self {
+#[derive(Default)]
+struct Paths {
+    /// `commands.nats`.
+    nats: Option<Arc<NatsCommands>>,
+    /// `commands.mqtt`.
+    mqtt: Option<Arc<MqttCommands>>,
+    /// Their stop, once started.
+    stop: Option<Shutdown>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Paths {
+    fn of(cfg: Option<&CommandsConfig>) -> Self {
         let Some(cfg) = cfg else {
             return Self::default();
         };
@@ -208,30 +218,93 @@ impl CommandPaths {
             nats: cfg
                 .nats
                 .as_ref()
-                .map(|(c, subject)| std::sync::Arc::new(NatsCommands::new(c.clone(), subject))),
+                .map(|(c, subject)| Arc::new(NatsCommands::new(c.clone(), subject))),
             mqtt: cfg
                 .mqtt
                 .as_ref()
-                .map(|(c, topic)| std::sync::Arc::new(MqttCommands::new(c.clone(), topic))),
+                .map(|(c, topic)| Arc::new(MqttCommands::new(c.clone(), topic))),
+            stop: None,
+            tasks: Vec::new(),
+        }
+    }
+}
+
+impl CommandPaths {
+    /// The paths `cfg` configures (none without `commands:`), not yet running.
+    pub fn new(cfg: Option<&CommandsConfig>) -> Self {
+        Self {
+            now: Mutex::new(Paths::of(cfg)),
+        }
+    }
+
+    /// Starts every path, on the current runtime, until `shutdown` (or a reload's restart):
+    /// each runs its commands through `commands`, their records to `engine`.
+    pub fn start(&self, commands: &Arc<Commands>, engine: &Arc<Engine>, shutdown: &Shutdown) {
+        let mut now = self.lock();
+        let stop = shutdown.child();
+        let nats = now.nats.iter().map(|n| {
+            tokio::spawn(Arc::clone(n).run(Arc::clone(commands), Arc::clone(engine), stop.clone()))
+        });
+        let mqtt = now.mqtt.iter().map(|m| {
+            tokio::spawn(Arc::clone(m).run(Arc::clone(commands), Arc::clone(engine), stop.clone()))
+        });
+        let tasks: Vec<_> = nats.chain(mqtt).collect();
+        now.tasks = tasks;
+        now.stop = Some(stop);
+    }
+
+    /// Stops the running paths (each answers the commands it runs first), then starts the
+    /// ones `cfg` configures.
+    pub async fn restart(
+        &self,
+        cfg: Option<&CommandsConfig>,
+        commands: &Arc<Commands>,
+        engine: &Arc<Engine>,
+        shutdown: &Shutdown,
+    ) {
+        let old = std::mem::replace(&mut *self.lock(), Paths::of(cfg));
+        if let Some(stop) = &old.stop {
+            stop.trigger();
+        }
+        for t in old.tasks {
+            let _ = t.await;
+        }
+        self.start(commands, engine, shutdown);
+    }
+
+    /// Waits, after the shutdown signal, for every path to end.
+    pub async fn join(&self) {
+        let tasks = std::mem::take(&mut self.lock().tasks);
+        for t in tasks {
+            let _ = t.await;
         }
     }
 
     /// `commands` of `/api/status`: each path's counters, `null` when not configured.
     pub fn to_json(&self, http: bool) -> Value {
+        let now = self.lock();
         json!({
             "http": http,
-            "nats": self.nats.as_ref().map(|n| n.status()),
-            "mqtt": self.mqtt.as_ref().map(|m| m.status()),
+            "nats": now.nats.as_ref().map(|n| n.status()),
+            "mqtt": now.mqtt.as_ref().map(|m| m.status()),
         })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Paths> {
+        self.now.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Their families on `/metrics`, labelled `path`.
     pub fn write_metrics(&self, p: &mut Page) {
+        let (nats, mqtt) = {
+            let now = self.lock();
+            (now.nats.clone(), now.mqtt.clone())
+        };
         let mut items: Vec<(&str, &PathStats)> = Vec::new();
-        if let Some(n) = &self.nats {
+        if let Some(n) = &nats {
             items.push(("nats", &n.stats));
         }
-        if let Some(m) = &self.mqtt {
+        if let Some(m) = &mqtt {
             items.push(("mqtt", &m.stats));
         }
         if items.is_empty() {
