@@ -323,7 +323,8 @@ fn through_sink(cfg: SinkConfig, records: &[Record]) -> BoxResult<Duration> {
             commands: Arc::new(Commands::new(Default::default())),
             health: Default::default(),
         })?;
-    let sink = engine.sinks().get(&name).ok_or("no sink")?;
+    let shared = engine.sinks().get_shared(&name).ok_or("no sink")?;
+    let sink = &*shared;
     let started = Instant::now();
     // 64 deliveries at a time, as 64 callers would: a disk queue commits them in groups.
     rt.block_on(async {

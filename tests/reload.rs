@@ -880,3 +880,131 @@ fn a_new_nats_command_subject_is_subscribed_in_the_place_of_the_old_one() {
         "the old subject is not answered any more"
     );
 }
+
+/// The topics `client` received records on.
+fn topics(client: &MqttClient) -> Vec<String> {
+    client.received().into_iter().map(|(t, _)| t).collect()
+}
+
+#[test]
+fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections() {
+    let mut broker = Mosquitto::start();
+    let sub = MqttClient::connect(broker.port(), "it-watch", Some("#"));
+    let flows = |sinks: &[&str]| {
+        let mut nodes =
+            vec![json!({"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")})];
+        let mut wires = Vec::new();
+        for s in sinks {
+            nodes.push(json!({"id": format!("to-{s}"), "kind": "sink", "sink": s}));
+            wires.push(json!({"from": "in", "to": format!("to-{s}")}));
+        }
+        json!([{"id": "out", "nodes": nodes, "wires": wires}])
+    };
+    let mut config = json!({
+        "connector": {
+            "http": {"admin_token": ADMIN},
+            "push_queue": {"enabled": true, "max_quota_mb": 16},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "mqtt": {"connections": [{"name": "plant", "url": broker.url(), "client_id": "it-gw"}]},
+        "sinks": [{"name": "line", "type": "mqtt", "topic": "line/{{key}}", "qos": 1}],
+        "flows": flows(&["push", "line"]),
+    });
+    let daemon = Daemon::start(config.clone());
+    let first = running(&daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+    let connected = |name: &str| named(&daemon.status(), "/sinks", name)["connected"] == true;
+    wait_until(Duration::from_secs(20), "the line sink connected", || {
+        connected("line")
+    });
+    let sessions = |id: &str| {
+        std::fs::read_to_string(broker.dir().join("mosquitto.log"))
+            .unwrap_or_default()
+            .matches(&format!(" as {id} ("))
+            .count()
+    };
+    assert_eq!(daemon.ingest("a", "{\"v\": 1}").status, 200);
+
+    // A second MQTT sink added: it connects and takes the next record; `line` is untouched.
+    config["sinks"]
+        .as_array_mut()
+        .expect("sinks")
+        .push(json!({"name": "cell", "type": "mqtt", "topic": "cell/{{key}}", "qos": 1}));
+    config["flows"] = flows(&["push", "line", "cell"]);
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["start"], json!(["sink/cell"]), "{body}");
+    wait_until(Duration::from_secs(20), "the cell sink connected", || {
+        connected("cell")
+    });
+    assert_eq!(daemon.ingest("b", "{\"v\": 2}").status, 200);
+    wait_until(Duration::from_secs(20), "b on both topics", || {
+        let t = topics(&sub);
+        t.contains(&"line/b".to_string()) && t.contains(&"cell/b".to_string())
+    });
+
+    // `cell` changed (another topic): replaced alone, a new session; `line` keeps its one.
+    config["sinks"][1]["topic"] = json!("cell2/{{key}}");
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["restart"], json!(["sink/cell"]), "{body}");
+    wait_until(
+        Duration::from_secs(20),
+        "the new cell sink connected",
+        || connected("cell"),
+    );
+    assert_eq!(daemon.ingest("c", "{\"v\": 3}").status, 200);
+    wait_until(Duration::from_secs(20), "c on the new topic", || {
+        topics(&sub).contains(&"cell2/c".to_string())
+    });
+    assert!(!topics(&sub).contains(&"cell/c".to_string()));
+    assert_eq!(sessions("it-gw-sink-line"), 1, "line connected once");
+
+    // `cell` removed: stopped; the next record goes to push and line only.
+    config["sinks"].as_array_mut().expect("sinks").pop();
+    config["flows"] = flows(&["push", "line"]);
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["stop"], json!(["sink/cell"]), "{body}");
+    let names: Vec<Value> = daemon.status()["sinks"]
+        .as_array()
+        .expect("sinks")
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("push"), json!("line")]);
+    assert_eq!(daemon.ingest("d", "{\"v\": 4}").status, 200);
+    wait_until(Duration::from_secs(20), "d on line", || {
+        topics(&sub).contains(&"line/d".to_string())
+    });
+
+    // `line` behind a disk queue (a new instance); with its broker away, the queue holds the
+    // next record, and removing the sink is refused with the count until it is delivered.
+    config["sinks"][0]["queue"] = json!("disk");
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["restart"], json!(["sink/line"]), "{body}");
+    broker.stop();
+    assert_eq!(daemon.ingest("e", "{\"v\": 5}").status, 200);
+    let mut removed = config.clone();
+    removed["sinks"] = json!([]);
+    removed["flows"] = flows(&["push"]);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&removed).as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let not_live = reply.json()["not_live"].to_string();
+    assert!(
+        not_live.contains("sink/line (it holds 1 rows"),
+        "{not_live}"
+    );
+    assert_eq!(daemon.status()["config"]["revision"], json!(5));
+    broker.restart();
+    wait_until(
+        Duration::from_secs(30),
+        "e delivered from the queue",
+        || topics(&sub).contains(&"line/e".to_string()),
+    );
+    wait_until(Duration::from_secs(10), "the queue empty", || {
+        named(&daemon.status(), "/sinks", "line")["queue_rows"] == json!(0)
+    });
+    let body = apply(&daemon, &removed);
+    assert_eq!(body["changes"]["stop"], json!(["sink/line"]), "{body}");
+}

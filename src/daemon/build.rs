@@ -107,6 +107,7 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         sources: Sources::new(sources),
         devices,
         pollers: Pollers::default(),
+        sinks: Default::default(),
         stats: HttpStats::default(),
         auth: Default::default(),
         ledger_scan: Default::default(),

@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::reload::{Loaded, Origin};
 use crate::shutdown::Shutdown;
-use crate::sinks::{BuildError, Running, StartContext};
+use crate::sinks::{BuildError, StartContext};
 use crate::sources::webhook;
 use crate::store::StoreError;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -82,10 +82,10 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
         commands: Arc::clone(&state.commands),
         health: Arc::clone(&state.health),
     };
-    let mut sinks = Running::default();
-    for sink in engine.sinks().iter() {
-        sinks.extend(sink.start(&ctx).map_err(DaemonError::Runtime)?);
-    }
+    state
+        .sinks
+        .start_all(engine.sinks().shared_iter(), ctx)
+        .map_err(DaemonError::Runtime)?;
     start_opcua_server(opcua_server, &state, &runtime)?;
     // The pollers run on their own thread and runtime, so HTTP or sink load cannot delay them.
     state
@@ -108,6 +108,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     runtime.block_on(state.pollers.join());
     runtime.block_on(state.opcua_serving.join());
     simulator_stop.trigger();
+    let mut sinks = state.sinks.take_all();
     runtime.block_on(async {
         for t in simulator_tasks {
             let _ = t.await;

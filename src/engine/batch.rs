@@ -11,7 +11,6 @@
 //! acked as each record's run ends), as it would for records offered one by one.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use super::offer::{Admitted, Engine, Mode};
 use crate::record::{Record, Settlement};
@@ -29,7 +28,8 @@ impl Engine {
         for _ in &records {
             self.ledger.received(source);
         }
-        let plan = self.plan();
+        let routes = self.routes();
+        let plan = &routes.plan;
         let entries = plan.entries(source);
         if entries.is_empty() {
             return Ok(records.iter().map(|_| self.unrouted(source)).collect());
@@ -38,12 +38,12 @@ impl Engine {
         let mut admitted: Vec<Admitted> = records
             .iter()
             .map(|_| Admitted {
-                plan: Arc::clone(&plan),
+                routes: routes.clone(),
                 reservations: Vec::with_capacity(reachable.len()),
             })
             .collect();
         for name in reachable {
-            let (Some(index), Some(sink)) = (self.sinks.position(name), self.sinks.get(name))
+            let (Some(index), Some(sink)) = (routes.sinks.position(name), routes.sinks.get(name))
             else {
                 continue;
             };

@@ -19,7 +19,7 @@ mod batch;
 mod offer;
 mod stats;
 
-pub use offer::{Admitted, Engine, Mode};
+pub use offer::{Admitted, Engine, Mode, Routes};
 pub use stats::EngineStats;
 
 /// An engine for the unit tests: one durable `push` sink in `dir` (a 1 MiB queue that blocks

@@ -19,19 +19,29 @@ const MAX_STEPS: usize = 10_000;
 /// Reason prefix of records a webhook answered 200 for and then could not deliver.
 pub const ACCEPTED_NOT_HANDLED: &str = "accepted (200) but not handled: ";
 
-/// Reservations taken at admission, one per reachable sink (by its index among the sinks);
-/// released when dropped. With the plan they were taken under: the record runs under it
-/// even when a reload swapped the engine's plan meanwhile.
+/// The compiled flows and the sinks they deliver to, as one: a record runs under the routes
+/// it was admitted with, even when a reload put others in place meanwhile (a sink it reached
+/// is the instance that admitted it).
+#[derive(Clone)]
+pub struct Routes {
+    /// The compiled flows.
+    pub plan: Arc<Plan>,
+    /// The sinks, by name.
+    pub sinks: Arc<Sinks>,
+}
+
+/// Reservations taken at admission, one per reachable sink (by its index among the routes'
+/// sinks); released when dropped. With the routes they were taken under.
 pub struct Admitted {
-    pub(super) plan: Arc<Plan>,
+    pub(super) routes: Routes,
     pub(super) reservations: Vec<(usize, Reservation)>,
 }
 
 impl Admitted {
-    /// No reservation, under `plan`.
-    pub(super) fn none(plan: &Arc<Plan>) -> Self {
+    /// No reservation, under `routes`.
+    pub(super) fn none(routes: &Routes) -> Self {
         Self {
-            plan: Arc::clone(plan),
+            routes: routes.clone(),
             reservations: Vec::new(),
         }
     }
@@ -69,9 +79,9 @@ pub enum Mode {
 
 /// Runs records from sources to sinks.
 pub struct Engine {
-    /// The compiled flows now; a reload swaps it whole ([`Engine::set_plan`]).
-    plan: RwLock<Arc<Plan>>,
-    pub(super) sinks: Sinks,
+    /// The compiled flows and the sinks now; a reload swaps them whole
+    /// ([`Engine::set_routes`]).
+    routes: RwLock<Routes>,
     dlq: Arc<DeadLetterQueue>,
     pub(super) hub: DataHub,
     /// Its counters.
@@ -109,8 +119,10 @@ impl Engine {
     /// An engine running `plan` over `sinks`, parking failures in `dlq`.
     pub fn new(plan: Plan, sinks: Sinks, dlq: Arc<DeadLetterQueue>) -> Self {
         Self {
-            plan: RwLock::new(Arc::new(plan)),
-            sinks,
+            routes: RwLock::new(Routes {
+                plan: Arc::new(plan),
+                sinks: Arc::new(sinks),
+            }),
             dlq,
             hub: DataHub::new(),
             stats: EngineStats::default(),
@@ -124,28 +136,41 @@ impl Engine {
         &self.hub
     }
 
+    /// The compiled flows and the sinks now.
+    pub fn routes(&self) -> Routes {
+        // A panic cannot leave the routes half written: they are replaced whole.
+        self.routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// The compiled flows now.
     pub fn plan(&self) -> Arc<Plan> {
-        match self.plan.read() {
-            Ok(p) => Arc::clone(&p),
-            // A panic cannot leave the plan half written: it is replaced whole.
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
+        Arc::clone(&self.routes.read().unwrap_or_else(|e| e.into_inner()).plan)
+    }
+
+    /// The sinks now.
+    pub fn sinks(&self) -> Arc<Sinks> {
+        Arc::clone(&self.routes.read().unwrap_or_else(|e| e.into_inner()).sinks)
     }
 
     /// Puts `plan` in the place of the running one, at once: a record offered after this
     /// runs under it; a record admitted before finishes under the plan it was admitted with.
     pub fn set_plan(&self, plan: Plan) {
-        let plan = Arc::new(plan);
-        match self.plan.write() {
-            Ok(mut p) => *p = plan,
-            Err(poisoned) => *poisoned.into_inner() = plan,
-        }
+        let sinks = self.sinks();
+        self.set_routes(plan, sinks);
     }
 
-    /// The sinks.
-    pub fn sinks(&self) -> &Sinks {
-        &self.sinks
+    /// Puts `plan` and `sinks` in the place of the running ones together, at once (a reload
+    /// that adds, removes or replaces a sink): a record admitted before finishes under the
+    /// routes it was admitted with.
+    pub fn set_routes(&self, plan: Plan, sinks: Arc<Sinks>) {
+        let routes = Routes {
+            plan: Arc::new(plan),
+            sinks,
+        };
+        *self.routes.write().unwrap_or_else(|e| e.into_inner()) = routes;
     }
 
     /// The pipeline dead-letter queue.
@@ -156,32 +181,33 @@ impl Engine {
     /// Asks every sink reachable from the record's source to admit it, before any node runs.
     /// `Ok(None)`: no flow takes this source. `Err`: the settlement to give the source now.
     pub fn admit(&self, record: &Record) -> Result<Option<Admitted>, Settlement> {
-        let plan = self.plan();
-        self.admit_from(record, &plan, plan.entries(&record.source))
+        let routes = self.routes();
+        let entries = routes.plan.entries(&record.source);
+        self.admit_from(record, &routes, entries)
     }
 
-    /// [`Engine::admit`] under `plan`, for a record whose source's `entries` in it the caller
-    /// has looked up (the plan is asked once a record).
+    /// [`Engine::admit`] under `routes`, for a record whose source's `entries` in its plan
+    /// the caller has looked up (the plan is asked once a record).
     fn admit_from(
         &self,
         record: &Record,
-        plan: &Arc<Plan>,
+        routes: &Routes,
         entries: &[NodeRef],
     ) -> Result<Option<Admitted>, Settlement> {
         self.ledger.received(&record.source);
         if entries.is_empty() {
             return Ok(None);
         }
-        let reachable = plan.reachable_sinks(&record.source);
+        let reachable = routes.plan.reachable_sinks(&record.source);
         let mut admitted = Admitted {
-            plan: Arc::clone(plan),
+            routes: routes.clone(),
             reservations: Vec::with_capacity(reachable.len()),
         };
         for name in reachable {
-            let Some(index) = self.sinks.position(name) else {
+            let Some(index) = routes.sinks.position(name) else {
                 continue;
             };
-            let Some(sink) = self.sinks.iter().nth(index) else {
+            let Some(sink) = routes.sinks.iter().nth(index) else {
                 continue;
             };
             match sink.admit(sink.bytes(record)) {
@@ -203,9 +229,9 @@ impl Engine {
     /// stored it, or with the reason it must be retried.
     pub async fn offer(&self, record: Record) -> Settlement {
         let watched = self.hub.watch(&record);
-        let plan = self.plan();
-        let entries = plan.entries(&record.source);
-        let settlement = match self.admit_from(&record, &plan, entries) {
+        let routes = self.routes();
+        let entries = routes.plan.entries(&record.source);
+        let settlement = match self.admit_from(&record, &routes, entries) {
             Err(settlement) => settlement,
             Ok(None) => self.unrouted(&record.source),
             Ok(Some(admitted)) => self.run(record, entries, admitted, Mode::Normal).await,
@@ -222,7 +248,7 @@ impl Engine {
             Mode::Replay => None,
             Mode::Normal | Mode::Accepted => self.hub.watch(&record),
         };
-        let plan = Arc::clone(&admitted.plan);
+        let plan = Arc::clone(&admitted.routes.plan);
         let entries = plan.entries(&record.source);
         let settlement = if entries.is_empty() {
             self.unrouted(&record.source)
@@ -237,7 +263,8 @@ impl Engine {
 
     /// Offers a dead letter again, from the source node(s) of its flow only.
     pub async fn replay(&self, flow: &str, record: Record) -> Settlement {
-        let plan = self.plan();
+        let routes = self.routes();
+        let plan = &routes.plan;
         let entries = plan.flow_entries(flow, &record.source);
         if entries.is_empty() {
             return Settlement::Failed {
@@ -245,10 +272,10 @@ impl Engine {
                 reason: format!("flow {flow:?} has no source node for {:?}", record.source),
             };
         }
-        match self.admit_from(&record, &plan, plan.entries(&record.source)) {
+        match self.admit_from(&record, &routes, plan.entries(&record.source)) {
             Err(settlement) => settlement,
             Ok(admitted) => {
-                let admitted = admitted.unwrap_or_else(|| Admitted::none(&plan));
+                let admitted = admitted.unwrap_or_else(|| Admitted::none(&routes));
                 self.run(record, &entries, admitted, Mode::Replay).await
             }
         }
@@ -313,8 +340,8 @@ impl Engine {
         mode: Mode,
     ) -> Settlement {
         // `entries` are the record's in this plan (the caller took them from it).
-        let plan = Arc::clone(&admitted.plan);
-        let plan = &*plan;
+        let routes = admitted.routes.clone();
+        let plan = &*routes.plan;
         let mut run = Run::default();
         // Each work item remembers the entry node its record came in by: a dead letter is
         // replayed from there, even when the failing node sits in a subflow.
@@ -342,7 +369,7 @@ impl Engine {
                 break;
             }
             if let NodeKind::Sink { sink } = plan.kind(at) {
-                let track = !run.tracked && self.sinks.get(sink).is_some_and(|s| s.is_queue());
+                let track = !run.tracked && routes.sinks.get(sink).is_some_and(|s| s.is_queue());
                 let reason = match self.deliver(sink, &record, &mut admitted, track).await {
                     Ok(Delivered::Stored) if track => {
                         run.tracked = true;
@@ -456,7 +483,8 @@ impl Engine {
         admitted: &mut Admitted,
         tracked: bool,
     ) -> Result<Delivered, Failure> {
-        let (Some(index), Some(handle)) = (self.sinks.position(sink), self.sinks.get(sink)) else {
+        let sinks = Arc::clone(&admitted.routes.sinks);
+        let (Some(index), Some(handle)) = (sinks.position(sink), sinks.get(sink)) else {
             return Err(Failure::Retry(Settlement::Failed {
                 sink: sink.to_string(),
                 reason: "sink not configured".into(),

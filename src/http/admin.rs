@@ -307,7 +307,7 @@ async fn queue_replay_all(state: &AppState, name: &str, q: &Query) -> Resp {
 
 /// The dead letters of sink `name`'s queue: rows its destination refused for good.
 fn queue_dead_letters(state: &AppState, name: &str, q: &Query) -> Resp {
-    let Some(sink) = state.engine.sinks().get(name) else {
+    let Some(sink) = state.engine.sinks().get_shared(name) else {
         return error(StatusCode::NOT_FOUND, "no such sink");
     };
     let limit = q.number("limit").unwrap_or(100).clamp(1, MAX_PAGE as u64) as usize;

@@ -83,6 +83,8 @@ pub struct AppState {
     pub sources: Sources,
     /// Every device with its figures, points and live values, in config order.
     pub devices: Catalogue,
+    /// The sinks while they run, each stopped alone by a reload.
+    pub sinks: crate::sinks::Started,
     /// Every device's poll loop, each stopped and started alone by a reload.
     pub pollers: crate::sources::pollers::Pollers,
     /// Server counters.
@@ -123,6 +125,7 @@ impl AppState {
             catalogue: &self.devices,
             commands: &self.commands,
             command_paths: &self.command_paths,
+            sinks: &self.sinks,
             trends: &self.trends,
             data_dir: &self.data_dir,
             opcua_server: &self.opcua_serving,

@@ -39,8 +39,12 @@ pub const LIVE_PARTS: [&str; 9] = [
     "mqtt-connection/",
 ];
 
-/// Whether a reload changes `part` while the connector runs.
+/// Whether a reload changes `part` while the connector runs (a sink: as
+/// [`sinks_not_live`] says).
 fn live(part: &str) -> bool {
+    if part.starts_with("sink/") {
+        return true;
+    }
     let kind = |l: &&str| match l.strip_suffix('/') {
         Some(_) => part.starts_with(*l),
         None => part == *l,
@@ -68,6 +72,8 @@ pub struct Targets<'a> {
     pub commands: &'a Arc<Commands>,
     /// The NATS and MQTT command paths, started again when they change.
     pub command_paths: &'a CommandPaths,
+    /// The sinks while they run: a new one started, a removed or replaced one stopped.
+    pub sinks: &'a crate::sinks::Started,
     /// A started device's points keep their last hour there.
     pub trends: &'a Arc<Trends>,
     /// `connector.data_dir` (an OPC-UA device's default PKI folder).
@@ -221,6 +227,8 @@ impl Running {
             .map(|(name, _)| name.clone())
             .collect();
         parts.extend(tied_to_devices(&config, &diff));
+        let sinks_now = targets.engine.sinks();
+        parts.extend(sinks_not_live(&config, &diff, &sinks_now));
         if !parts.is_empty() || !diff.needs_restart.is_empty() {
             return Err(Refused::NotLive { diff, parts });
         }
@@ -244,6 +252,14 @@ impl Running {
             part,
             reason,
         })?;
+        let new_sinks =
+            build_sinks(&config, &started, targets.data_dir).map_err(|(part, reason)| {
+                Refused::Failed {
+                    diff: diff.clone(),
+                    part,
+                    reason,
+                }
+            })?;
         // The file given to `run` holds what runs, so that a restart comes back with it (on
         // SIGHUP it already does).
         if let (Some(path), false) = (&self.path, origin == Origin::Sighup) {
@@ -284,8 +300,35 @@ impl Running {
                 .stop(&devices(&[Change::Stop, Change::Restart]))
                 .await;
         });
-        // Compiled again whatever changed: without `flows:` the plan names every source.
-        targets.engine.set_plan(config.plan());
+        // The new sinks run before any record reaches them; the plan, compiled again whatever
+        // changed (without `flows:` it names every source), goes in with them; the sinks
+        // replaced or removed stop once the records that reached them under the old routes
+        // are done.
+        let mut list = Vec::with_capacity(config.sinks.len());
+        for cfg in &config.sinks {
+            match new_sinks.iter().find(|s| s.name() == cfg.name) {
+                Some(new) => {
+                    if let Err(e) = targets.sinks.start(Arc::clone(new)) {
+                        log::error!("sink not started: name={} error={e}", cfg.name);
+                    }
+                    list.push(Arc::clone(new));
+                }
+                None => match sinks_now.get_shared(&cfg.name) {
+                    Some(kept) => list.push(kept),
+                    None => log::error!("sink kept by a reload is missing: name={}", cfg.name),
+                },
+            }
+        }
+        drop(sinks_now);
+        targets
+            .engine
+            .set_routes(config.plan(), Arc::new(crate::sinks::Sinks::shared(list)));
+        for sink in named(&[Change::Stop, Change::Restart])
+            .into_iter()
+            .filter_map(|part| part.strip_prefix("sink/"))
+        {
+            targets.sinks.stop(sink, &runtime);
+        }
         if diff.parts.get("commands") != Some(&Change::Keep) {
             targets
                 .commands
@@ -342,6 +385,67 @@ impl Running {
         );
         Ok(Applied { revision, diff })
     }
+}
+
+/// The sink parts of `diff` that cannot change while the connector runs, each with why: a
+/// removed sink that still holds rows its destination has not confirmed, a changed sink that
+/// keeps a queue, backlog or history of its own (only a NATS or MQTT sink without `queue:
+/// disk` is replaced live), a Sparkplug sink (its births are made when it starts). Any other
+/// new sink is started live.
+fn sinks_not_live(config: &Config, diff: &Diff, sinks: &crate::sinks::Sinks) -> Vec<String> {
+    let mut out = Vec::new();
+    for (part, change) in &diff.parts {
+        let Some(name) = part.strip_prefix("sink/") else {
+            continue;
+        };
+        let sparkplug = config.sinks.iter().any(|s| {
+            s.name == name && matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_))
+        }) || sinks.get(name).is_some_and(|s| s.kind() == "sparkplug");
+        if sparkplug && *change != Change::Keep {
+            out.push(format!(
+                "{part} (a Sparkplug node announces its devices when it starts: restart the service with it)"
+            ));
+            continue;
+        }
+        let Some(sink) = sinks.get(name) else {
+            continue;
+        };
+        match change {
+            Change::Stop => {
+                let held = sink.held_rows();
+                if held > 0 {
+                    out.push(format!(
+                        "{part} (it holds {held} rows its destination has not confirmed: remove it once they are delivered)"
+                    ));
+                }
+            }
+            Change::Restart if !sink.is_replaceable() => out.push(format!(
+                "{part} (it keeps a queue, backlog or history of its own: restart the service with it)"
+            )),
+            Change::Restart | Change::Start | Change::Keep => {}
+        }
+    }
+    out
+}
+
+/// The sinks of `config` whose parts are `started` (new, or replacing a changed one), built
+/// (a store opened, a client set up) but not started; the first that cannot be built, with
+/// why.
+fn build_sinks(
+    config: &Config,
+    started: &[&str],
+    data_dir: &Path,
+) -> Result<Vec<Arc<crate::sinks::Sink>>, (String, String)> {
+    let mut out = Vec::new();
+    for cfg in &config.sinks {
+        let part = format!("sink/{}", cfg.name);
+        if !started.contains(&part.as_str()) {
+            continue;
+        }
+        let sink = crate::sinks::Sink::build(cfg, data_dir).map_err(|e| (part, e.to_string()))?;
+        out.push(Arc::new(sink));
+    }
+    Ok(out)
 }
 
 /// The parts that read every device's points and cannot follow a change of them while they

@@ -15,6 +15,7 @@
 //!   `queue: disk`.
 //! - [`config`]: the `sinks:` list and the top-level sections that each make one sink.
 //! - [`report`]: what a sink shows to `/api/status`, `/metrics`, the alert hub and the ledger.
+//! - `started.rs`: the sinks while they run, each stopped alone by a reload ([`Started`]).
 
 pub mod backlog;
 pub mod clickhouse;
@@ -27,6 +28,7 @@ pub mod queue;
 pub mod report;
 mod sink;
 pub mod sparkplug;
+mod started;
 pub mod storage;
 
 pub use config::{SinkConfig, SinkSpec};
@@ -35,3 +37,4 @@ pub use sink::{
     queue_file, BuildError, Delivered, DeliveryError, Running, Sink, Sinks, StartContext,
     TOP_LEVEL_DOCUMENTS,
 };
+pub use started::Started;

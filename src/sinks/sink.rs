@@ -124,6 +124,7 @@ impl std::fmt::Display for BuildError {
 impl std::error::Error for BuildError {}
 
 /// What a sink needs to start.
+#[derive(Clone)]
 pub struct StartContext {
     /// The engine (for the dead-letter queue of the memory backlogs).
     pub engine: Arc<Engine>,
@@ -228,6 +229,22 @@ impl Sink {
     /// The name flows, `/api/status`, metric labels and the ledger use.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Rows it holds that its destination has not confirmed yet (its queue or backlog; 0 for
+    /// a sink without one): what removing it would leave behind.
+    pub fn held_rows(&self) -> u64 {
+        self.report()
+            .entry
+            .get("queue_rows")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    }
+
+    /// True when it keeps nothing of its own between two instances (no queue file, no
+    /// backlog, no history): a reload may stop it and start a new one in its place.
+    pub fn is_replaceable(&self) -> bool {
+        self.queue.is_none() && matches!(self.kind, Kind::Nats(_) | Kind::Mqtt(_))
     }
 
     /// Its kind: `push`, `storage`, `clickhouse`, `postgres`, `nats`, `mqtt` or `sparkplug`.
@@ -649,21 +666,32 @@ fn queued_report(name: &str, q: &DiskQueue, r: &mut Report) {
     r.metrics.extend(s.finish());
 }
 
-/// The sinks of a connector, in config order.
+/// The sinks of a connector, in config order. A reload makes another list, sharing the
+/// sinks it keeps.
 #[derive(Default)]
 pub struct Sinks {
-    list: Vec<Sink>,
+    list: Vec<Arc<Sink>>,
 }
 
 impl Sinks {
     /// Sinks from a list.
     pub fn new(list: Vec<Sink>) -> Self {
+        Self::shared(list.into_iter().map(Arc::new).collect())
+    }
+
+    /// Sinks from a list of sinks another list may hold too.
+    pub fn shared(list: Vec<Arc<Sink>>) -> Self {
         Self { list }
     }
 
     /// The sink called `name`.
     pub fn get(&self, name: &str) -> Option<&Sink> {
-        self.list.iter().find(|s| s.name() == name)
+        self.list.iter().find(|s| s.name() == name).map(|s| &**s)
+    }
+
+    /// The sink called `name`, to hold on to.
+    pub fn get_shared(&self, name: &str) -> Option<Arc<Sink>> {
+        self.list.iter().find(|s| s.name() == name).cloned()
     }
 
     /// The index of the sink called `name`.
@@ -673,6 +701,11 @@ impl Sinks {
 
     /// Every sink.
     pub fn iter(&self) -> impl Iterator<Item = &Sink> {
+        self.list.iter().map(|s| &**s)
+    }
+
+    /// Every sink, to hold on to.
+    pub fn shared_iter(&self) -> impl Iterator<Item = &Arc<Sink>> {
         self.list.iter()
     }
 }

@@ -1,0 +1,125 @@
+//! The sinks while they run: each started with a stop of its own (a child of the connector's),
+//! so that a reload stops one sink alone (its clients and deliverer, then its close) and
+//! leaves the others running. The connector's own stop takes them all back in one
+//! [`Running`] and keeps its order (`daemon`).
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use super::sink::{Running, Sink, StartContext};
+use crate::shutdown::Shutdown;
+
+/// How long a reload waits for the records still running under the old routes to leave a
+/// sink it stops; then the sink stops under them (their delivery fails and their sources
+/// retry: nothing is lost, a copy may be delivered twice).
+pub const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// Every started sink, with what it runs.
+#[derive(Default)]
+pub struct Started {
+    /// What a sink started by a reload is started with (set at the connector's start).
+    ctx: OnceLock<StartContext>,
+    entries: Mutex<Vec<Entry>>,
+}
+
+struct Entry {
+    sink: Arc<Sink>,
+    stop: Shutdown,
+    running: Running,
+}
+
+impl Started {
+    /// Starts every sink of the connector with `ctx` (kept for the sinks a reload starts).
+    pub fn start_all<'a>(
+        &self,
+        sinks: impl Iterator<Item = &'a Arc<Sink>>,
+        ctx: StartContext,
+    ) -> std::io::Result<()> {
+        for sink in sinks {
+            self.start_with(Arc::clone(sink), &ctx)?;
+        }
+        let _ = self.ctx.set(ctx);
+        Ok(())
+    }
+
+    /// Starts `sink` (a reload's new or replacing one) as the connector's sinks were started.
+    pub fn start(&self, sink: Arc<Sink>) -> std::io::Result<()> {
+        let Some(ctx) = self.ctx.get() else {
+            return Err(std::io::Error::other("the sinks were not started"));
+        };
+        self.start_with(sink, ctx)
+    }
+
+    fn start_with(&self, sink: Arc<Sink>, ctx: &StartContext) -> std::io::Result<()> {
+        let stop = {
+            let _entered = ctx.runtime.enter();
+            ctx.shutdown.child()
+        };
+        let own = StartContext {
+            shutdown: stop.clone(),
+            ..ctx.clone()
+        };
+        let running = sink.start(&own)?;
+        self.lock().push(Entry {
+            sink,
+            stop,
+            running,
+        });
+        Ok(())
+    }
+
+    /// Stops sink `name` alone, once the records running under older routes left it (up to
+    /// [`STOP_WAIT`]): its stop signalled, its tasks and threads ended, then closed (it commits
+    /// or inserts what it holds), its closing threads joined. Blocking: call it off the
+    /// runtime's worker threads, with `runtime` to wait for its tasks on.
+    pub fn stop(&self, name: &str, runtime: &tokio::runtime::Handle) {
+        let entry = {
+            let mut entries = self.lock();
+            let Some(i) = entries.iter().position(|e| e.sink.name() == name) else {
+                return;
+            };
+            entries.swap_remove(i)
+        };
+        // Held by this entry and the routes now gone: wait for the records that hold those.
+        let began = std::time::Instant::now();
+        while Arc::strong_count(&entry.sink) > 1 && began.elapsed() < STOP_WAIT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        entry.stop.trigger();
+        let Running {
+            on_signal,
+            on_close,
+            tasks,
+        } = entry.running;
+        runtime.block_on(async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        });
+        for t in on_signal {
+            if t.join().is_err() {
+                log::error!("a thread of sink {name} panicked");
+            }
+        }
+        entry.sink.close();
+        for t in on_close {
+            if t.join().is_err() {
+                log::error!("a closing thread of sink {name} panicked");
+            }
+        }
+        log::info!("sink stopped: name={name}");
+    }
+
+    /// What every started sink runs, for the connector's stop.
+    pub fn take_all(&self) -> Running {
+        let mut all = Running::default();
+        for e in self.lock().drain(..) {
+            all.extend(e.running);
+        }
+        all
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
