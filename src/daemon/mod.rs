@@ -217,6 +217,19 @@ async fn serve(
     alert_workers: alerts::channels::Workers,
     shutdown: Shutdown,
 ) -> Result<(), DaemonError> {
+    // SIGHUP is watched before anything says the daemon runs: its default action ends the
+    // process.
+    let reloads = match signal(SignalKind::hangup()) {
+        Ok(hup) => Some(tokio::spawn(reload_on_sighup(
+            Arc::clone(&state),
+            hup,
+            shutdown.clone(),
+        ))),
+        Err(e) => {
+            log::error!("cannot watch SIGHUP, the config is not read again on it: {e}");
+            None
+        }
+    };
     let listener = http::bind(state.http.get().listen)
         .await
         .map_err(DaemonError::Bind)?;
@@ -239,17 +252,6 @@ async fn serve(
         state.sources.webhooks.all(),
         unfinished,
     ));
-    let reloads = match signal(SignalKind::hangup()) {
-        Ok(hup) => Some(tokio::spawn(reload_on_sighup(
-            Arc::clone(&state),
-            hup,
-            shutdown.clone(),
-        ))),
-        Err(e) => {
-            log::error!("cannot watch SIGHUP, the config is not read again on it: {e}");
-            None
-        }
-    };
     let server = tokio::spawn(http::serve(listener, Arc::clone(&state), shutdown.clone()));
     let checker = tokio::spawn(check_alerts(Arc::clone(&state), shutdown.clone()));
     let live = tokio::spawn(http::publish_live_status(

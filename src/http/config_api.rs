@@ -164,7 +164,10 @@ async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Re
         ),
         // Both say what the config would change, as every config answer does, and why not.
         Refused::NotLive { diff, parts } => {
-            conflict(state, &message, &hash, &diff, "not_live", json!(parts))
+            let mut names: Vec<&str> = parts.iter().map(|(p, _)| p.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            conflict(state, &message, &hash, &diff, "not_live", json!(names))
         }
         Refused::Failed { diff, part, reason } => {
             let failed = json!({"part": part, "reason": reason});

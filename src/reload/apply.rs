@@ -39,6 +39,9 @@ pub const LIVE_PARTS: [&str; 9] = [
     "mqtt-connection/",
 ];
 
+/// Why a part that is not one of [`LIVE_PARTS`] was not changed.
+const NOT_LIVE: &str = "not changed while running in this version: restart with it";
+
 /// Whether a reload changes `part` while the connector runs (a sink: as
 /// [`sinks_not_live`] says).
 fn live(part: &str) -> bool {
@@ -109,9 +112,9 @@ pub enum Refused {
     NotLive {
         /// What it would change.
         diff: Diff,
-        /// The changed parts that cannot change live (the settings of `diff.needs_restart`
-        /// besides).
-        parts: Vec<String>,
+        /// The changed parts that cannot change live, each with why (the settings of
+        /// `diff.needs_restart` besides).
+        parts: Vec<(String, String)>,
     },
     /// A part it starts could not be built (a webhook's secret file unreadable).
     Failed {
@@ -145,9 +148,7 @@ impl std::fmt::Display for Refused {
                     .iter()
                     .map(|s| format!("{s} (needs a restart)"))
                     .collect();
-                what.extend(parts.iter().map(|p| {
-                    format!("{p} (not changed while running in this version: restart with it)")
-                }));
+                what.extend(parts.iter().map(|(p, why)| format!("{p} ({why})")));
                 write!(f, "nothing was changed: {}", what.join(", "))
             }
             Self::Failed { part, reason, .. } => {
@@ -218,13 +219,13 @@ impl Running {
         let diff = diff(&old, &tree);
         // The server restarts with the devices it lists; its own settings do not change live.
         let server_changed = old["opcua_server"] != tree["opcua_server"];
-        let mut parts: Vec<String> = diff
+        let mut parts: Vec<(String, String)> = diff
             .parts
             .iter()
             .filter(|(name, c)| {
                 **c != Change::Keep && !live(name) && (*name != "opcua_server" || server_changed)
             })
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| (name.clone(), NOT_LIVE.to_string()))
             .collect();
         parts.extend(tied_to_devices(&config, &diff));
         let sinks_now = targets.engine.sinks();
@@ -392,7 +393,11 @@ impl Running {
 /// keeps a queue, backlog or history of its own (only a NATS or MQTT sink without `queue:
 /// disk` is replaced live), a Sparkplug sink (its births are made when it starts). Any other
 /// new sink is started live.
-fn sinks_not_live(config: &Config, diff: &Diff, sinks: &crate::sinks::Sinks) -> Vec<String> {
+fn sinks_not_live(
+    config: &Config,
+    diff: &Diff,
+    sinks: &crate::sinks::Sinks,
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (part, change) in &diff.parts {
         let Some(name) = part.strip_prefix("sink/") else {
@@ -402,8 +407,9 @@ fn sinks_not_live(config: &Config, diff: &Diff, sinks: &crate::sinks::Sinks) -> 
             s.name == name && matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_))
         }) || sinks.get(name).is_some_and(|s| s.kind() == "sparkplug");
         if sparkplug && *change != Change::Keep {
-            out.push(format!(
-                "{part} (a Sparkplug node announces its devices when it starts: restart the service with it)"
+            out.push((
+                part.clone(),
+                "a Sparkplug node announces its devices when it starts: restart the service with it".into(),
             ));
             continue;
         }
@@ -414,13 +420,16 @@ fn sinks_not_live(config: &Config, diff: &Diff, sinks: &crate::sinks::Sinks) -> 
             Change::Stop => {
                 let held = sink.held_rows();
                 if held > 0 {
-                    out.push(format!(
-                        "{part} (it holds {held} rows its destination has not confirmed: remove it once they are delivered)"
+                    out.push((
+                        part.clone(),
+                        format!("it holds {held} rows its destination has not confirmed: remove it once they are delivered"),
                     ));
                 }
             }
-            Change::Restart if !sink.is_replaceable() => out.push(format!(
-                "{part} (it keeps a queue, backlog or history of its own: restart the service with it)"
+            Change::Restart if !sink.is_replaceable() => out.push((
+                part.clone(),
+                "it keeps a queue, backlog or history of its own: restart the service with it"
+                    .into(),
             )),
             Change::Restart | Change::Start | Change::Keep => {}
         }
@@ -451,7 +460,7 @@ fn build_sinks(
 /// The parts that read every device's points and cannot follow a change of them while they
 /// run: a Sparkplug sink's births (which also list the devices the flows route to it). Named
 /// when the devices (or the flows) change.
-fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<String> {
+fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<(String, String)> {
     let changed = |prefix: &str| {
         diff.parts
             .iter()
@@ -466,9 +475,9 @@ fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<String> {
                 .iter()
                 .filter(|s| matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_)))
                 .map(|s| {
-                    format!(
-                        "sink/{} (its births list the devices' points and the devices the flows route to it)",
-                        s.name
+                    (
+                        format!("sink/{}", s.name),
+                        "its births list the devices' points and the devices the flows route to it: restart the service with it".to_string(),
                     )
                 }),
         );
