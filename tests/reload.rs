@@ -201,9 +201,9 @@ const RELOADS: usize = 20;
 /// The config of reload `round` (0 is the one the daemon starts with): the ingest records go
 /// to the push queue and, every other round, to the MQTT sink as well; a schedule is added,
 /// changed and removed in turn; a second ingest source's token is rotated; `plant-2` gains
-/// a point and loses it again in turn (and the test adds and removes an alert channel in
-/// turn). Everything else (`plant-1`, the sinks, the JetStream consumer, its connection)
-/// stays as it is.
+/// a point and loses it again in turn; a second MQTT sink is added and removed in turn (and
+/// the test adds and removes an alert channel in turn). Everything else (`plant-1`, the
+/// `push` and `mqtt` sinks, the JetStream consumer, its connection) stays as it is.
 fn loaded_config(
     round: usize,
     nats: &NatsServer,
@@ -248,6 +248,12 @@ fn loaded_config(
     for from in ["extra", "js", "p1", "p2"] {
         wires.push(json!({"from": from, "to": "to-push"}));
     }
+    // A second MQTT sink, `cell`, added and removed in turn, takes the second source's records.
+    let cell = round % 2 == 1;
+    if cell {
+        nodes.push(json!({"id": "to-cell", "kind": "sink", "sink": "cell"}));
+        wires.push(json!({"from": "extra", "to": "to-cell"}));
+    }
     let mut config = json!({
         "connector": {
             "http": {"admin_token": ADMIN},
@@ -269,6 +275,10 @@ fn loaded_config(
             "sink": {"topic": "opex/{{key}}", "qos": 1, "ack_timeout_secs": 5},
         },
     });
+    if cell {
+        config["sinks"] = json!([{"name": "cell", "type": "mqtt", "connection": "plant",
+                                  "topic": "cell/{{key}}", "qos": 1}]);
+    }
     if round % 3 != 2 {
         config["schedules"] = json!([{"name": "tick", "every": "1s", "payload": {"round": round}}]);
         nodes.push(json!({"id": "tick", "kind": "source", "source": "schedule/tick"}));
@@ -389,6 +399,14 @@ fn reloads_under_load_lose_nothing_and_leave_the_unchanged_parts_alone() {
                 "round {round}: {part} not restarted: {body}"
             );
         }
+        let (cell, change) = ("sink/cell", if round % 2 == 1 { "start" } else { "stop" });
+        assert_eq!(
+            body["changes"][change]
+                .as_array()
+                .map(|r| r.contains(&json!(cell))),
+            Some(true),
+            "round {round}: {cell} not under {change}: {body}"
+        );
         assert_eq!(body["revision"], json!(round + 1), "{body}");
         let kept: Vec<&str> = body["changes"]["keep"]
             .as_array()

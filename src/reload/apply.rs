@@ -1,7 +1,8 @@
 //! Applying a new config while the connector runs: validated whole, compared part by part,
 //! refused with the reason when it changes what cannot change live, else kept (the file given
 //! to `run`, the revisions) and put in place. This version changes live the flows, the
-//! devices (the OPC-UA server restarts with them), the sources of [`crate::sources::live`],
+//! devices (the OPC-UA server restarts with them), the sinks (within `sinks_not_live`'s
+//! limits), the sources of [`crate::sources::live`],
 //! the alert channels and checks (`telemetry:`), the commands, the HTTP server's settings,
 //! the ingest limits, the dead-letter cap, and the NATS and MQTT connections only they use
 //! (they restart with them).
