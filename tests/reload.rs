@@ -1018,15 +1018,37 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
     let error = refused["error"].as_str().unwrap_or_default();
     assert!(error.contains("sink/line (it holds 1 rows"), "{error}");
     assert_eq!(daemon.status()["config"]["revision"], json!(5));
+
+    // With drain=1 it is removed from the routes and kept until its row is delivered.
+    let reply = daemon.post(
+        "/api/config?drain=1",
+        Some(ADMIN),
+        to_yaml(&removed).as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["changes"]["stop"], json!(["sink/line"]));
+    let draining = || daemon.status()["config"]["draining"].clone();
+    assert_eq!(draining(), json!([{"sink": "line", "rows": 1}]));
+    assert!(
+        named_opt(&daemon.status(), "line").is_none(),
+        "out of the routes"
+    );
     broker.restart();
     wait_until(
         Duration::from_secs(30),
         "e delivered from the queue",
         || topics(&sub).contains(&"line/e".to_string()),
     );
-    wait_until(Duration::from_secs(10), "the queue empty", || {
-        named(&daemon.status(), "/sinks", "line")["queue_rows"] == json!(0)
+    wait_until(Duration::from_secs(30), "the drained sink stopped", || {
+        draining() == json!([])
     });
-    let body = apply(&daemon, &removed);
-    assert_eq!(body["changes"]["stop"], json!(["sink/line"]), "{body}");
+}
+
+/// The sink named `name` in `status`, if listed.
+fn named_opt(status: &Value, name: &str) -> Option<Value> {
+    status["sinks"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name)
+        .cloned()
 }

@@ -108,7 +108,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     runtime.block_on(state.pollers.join());
     runtime.block_on(state.opcua_serving.join());
     simulator_stop.trigger();
-    let mut sinks = state.sinks.take_all();
+    let (mut sinks, draining) = state.sinks.take_all();
     runtime.block_on(async {
         for t in simulator_tasks {
             let _ = t.await;
@@ -130,6 +130,9 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
     // Commit what the writers hold; the database backlogs insert what they hold (bounded by
     // their stop deadline).
     for sink in engine.sinks().iter() {
+        sink.close();
+    }
+    for sink in draining {
         sink.close();
     }
     for t in sinks.on_close {
@@ -308,9 +311,10 @@ async fn reload_on_sighup(state: Arc<AppState>, mut hup: Signal, shutdown: Shutd
         let state = Arc::clone(&state);
         let _ = tokio::task::spawn_blocking(move || match std::fs::read_to_string(&path) {
             Ok(text) => {
-                let _ = state
-                    .config
-                    .apply(&text, Origin::Sighup, None, None, &state.targets());
+                let _ =
+                    state
+                        .config
+                        .apply(&text, Origin::Sighup, None, None, false, &state.targets());
             }
             Err(e) => state
                 .config
@@ -348,6 +352,11 @@ async fn check_alerts(state: Arc<AppState>, shutdown: Shutdown) {
             _ = tick.tick() => {
                 if http::healthy(&state) {
                     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                }
+                // A sink a reload removed with `drain` stops once it holds nothing.
+                if state.sinks.any_draining() {
+                    let (s, rt) = (Arc::clone(&state), tokio::runtime::Handle::current());
+                    let _ = tokio::task::spawn_blocking(move || s.sinks.finish_drained(&rt)).await;
                 }
             },
             // The health model, assessed on the hub's beat: its state for Sparkplug, its

@@ -45,12 +45,15 @@ pub async fn handle(state: &Arc<AppState>, rest: &[&str], req: Request<Incoming>
 
 /// `POST /api/config`: with `dry_run=1`, what the body would change.
 async fn post(state: &Arc<AppState>, req: Request<Incoming>) -> Resp {
-    let dry_run = req
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .any(|kv| matches!(kv, "dry_run=1" | "dry_run=true" | "dry_run"));
+    let flag = |name: &str| {
+        req.uri().query().unwrap_or("").split('&').any(|kv| {
+            kv == name
+                || kv
+                    .strip_prefix(name)
+                    .is_some_and(|v| v == "=1" || v == "=true")
+        })
+    };
+    let (dry_run, drain) = (flag("dry_run"), flag("drain"));
     let if_match = match if_match(&req) {
         Ok(r) => r,
         Err(bad) => return answer_unread(state, req, bad.answer()).await,
@@ -63,7 +66,7 @@ async fn post(state: &Arc<AppState>, req: Request<Incoming>) -> Resp {
         return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 text");
     };
     if !dry_run {
-        return apply(state, text.to_string(), if_match).await;
+        return apply(state, text.to_string(), if_match, drain).await;
     }
     let config = match crate::config::from_yaml(text) {
         Ok(c) => c,
@@ -121,21 +124,22 @@ async fn rollback(state: &Arc<AppState>, n: &str, req: Request<Incoming>) -> Res
             StatusCode::NOT_FOUND,
             &format!("revision {n} is not kept (GET /api/config/revisions lists those that are)"),
         ),
-        (Some(text), Ok(if_match)) => apply(state, text, if_match).await,
+        (Some(text), Ok(if_match)) => apply(state, text, if_match, false).await,
     };
     // Whatever body came is read and dropped, so that the connection can go on.
     answer_unread(state, req, answer).await
 }
 
-/// `POST /api/config`: applies `text` (off the runtime's threads: it writes and syncs files).
-async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>) -> Resp {
+/// `POST /api/config`: applies `text` (off the runtime's threads: it writes and syncs files);
+/// with `drain`, a removed sink that holds rows is kept until they are delivered.
+async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>, drain: bool) -> Resp {
     let hash = reload::revisions::hash(&text);
     let shared = Arc::clone(state);
     let applied = tokio::task::spawn_blocking(move || {
         let targets = shared.targets();
         shared
             .config
-            .apply(&text, Origin::Api, Some("admin"), if_match, &targets)
+            .apply(&text, Origin::Api, Some("admin"), if_match, drain, &targets)
     })
     .await;
     let refused = match applied {

@@ -122,7 +122,7 @@ pub fn status(state: &AppState) -> Value {
         "sources": sources,
         "devices": devices,
         "opcua_server": state.opcua_server.as_ref().map(|s| s.to_json()),
-        "config": state.config.status(),
+        "config": config_status(state),
         "engine": {"stats": state.engine.stats.to_json(), "webhooks": webhooks},
         "queues": state.alerts.queues_json(),
         "alerts": state.alerts.open_alerts(),
@@ -148,6 +148,18 @@ fn stamp(state: &AppState, entry: &mut Value, part: &str) {
     let (at, recovered) = crate::health::Episode::fields(episode);
     entry["last_error_at"] = at;
     entry["recovered_at"] = recovered;
+}
+
+/// `config`: the running revision, and the sinks draining after a reload removed them.
+fn config_status(state: &AppState) -> Value {
+    let mut config = state.config.status();
+    config["draining"] = state
+        .sinks
+        .draining()
+        .into_iter()
+        .map(|(sink, rows)| json!({"sink": sink, "rows": rows}))
+        .collect();
+    config
 }
 
 /// `devices[]`: each device's figures, with its writable points and its commands' counters

@@ -162,7 +162,8 @@ impl std::fmt::Display for Refused {
 
 impl Running {
     /// Applies config `text` from `origin` (applied by `by`, on top of revision `if_match`
-    /// when given): validated whole, compared part by part, refused with the reason when it
+    /// when given; with `drain`, a removed sink that holds rows is kept running, out of the
+    /// routes, until they are delivered): validated whole, compared part by part, refused with the reason when it
     /// changes what cannot change live or starts a part that cannot start; else the file
     /// given to `run` rewritten with it (written whole, then renamed), kept as the next
     /// revision, and its changed parts put in the place of the old ones in `targets`. A
@@ -173,10 +174,11 @@ impl Running {
         origin: Origin,
         by: Option<&str>,
         if_match: Option<u64>,
+        drain: bool,
         targets: &Targets<'_>,
     ) -> Result<Applied, Refused> {
         let _one = self.applying.lock().unwrap_or_else(|p| p.into_inner());
-        let result = self.try_apply(text, origin, by, if_match, targets);
+        let result = self.try_apply(text, origin, by, if_match, drain, targets);
         let error = result.as_ref().err().map(|e| e.to_string());
         if let Some(e) = &error {
             log::warn!(
@@ -204,6 +206,7 @@ impl Running {
         origin: Origin,
         by: Option<&str>,
         if_match: Option<u64>,
+        drain: bool,
         targets: &Targets<'_>,
     ) -> Result<Applied, Refused> {
         // The parts' tasks are stopped and started on the runtime this is called from (off
@@ -230,7 +233,7 @@ impl Running {
             .collect();
         parts.extend(tied_to_devices(&config, &diff));
         let sinks_now = targets.engine.sinks();
-        parts.extend(sinks_not_live(&config, &diff, &sinks_now));
+        parts.extend(sinks_not_live(&config, &diff, &sinks_now, drain));
         if !parts.is_empty() || !diff.needs_restart.is_empty() {
             return Err(Refused::NotLive { diff, parts });
         }
@@ -329,7 +332,11 @@ impl Running {
             .into_iter()
             .filter_map(|part| part.strip_prefix("sink/"))
         {
-            targets.sinks.stop(sink, &runtime);
+            if drain && targets.sinks.holds_rows(sink) {
+                targets.sinks.drain(sink);
+            } else {
+                targets.sinks.stop(sink, &runtime);
+            }
         }
         if diff.parts.get("commands") != Some(&Change::Keep) {
             targets
@@ -393,11 +400,13 @@ impl Running {
 /// removed sink that still holds rows its destination has not confirmed, a changed sink that
 /// keeps a queue, backlog or history of its own (only a NATS or MQTT sink without `queue:
 /// disk` is replaced live), a Sparkplug sink (its births are made when it starts). Any other
-/// new sink is started live.
+/// new sink is started live; with `drain`, a removed sink that holds rows is kept until they
+/// are delivered.
 fn sinks_not_live(
     config: &Config,
     diff: &Diff,
     sinks: &crate::sinks::Sinks,
+    drain: bool,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (part, change) in &diff.parts {
@@ -420,10 +429,10 @@ fn sinks_not_live(
         match change {
             Change::Stop => {
                 let held = sink.held_rows();
-                if held > 0 {
+                if held > 0 && !drain {
                     out.push((
                         part.clone(),
-                        format!("it holds {held} rows its destination has not confirmed: remove it once they are delivered"),
+                        format!("it holds {held} rows its destination has not confirmed: remove it once they are delivered, or with drain=1"),
                     ));
                 }
             }

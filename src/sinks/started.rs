@@ -26,6 +26,8 @@ struct Entry {
     sink: Arc<Sink>,
     stop: Shutdown,
     running: Running,
+    /// Removed by a reload with `drain`: out of the routes, delivering what it holds.
+    draining: bool,
 }
 
 impl Started {
@@ -64,6 +66,7 @@ impl Started {
             sink,
             stop,
             running,
+            draining: false,
         });
         Ok(())
     }
@@ -110,13 +113,62 @@ impl Started {
         log::info!("sink stopped: name={name}");
     }
 
-    /// What every started sink runs, for the connector's stop.
-    pub fn take_all(&self) -> Running {
+    /// True when sink `name` holds rows its destination has not confirmed.
+    pub fn holds_rows(&self, name: &str) -> bool {
+        self.lock()
+            .iter()
+            .any(|e| e.sink.name() == name && e.sink.held_rows() > 0)
+    }
+
+    /// Keeps sink `name` (removed from the routes by a reload) running until what it holds is
+    /// delivered; [`Self::finish_drained`] stops it then.
+    pub fn drain(&self, name: &str) {
+        if let Some(e) = self.lock().iter_mut().find(|e| e.sink.name() == name) {
+            e.draining = true;
+            log::info!("sink draining: name={name} rows={}", e.sink.held_rows());
+        }
+    }
+
+    /// True while a sink drains.
+    pub fn any_draining(&self) -> bool {
+        self.lock().iter().any(|e| e.draining)
+    }
+
+    /// The sinks draining, with the rows each still holds (`/api/status`'s
+    /// `config.draining`).
+    pub fn draining(&self) -> Vec<(String, u64)> {
+        self.lock()
+            .iter()
+            .filter(|e| e.draining)
+            .map(|e| (e.sink.name().to_string(), e.sink.held_rows()))
+            .collect()
+    }
+
+    /// Stops the draining sinks that hold nothing any more. Blocking, as [`Self::stop`].
+    pub fn finish_drained(&self, runtime: &tokio::runtime::Handle) {
+        let done: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|e| e.draining && e.sink.held_rows() == 0)
+            .map(|e| e.sink.name().to_string())
+            .collect();
+        for name in done {
+            self.stop(&name, runtime);
+        }
+    }
+
+    /// What every started sink runs, for the connector's stop, and the draining sinks (out
+    /// of the routes: the stop closes them beside the routed ones).
+    pub fn take_all(&self) -> (Running, Vec<Arc<Sink>>) {
         let mut all = Running::default();
+        let mut draining = Vec::new();
         for e in self.lock().drain(..) {
             all.extend(e.running);
+            if e.draining {
+                draining.push(e.sink);
+            }
         }
-        all
+        (all, draining)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
