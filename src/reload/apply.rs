@@ -309,6 +309,11 @@ impl Running {
         // changed (without `flows:` it names every source), goes in with them; the sinks
         // replaced or removed stop once the records that reached them under the old routes
         // are done.
+        let ending: Vec<Arc<crate::sinks::Sink>> = named(&[Change::Stop, Change::Restart])
+            .into_iter()
+            .filter_map(|part| part.strip_prefix("sink/"))
+            .filter_map(|name| sinks_now.get_shared(name))
+            .collect();
         let mut list = Vec::with_capacity(config.sinks.len());
         for cfg in &config.sinks {
             match new_sinks.iter().find(|s| s.name() == cfg.name) {
@@ -328,12 +333,9 @@ impl Running {
         targets
             .engine
             .set_routes(config.plan(), Arc::new(crate::sinks::Sinks::shared(list)));
-        for sink in named(&[Change::Stop, Change::Restart])
-            .into_iter()
-            .filter_map(|part| part.strip_prefix("sink/"))
-        {
-            if drain && targets.sinks.holds_rows(sink) {
-                targets.sinks.drain(sink);
+        for sink in ending {
+            if drain && sink.held_rows() > 0 {
+                targets.sinks.drain(&sink);
             } else {
                 targets.sinks.stop(sink, &runtime);
             }

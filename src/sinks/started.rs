@@ -71,18 +71,21 @@ impl Started {
         Ok(())
     }
 
-    /// Stops sink `name` alone, once the records running under older routes left it (up to
-    /// [`STOP_WAIT`]): its stop signalled, its tasks and threads ended, then closed (it commits
-    /// or inserts what it holds), its closing threads joined. Blocking: call it off the
-    /// runtime's worker threads, with `runtime` to wait for its tasks on.
-    pub fn stop(&self, name: &str, runtime: &tokio::runtime::Handle) {
+    /// Stops `sink` alone (the instance a reload replaced or removed), once the records
+    /// running under older routes left it (up to [`STOP_WAIT`]): its stop signalled, its tasks
+    /// and threads ended, then closed (it commits or inserts what it holds), its closing
+    /// threads joined. Blocking: call it off the runtime's worker threads, with `runtime` to
+    /// wait for its tasks on.
+    pub fn stop(&self, sink: Arc<Sink>, runtime: &tokio::runtime::Handle) {
         let entry = {
             let mut entries = self.lock();
-            let Some(i) = entries.iter().position(|e| e.sink.name() == name) else {
+            let Some(i) = entries.iter().position(|e| Arc::ptr_eq(&e.sink, &sink)) else {
                 return;
             };
-            entries.swap_remove(i)
+            entries.remove(i)
         };
+        drop(sink);
+        let name = entry.sink.name().to_string();
         // Held by this entry and the routes now gone: wait for the records that hold those.
         let began = std::time::Instant::now();
         while Arc::strong_count(&entry.sink) > 1 && began.elapsed() < STOP_WAIT {
@@ -113,19 +116,16 @@ impl Started {
         log::info!("sink stopped: name={name}");
     }
 
-    /// True when sink `name` holds rows its destination has not confirmed.
-    pub fn holds_rows(&self, name: &str) -> bool {
-        self.lock()
-            .iter()
-            .any(|e| e.sink.name() == name && e.sink.held_rows() > 0)
-    }
-
-    /// Keeps sink `name` (removed from the routes by a reload) running until what it holds is
+    /// Keeps `sink` (removed from the routes by a reload) running until what it holds is
     /// delivered; [`Self::finish_drained`] stops it then.
-    pub fn drain(&self, name: &str) {
-        if let Some(e) = self.lock().iter_mut().find(|e| e.sink.name() == name) {
+    pub fn drain(&self, sink: &Arc<Sink>) {
+        if let Some(e) = self.lock().iter_mut().find(|e| Arc::ptr_eq(&e.sink, sink)) {
             e.draining = true;
-            log::info!("sink draining: name={name} rows={}", e.sink.held_rows());
+            log::info!(
+                "sink draining: name={} rows={}",
+                sink.name(),
+                sink.held_rows()
+            );
         }
     }
 
@@ -146,14 +146,14 @@ impl Started {
 
     /// Stops the draining sinks that hold nothing any more. Blocking, as [`Self::stop`].
     pub fn finish_drained(&self, runtime: &tokio::runtime::Handle) {
-        let done: Vec<String> = self
+        let done: Vec<Arc<Sink>> = self
             .lock()
             .iter()
             .filter(|e| e.draining && e.sink.held_rows() == 0)
-            .map(|e| e.sink.name().to_string())
+            .map(|e| Arc::clone(&e.sink))
             .collect();
-        for name in done {
-            self.stop(&name, runtime);
+        for sink in done {
+            self.stop(sink, runtime);
         }
     }
 
