@@ -1042,6 +1042,13 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
     wait_until(Duration::from_secs(30), "the drained sink stopped", || {
         draining() == json!([])
     });
+    // The records the removed sinks took still count: the ledger balances.
+    wait_until(
+        Duration::from_secs(10),
+        "the removed sinks' part kept",
+        || ledger(&daemon, false)["parts"]["retired"]["ingest/orders"].is_object(),
+    );
+    assert_balanced(&ledger(&daemon, false), "after the sinks were removed");
 }
 
 /// The sink named `name` in `status`, if listed.

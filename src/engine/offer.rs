@@ -1,16 +1,17 @@
 //! Admission, node execution and delivery of one record.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::stats::EngineStats;
 use crate::admission::Reservation;
 use crate::flow::{run_node, NodeKind, NodeOutcome, NodeRef, Plan, Port};
 use crate::hub::DataHub;
-use crate::ledger::{Book, Cause};
+use crate::ledger::{Book, Cause, Counts};
 use crate::record::{Record, Settlement};
-use crate::sinks::{Delivered, DeliveryError, Sinks};
+use crate::sinks::{Delivered, DeliveryError, Sink, Sinks};
 use crate::store::dead_letters::{DeadLetterQueue, NewDeadLetter};
 
 /// Most node runs for one record: a bound on fan-out, which the graph (acyclic) cannot loop.
@@ -89,6 +90,16 @@ pub struct Engine {
     /// Its part of the loss ledger (memory): offers, refusals, and the records acked without a
     /// tracked queue copy.
     pub ledger: Book,
+    /// The ledger parts of the sinks a reload removed ([`Engine::retire`]).
+    retired: Mutex<Retired>,
+}
+
+/// The sinks a reload took out of the routes, for the ledger: the counts of those that
+/// stopped, added up by source, and those still draining, read as they go.
+#[derive(Default)]
+struct Retired {
+    counts: BTreeMap<String, Counts>,
+    draining: Vec<Arc<Sink>>,
 }
 
 /// One record on its way: the node to run next and the entry node it came in by. The record is
@@ -127,6 +138,7 @@ impl Engine {
             hub: DataHub::new(),
             stats: EngineStats::default(),
             ledger: Book::default(),
+            retired: Mutex::default(),
         }
     }
 
@@ -171,6 +183,46 @@ impl Engine {
             sinks,
         };
         *self.routes.write().unwrap_or_else(|e| e.into_inner()) = routes;
+    }
+
+    /// Keeps `sink` (out of the routes, delivering what it holds) in the ledger until
+    /// [`Engine::retire`].
+    pub fn draining(&self, sink: Arc<Sink>) {
+        self.retired().draining.push(sink);
+    }
+
+    /// Keeps the ledger part of `sink` (stopped by a reload that removed it) as it ended, so
+    /// that the ledger still balances for the records it took.
+    pub fn retire(&self, sink: &Arc<Sink>) {
+        let part = sink.report().ledger_part;
+        let mut retired = self.retired();
+        retired.draining.retain(|s| !Arc::ptr_eq(s, sink));
+        if let Some((_, part)) = part {
+            for (source, counts) in part {
+                retired.counts.entry(source).or_default().add(&counts);
+            }
+        }
+    }
+
+    /// The ledger parts of the sinks a reload took out of the routes: each draining one's,
+    /// and `retired` (those that stopped, added up).
+    pub fn retired_parts(&self) -> Vec<(String, BTreeMap<String, Counts>)> {
+        let (draining, counts) = {
+            let r = self.retired();
+            (r.draining.clone(), r.counts.clone())
+        };
+        let mut parts: Vec<_> = draining
+            .iter()
+            .filter_map(|s| s.report().ledger_part)
+            .collect();
+        if !counts.is_empty() {
+            parts.push(("retired".to_string(), counts));
+        }
+        parts
+    }
+
+    fn retired(&self) -> std::sync::MutexGuard<'_, Retired> {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The pipeline dead-letter queue.

@@ -70,6 +70,7 @@ pub fn report(engine: &Engine, verify: bool) -> Value {
         }
         sinks.insert(sink.name().to_string(), r.ledger.to_json());
     }
+    parts.extend(engine.retired_parts());
     let mut total: BTreeMap<String, Counts> = BTreeMap::new();
     let mut parts_json = Map::new();
     for (name, part) in &parts {

@@ -74,7 +74,7 @@ impl Started {
     /// Stops `sink` alone (the instance a reload replaced or removed), once the records
     /// running under older routes left it (up to [`STOP_WAIT`]): its stop signalled, its tasks
     /// and threads ended, then closed (it commits or inserts what it holds), its closing
-    /// threads joined. Blocking: call it off the runtime's worker threads, with `runtime` to
+    /// threads joined, its ledger part kept by the engine ([`crate::engine::Engine::retire`]). Blocking: call it off the runtime's worker threads, with `runtime` to
     /// wait for its tasks on.
     pub fn stop(&self, sink: Arc<Sink>, runtime: &tokio::runtime::Handle) {
         let entry = {
@@ -86,9 +86,11 @@ impl Started {
         };
         drop(sink);
         let name = entry.sink.name().to_string();
-        // Held by this entry and the routes now gone: wait for the records that hold those.
+        // Held by this entry (and the engine's ledger while it drained) and the routes now
+        // gone: wait for the records that hold those.
+        let own = 1 + usize::from(entry.draining);
         let began = std::time::Instant::now();
-        while Arc::strong_count(&entry.sink) > 1 && began.elapsed() < STOP_WAIT {
+        while Arc::strong_count(&entry.sink) > own && began.elapsed() < STOP_WAIT {
             std::thread::sleep(Duration::from_millis(5));
         }
         entry.stop.trigger();
@@ -113,6 +115,10 @@ impl Started {
                 log::error!("a closing thread of sink {name} panicked");
             }
         }
+        // Its part of the ledger stays, as it ended: the records it took still count.
+        if let Some(ctx) = self.ctx.get() {
+            ctx.engine.retire(&entry.sink);
+        }
         log::info!("sink stopped: name={name}");
     }
 
@@ -121,6 +127,9 @@ impl Started {
     pub fn drain(&self, sink: &Arc<Sink>) {
         if let Some(e) = self.lock().iter_mut().find(|e| Arc::ptr_eq(&e.sink, sink)) {
             e.draining = true;
+            if let Some(ctx) = self.ctx.get() {
+                ctx.engine.draining(Arc::clone(sink));
+            }
             log::info!(
                 "sink draining: name={} rows={}",
                 sink.name(),
