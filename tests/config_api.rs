@@ -315,13 +315,13 @@ fn if_match_refuses_a_change_made_on_top_of_another_revision() {
 fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_changes() {
     let daemon = Daemon::start(flow_config());
     let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
-    new["storage"]["max_quota_mb"] = json!(32);
+    new["connector"]["name"] = json!("renamed");
     new["flows"] = ingest_flow(&["storage"]);
     new["connector"]["http"]["listen"] = json!("127.0.0.1:1");
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
     assert_eq!(reply.status, 409, "{}", reply.body);
     let body = reply.json();
-    assert_eq!(body["not_live"], json!(["sink/storage"]), "{body}");
+    assert_eq!(body["not_live"], json!(["connector"]), "{body}");
     // The answer has the fields of every config answer (the OpenAPI document's ConfigDiff).
     assert_eq!(body["dry_run"], json!(false), "{body}");
     assert_eq!(body["hash"].as_str().map(str::len), Some(64), "{body}");
@@ -332,11 +332,11 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     );
     let error = body["error"].as_str().expect("error");
     assert!(
-        error.contains("nothing was changed") && error.contains("sink/storage"),
+        error.contains("nothing was changed") && error.contains("connector"),
         "{error}"
     );
 
-    // Nothing changed: the old quota, the old flow, the same revision; the refusal is the
+    // Nothing changed: the old name, the old flow, the same revision; the refusal is the
     // last error.
     assert_eq!(daemon.ingest("k-1", "{\"v\": 1}").status, 200);
     assert_eq!(rows(&daemon), 1);
@@ -345,8 +345,8 @@ fn a_change_this_version_cannot_make_live_is_refused_with_its_parts_and_nothing_
     assert_eq!(status["config"]["reloads"], json!(0));
     assert!(status["config"]["last_error"]
         .as_str()
-        .is_some_and(|e| e.contains("sink/storage")));
-    assert!(!running_text(&daemon).contains("max_quota_mb: 32"));
+        .is_some_and(|e| e.contains("connector")));
+    assert!(!running_text(&daemon).contains("renamed"));
 
     // A bad config is refused whole by the apply too.
     new = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
@@ -479,13 +479,13 @@ fn the_reload_command_asks_the_daemon_to_apply_its_file() {
     assert_eq!(daemon.status()["config"]["revision"], json!(2));
 
     // A change this version cannot make live: the daemon's reason, exit 1.
-    new["storage"]["max_quota_mb"] = json!(32);
+    new["connector"]["name"] = json!("renamed");
     std::fs::write(file, to_yaml(&new)).expect("write");
     let refused = reload();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(" 409 nothing was changed"), "{stderr}");
-    assert!(stderr.contains("sink/storage"), "{stderr}");
+    assert!(stderr.contains("connector"), "{stderr}");
 
     // A file with problems: each with its path, nothing sent.
     std::fs::write(file, "connector:\n  colour: blue\n").expect("write");

@@ -1059,3 +1059,105 @@ fn named_opt(status: &Value, name: &str) -> Option<Value> {
         .find(|s| s["name"] == name)
         .cloned()
 }
+
+#[test]
+fn the_push_uplink_moves_and_storage_changes_live_with_their_files_reopened() {
+    let old_uplink = Receiver::start_down();
+    let new_uplink = Receiver::start();
+    let mut config = json!({
+        "connector": {
+            "http": {"admin_token": ADMIN},
+            "push_queue": {"enabled": true, "max_quota_mb": 16, "on_full": "block"},
+            "push": {"url": old_uplink.url(), "retry_initial_ms": 50, "retry_max_ms": 200},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "storage": {"max_quota_mb": 16},
+        "flows": [{"id": "out", "nodes": [
+            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "up", "kind": "sink", "sink": "push"},
+            {"id": "keep", "kind": "sink", "sink": "storage"}],
+            "wires": [{"from": "in", "to": "up"}, {"from": "in", "to": "keep"}]}],
+    });
+    let daemon = Daemon::start(config.clone());
+    let first = running(&daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+    let mut ids = Vec::new();
+    for k in ["a", "b", "c"] {
+        let r = daemon.ingest(k, "{\"v\": 1}");
+        assert_eq!(r.status, 200, "{}", r.body);
+        ids.push(r.json()["id"].as_str().expect("id").to_string());
+    }
+    assert_eq!(
+        u64_at(&daemon.status(), "/push_queue/rows"),
+        3,
+        "the old uplink is down"
+    );
+
+    // The uplink moves and the history's quota grows: both sinks stop, then open their files
+    // again; the rows the queue held go to the new uplink.
+    config["connector"]["push"]["url"] = json!(new_uplink.url());
+    config["storage"]["max_quota_mb"] = json!(32);
+    let body = apply(&daemon, &config);
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["sink/push", "sink/storage"]),
+        "{body}"
+    );
+    let r = daemon.ingest("d", "{\"v\": 2}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    ids.push(r.json()["id"].as_str().expect("id").to_string());
+    wait_until(
+        Duration::from_secs(30),
+        "every row at the new uplink",
+        || new_uplink.has_all(&ids),
+    );
+    assert_eq!(
+        events(&daemon, &format!("source=ingest/{SOURCE}")).len(),
+        4,
+        "the history kept what it had"
+    );
+    wait_until(Duration::from_secs(10), "the queue empty", || {
+        u64_at(&daemon.status(), "/push_queue/rows") == 0
+    });
+    assert_balanced(&ledger(&daemon, true), "after the sinks were reopened");
+}
+
+#[test]
+fn a_sink_whose_new_instance_cannot_start_is_put_back_as_it_was() {
+    let broker = Mosquitto::start();
+    let sub = MqttClient::connect(broker.port(), "it-watch", Some("#"));
+    let mut config = json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "mqtt": {"connections": [{"name": "plant", "url": broker.url(), "client_id": "it-gw"}]},
+        "sinks": [{"name": "line", "type": "mqtt", "topic": "line/{{key}}", "qos": 1,
+                   "queue": "disk"}],
+        "flows": [{"id": "out", "nodes": [
+            {"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")},
+            {"id": "to-line", "kind": "sink", "sink": "line"}],
+            "wires": [{"from": "in", "to": "to-line"}]}],
+    });
+    let daemon = Daemon::start(config.clone());
+    let first = running(&daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+    // Its connection's CA file does not exist: the new instance cannot be built.
+    config["mqtt"]["connections"][0]["tls"] = json!({"ca_file": "/nonexistent/ca.pem"});
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&config).as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["failed"]["part"], json!("sink/line"), "{body}");
+    assert_eq!(daemon.status()["config"]["revision"], json!(1));
+    // The old instance is back, with its queue: the next record reaches the broker.
+    assert_eq!(daemon.ingest("after", "{\"v\": 1}").status, 200);
+    wait_until(
+        Duration::from_secs(20),
+        "the record on the old topic",
+        || topics(&sub).contains(&"line/after".to_string()),
+    );
+}

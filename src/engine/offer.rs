@@ -174,6 +174,12 @@ impl Engine {
         self.set_routes(plan, sinks);
     }
 
+    /// Puts `sinks` in the place of the running ones, the plan kept (a reload reopening a
+    /// sink: a record for it meanwhile finds it missing and is refused).
+    pub fn set_sinks(&self, sinks: Arc<Sinks>) {
+        self.routes.write().unwrap_or_else(|e| e.into_inner()).sinks = sinks;
+    }
+
     /// Puts `plan` and `sinks` in the place of the running ones together, at once (a reload
     /// that adds, removes or replaces a sink): a record admitted before finishes under the
     /// routes it was admitted with.

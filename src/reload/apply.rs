@@ -161,6 +161,69 @@ impl std::fmt::Display for Refused {
 }
 
 impl Running {
+    /// Stops the running instances of sinks `names` (out of the routes first: a record for
+    /// them meanwhile is refused and its source retries), then builds and starts their new
+    /// instances from `config`, which open what the old ones left. When one cannot be built,
+    /// the old instances are built again from the running config and put back, and nothing
+    /// has changed: the part and why.
+    fn reopen_sinks(
+        &self,
+        config: &Config,
+        names: &[&str],
+        targets: &Targets<'_>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Vec<Arc<crate::sinks::Sink>>, (String, String)> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let before = targets.engine.sinks();
+        let (old, kept): (Vec<_>, Vec<_>) = before
+            .shared_iter()
+            .cloned()
+            .partition(|s| names.contains(&s.name()));
+        targets
+            .engine
+            .set_sinks(Arc::new(crate::sinks::Sinks::shared(kept)));
+        drop(before);
+        for sink in old {
+            targets.sinks.stop(sink, true, runtime);
+        }
+        let built = build_each(config, names, targets.data_dir);
+        let (new, failure) = match built {
+            Ok(new) => (new, None),
+            Err(failure) => {
+                // The running config's instances, as they were.
+                let running = crate::config::from_yaml(&self.with(|c| c.text.clone()));
+                let again = running
+                    .map_err(|p| ("config".to_string(), p.to_string()))
+                    .and_then(|c| build_each(&c, names, targets.data_dir));
+                match again {
+                    Ok(old) => (old, Some(failure)),
+                    Err((part, e)) => {
+                        log::error!(
+                            "sink not built again after a failed reload: part={part} error={e}"
+                        );
+                        (Vec::new(), Some(failure))
+                    }
+                }
+            }
+        };
+        for sink in &new {
+            if let Err(e) = targets.sinks.start(Arc::clone(sink)) {
+                log::error!("sink not started: name={} error={e}", sink.name());
+            }
+        }
+        let mut list: Vec<_> = targets.engine.sinks().shared_iter().cloned().collect();
+        list.extend(new.iter().cloned());
+        targets
+            .engine
+            .set_sinks(Arc::new(crate::sinks::Sinks::shared(list)));
+        match failure {
+            None => Ok(new),
+            Some(failure) => Err(failure),
+        }
+    }
+
     /// Applies config `text` from `origin` (applied by `by`, on top of revision `if_match`
     /// when given; with `drain`, a removed sink that holds rows is kept running, out of the
     /// routes, until they are delivered): validated whole, compared part by part, refused with the reason when it
@@ -257,14 +320,34 @@ impl Running {
             part,
             reason,
         })?;
-        let new_sinks =
-            build_sinks(&config, &started, targets.data_dir).map_err(|(part, reason)| {
-                Refused::Failed {
-                    diff: diff.clone(),
-                    part,
-                    reason,
-                }
-            })?;
+        // A changed sink with state of its own (a queue file, a history, an empty memory
+        // backlog) is stopped before its new instance opens what it left; one without is
+        // replaced as a new one starts.
+        let reopened: Vec<&str> = named(&[Change::Restart])
+            .into_iter()
+            .filter_map(|part| part.strip_prefix("sink/"))
+            .filter(|name| sinks_now.get(name).is_some_and(|s| !s.is_stateless()))
+            .collect();
+        let fresh: Vec<&str> = started
+            .iter()
+            .copied()
+            .filter(|part| {
+                part.strip_prefix("sink/")
+                    .is_some_and(|name| !reopened.contains(&name))
+            })
+            .collect();
+        let failed = |(part, reason)| Refused::Failed {
+            diff: diff.clone(),
+            part,
+            reason,
+        };
+        let new_sinks = build_sinks(&config, &fresh, targets.data_dir).map_err(failed)?;
+        // The old instances go when nothing holds them any more (their files close then).
+        drop(sinks_now);
+        let reopened_sinks = self
+            .reopen_sinks(&config, &reopened, targets, &runtime)
+            .map_err(failed)?;
+        let sinks_now = targets.engine.sinks();
         // The file given to `run` holds what runs, so that a restart comes back with it (on
         // SIGHUP it already does).
         if let (Some(path), false) = (&self.path, origin == Origin::Sighup) {
@@ -312,21 +395,22 @@ impl Running {
         let ending: Vec<Arc<crate::sinks::Sink>> = named(&[Change::Stop, Change::Restart])
             .into_iter()
             .filter_map(|part| part.strip_prefix("sink/"))
+            .filter(|name| !reopened.contains(name))
             .filter_map(|name| sinks_now.get_shared(name))
             .collect();
         let mut list = Vec::with_capacity(config.sinks.len());
         for cfg in &config.sinks {
-            match new_sinks.iter().find(|s| s.name() == cfg.name) {
-                Some(new) => {
-                    if let Err(e) = targets.sinks.start(Arc::clone(new)) {
-                        log::error!("sink not started: name={} error={e}", cfg.name);
-                    }
-                    list.push(Arc::clone(new));
+            if let Some(new) = new_sinks.iter().find(|s| s.name() == cfg.name) {
+                if let Err(e) = targets.sinks.start(Arc::clone(new)) {
+                    log::error!("sink not started: name={} error={e}", cfg.name);
                 }
-                None => match sinks_now.get_shared(&cfg.name) {
-                    Some(kept) => list.push(kept),
-                    None => log::error!("sink kept by a reload is missing: name={}", cfg.name),
-                },
+                list.push(Arc::clone(new));
+            } else if let Some(new) = reopened_sinks.iter().find(|s| s.name() == cfg.name) {
+                list.push(Arc::clone(new));
+            } else if let Some(kept) = sinks_now.get_shared(&cfg.name) {
+                list.push(kept);
+            } else {
+                log::error!("sink kept by a reload is missing: name={}", cfg.name);
             }
         }
         drop(sinks_now);
@@ -337,7 +421,7 @@ impl Running {
             if drain && sink.held_rows() > 0 {
                 targets.sinks.drain(&sink);
             } else {
-                targets.sinks.stop(sink, &runtime);
+                targets.sinks.stop(sink, false, &runtime);
             }
         }
         if diff.parts.get("commands") != Some(&Change::Keep) {
@@ -400,10 +484,9 @@ impl Running {
 
 /// The sink parts of `diff` that cannot change while the connector runs, each with why: a
 /// removed sink that still holds rows its destination has not confirmed, a changed sink that
-/// keeps a queue, backlog or history of its own (only a NATS or MQTT sink without `queue:
-/// disk` is replaced live), a Sparkplug sink (its births are made when it starts). Any other
-/// new sink is started live; with `drain`, a removed sink that holds rows is kept until they
-/// are delivered.
+/// holds such rows in memory (a database backlog, push's volatile buffer), a Sparkplug sink
+/// (its births are made when it starts). Any other sink is started, replaced or removed
+/// live; with `drain`, a removed sink that holds rows is kept until they are delivered.
 fn sinks_not_live(
     config: &Config,
     diff: &Diff,
@@ -438,15 +521,28 @@ fn sinks_not_live(
                     ));
                 }
             }
-            Change::Restart if !sink.is_replaceable() => out.push((
+            Change::Restart if !sink.is_durable() && sink.held_rows() > 0 => out.push((
                 part.clone(),
-                "it keeps a queue, backlog or history of its own: restart the service with it"
-                    .into(),
+                format!(
+                    "it holds {} rows in memory its destination has not confirmed: change it once they are delivered",
+                    sink.held_rows()
+                ),
             )),
             Change::Restart | Change::Start | Change::Keep => {}
         }
     }
     out
+}
+
+/// Sinks `names` of `config`, built; the first that cannot be, with why.
+fn build_each(
+    config: &Config,
+    names: &[&str],
+    data_dir: &Path,
+) -> Result<Vec<Arc<crate::sinks::Sink>>, (String, String)> {
+    let parts: Vec<String> = names.iter().map(|n| format!("sink/{n}")).collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    build_sinks(config, &parts, data_dir)
 }
 
 /// The sinks of `config` whose parts are `started` (new, or replacing a changed one), built

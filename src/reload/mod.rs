@@ -8,9 +8,9 @@
 //! What this version applies live ([`LIVE_PARTS`]): the flows (the engine's plan swapped
 //! whole, at once, with the sinks it routes to), the devices (each connection's poll loop
 //! stopped and started alone, [`crate::sources::pollers`]), the sinks (a new one started, a
-//! NATS or MQTT one without a queue of its own replaced, a removed one stopped; one that
-//! keeps a queue, backlog or history of its own is not replaced, and one that holds rows is
-//! not removed), the sources of [`crate::sources::live`] (each stopped,
+//! changed one replaced: a stateless one as its new instance starts, one with files of its
+//! own stopped first and its files opened again; a removed one stopped, or drained; one
+//! holding rows in memory is not changed, a Sparkplug node not at all), the sources of [`crate::sources::live`] (each stopped,
 //! started or replaced alone), the alerts (`telemetry:`: the channels replaced, the checks'
 //! settings changed), the commands (their settings, their NATS and MQTT paths restarted),
 //! the HTTP server's settings (read by the next request), the ingest limits and the

@@ -242,9 +242,15 @@ impl Sink {
     }
 
     /// True when it keeps nothing of its own between two instances (no queue file, no
-    /// backlog, no history): a reload may stop it and start a new one in its place.
-    pub fn is_replaceable(&self) -> bool {
+    /// backlog, no history): a reload starts the new instance before the old one stops.
+    pub fn is_stateless(&self) -> bool {
         self.queue.is_none() && matches!(self.kind, Kind::Nats(_) | Kind::Mqtt(_))
+    }
+
+    /// True when what it holds (its rows, its part of the ledger) is in files of its own: a
+    /// new instance opening them goes on from there.
+    pub fn is_durable(&self) -> bool {
+        self.report().entry.get("durable") == Some(&serde_json::Value::Bool(true))
     }
 
     /// Its kind: `push`, `storage`, `clickhouse`, `postgres`, `nats`, `mqtt` or `sparkplug`.

@@ -74,9 +74,10 @@ impl Started {
     /// Stops `sink` alone (the instance a reload replaced or removed), once the records
     /// running under older routes left it (up to [`STOP_WAIT`]): its stop signalled, its tasks
     /// and threads ended, then closed (it commits or inserts what it holds), its closing
-    /// threads joined, its ledger part kept by the engine ([`crate::engine::Engine::retire`]). Blocking: call it off the runtime's worker threads, with `runtime` to
+    /// threads joined, its ledger part kept by the engine ([`crate::engine::Engine::retire`];
+    /// not when it is `reopened`, durable: the new instance goes on with the part in its files). Blocking: call it off the runtime's worker threads, with `runtime` to
     /// wait for its tasks on.
-    pub fn stop(&self, sink: Arc<Sink>, runtime: &tokio::runtime::Handle) {
+    pub fn stop(&self, sink: Arc<Sink>, reopened: bool, runtime: &tokio::runtime::Handle) {
         let entry = {
             let mut entries = self.lock();
             let Some(i) = entries.iter().position(|e| Arc::ptr_eq(&e.sink, &sink)) else {
@@ -115,9 +116,12 @@ impl Started {
                 log::error!("a closing thread of sink {name} panicked");
             }
         }
-        // Its part of the ledger stays, as it ended: the records it took still count.
-        if let Some(ctx) = self.ctx.get() {
-            ctx.engine.retire(&entry.sink);
+        // Its part of the ledger stays, as it ended: the records it took still count. A part
+        // kept in its own files goes on in the instance that opens them again.
+        if !(reopened && entry.sink.is_durable()) {
+            if let Some(ctx) = self.ctx.get() {
+                ctx.engine.retire(&entry.sink);
+            }
         }
         log::info!("sink stopped: name={name}");
     }
@@ -162,7 +166,7 @@ impl Started {
             .map(|e| Arc::clone(&e.sink))
             .collect();
         for sink in done {
-            self.stop(sink, runtime);
+            self.stop(sink, false, runtime);
         }
     }
 
