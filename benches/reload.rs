@@ -3,8 +3,10 @@
 //! The release daemon polls one device of the simulator (its `process` group every 100 ms)
 //! while 16 keep-alive clients post 1 KB records to its ingest API, and:
 //!
-//! 1. **50 reloads** (`POST /api/config`), each changing the flows and a schedule (added,
-//!    changed and removed in turn) and rotating a second ingest source's token: the time from
+//! 1. **50 reloads** (`POST /api/config`), each changing the flows, a schedule (added,
+//!    changed and removed in turn), a second device's points (a point added and removed in
+//!    turn: that device restarts alone) and a sink (a second history added and removed in
+//!    turn), and rotating a second ingest source's token: the time from
 //!    the request to the applied answer (p50, p99, max), the requests of the clients that did
 //!    not get a `200` meanwhile, and the **poll gap** of the device, which no reload touches:
 //!    the longest time between two of its polls (its `last_poll_ms`, read every 5 ms) against
@@ -51,17 +53,29 @@ fn main() {
     }
 }
 
-/// The config of round `round`: the same device, sinks and first ingest source in every
-/// round; the flows, a schedule and the second source's token change.
+/// The config of round `round`: the same first device, `push` and `storage` sinks and first
+/// ingest source in every round; the flows, a schedule, the second device's points, a
+/// second history sink and the second source's token change.
 fn config(round: usize, data: &Path, plant: u16) -> String {
     let data = serde_json::to_string(&data.to_string_lossy()).unwrap_or_default();
-    let to_storage = if round % 2 == 1 {
-        "\n      - {id: to-storage, kind: sink, sink: storage}"
+    let odd = round % 2 == 1;
+    let to_storage = if odd {
+        "\n      - {id: to-storage, kind: sink, sink: storage}\n      - {id: to-history-2, kind: sink, sink: history-2}"
     } else {
         ""
     };
-    let wire_storage = if round % 2 == 1 {
-        "\n      - {from: in, to: to-storage}"
+    let wire_storage = if odd {
+        "\n      - {from: in, to: to-storage}\n      - {from: in, to: to-history-2}"
+    } else {
+        ""
+    };
+    let history_2 = if odd {
+        "sinks:\n  - {name: history-2, type: storage, max_quota_mb: 64}\n"
+    } else {
+        ""
+    };
+    let extra_point = if odd {
+        ", {name: coolant_temp, register: 2, type: f32}"
     } else {
         ""
     };
@@ -88,7 +102,7 @@ fn config(round: usize, data: &Path, plant: u16) -> String {
     on_full: evict_oldest
 storage:
   max_quota_mb: 256
-ingest:
+{history_2}ingest:
   sources:
     - name: bench
       token: bench-token-0123
@@ -104,6 +118,13 @@ devices:
     unit: 1
     groups: [{{name: process, interval_ms: {POLL_MS}}}]
     points: [{{name: oven_temp, register: 0, type: f32}}]
+  - name: plant-2
+    protocol: modbus_tcp
+    host: 127.0.0.1
+    port: {plant}
+    unit: 1
+    groups: [{{name: process, interval_ms: {POLL_MS}}}]
+    points: [{{name: oven_temp, register: 0, type: f32}}{extra_point}]
 {schedule}flows:
   - id: out
     nodes:

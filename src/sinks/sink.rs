@@ -234,6 +234,10 @@ impl Sink {
     /// Rows it holds that its destination has not confirmed yet (its queue or backlog; 0 for
     /// a sink without one): what removing it would leave behind.
     pub fn held_rows(&self) -> u64 {
+        // Storage's rows are its history: stored, not waiting for anyone.
+        if self.queue.is_none() && matches!(self.kind, Kind::Storage(_)) {
+            return 0;
+        }
         self.report()
             .entry
             .get("queue_rows")
