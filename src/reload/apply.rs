@@ -226,8 +226,9 @@ impl Running {
 
     /// Applies config `text` from `origin` (applied by `by`, on top of revision `if_match`
     /// when given; with `drain`, a removed sink that holds rows is kept running, out of the
-    /// routes, until they are delivered): validated whole, compared part by part, refused with the reason when it
-    /// changes what cannot change live or starts a part that cannot start; else the file
+    /// routes, until they are delivered): validated whole, compared part by part, refused
+    /// with the reason when it changes what cannot change live or starts a part that cannot
+    /// start; else the file
     /// given to `run` rewritten with it (written whole, then renamed), kept as the next
     /// revision, and its changed parts put in the place of the old ones in `targets`. A
     /// refusal is the last error `/api/status` shows.

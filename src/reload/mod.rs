@@ -6,16 +6,16 @@
 //! for it ([`ask`]).
 //!
 //! What this version applies live ([`LIVE_PARTS`]): the flows (the engine's plan swapped
-//! whole, at once, with the sinks it routes to), the devices (each connection's poll loop
-//! stopped and started alone, [`crate::sources::pollers`]), the sinks (a new one started, a
+//! whole, at once, with the sinks it routes to); the devices (each connection's poll loop
+//! stopped and started alone, [`crate::sources::pollers`]); the sinks (a new one started; a
 //! changed one replaced: a stateless one as its new instance starts, one with files of its
 //! own stopped first and its files opened again; a removed one stopped, or drained; one
-//! holding rows in memory is not changed, a Sparkplug node not at all), the sources of [`crate::sources::live`] (each stopped,
-//! started or replaced alone), the alerts (`telemetry:`: the channels replaced, the checks'
-//! settings changed), the commands (their settings, their NATS and MQTT paths restarted),
-//! the HTTP server's settings (read by the next request), the ingest limits and the
-//! dead-letter cap; the NATS and MQTT connections only they use restart with them, and the
-//! OPC-UA server with the devices.
+//! holding rows in memory is not changed, a Sparkplug node not at all); the sources of
+//! [`crate::sources::live`] (each stopped, started or replaced alone); the alerts
+//! (`telemetry:`: the channels replaced, the checks' settings changed); the commands (their
+//! settings, their NATS and MQTT paths restarted); the HTTP server's settings (read by the
+//! next request); the ingest limits and the dead-letter cap. The NATS and MQTT connections
+//! only they use restart with them, and the OPC-UA server with the devices.
 //! A config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
 //! the parts named, and nothing changes: the operator restarts with it.
 //!

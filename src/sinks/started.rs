@@ -75,8 +75,9 @@ impl Started {
     /// running under older routes left it (up to [`STOP_WAIT`]): its stop signalled, its tasks
     /// and threads ended, then closed (it commits or inserts what it holds), its closing
     /// threads joined, its ledger part kept by the engine ([`crate::engine::Engine::retire`];
-    /// not when it is `reopened`, durable: the new instance goes on with the part in its files). Blocking: call it off the runtime's worker threads, with `runtime` to
-    /// wait for its tasks on.
+    /// not when it is `reopened` and durable: the new instance goes on with the part in its
+    /// files). Blocking: call it off the runtime's worker threads, with `runtime` to wait for
+    /// its tasks on.
     pub fn stop(&self, sink: Arc<Sink>, reopened: bool, runtime: &tokio::runtime::Handle) {
         let entry = {
             let mut entries = self.lock();
