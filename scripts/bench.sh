@@ -65,8 +65,9 @@
 #            (benches/opcua_server.rs); installs asyncua and node-opcua as
 #            scripts/test.sh pins them when missing
 #   reload   50 reloads (POST /api/config: the flows, a schedule, an ingest
-#            source's token) under 16 ingest clients while one device of
-#            the simulator is polled every 100 ms: request -> applied answer
+#            source's token, a second device's points, a sink added and
+#            removed) under 16 ingest clients while one device of the
+#            simulator is polled every 100 ms: request -> applied answer
 #            p50/p99/max, the clients' requests not answered 200, the
 #            device's longest gap between two polls and its polls missed;
 #            then a restart of the same daemon under the same load: signal
