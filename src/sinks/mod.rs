@@ -37,4 +37,4 @@ pub use sink::{
     queue_file, BuildError, Delivered, DeliveryError, Running, Sink, Sinks, StartContext,
     TOP_LEVEL_DOCUMENTS,
 };
-pub use started::Started;
+pub use started::{Started, STOP_WAIT};
