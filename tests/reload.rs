@@ -913,16 +913,6 @@ fn topics(client: &MqttClient) -> Vec<String> {
 fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections() {
     let mut broker = Mosquitto::start();
     let sub = MqttClient::connect(broker.port(), "it-watch", Some("#"));
-    let flows = |sinks: &[&str]| {
-        let mut nodes =
-            vec![json!({"id": "in", "kind": "source", "source": format!("ingest/{SOURCE}")})];
-        let mut wires = Vec::new();
-        for s in sinks {
-            nodes.push(json!({"id": format!("to-{s}"), "kind": "sink", "sink": s}));
-            wires.push(json!({"from": "in", "to": format!("to-{s}")}));
-        }
-        json!([{"id": "out", "nodes": nodes, "wires": wires}])
-    };
     let mut config = json!({
         "connector": {
             "http": {"admin_token": ADMIN},
@@ -931,7 +921,7 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
         "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
         "mqtt": {"connections": [{"name": "plant", "url": broker.url(), "client_id": "it-gw"}]},
         "sinks": [{"name": "line", "type": "mqtt", "topic": "line/{{key}}", "qos": 1}],
-        "flows": flows(&["push", "line"]),
+        "flows": ingest_flow(&["push", "line"]),
     });
     let daemon = Daemon::start(config.clone());
     let first = running(&daemon);
@@ -956,7 +946,7 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
         .as_array_mut()
         .expect("sinks")
         .push(json!({"name": "cell", "type": "mqtt", "topic": "cell/{{key}}", "qos": 1}));
-    config["flows"] = flows(&["push", "line", "cell"]);
+    config["flows"] = ingest_flow(&["push", "line", "cell"]);
     let body = apply(&daemon, &config);
     assert_eq!(body["changes"]["start"], json!(["sink/cell"]), "{body}");
     wait_until(Duration::from_secs(20), "the cell sink connected", || {
@@ -986,7 +976,7 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
 
     // `cell` removed: stopped; the next record goes to push and line only.
     config["sinks"].as_array_mut().expect("sinks").pop();
-    config["flows"] = flows(&["push", "line"]);
+    config["flows"] = ingest_flow(&["push", "line"]);
     let body = apply(&daemon, &config);
     assert_eq!(body["changes"]["stop"], json!(["sink/cell"]), "{body}");
     let names: Vec<Value> = daemon.status()["sinks"]
@@ -1010,7 +1000,7 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
     assert_eq!(daemon.ingest("e", "{\"v\": 5}").status, 200);
     let mut removed = config.clone();
     removed["sinks"] = json!([]);
-    removed["flows"] = flows(&["push"]);
+    removed["flows"] = ingest_flow(&["push"]);
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&removed).as_bytes());
     assert_eq!(reply.status, 409, "{}", reply.body);
     let refused = reply.json();
