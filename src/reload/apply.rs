@@ -177,6 +177,7 @@ impl Running {
             return Ok(Vec::new());
         }
         let before = targets.engine.sinks();
+        let order: Vec<String> = before.iter().map(|s| s.name().to_string()).collect();
         let (old, kept): (Vec<_>, Vec<_>) = before
             .shared_iter()
             .cloned()
@@ -213,8 +214,18 @@ impl Running {
                 log::error!("sink not started: name={} error={e}", sink.name());
             }
         }
-        let mut list: Vec<_> = targets.engine.sinks().shared_iter().cloned().collect();
-        list.extend(new.iter().cloned());
+        // In the order they had, the new instances in the place of the old.
+        let now = targets.engine.sinks();
+        let list: Vec<_> = order
+            .iter()
+            .filter_map(|name| {
+                new.iter()
+                    .find(|s| s.name() == name)
+                    .cloned()
+                    .or_else(|| now.get_shared(name))
+            })
+            .collect();
+        drop(now);
         targets
             .engine
             .set_sinks(Arc::new(crate::sinks::Sinks::shared(list)));
