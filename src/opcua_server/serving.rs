@@ -33,14 +33,10 @@ impl Serving {
         Ok(())
     }
 
-    /// True while a server is configured and started.
-    pub fn is_running(&self) -> bool {
-        self.lock().is_some()
-    }
-
     /// Stops the server, waits for its task (its sessions closed, its port released), and
     /// starts it again until `shutdown`: it serves the catalogue as it is now. A server that
-    /// cannot start again (its port taken meanwhile) is logged and stays stopped.
+    /// cannot start again (its port taken meanwhile) is logged and stays stopped until the
+    /// next reload that changes the devices tries again.
     pub async fn restart(&self, shutdown: &Shutdown) {
         let Some(Inner { start, stop, task }) = self.lock().take() else {
             return;
@@ -48,10 +44,11 @@ impl Serving {
         stop.trigger();
         let _ = task.await;
         let stop = shutdown.child();
-        match start(stop.clone()) {
-            Ok(task) => *self.lock() = Some(Inner { start, stop, task }),
-            Err(e) => log::error!("opcua server: not started again after a reload: {e}"),
-        }
+        let task = start(stop.clone()).unwrap_or_else(|e| {
+            log::error!("opcua server: not started again after a reload: {e}");
+            tokio::spawn(async {})
+        });
+        *self.lock() = Some(Inner { start, stop, task });
     }
 
     /// Waits, after the shutdown signal, for the server's task to end.
