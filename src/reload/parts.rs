@@ -111,22 +111,16 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         })
         .collect();
     // What names a changed connection restarts with it.
-    let changed: BTreeSet<&str> = parts
+    let changed: BTreeSet<String> = parts
         .iter()
         .filter(|(_, c)| **c != Change::Keep)
         .filter_map(|(name, _)| {
             name.strip_prefix("nats-connection/")
                 .or_else(|| name.strip_prefix("mqtt-connection/"))
         })
+        .map(str::to_string)
         .collect();
-    let restarted: Vec<String> = after
-        .iter()
-        .filter(|(name, v)| parts.get(*name) == Some(&Change::Keep) && names_any(v, &changed))
-        .map(|(name, _)| name.clone())
-        .collect();
-    for name in restarted {
-        parts.insert(name, Change::Restart);
-    }
+    restart_kept(&mut parts, &after, |_, v| names_any(v, &changed));
     // A part that leaves out `connection:` uses the only connection of its family.
     for family in ["nats", "mqtt"] {
         let list = new[family]["connections"].as_array();
@@ -138,16 +132,9 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         if parts.get(&format!("{family}-connection/{only}")) == Some(&Change::Keep) {
             continue;
         }
-        let users: Vec<String> = after
-            .iter()
-            .filter(|(name, v)| {
-                parts.get(*name) == Some(&Change::Keep) && uses_implicitly(name, v, family)
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in users {
-            parts.insert(name, Change::Restart);
-        }
+        restart_kept(&mut parts, &after, |name, v| {
+            uses_implicitly(name, v, family)
+        });
     }
     // The devices of a serial line are polled by one loop: they restart with a changed one.
     let lines: BTreeSet<&str> = parts
@@ -157,33 +144,17 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         .flatten()
         .filter_map(serial_line)
         .collect();
-    let sharing: Vec<String> = after
-        .iter()
-        .filter(|(name, v)| {
-            parts.get(*name) == Some(&Change::Keep)
-                && serial_line(v).is_some_and(|l| lines.contains(l))
-        })
-        .map(|(name, _)| name.clone())
-        .collect();
-    for name in sharing {
-        parts.insert(name, Change::Restart);
-    }
+    restart_kept(&mut parts, &after, |_, v| {
+        serial_line(v).is_some_and(|l| lines.contains(l))
+    });
     // A device takes commands only while `commands:` exists: every device restarts when the
     // section comes or goes.
     if old["commands"].is_null() != new["commands"].is_null() {
-        for (name, change) in parts.iter_mut() {
-            if name.starts_with("device/") && *change == Change::Keep {
-                *change = Change::Restart;
-            }
-        }
+        restart_kept(&mut parts, &after, |name, _| name.starts_with("device/"));
     }
     // The ingest sources take their batch limits from `ingest:`: they restart with it.
     if parts.get("ingest") == Some(&Change::Restart) {
-        for (name, change) in parts.iter_mut() {
-            if name.starts_with("ingest/") && *change == Change::Keep {
-                *change = Change::Restart;
-            }
-        }
+        restart_kept(&mut parts, &after, |name, _| name.starts_with("ingest/"));
     }
     // The OPC-UA server's address space lists every device's points: it restarts with them.
     let devices = parts
@@ -200,6 +171,22 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
     Diff {
         parts,
         needs_restart,
+    }
+}
+
+/// Restarts every part `parts` keeps whose name and settings (as `after` has them) `with`
+/// says restart with something that changed.
+fn restart_kept(
+    parts: &mut BTreeMap<String, Change>,
+    after: &BTreeMap<String, Value>,
+    with: impl Fn(&str, &Value) -> bool,
+) {
+    for (name, settings) in after {
+        if let Some(change @ Change::Keep) = parts.get_mut(name) {
+            if with(name, settings) {
+                *change = Change::Restart;
+            }
+        }
     }
 }
 
@@ -306,7 +293,7 @@ fn serial_line(device: &Value) -> Option<&str> {
 }
 
 /// Whether `value` names one of `connections` as `connection: <name>` anywhere in it.
-fn names_any(value: &Value, connections: &BTreeSet<&str>) -> bool {
+fn names_any(value: &Value, connections: &BTreeSet<String>) -> bool {
     if connections.is_empty() {
         return false;
     }
