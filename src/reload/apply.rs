@@ -189,7 +189,7 @@ impl Running {
         for sink in old {
             targets.sinks.stop(sink, true, runtime);
         }
-        let built = build_each(config, names, targets.data_dir);
+        let built = build_sinks(config, names, targets.data_dir);
         let (new, failure) = match built {
             Ok(new) => (new, None),
             Err(failure) => {
@@ -197,7 +197,7 @@ impl Running {
                 let running = crate::config::from_yaml(&self.with(|c| c.text.clone()));
                 let again = running
                     .map_err(|p| ("config".to_string(), p.to_string()))
-                    .and_then(|c| build_each(&c, names, targets.data_dir));
+                    .and_then(|c| build_sinks(&c, names, targets.data_dir));
                 match again {
                     Ok(old) => (old, Some(failure)),
                     Err((part, e)) => {
@@ -321,38 +321,36 @@ impl Running {
                 .map(|(name, _)| name.as_str())
                 .collect()
         };
+        // The names of the parts of one kind (`device/`, `sink/`) with one of `changes`.
+        let of = |kind: &str, changes: &[Change]| -> Vec<&str> {
+            named(changes)
+                .into_iter()
+                .filter_map(|part| part.strip_prefix(kind))
+                .collect()
+        };
+        let changed = |part: &str| diff.parts.get(part) != Some(&Change::Keep);
+        let failed = |(part, reason)| Refused::Failed {
+            diff: diff.clone(),
+            part,
+            reason,
+        };
         let started = named(&[Change::Start, Change::Restart]);
         let built = Built::new(
             &config,
             |part| started.contains(&part),
             targets.engine.dead_letters(),
         )
-        .map_err(|(part, reason)| Refused::Failed {
-            diff: diff.clone(),
-            part,
-            reason,
-        })?;
+        .map_err(failed)?;
         // A changed sink with state of its own (a queue file, a history, an empty memory
         // backlog) is stopped before its new instance opens what it left; one without is
         // replaced as a new one starts.
-        let reopened: Vec<&str> = named(&[Change::Restart])
-            .into_iter()
-            .filter_map(|part| part.strip_prefix("sink/"))
-            .filter(|name| sinks_now.get(name).is_some_and(|s| !s.is_stateless()))
-            .collect();
-        let fresh: Vec<&str> = started
-            .iter()
-            .copied()
-            .filter(|part| {
-                part.strip_prefix("sink/")
-                    .is_some_and(|name| !reopened.contains(&name))
-            })
-            .collect();
-        let failed = |(part, reason)| Refused::Failed {
-            diff: diff.clone(),
-            part,
-            reason,
-        };
+        let (reopened, fresh): (Vec<&str>, Vec<&str>) =
+            of("sink/", &[Change::Start, Change::Restart])
+                .into_iter()
+                .partition(|name| {
+                    diff.parts.get(&format!("sink/{name}")) == Some(&Change::Restart)
+                        && sinks_now.get(name).is_some_and(|s| !s.is_stateless())
+                });
         let new_sinks = build_sinks(&config, &fresh, targets.data_dir).map_err(failed)?;
         // The old instances go when nothing holds them any more (their files close then).
         drop(sinks_now);
@@ -386,27 +384,20 @@ impl Running {
         });
         // The parts that end first, under the plan they ran with (a consumer settles what it
         // holds), then the new plan, then the parts that begin.
-        let devices = |changes: &[Change]| -> Vec<&str> {
-            named(changes)
-                .into_iter()
-                .filter_map(|part| part.strip_prefix("device/"))
-                .collect()
-        };
         runtime.block_on(async {
             targets.sources.stop(&named(&[Change::Stop]), false).await;
             targets.sources.stop(&named(&[Change::Restart]), true).await;
             targets
                 .pollers
-                .stop(&devices(&[Change::Stop, Change::Restart]))
+                .stop(&of("device/", &[Change::Stop, Change::Restart]))
                 .await;
         });
         // The new sinks run before any record reaches them; the plan, compiled again whatever
         // changed (without `flows:` it names every source), goes in with them; the sinks
         // replaced or removed stop once the records that reached them under the old routes
         // are done.
-        let ending: Vec<Arc<crate::sinks::Sink>> = named(&[Change::Stop, Change::Restart])
+        let ending: Vec<Arc<crate::sinks::Sink>> = of("sink/", &[Change::Stop, Change::Restart])
             .into_iter()
-            .filter_map(|part| part.strip_prefix("sink/"))
             .filter(|name| !reopened.contains(name))
             .filter_map(|name| sinks_now.get_shared(name))
             .collect();
@@ -436,7 +427,7 @@ impl Running {
                 targets.sinks.stop(sink, false, &runtime);
             }
         }
-        if diff.parts.get("commands") != Some(&Change::Keep) {
+        if changed("commands") {
             targets
                 .commands
                 .set_config(config.commands.clone().unwrap_or_default());
@@ -449,19 +440,19 @@ impl Running {
                 ));
             }
         }
-        if diff.parts.get("dead_letters") != Some(&Change::Keep) {
+        if changed("dead_letters") {
             targets
                 .engine
                 .dead_letters()
                 .set_max_rows(config.dead_letters_max_rows);
         }
-        if diff.parts.get("http") != Some(&Change::Keep) {
+        if changed("http") {
             targets
                 .body_budget
                 .fit(config.connector.http.max_body_bytes);
             targets.http.set(config.connector.http.clone());
         }
-        if diff.parts.get("alerts") != Some(&Change::Keep) {
+        if changed("alerts") {
             targets.alerts.reconfigure(&config.alerts, targets.shutdown);
             targets
                 .disk_free_pct
@@ -470,11 +461,11 @@ impl Running {
         targets.sources.add(built, targets.engine, targets.shutdown);
         start_devices(
             &config,
-            &devices(&[Change::Start, Change::Restart]),
-            &devices(&[Change::Stop]),
+            &of("device/", &[Change::Start, Change::Restart]),
+            &of("device/", &[Change::Stop]),
             targets,
         );
-        if diff.parts.get("opcua_server") == Some(&Change::Restart) {
+        if changed("opcua_server") {
             runtime.block_on(targets.opcua_server.restart(targets.shutdown));
         }
         if let Ok(mut c) = self.current.lock() {
@@ -546,32 +537,21 @@ fn sinks_not_live(
     out
 }
 
-/// Sinks `names` of `config`, built; the first that cannot be, with why.
-fn build_each(
+/// Sinks `names` of `config`, built (a store opened, a client set up) but not started; the
+/// part of the first that cannot be built, with why.
+fn build_sinks(
     config: &Config,
     names: &[&str],
     data_dir: &Path,
 ) -> Result<Vec<Arc<crate::sinks::Sink>>, (String, String)> {
-    let parts: Vec<String> = names.iter().map(|n| format!("sink/{n}")).collect();
-    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    build_sinks(config, &parts, data_dir)
-}
-
-/// The sinks of `config` whose parts are `started` (new, or replacing a changed one), built
-/// (a store opened, a client set up) but not started; the first that cannot be built, with
-/// why.
-fn build_sinks(
-    config: &Config,
-    started: &[&str],
-    data_dir: &Path,
-) -> Result<Vec<Arc<crate::sinks::Sink>>, (String, String)> {
     let mut out = Vec::new();
-    for cfg in &config.sinks {
-        let part = format!("sink/{}", cfg.name);
-        if !started.contains(&part.as_str()) {
-            continue;
-        }
-        let sink = crate::sinks::Sink::build(cfg, data_dir).map_err(|e| (part, e.to_string()))?;
+    for cfg in config
+        .sinks
+        .iter()
+        .filter(|c| names.contains(&c.name.as_str()))
+    {
+        let sink = crate::sinks::Sink::build(cfg, data_dir)
+            .map_err(|e| (format!("sink/{}", cfg.name), e.to_string()))?;
         out.push(Arc::new(sink));
     }
     Ok(out)
