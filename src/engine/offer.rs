@@ -167,13 +167,6 @@ impl Engine {
         Arc::clone(&self.routes.read().unwrap_or_else(|e| e.into_inner()).sinks)
     }
 
-    /// Puts `plan` in the place of the running one, at once: a record offered after this
-    /// runs under it; a record admitted before finishes under the plan it was admitted with.
-    pub fn set_plan(&self, plan: Plan) {
-        let sinks = self.sinks();
-        self.set_routes(plan, sinks);
-    }
-
     /// Puts `sinks` in the place of the running ones, the plan kept (a reload reopening a
     /// sink: a record for it meanwhile finds it missing and is refused).
     pub fn set_sinks(&self, sinks: Arc<Sinks>) {
@@ -704,7 +697,10 @@ mod tests {
             .expect("admitted")
             .expect("routed");
         // The new plan takes `ingest/a` nowhere.
-        engine.set_plan(Plan::direct(&["ingest/b".to_string()], "push"));
+        engine.set_routes(
+            Plan::direct(&["ingest/b".to_string()], "push"),
+            engine.sinks(),
+        );
         let settlement = engine
             .run_admitted(record("ingest/a"), admitted, Mode::Normal)
             .await;
