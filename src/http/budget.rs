@@ -84,7 +84,8 @@ pub struct Unchecked {
 /// Reads `req`'s body as [`super::respond::read_body`] does (`max_body_bytes`, the body-read
 /// timeout), holding what is beyond [`FREE_BYTES`] against the budget; `503` when it is spent.
 pub async fn read_unchecked(state: &AppState, req: Request<Incoming>) -> Result<Unchecked, Resp> {
-    let max = state.http.get().max_body_bytes;
+    let http = state.http.get();
+    let max = http.max_body_bytes;
     let declared = declared_length(&req);
     if declared.is_some_and(|n| n > max as u64) {
         return Err(closing(too_large(max)));
@@ -124,7 +125,7 @@ pub async fn read_unchecked(state: &AppState, req: Request<Incoming>) -> Result<
         }
         Ok(())
     };
-    match tokio::time::timeout(state.http.get().body_read_timeout, read).await {
+    match tokio::time::timeout(http.body_read_timeout, read).await {
         Err(_) => Err(closing(error(
             StatusCode::REQUEST_TIMEOUT,
             "body not received in time",

@@ -81,7 +81,8 @@ pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp)
     if req.body().is_end_stream() {
         return resp;
     }
-    let max = state.http.get().max_body_bytes;
+    let http = state.http.get();
+    let max = http.max_body_bytes;
     if req.headers().contains_key(EXPECT) || declared_length(&req).is_some_and(|n| n > max as u64) {
         return closing(resp);
     }
@@ -94,7 +95,7 @@ pub async fn answer_unread(state: &AppState, req: Request<Incoming>, resp: Resp)
         }
         true
     };
-    match tokio::time::timeout(state.http.get().body_read_timeout, drain).await {
+    match tokio::time::timeout(http.body_read_timeout, drain).await {
         Ok(true) => resp,
         Ok(false) | Err(_) => closing(resp),
     }
