@@ -120,12 +120,7 @@ fn a_dry_run_says_part_by_part_what_a_config_would_change() {
     for change in ["start", "stop", "restart"] {
         assert_eq!(body["changes"][change], json!([]), "{body}");
     }
-    let kept: Vec<&str> = body["changes"]["keep"]
-        .as_array()
-        .expect("keep")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let kept = parts_under(&body, "keep");
     for part in ["ingest/orders", "webhook/pay", "sink/push", "flows", "http"] {
         assert!(kept.contains(&part), "{part} not kept: {body}");
     }

@@ -98,6 +98,17 @@ pub fn queue_config(quota_mb: i64, on_full: &str) -> Value {
     })
 }
 
+/// The parts a config answer (`POST /api/config`) lists under `change`: `start`, `stop`,
+/// `restart` or `keep`.
+pub fn parts_under<'a>(answer: &'a Value, change: &str) -> Vec<&'a str> {
+    answer["changes"][change]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {change} in {answer}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// `flows:` of one flow, `out`: the `orders` ingest source wired to each of `sinks`
 /// (nodes `in` and `to-<sink>`).
 pub fn ingest_flow(sinks: &[&str]) -> Value {
