@@ -452,3 +452,44 @@ fn deadband(band: Value) {
     let seen: Vec<Value> = c.changes(0).iter().map(|ch| ch["value"].clone()).collect();
     assert!(!seen.contains(&json!(105)), "{seen:?}");
 }
+
+#[test]
+fn a_new_server_address_is_taken_live_and_one_that_is_taken_keeps_the_server_as_it_was() {
+    let device = ModbusTcp::start();
+    let port = free_port();
+    let d = Daemon::start(config(device.port(), port, both()));
+    let first = client(port, VIEWER);
+    read_good(&first, &point(&first, "speed"));
+
+    // Another port: the server starts there alone, the device keeps polling.
+    let text = std::fs::read_to_string(d.config_path()).expect("the config file");
+    let mut new: Value = serde_saphyr::from_str(&text).expect("YAML");
+    let moved = free_port();
+    new["opcua_server"]["listen"] = json!(format!("127.0.0.1:{moved}"));
+    let reply = d.post("/api/config", Some(ADMIN_TOKEN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["opcua_server"]),
+        "{body}"
+    );
+    let after = client(moved, VIEWER);
+    read_good(&after, &point(&after, "speed"));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the old port is closed"
+    );
+
+    // A port another program holds: refused, and the server goes on where it was.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("a port held");
+    let taken = holder.local_addr().expect("its address").port();
+    new["opcua_server"]["listen"] = json!(format!("127.0.0.1:{taken}"));
+    let reply = d.post("/api/config", Some(ADMIN_TOKEN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["failed"]["part"], json!("opcua_server"), "{body}");
+    assert_eq!(d.status()["config"]["revision"], json!(2));
+    let again = client(moved, VIEWER);
+    read_good(&again, &point(&again, "speed"));
+}

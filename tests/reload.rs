@@ -21,6 +21,16 @@ fn running(daemon: &Daemon) -> Value {
     serde_saphyr::from_str(&text).expect("YAML")
 }
 
+/// `config` with what the daemon filled in at its start (its data dir, its HTTP settings, its
+/// telemetry), so that applying it changes only what the test changes.
+fn as_running(daemon: &Daemon, config: &mut Value) {
+    let first = running(daemon);
+    for key in ["data_dir", "http"] {
+        config["connector"][key] = first["connector"][key].clone();
+    }
+    config["telemetry"] = first["telemetry"].clone();
+}
+
 fn apply(daemon: &Daemon, config: &Value) -> Value {
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(config).as_bytes());
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -678,11 +688,7 @@ fn a_device_is_changed_added_and_removed_while_the_other_keeps_its_connection_an
         polls("plant-1") > 0 && polls("plant-2") > 0
     });
     let connects = u64_at(&device("plant-1"), "/connects_total");
-    let first = running(&daemon);
-    for key in ["data_dir", "http"] {
-        config["connector"][key] = first["connector"][key].clone();
-    }
-    config["telemetry"] = first["telemetry"].clone();
+    as_running(&daemon, &mut config);
     // A command with an id before plant-2 restarts.
     let sent = json!({"id": "sp-1", "points": {"oven_setpoint": 150}});
     let (status, answer) = write(&daemon, "plant-2", sent.clone());
@@ -791,11 +797,7 @@ fn commands_added_then_a_new_token_while_the_devices_poll() {
         )
     };
     wait_until(Duration::from_secs(20), "the device polls", || polls() > 0);
-    let first = running(&daemon);
-    for key in ["data_dir", "http"] {
-        config["connector"][key] = first["connector"][key].clone();
-    }
-    config["telemetry"] = first["telemetry"].clone();
+    as_running(&daemon, &mut config);
     let setpoint = json!({"points": {"oven_setpoint": 120}});
     let (status, _) = write(&daemon, "plant-1", setpoint.clone());
     assert_eq!(status, 404, "no commands: the route is not there");
@@ -870,11 +872,7 @@ fn a_new_nats_command_subject_is_subscribed_in_the_place_of_the_old_one() {
             .await
         })
     };
-    let first = running(&daemon);
-    for key in ["data_dir", "http"] {
-        config["connector"][key] = first["connector"][key].clone();
-    }
-    config["telemetry"] = first["telemetry"].clone();
+    as_running(&daemon, &mut config);
     config["commands"]["nats"]["subject"] = json!("plant.cmd.{device}");
     let body = apply(&daemon, &config);
     assert_eq!(body["changes"]["restart"], json!(["commands"]), "{body}");
@@ -914,11 +912,7 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
         "flows": ingest_flow(&["push", "line"]),
     });
     let daemon = Daemon::start(config.clone());
-    let first = running(&daemon);
-    for key in ["data_dir", "http"] {
-        config["connector"][key] = first["connector"][key].clone();
-    }
-    config["telemetry"] = first["telemetry"].clone();
+    as_running(&daemon, &mut config);
     let connected = |name: &str| named(&daemon.status(), "/sinks", name)["connected"] == true;
     wait_until(Duration::from_secs(20), "the line sink connected", || {
         connected("line")
@@ -1059,11 +1053,7 @@ fn the_push_uplink_moves_and_storage_changes_live_with_their_files_reopened() {
             "wires": [{"from": "in", "to": "up"}, {"from": "in", "to": "keep"}]}],
     });
     let daemon = Daemon::start(config.clone());
-    let first = running(&daemon);
-    for key in ["data_dir", "http"] {
-        config["connector"][key] = first["connector"][key].clone();
-    }
-    config["telemetry"] = first["telemetry"].clone();
+    as_running(&daemon, &mut config);
     let mut ids = Vec::new();
     for k in ["a", "b", "c"] {
         let r = daemon.ingest(k, "{\"v\": 1}");
@@ -1121,11 +1111,7 @@ fn a_sink_whose_new_instance_cannot_start_is_put_back_as_it_was() {
             "wires": [{"from": "in", "to": "to-line"}]}],
     });
     let daemon = Daemon::start(config.clone());
-    let first = running(&daemon);
-    for key in ["data_dir", "http"] {
-        config["connector"][key] = first["connector"][key].clone();
-    }
-    config["telemetry"] = first["telemetry"].clone();
+    as_running(&daemon, &mut config);
     // Its connection's CA file does not exist: the new instance cannot be built.
     config["mqtt"]["connections"][0]["tls"] = json!({"ca_file": "/nonexistent/ca.pem"});
     let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&config).as_bytes());
@@ -1139,5 +1125,133 @@ fn a_sink_whose_new_instance_cannot_start_is_put_back_as_it_was() {
         Duration::from_secs(20),
         "the record on the old topic",
         || topics(&sub).contains(&"line/after".to_string()),
+    );
+}
+
+#[test]
+fn a_database_sink_moved_to_its_server_takes_the_rows_held_in_memory_and_a_removed_one_discards_on_request(
+) {
+    let mut pg = Postgres::start();
+    pg.sql("CREATE TABLE events (ts timestamptz, source text, key text, payload jsonb)");
+    // At first the sink names a port nothing listens on: the rows wait in its memory backlog.
+    let nowhere = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
+    let mut config = json!({
+        "connector": {"http": {"admin_token": ADMIN}},
+        "telemetry": {"alerts": {"check_interval_secs": 1}},
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "postgres": {"url": nowhere, "sink_table": "events",
+                     "sink_batch": {"sink_batch_rows": 1, "flush_interval_ms": 50}},
+        "flows": ingest_flow(&["postgres"]),
+    });
+    let daemon = Daemon::start(config.clone());
+    as_running(&daemon, &mut config);
+    for k in ["a", "b", "c"] {
+        assert_eq!(daemon.ingest(k, "{\"v\": 1}").status, 200);
+    }
+    let backlog = || u64_at(&daemon.status(), "/postgres/backlog_rows");
+    assert_eq!(backlog(), 3, "the server is not there yet");
+
+    // The address fixed: the new instance takes the three rows and inserts them.
+    config["postgres"]["url"] = json!(pg.url());
+    let body = apply(&daemon, &config);
+    assert_eq!(
+        body["changes"]["restart"],
+        json!(["sink/postgres"]),
+        "{body}"
+    );
+    wait_until(Duration::from_secs(30), "the held rows inserted", || {
+        pg.sql("SELECT count(*) FROM events").trim() == "3"
+    });
+    let l = assert_balanced(&ledger(&daemon, false), "after the handover");
+    let part = &l["parts"]["postgres"][format!("ingest/{SOURCE}")];
+    assert_eq!(part["delivered"], json!(3), "{l}");
+    assert_eq!(part["pending"], json!(0), "{l}");
+    assert!(l["parts"]["retired"].is_null(), "the part went on: {l}");
+
+    // The server gone for good: two rows held, and the sink removed.
+    pg.stop();
+    for k in ["d", "e"] {
+        assert_eq!(daemon.ingest(k, "{\"v\": 1}").status, 200);
+    }
+    wait_until(Duration::from_secs(10), "two rows held", || backlog() == 2);
+    // A disk queue in front would not go on from the rows held in memory: refused.
+    let mut queued = config.clone();
+    queued["postgres"]["queue"] = json!("disk");
+    let refused = |text: &str, why: &str| {
+        let reply = daemon.post("/api/config", Some(ADMIN), text.as_bytes());
+        assert_eq!(reply.status, 409, "{}", reply.body);
+        let error = reply.json()["error"].clone();
+        let error = error.as_str().unwrap_or_default();
+        assert!(
+            error.contains("sink/postgres (it holds 2 rows") && error.contains(why),
+            "{error}"
+        );
+    };
+    refused(&to_yaml(&queued), "elsewhere");
+    let mut removed = config.clone();
+    removed.as_object_mut().expect("config").remove("postgres");
+    removed["flows"] = json!([]);
+    let text = to_yaml(&removed);
+    refused(&text, "discard=1");
+    let both = daemon.post(
+        "/api/config?drain=1&discard=1",
+        Some(ADMIN),
+        text.as_bytes(),
+    );
+    assert_eq!(both.status, 400, "{}", both.body);
+    assert!(both.body.contains("exclude each other"), "{}", both.body);
+
+    // With discard=1 it goes at once, and its rows are counted lost as the operator said.
+    let reply = daemon.post("/api/config?discard=1", Some(ADMIN), text.as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["changes"]["stop"], json!(["sink/postgres"]));
+    let status = daemon.status();
+    assert!(status["postgres"].is_null(), "removed: {status}");
+    assert_eq!(status["engine"]["stats"]["discarded"], json!(2), "{status}");
+    let l = assert_balanced(&ledger(&daemon, false), "after the discard");
+    let retired = &l["parts"]["retired"][format!("ingest/{SOURCE}")];
+    assert_eq!(retired["losses"]["discarded"], json!(2), "{l}");
+    assert_eq!(retired["pending"], json!(0), "{l}");
+    assert!(daemon.stderr().contains("sink=postgres rows=2"), "logged");
+    wait_until(Duration::from_secs(20), "the discard alerted", || {
+        daemon.status()["alerts"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["component"] == "engine.discarded"))
+    });
+}
+
+#[test]
+fn a_volatile_push_buffer_goes_with_its_rows_to_the_moved_uplink() {
+    let old_uplink = Receiver::start_down();
+    let new_uplink = Receiver::start();
+    let mut config = json!({
+        "connector": {
+            "http": {"admin_token": ADMIN},
+            "push": {"url": old_uplink.url(), "retry_initial_ms": 50, "retry_max_ms": 200},
+        },
+        "ingest": {"sources": [{"name": SOURCE, "token": TOKEN}]},
+        "flows": ingest_flow(&["push"]),
+    });
+    let daemon = Daemon::start(config.clone());
+    as_running(&daemon, &mut config);
+    let mut ids = Vec::new();
+    for k in ["a", "b"] {
+        let r = daemon.ingest(k, "{\"v\": 1}");
+        assert_eq!(r.status, 200, "{}", r.body);
+        ids.push(r.json()["id"].as_str().expect("id").to_string());
+    }
+    config["connector"]["push"]["url"] = json!(new_uplink.url());
+    let body = apply(&daemon, &config);
+    assert_eq!(body["changes"]["restart"], json!(["sink/push"]), "{body}");
+    wait_until(
+        Duration::from_secs(30),
+        "the rows held in memory at the new uplink",
+        || new_uplink.has_all(&ids),
+    );
+    let l = assert_balanced(&ledger(&daemon, false), "after the handover");
+    assert_eq!(
+        l["parts"]["push_volatile"][format!("ingest/{SOURCE}")]["delivered"],
+        json!(2),
+        "{l}"
     );
 }

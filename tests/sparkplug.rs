@@ -1400,3 +1400,61 @@ fn an_s7_plcs_points_are_born_with_their_types_and_a_dcmd_writes_one_bit_of_the_
     );
     assert!(host.messages().iter().all(|v| v["type"] != "error"));
 }
+
+#[test]
+fn a_point_added_by_a_reload_is_in_the_births_of_the_nodes_next_session() {
+    let broker = Mosquitto::start();
+    let device = ModbusTcp::start();
+    let host = Host::start(&broker);
+    let daemon = Daemon::start(config(&broker, &device, 100));
+    host.wait("the device's DBIRTH", |m| {
+        m.iter()
+            .any(|v| v["type"] == "DBIRTH" && v["device"] == DEVICE)
+    });
+    let text = std::fs::read_to_string(daemon.config_path()).expect("the config file");
+    let mut new: Value = serde_saphyr::from_str(&text).expect("YAML");
+    new["devices"][0]["points"]
+        .as_array_mut()
+        .expect("points")
+        .push(json!({"name": "added", "register": 2, "type": "u16"}));
+    let reply = daemon.post("/api/config", Some(ADMIN_TOKEN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(
+        body["changes"]["restart"],
+        json!([format!("device/{DEVICE}"), "sink/uns"]),
+        "{body}"
+    );
+
+    // The node ends its session (NDEATH) and is born again with the new point.
+    let has_added = |v: &Value| {
+        v["type"] == "DBIRTH"
+            && v["device"] == DEVICE
+            && v["metrics"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|m| m["name"] == "fast/added"))
+    };
+    host.wait("a DBIRTH with the added point", |m| m.iter().any(has_added));
+    let msgs = host.node_messages();
+    let births = of_type(&msgs, "NBIRTH");
+    assert_eq!(births.len(), 2, "{msgs:#?}");
+    assert!(bd_seq(births[1]) > bd_seq(births[0]), "a new session");
+    let death = msgs
+        .iter()
+        .position(|v| v["type"] == "NDEATH")
+        .expect("the old session's NDEATH");
+    let reborn = msgs
+        .iter()
+        .position(|v| v["type"] == "NBIRTH" && bd_seq(v) == bd_seq(births[1]));
+    assert!(reborn.is_some_and(|b| b > death), "{msgs:#?}");
+    let added = msgs.iter().find(|v| has_added(v)).expect("the DBIRTH");
+    assert_eq!(
+        metric(added, "fast/added")["value"],
+        json!(device.read_holding(2, 1)[0])
+    );
+    assert_seq_without_gap(&msgs);
+    assert!(
+        host.messages().iter().all(|v| v["type"] != "error"),
+        "{msgs:#?}"
+    );
+}

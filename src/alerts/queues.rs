@@ -11,8 +11,8 @@
 //!
 //! The engine's own: the pipeline's `dead_letters` (rows, `dead_letters.max_rows`), and the
 //! components `dead_letters.trimmed_open` (open entries deleted at the cap: records lost),
-//! `engine.backpressure_lost` (poll samples dropped after the hold) and `engine.node_errors`
-//! (flow node failures).
+//! `engine.backpressure_lost` (poll samples dropped after the hold), `engine.discarded` (rows
+//! of a sink a reload removed with `discard`) and `engine.node_errors` (flow node failures).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -68,6 +68,12 @@ pub fn watch(hub: &mut Hub, engine: &Arc<Engine>) {
                 e.stats.backpressure_lost.load(Ordering::Relaxed),
             )]
         },
+    ));
+    let e = Arc::clone(engine);
+    hub.add_component(Component::new(
+        "engine.discarded",
+        "rows of a sink removed by a reload with discard=1 were given up: records lost on the operator's word",
+        move || vec![("discarded", e.stats.discarded.load(Ordering::Relaxed))],
     ));
     let e = Arc::clone(engine);
     hub.add_component(Component::new(

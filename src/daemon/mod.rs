@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::alerts;
 use crate::config::Config;
 use crate::http::{self, AppState};
-use crate::reload::{Loaded, Origin};
+use crate::reload::{Leftovers, Loaded, Origin};
 use crate::shutdown::Shutdown;
 use crate::sinks::{BuildError, StartContext};
 use crate::sources::webhook;
@@ -166,9 +166,9 @@ fn start_opcua_server(
             gateway: Arc::new(move || gateway(&s)),
         };
         let name = state.name.clone();
-        let start = Box::new(move |stop| {
+        let start = Box::new(move |config: &_, stop| {
             crate::opcua_server::server::start(
-                &config,
+                config,
                 &name,
                 parts.clone(),
                 Arc::clone(&stats),
@@ -177,7 +177,7 @@ fn start_opcua_server(
         });
         state
             .opcua_serving
-            .start(start, &state.shutdown)
+            .start(start, config, &state.shutdown)
             .map_err(DaemonError::OpcuaServer)
     }
     // Validation refuses the section in a build without the server.
@@ -311,10 +311,14 @@ async fn reload_on_sighup(state: Arc<AppState>, mut hup: Signal, shutdown: Shutd
         let state = Arc::clone(&state);
         let _ = tokio::task::spawn_blocking(move || match std::fs::read_to_string(&path) {
             Ok(text) => {
-                let _ =
-                    state
-                        .config
-                        .apply(&text, Origin::Sighup, None, None, false, &state.targets());
+                let _ = state.config.apply(
+                    &text,
+                    Origin::Sighup,
+                    None,
+                    None,
+                    Leftovers::Refuse,
+                    &state.targets(),
+                );
             }
             Err(e) => state
                 .config

@@ -194,12 +194,17 @@ impl Engine {
     /// that the ledger still balances for the records it took.
     pub fn retire(&self, sink: &Arc<Sink>) {
         let part = sink.report().ledger_part;
-        let mut retired = self.retired();
-        retired.draining.retain(|s| !Arc::ptr_eq(s, sink));
+        self.retired().draining.retain(|s| !Arc::ptr_eq(s, sink));
         if let Some((_, part)) = part {
-            for (source, counts) in part {
-                retired.counts.entry(source).or_default().add(&counts);
-            }
+            self.retire_part(part);
+        }
+    }
+
+    /// Keeps `part`, a ledger part whose sink is gone (see [`Self::retire`]).
+    pub fn retire_part(&self, part: BTreeMap<String, Counts>) {
+        let mut retired = self.retired();
+        for (source, counts) in part {
+            retired.counts.entry(source).or_default().add(&counts);
         }
     }
 

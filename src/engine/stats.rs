@@ -22,6 +22,8 @@ pub struct EngineStats {
     pub filtered: AtomicU64,
     /// Deliveries a sink failed after admission; their sources were told to retry.
     pub failed: AtomicU64,
+    /// Rows held by sinks a reload removed with `discard`: given up by the operator.
+    pub discarded: AtomicU64,
     /// Failures per `<flow>/<node>`.
     node_errors: Mutex<BTreeMap<String, u64>>,
 }
@@ -54,6 +56,7 @@ impl EngineStats {
             "dead_lettered": l(&self.dead_lettered),
             "filtered": l(&self.filtered),
             "failed": l(&self.failed),
+            "discarded": l(&self.discarded),
             "node_errors": errors,
         })
     }

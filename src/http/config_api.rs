@@ -17,7 +17,7 @@ use super::admin::refusal;
 use super::respond::{answer_unread, error, json_response, not_allowed, read_body_within, Resp};
 use super::AppState;
 use crate::config::Problems;
-use crate::reload::{self, Origin, Refused};
+use crate::reload::{self, Leftovers, Origin, Refused};
 
 /// The largest config a `POST /api/config` takes: 4 MiB.
 pub const MAX_CONFIG_BYTES: usize = 4 << 20;
@@ -53,7 +53,19 @@ async fn post(state: &Arc<AppState>, req: Request<Incoming>) -> Resp {
                     .is_some_and(|v| v == "=1" || v == "=true")
         })
     };
-    let (dry_run, drain) = (flag("dry_run"), flag("drain"));
+    let dry_run = flag("dry_run");
+    let leftovers = match (flag("drain"), flag("discard")) {
+        (false, false) => Leftovers::Refuse,
+        (true, false) => Leftovers::Drain,
+        (false, true) => Leftovers::Discard,
+        (true, true) => {
+            let both = error(
+                StatusCode::BAD_REQUEST,
+                "drain and discard exclude each other: a removed sink's rows are either delivered first or given up",
+            );
+            return answer_unread(state, req, both).await;
+        }
+    };
     let if_match = match if_match(&req) {
         Ok(r) => r,
         Err(bad) => return answer_unread(state, req, bad.answer()).await,
@@ -66,7 +78,7 @@ async fn post(state: &Arc<AppState>, req: Request<Incoming>) -> Resp {
         return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 text");
     };
     if !dry_run {
-        return apply(state, text.to_string(), if_match, drain).await;
+        return apply(state, text.to_string(), if_match, leftovers).await;
     }
     let config = match crate::config::from_yaml(text) {
         Ok(c) => c,
@@ -124,22 +136,32 @@ async fn rollback(state: &Arc<AppState>, n: &str, req: Request<Incoming>) -> Res
             StatusCode::NOT_FOUND,
             &format!("revision {n} is not kept (GET /api/config/revisions lists those that are)"),
         ),
-        (Some(text), Ok(if_match)) => apply(state, text, if_match, false).await,
+        (Some(text), Ok(if_match)) => apply(state, text, if_match, Leftovers::Refuse).await,
     };
     // Whatever body came is read and dropped, so that the connection can go on.
     answer_unread(state, req, answer).await
 }
 
 /// `POST /api/config`: applies `text` (off the runtime's threads: it writes and syncs files);
-/// with `drain`, a removed sink that holds rows is kept until they are delivered.
-async fn apply(state: &Arc<AppState>, text: String, if_match: Option<u64>, drain: bool) -> Resp {
+/// `leftovers` says what becomes of the rows a removed sink holds.
+async fn apply(
+    state: &Arc<AppState>,
+    text: String,
+    if_match: Option<u64>,
+    leftovers: Leftovers,
+) -> Resp {
     let hash = reload::revisions::hash(&text);
     let shared = Arc::clone(state);
     let applied = tokio::task::spawn_blocking(move || {
         let targets = shared.targets();
-        shared
-            .config
-            .apply(&text, Origin::Api, Some("admin"), if_match, drain, &targets)
+        shared.config.apply(
+            &text,
+            Origin::Api,
+            Some("admin"),
+            if_match,
+            leftovers,
+            &targets,
+        )
     })
     .await;
     let refused = match applied {

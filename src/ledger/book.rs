@@ -38,6 +38,8 @@ pub enum Cause {
     /// An open entry of the pipeline dead-letter queue deleted at its cap
     /// (`dead_letters.max_rows`) before anyone replayed or resolved it.
     Trimmed,
+    /// Held by a sink a reload removed with `discard`: the operator gave them up.
+    Discarded,
 }
 
 /// The counts of one source in one part of the ledger.
@@ -72,6 +74,8 @@ pub struct Counts {
     pub unconfirmed: u64,
     /// Lost: an open dead letter trimmed at the dead-letter queue's cap.
     pub trimmed: u64,
+    /// Lost: held by a sink a reload removed with `discard`.
+    pub discarded: u64,
 }
 
 impl Counts {
@@ -85,6 +89,7 @@ impl Counts {
             + self.failed
             + self.unconfirmed
             + self.trimmed
+            + self.discarded
     }
 
     /// `acked - (delivered + pending + dead_lettered + losses)`: zero when the part balances.
@@ -104,6 +109,7 @@ impl Counts {
             Cause::Failed => &mut self.failed,
             Cause::Unconfirmed => &mut self.unconfirmed,
             Cause::Trimmed => &mut self.trimmed,
+            Cause::Discarded => &mut self.discarded,
         }
     }
 
@@ -123,6 +129,7 @@ impl Counts {
         self.failed += o.failed;
         self.unconfirmed += o.unconfirmed;
         self.trimmed += o.trimmed;
+        self.discarded += o.discarded;
     }
 }
 

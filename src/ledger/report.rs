@@ -49,6 +49,7 @@ fn counts_json(c: &Counts) -> Value {
             "failed": c.failed,
             "unconfirmed": c.unconfirmed,
             "trimmed": c.trimmed,
+            "discarded": c.discarded,
         },
         "lost": c.losses(),
         "imbalance": c.imbalance(),

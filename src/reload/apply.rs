@@ -1,8 +1,8 @@
 //! Applying a new config while the connector runs: validated whole, compared part by part,
 //! refused with the reason when it changes what cannot change live, else kept (the file given
 //! to `run`, the revisions) and put in place. This version changes live the flows, the
-//! devices (the OPC-UA server restarts with them), the sinks (within `sinks_not_live`'s
-//! limits), the sources of [`crate::sources::live`],
+//! devices (the OPC-UA server restarts with them, and with a change of its section), the
+//! sinks (within `sinks_not_live`'s limits), the sources of [`crate::sources::live`],
 //! the alert channels and checks (`telemetry:`), the commands, the HTTP server's settings,
 //! the ingest limits, the dead-letter cap, and the NATS and MQTT connections only they use
 //! (they restart with them).
@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::opcua_server::Serving;
 use crate::shutdown::Shutdown;
+use crate::sinks::End;
 use crate::sources::catalogue::Catalogue;
 use crate::sources::live::{Built, Sources, PREFIXES};
 use crate::sources::pollers::Pollers;
@@ -28,8 +29,9 @@ use crate::trends::Trends;
 /// The parts a reload changes while the connector runs besides the sources of
 /// [`crate::sources::live::PREFIXES`] (a name ending in `/` stands for every part of that
 /// kind); any other changed part is refused.
-pub const LIVE_PARTS: [&str; 9] = [
+pub const LIVE_PARTS: [&str; 10] = [
     "flows",
+    "opcua_server",
     "alerts",
     "commands",
     "http",
@@ -88,6 +90,20 @@ pub struct Targets<'a> {
     pub http: &'a crate::http::Settings,
     /// The bytes webhook bodies may hold before their check, grown with `max_body_kb`.
     pub body_budget: &'a crate::http::BodyBudget,
+}
+
+/// What a reload does with a removed sink that still holds rows its destination has not
+/// confirmed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Leftovers {
+    /// The config is refused, naming the sink and its rows.
+    #[default]
+    Refuse,
+    /// The sink leaves the routes and runs until it holds none (`drain=1`).
+    Drain,
+    /// The sink stops and its rows are given up, counted `discarded` and alerted
+    /// (`discard=1`).
+    Discard,
 }
 
 /// A config applied.
@@ -163,9 +179,10 @@ impl std::fmt::Display for Refused {
 impl Running {
     /// Stops the running instances of sinks `names` (out of the routes first: a record for
     /// them meanwhile is refused and its source retries), then builds and starts their new
-    /// instances from `config`, which open what the old ones left. When one cannot be built,
-    /// the old instances are built again from the running config and put back, and nothing
-    /// has changed: the part and why.
+    /// instances from `config`, which open what the old ones left in files and take the rows
+    /// they held in memory. When one cannot be built, the old instances are built again from
+    /// the running config and put back (with those rows), and nothing has changed: the part
+    /// and why.
     fn reopen_sinks(
         &self,
         config: &Config,
@@ -186,8 +203,21 @@ impl Running {
             .engine
             .set_sinks(Arc::new(crate::sinks::Sinks::shared(kept)));
         drop(before);
+        let mut held = Vec::new();
         for sink in old {
-            targets.sinks.stop(sink, true, runtime);
+            let name = sink.name().to_string();
+            // A new instance that keeps its rows in another file (or in memory) does not go on
+            // from this one's (it holds none: `sinks_not_live`): it ends as removed.
+            let kept_in = config.sinks.iter().find(|c| c.name == name);
+            let end = match kept_in.map(crate::sinks::Sink::rows_file_of) {
+                Some(file) if sink.is_durable() && file.as_deref() != sink.rows_file() => {
+                    End::Removed
+                }
+                _ => End::Reopened,
+            };
+            if let Some(h) = targets.sinks.stop(sink, end, runtime) {
+                held.push((name, h));
+            }
         }
         let built = build_sinks(config, names, targets.data_dir);
         let (new, failure) = match built {
@@ -209,6 +239,15 @@ impl Running {
                 }
             }
         };
+        for (name, h) in held {
+            let taken = match new.iter().find(|s| s.name() == name) {
+                Some(sink) => sink.adopt(h),
+                None => Err(h),
+            };
+            if let Err(h) = taken {
+                targets.engine.retire_part(h.give_up(&name));
+            }
+        }
         for sink in &new {
             if let Err(e) = targets.sinks.start(Arc::clone(sink)) {
                 log::error!("sink not started: name={} error={e}", sink.name());
@@ -236,11 +275,10 @@ impl Running {
     }
 
     /// Applies config `text` from `origin` (applied by `by`, on top of revision `if_match`
-    /// when given; with `drain`, a removed sink that holds rows is kept running, out of the
-    /// routes, until they are delivered): validated whole, compared part by part, refused
-    /// with the reason when it changes what cannot change live or starts a part that cannot
-    /// start; else the file
-    /// given to `run` rewritten with it (written whole, then renamed), kept as the next
+    /// when given; `leftovers` says what becomes of the rows a removed sink holds):
+    /// validated whole, compared part by part, refused with the reason when it changes what
+    /// cannot change live or starts a part that cannot start; else the file given to `run`
+    /// rewritten with it (written whole, then renamed), kept as the next
     /// revision, and its changed parts put in the place of the old ones in `targets`. A
     /// refusal is the last error `/api/status` shows.
     pub fn apply(
@@ -249,11 +287,11 @@ impl Running {
         origin: Origin,
         by: Option<&str>,
         if_match: Option<u64>,
-        drain: bool,
+        leftovers: Leftovers,
         targets: &Targets<'_>,
     ) -> Result<Applied, Refused> {
         let _one = self.applying.lock().unwrap_or_else(|p| p.into_inner());
-        let result = self.try_apply(text, origin, by, if_match, drain, targets);
+        let result = self.try_apply(text, origin, by, if_match, leftovers, targets);
         let error = result.as_ref().err().map(|e| e.to_string());
         if let Some(e) = &error {
             log::warn!(
@@ -281,7 +319,7 @@ impl Running {
         origin: Origin,
         by: Option<&str>,
         if_match: Option<u64>,
-        drain: bool,
+        leftovers: Leftovers,
         targets: &Targets<'_>,
     ) -> Result<Applied, Refused> {
         // The parts' tasks are stopped and started on the runtime this is called from (off
@@ -296,19 +334,23 @@ impl Running {
         let tree = crate::config::expanded_tree(text).map_err(Refused::Invalid)?;
         let old = self.tree();
         let diff = diff(&old, &tree);
-        // The server restarts with the devices it lists; its own settings do not change live.
-        let server_changed = old["opcua_server"] != tree["opcua_server"];
         let mut parts: Vec<(String, String)> = diff
             .parts
             .iter()
-            .filter(|(name, c)| {
-                **c != Change::Keep && !live(name) && (*name != "opcua_server" || server_changed)
-            })
+            .filter(|(name, c)| **c != Change::Keep && !live(name))
             .map(|(name, _)| (name.clone(), NOT_LIVE.to_string()))
             .collect();
-        parts.extend(tied_to_devices(&config, &diff));
+        // The server restarts with the devices it lists, and with its new settings; it is
+        // added or removed with a restart of the service.
+        let server_changed = old["opcua_server"] != tree["opcua_server"];
+        if server_changed && (old["opcua_server"].is_null() || tree["opcua_server"].is_null()) {
+            parts.push((
+                "opcua_server".into(),
+                "the OPC-UA server is added or removed with a restart of the service".into(),
+            ));
+        }
         let sinks_now = targets.engine.sinks();
-        parts.extend(sinks_not_live(&config, &diff, &sinks_now, drain));
+        parts.extend(sinks_not_live(&config, &diff, &sinks_now, leftovers));
         if !parts.is_empty() || !diff.needs_restart.is_empty() {
             return Err(Refused::NotLive { diff, parts });
         }
@@ -351,12 +393,53 @@ impl Running {
                     diff.parts.get(&format!("sink/{name}")) == Some(&Change::Restart)
                         && sinks_now.get(name).is_some_and(|s| !s.is_stateless())
                 });
+        // A Sparkplug node reads the devices and the routes when it starts: a new or changed
+        // one starts once those are in place, at the end (checked now, as far as that goes
+        // before its queue is opened).
+        let is_sparkplug = |name: &&str| {
+            config.sinks.iter().any(|c| {
+                c.name == *name && matches!(c.spec, crate::sinks::config::SinkSpec::Sparkplug(_))
+            })
+        };
+        let (reborn, reopened): (Vec<&str>, Vec<&str>) =
+            reopened.into_iter().partition(is_sparkplug);
+        for cfg in config
+            .sinks
+            .iter()
+            .filter(|c| reborn.contains(&c.name.as_str()))
+        {
+            crate::sinks::Sink::check(cfg, targets.data_dir)
+                .map_err(|e| failed((format!("sink/{}", cfg.name), e.to_string())))?;
+        }
         let new_sinks = build_sinks(&config, &fresh, targets.data_dir).map_err(failed)?;
+        // A server with new settings starts before anything else changes: when it cannot (its
+        // new port taken), it runs as it was and nothing changes.
+        let server_was = match (&config.opcua_server, server_changed) {
+            (Some(server), true) => Some(
+                runtime
+                    .block_on(
+                        targets
+                            .opcua_server
+                            .reconfigure(server.clone(), targets.shutdown),
+                    )
+                    .map_err(|e| failed(("opcua_server".into(), e)))?,
+            ),
+            _ => None,
+        };
         // The old instances go when nothing holds them any more (their files close then).
         drop(sinks_now);
-        let reopened_sinks = self
-            .reopen_sinks(&config, &reopened, targets, &runtime)
-            .map_err(failed)?;
+        let reopened_sinks = match self.reopen_sinks(&config, &reopened, targets, &runtime) {
+            Ok(sinks) => sinks,
+            Err(failure) => {
+                if let Some(was) = server_was {
+                    let again = targets.opcua_server.reconfigure(was, targets.shutdown);
+                    if let Err(e) = runtime.block_on(again) {
+                        log::error!("opcua server: not started again as it was: {e}");
+                    }
+                }
+                return Err(failed(failure));
+            }
+        };
         let sinks_now = targets.engine.sinks();
         // The file given to `run` holds what runs, so that a restart comes back with it (on
         // SIGHUP it already does).
@@ -398,13 +481,17 @@ impl Running {
         // are done.
         let ending: Vec<Arc<crate::sinks::Sink>> = of("sink/", &[Change::Stop, Change::Restart])
             .into_iter()
-            .filter(|name| !reopened.contains(name))
+            .filter(|name| !reopened.contains(name) && !reborn.contains(name))
             .filter_map(|name| sinks_now.get_shared(name))
             .collect();
         let mut list = Vec::with_capacity(config.sinks.len());
+        let mut born_late = Vec::new();
         for cfg in &config.sinks {
             if let Some(new) = new_sinks.iter().find(|s| s.name() == cfg.name) {
-                if let Err(e) = targets.sinks.start(Arc::clone(new)) {
+                if is_sparkplug(&cfg.name.as_str()) {
+                    // Its queue takes what the routes send it until it starts.
+                    born_late.push(Arc::clone(new));
+                } else if let Err(e) = targets.sinks.start(Arc::clone(new)) {
                     log::error!("sink not started: name={} error={e}", cfg.name);
                 }
                 list.push(Arc::clone(new));
@@ -421,10 +508,15 @@ impl Running {
             .engine
             .set_routes(config.plan(), Arc::new(crate::sinks::Sinks::shared(list)));
         for sink in ending {
-            if drain && sink.held_rows() > 0 {
-                targets.sinks.drain(&sink);
-            } else {
-                targets.sinks.stop(sink, false, &runtime);
+            let removed = !config.sinks.iter().any(|c| c.name == sink.name());
+            match leftovers {
+                Leftovers::Drain if removed && sink.held_rows() > 0 => targets.sinks.drain(&sink),
+                Leftovers::Discard if removed => {
+                    targets.sinks.stop(sink, End::Discarded, &runtime);
+                }
+                _ => {
+                    targets.sinks.stop(sink, End::Removed, &runtime);
+                }
             }
         }
         if changed("commands") {
@@ -465,8 +557,20 @@ impl Running {
             &of("device/", &[Change::Stop]),
             targets,
         );
-        if changed("opcua_server") {
+        // Its address space follows the devices (a server started with new settings above
+        // served the old ones).
+        let devices_changed =
+            !of("device/", &[Change::Start, Change::Stop, Change::Restart]).is_empty();
+        if changed("opcua_server") && devices_changed {
             runtime.block_on(targets.opcua_server.restart(targets.shutdown));
+        }
+        for sink in born_late {
+            if let Err(e) = targets.sinks.start(Arc::clone(&sink)) {
+                log::error!("sink not started: name={} error={e}", sink.name());
+            }
+        }
+        if let Err((part, e)) = self.reopen_sinks(&config, &reborn, targets, &runtime) {
+            log::error!("config: {part} not born again with the new devices and flows, it runs as it was: {e}");
         }
         if let Ok(mut c) = self.current.lock() {
             c.text = text.to_string();
@@ -486,55 +590,54 @@ impl Running {
 }
 
 /// The sink parts of `diff` that cannot change while the connector runs, each with why: a
-/// removed sink that still holds rows its destination has not confirmed, a changed sink that
-/// holds such rows in memory (a database backlog, push's volatile buffer), a Sparkplug sink
-/// (its births are made when it starts). Any other sink is started, replaced or removed
-/// live; with `drain`, a removed sink that holds rows is kept until they are delivered.
+/// removed sink that still holds rows its destination has not confirmed (unless `leftovers`
+/// says to drain or discard them), a changed sink that holds such rows where its new settings
+/// do not go on from them (another file, another kind of memory). Any other sink is started, replaced
+/// or removed live: a changed one's new instance takes the rows the old one held in memory.
 fn sinks_not_live(
     config: &Config,
     diff: &Diff,
     sinks: &crate::sinks::Sinks,
-    drain: bool,
+    leftovers: Leftovers,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (part, change) in &diff.parts {
         let Some(name) = part.strip_prefix("sink/") else {
             continue;
         };
-        let sparkplug = config.sinks.iter().any(|s| {
-            s.name == name && matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_))
-        }) || sinks.get(name).is_some_and(|s| s.kind() == "sparkplug");
-        if sparkplug && *change != Change::Keep {
-            out.push((
-                part.clone(),
-                "a Sparkplug node announces its devices when it starts: restart the service with it".into(),
-            ));
-            continue;
-        }
+        let cfg = config.sinks.iter().find(|s| s.name == name);
         let Some(sink) = sinks.get(name) else {
             continue;
         };
+        let held = sink.held_rows();
         match change {
-            Change::Stop => {
-                let held = sink.held_rows();
-                if held > 0 && !drain {
-                    out.push((
-                        part.clone(),
-                        format!("it holds {held} rows its destination has not confirmed: remove it once they are delivered, or with drain=1"),
-                    ));
-                }
-            }
-            Change::Restart if !sink.is_durable() && sink.held_rows() > 0 => out.push((
+            Change::Stop if held > 0 && leftovers == Leftovers::Refuse => out.push((
+                part.clone(),
+                format!("it holds {held} rows its destination has not confirmed: remove it once they are delivered, or with drain=1 (delivered first) or discard=1 (given up)"),
+            )),
+            Change::Restart if held > 0 && !goes_on_from(sink, cfg) => out.push((
                 part.clone(),
                 format!(
-                    "it holds {} rows in memory its destination has not confirmed: change it once they are delivered",
-                    sink.held_rows()
+                    "it holds {held} rows its destination has not confirmed and its new settings keep them elsewhere (another kind, queue): change it once they are delivered, or remove it with drain=1 first"
                 ),
             )),
-            Change::Restart | Change::Start | Change::Keep => {}
+            Change::Stop | Change::Restart | Change::Start | Change::Keep => {}
         }
     }
     out
+}
+
+/// Whether a new instance of `sink` built from `cfg` goes on from the rows it holds: it
+/// keeps them in the same file, or in memory of the same sort (which it takes over).
+fn goes_on_from(sink: &crate::sinks::Sink, cfg: Option<&crate::sinks::SinkConfig>) -> bool {
+    let Some(cfg) = cfg else {
+        return false;
+    };
+    if sink.is_durable() {
+        crate::sinks::Sink::rows_file_of(cfg).as_deref() == sink.rows_file()
+    } else {
+        crate::sinks::Sink::memory_of(cfg) == sink.memory()
+    }
 }
 
 /// Sinks `names` of `config`, built (a store opened, a client set up) but not started; the
@@ -555,34 +658,6 @@ fn build_sinks(
         out.push(Arc::new(sink));
     }
     Ok(out)
-}
-
-/// The parts that read every device's points and cannot follow a change of them while they
-/// run: a Sparkplug sink's births (which also list the devices the flows route to it). Named
-/// when the devices (or the flows) change.
-fn tied_to_devices(config: &Config, diff: &Diff) -> Vec<(String, String)> {
-    let changed = |prefix: &str| {
-        diff.parts
-            .iter()
-            .any(|(name, c)| *c != Change::Keep && name.starts_with(prefix))
-    };
-    let (devices, flows) = (changed("device/"), changed("flows"));
-    let mut parts = Vec::new();
-    if devices || flows {
-        parts.extend(
-            config
-                .sinks
-                .iter()
-                .filter(|s| matches!(s.spec, crate::sinks::config::SinkSpec::Sparkplug(_)))
-                .map(|s| {
-                    (
-                        format!("sink/{}", s.name),
-                        "its births list the devices' points and the devices the flows route to it: restart the service with it".to_string(),
-                    )
-                }),
-        );
-    }
-    parts
 }
 
 /// Whether the NATS or MQTT command path changes from `old` to `new`: its settings, or the
@@ -665,6 +740,7 @@ mod tests {
             "ingest",
             "dead_letters",
             "commands",
+            "opcua_server",
             // Judged one by one by `sinks_not_live`.
             "sink/push",
         ] {

@@ -9,13 +9,16 @@
 //! whole, at once, with the sinks it routes to); the devices (each connection's poll loop
 //! stopped and started alone, [`crate::sources::pollers`]); the sinks (a new one started; a
 //! changed one replaced: a stateless one as its new instance starts, one with files of its
-//! own stopped first and its files opened again; a removed one stopped, or drained; one
-//! holding rows in memory is not changed, a Sparkplug node not at all); the sources of
+//! own stopped first and its files opened again, one holding rows in memory stopped first
+//! and its rows handed to the new instance, a Sparkplug node born again once the devices and
+//! routes are in place; a removed one stopped, drained, or its rows discarded on request);
+//! the sources of
 //! [`crate::sources::live`] (each stopped, started or replaced alone); the alerts
 //! (`telemetry:`: the channels replaced, the checks' settings changed); the commands (their
 //! settings, their NATS and MQTT paths restarted); the HTTP server's settings (read by the
 //! next request); the ingest limits and the dead-letter cap. The NATS and MQTT connections
-//! only they use restart with them, and the OPC-UA server with the devices.
+//! only they use restart with them, and the OPC-UA server with the devices or its own
+//! settings.
 //! A config that changes any other part, or a setting of [`NEEDS_RESTART`], is refused with
 //! the parts named, and nothing changes: the operator restarts with it.
 //!
@@ -36,7 +39,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-pub use apply::{Applied, Refused, Targets, LIVE_PARTS};
+pub use apply::{Applied, Leftovers, Refused, Targets, LIVE_PARTS};
 pub use parts::{diff, Change, Diff, NEEDS_RESTART};
 pub use redact::{redact, redacted_yaml, REDACTED};
 pub use revisions::{Origin, Revision, Revisions};

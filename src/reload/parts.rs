@@ -19,19 +19,21 @@
 //! section comes or goes. A value written out that equals its
 //! default counts as a change: it restarts the part, which is safe.
 //!
-//! Four settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
-//! the HTTP server's address and its connection slots, the push queue's `on_full`.
+//! Five settings cannot change while the connector runs ([`NEEDS_RESTART`]): the data dir,
+//! the HTTP server's address and its connection slots, the push queue's `on_full`, the
+//! OPC-UA server's PKI folder.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 /// The settings a reload cannot apply, as paths into the config.
-pub const NEEDS_RESTART: [&str; 4] = [
+pub const NEEDS_RESTART: [&str; 5] = [
     "connector.data_dir",
     "connector.http.listen",
     "connector.http.max_connections",
     "connector.push_queue.on_full",
+    "opcua_server.pki_dir",
 ];
 
 /// What a reload does to one part.
@@ -162,6 +164,14 @@ pub fn diff(old: &Value, new: &Value) -> Diff {
         .any(|(name, c)| *c != Change::Keep && name.starts_with("device/"));
     if devices && !new["opcua_server"].is_null() {
         parts.insert("opcua_server".into(), Change::Restart);
+    }
+    // A Sparkplug node's births list the devices' points and the devices the flows route to
+    // it: it is born again with them (a new session).
+    let flows = parts.get("flows").is_some_and(|c| *c != Change::Keep);
+    if devices || flows {
+        restart_kept(&mut parts, &after, |name, v| {
+            name.starts_with("sink/") && v["type"] == "sparkplug"
+        });
     }
     let needs_restart = NEEDS_RESTART
         .iter()

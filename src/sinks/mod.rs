@@ -34,7 +34,7 @@ pub mod storage;
 pub use config::{SinkConfig, SinkSpec};
 pub use report::Report;
 pub use sink::{
-    queue_file, BuildError, Delivered, DeliveryError, Running, Sink, Sinks, StartContext,
+    queue_file, BuildError, Delivered, DeliveryError, Held, Running, Sink, Sinks, StartContext,
     TOP_LEVEL_DOCUMENTS,
 };
-pub use started::{Started, STOP_WAIT};
+pub use started::{End, Started, STOP_WAIT};

@@ -3,6 +3,7 @@
 //! of [`Sink`]; the arms per kind are all in this file, and none is a wildcard, so a new kind
 //! is its folder, its [`Kind`] arm here and its config arm in [`super::config`].
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -15,7 +16,7 @@ use super::config::{SinkConfig, SinkSpec};
 use super::mqtt::MqttSink;
 use super::nats::NatsSink;
 use super::postgres::PostgresSink;
-use super::push::PushSink;
+use super::push::{queue_file as push_queue_file, PushSink};
 use super::queue::{Deliverer, DiskQueue, DiskQueueConfig, QueueMode, DISK_FAMILIES};
 use super::report::{Report, Samples};
 use super::sparkplug::SparkplugSink;
@@ -23,7 +24,7 @@ use super::storage::StorageSink;
 use crate::admission::{Refused, Reservation};
 use crate::commands::Commands;
 use crate::engine::Engine;
-use crate::ledger::Book;
+use crate::ledger::{Book, Counts};
 use crate::record::Record;
 use crate::shutdown::Shutdown;
 use crate::sources::catalogue::Catalogue;
@@ -162,12 +163,57 @@ impl Running {
     }
 }
 
+/// What a stopped sink held in memory, taken for its next instance: the rows, then its part
+/// of the ledger (which counts them pending).
+pub enum Held {
+    /// A database sink's backlog (ClickHouse and Postgres keep the records as they are).
+    Backlog((Vec<super::backlog::Row<()>>, BTreeMap<String, Counts>)),
+    /// A push sink's volatile buffer, with its dead letters.
+    Buffer(Box<(super::push::HeldBuffer, BTreeMap<String, Counts>)>),
+}
+
+impl Held {
+    /// Gives the rows up when no instance can take them (a failed reload whose old instance
+    /// could not be built again): their part of the ledger, each pending row counted
+    /// `dropped`.
+    pub fn give_up(self, sink: &str) -> BTreeMap<String, Counts> {
+        let rows = self.rows();
+        let mut part = match self {
+            Self::Backlog((_, part)) => part,
+            Self::Buffer(held) => held.1,
+        };
+        for c in part.values_mut() {
+            c.dropped += std::mem::take(&mut c.pending);
+        }
+        log::error!("rows held in memory lost: no instance of the sink could take them: sink={sink} rows={rows}");
+        part
+    }
+
+    /// The rows held.
+    pub fn rows(&self) -> usize {
+        match self {
+            Self::Backlog((rows, _)) => rows.len(),
+            Self::Buffer(held) => held.0.rows(),
+        }
+    }
+
+    /// True when it holds nothing to go on with (no rows, no dead letters).
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Backlog((rows, _)) => rows.is_empty(),
+            Self::Buffer(held) => held.0.is_empty(),
+        }
+    }
+}
+
 /// One sink.
 pub struct Sink {
     name: String,
     kind: Kind,
     /// `queue: disk` in front of the destination (push keeps its queue inside).
     queue: Option<Arc<DiskQueue>>,
+    /// The file under the data dir its rows wait in, when they wait on disk.
+    rows_file: Option<String>,
 }
 
 /// The file of sink `name`'s `queue: disk`.
@@ -223,7 +269,45 @@ impl Sink {
             name: name.to_string(),
             kind,
             queue,
+            rows_file: Self::rows_file_of(cfg),
         })
+    }
+
+    /// The file under the data dir where sink `cfg` keeps the rows its destination has not
+    /// confirmed, when it keeps them on disk: push's queue, any `queue: disk`.
+    pub fn rows_file_of(cfg: &SinkConfig) -> Option<String> {
+        let disk = match &cfg.spec {
+            SinkSpec::Push(c) => return c.queue.enabled.then(|| push_queue_file(&cfg.name)),
+            SinkSpec::Storage(_) => false,
+            SinkSpec::ClickHouse(c) => c.queue.is_disk(),
+            SinkSpec::Postgres(c) => c.queue.is_disk(),
+            SinkSpec::Nats(c) => c.queue.is_disk(),
+            SinkSpec::Mqtt(c) => c.queue.is_disk(),
+            SinkSpec::Sparkplug(_) => true,
+        };
+        disk.then(|| queue_file(&cfg.name))
+    }
+
+    /// The file its rows wait in, when they wait on disk (see [`Self::rows_file_of`]).
+    pub fn rows_file(&self) -> Option<&str> {
+        self.rows_file.as_deref()
+    }
+
+    /// Checks what building sink `cfg` checks before it opens its store (a Sparkplug node's
+    /// client options: a TLS file), for a sink a reload builds only once its other changes
+    /// are made.
+    pub fn check(cfg: &SinkConfig, data_dir: &Path) -> Result<(), BuildError> {
+        match &cfg.spec {
+            SinkSpec::Sparkplug(c) => SparkplugSink::new(&cfg.name, c.clone(), data_dir)
+                .map(drop)
+                .map_err(|e| BuildError::Client(cfg.name.clone(), e)),
+            SinkSpec::Push(_)
+            | SinkSpec::Storage(_)
+            | SinkSpec::ClickHouse(_)
+            | SinkSpec::Postgres(_)
+            | SinkSpec::Nats(_)
+            | SinkSpec::Mqtt(_) => Ok(()),
+        }
     }
 
     /// The name flows, `/api/status`, metric labels and the ledger use.
@@ -412,6 +496,108 @@ impl Sink {
         }
         if let Some(q) = &self.queue {
             q.close();
+        }
+    }
+
+    /// Where it holds rows in memory, as `cfg` would build it: `backlog` (a database sink
+    /// without `queue: disk`) or `buffer` (a push sink without a durable queue); `None` for
+    /// the others. Rows a running instance holds there go to a new instance of the same.
+    pub fn memory_of(cfg: &SinkConfig) -> Option<&'static str> {
+        match &cfg.spec {
+            SinkSpec::ClickHouse(c) if !c.queue.is_disk() => Some("backlog"),
+            SinkSpec::Postgres(c) if !c.queue.is_disk() => Some("backlog"),
+            SinkSpec::Push(c) if !c.queue.enabled => Some("buffer"),
+            _ => None,
+        }
+    }
+
+    /// Where this instance holds rows in memory (see [`Self::memory_of`]).
+    pub fn memory(&self) -> Option<&'static str> {
+        match &self.kind {
+            Kind::Push(p) => p.is_volatile().then_some("buffer"),
+            Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Storage(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => self.backlog().map(|_| "backlog"),
+        }
+    }
+
+    /// A database sink's memory backlog (none with `queue: disk`).
+    fn backlog(&self) -> Option<&super::backlog::Backlog<()>> {
+        match &self.kind {
+            Kind::ClickHouse(c) => c.backlog(),
+            Kind::Postgres(p) => p.backlog(),
+            Kind::Push(_)
+            | Kind::Storage(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => None,
+        }
+    }
+
+    /// At a stop that keeps its rows (for its next instance, or to give them up): a memory
+    /// backlog stops taking rows and its insert thread ends after the insert in flight,
+    /// leaving the rest waiting. After the threads that end on the signal were joined; then
+    /// join the closing threads, and [`Self::take_held`] or [`Self::discard`].
+    pub fn release(&self) {
+        if let Some(b) = self.backlog() {
+            b.release();
+        }
+    }
+
+    /// Gives up every row it holds for its destination (its queue, its backlog or buffer),
+    /// each counted `discarded` in its source's ledger: a reload removed it with `discard`.
+    /// After [`Self::release`] and its threads ended, before [`Self::close`]; the rows given
+    /// up.
+    pub fn discard(&self) -> Result<u64, StoreError> {
+        if let Some(q) = &self.queue {
+            return q.discard();
+        }
+        match &self.kind {
+            Kind::Push(p) => p.discard(),
+            Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Storage(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => Ok(self.backlog().map_or(0, |b| b.discard())),
+        }
+    }
+
+    /// The rows (and a volatile buffer's dead letters) it holds in memory with their part of
+    /// the ledger, taken for its next instance ([`Self::adopt`]); `None` when it holds none
+    /// there. After [`Self::release`]
+    /// and its threads ended.
+    pub fn take_held(&self) -> Option<Held> {
+        let held = match &self.kind {
+            Kind::Push(p) => p.take_buffer().map(|b| Held::Buffer(Box::new(b))),
+            Kind::ClickHouse(_)
+            | Kind::Postgres(_)
+            | Kind::Storage(_)
+            | Kind::Nats(_)
+            | Kind::Mqtt(_)
+            | Kind::Sparkplug(_) => self.backlog().map(|b| Held::Backlog(b.take())),
+        };
+        held.filter(|h| !h.is_empty())
+    }
+
+    /// Goes on from what a former instance held in memory ([`Self::take_held`]): its rows
+    /// first in line, its part of the ledger. Before [`Self::start`]. `Err` gives `held` back
+    /// when this instance keeps no such rows (see [`Self::memory_of`]).
+    pub fn adopt(&self, held: Held) -> Result<(), Held> {
+        match (held, self.backlog(), &self.kind) {
+            (Held::Backlog((rows, part)), Some(b), _) => {
+                b.adopt(rows, part);
+                Ok(())
+            }
+            (Held::Buffer(held), _, Kind::Push(p)) if p.is_volatile() => {
+                let (rows, part) = *held;
+                p.adopt(rows, part);
+                Ok(())
+            }
+            (held, _, _) => Err(held),
         }
     }
 

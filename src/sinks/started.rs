@@ -6,13 +6,25 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::sink::{Running, Sink, StartContext};
+use super::sink::{Held, Running, Sink, StartContext};
 use crate::shutdown::Shutdown;
 
 /// How long a reload waits for the records still running under the old routes to leave a
 /// sink it stops; then the sink stops under them (their delivery fails and their sources
 /// retry: nothing is lost, a copy may be delivered twice).
 pub const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// How a sink a reload stops ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Replaced or removed: its close delivers what it can (a memory backlog inserts what it
+    /// holds up to its stop deadline; a queue file keeps its rows).
+    Removed,
+    /// Its new instance goes on from it: opens its files, or takes the rows it held in memory.
+    Reopened,
+    /// Removed with `discard`: the rows it holds are given up, counted `discarded`.
+    Discarded,
+}
 
 /// Every started sink, with what it runs.
 #[derive(Default)]
@@ -73,17 +85,21 @@ impl Started {
 
     /// Stops `sink` alone (the instance a reload replaced or removed), once the records
     /// running under older routes left it (up to [`STOP_WAIT`]): its stop signalled, its tasks
-    /// and threads ended, then closed (it commits or inserts what it holds), its closing
-    /// threads joined, its ledger part kept by the engine ([`crate::engine::Engine::retire`];
-    /// not when it is `reopened` and durable: the new instance goes on with the part in its
-    /// files). Blocking: call it off the runtime's worker threads, with `runtime` to wait for
-    /// its tasks on.
-    pub fn stop(&self, sink: Arc<Sink>, reopened: bool, runtime: &tokio::runtime::Handle) {
+    /// and threads ended, then, as `end` says, what it holds delivered in its close (it
+    /// commits or inserts what it holds), kept for its next instance (the rows it held in
+    /// memory are returned, for [`Sink::adopt`]) or given up, and closed. Its ledger part is
+    /// kept by the engine ([`crate::engine::Engine::retire`]) unless its next instance goes on
+    /// with it (in its files, or with the rows it held in memory). Blocking: call it off the
+    /// runtime's worker threads, with `runtime` to wait for its tasks on.
+    pub fn stop(
+        &self,
+        sink: Arc<Sink>,
+        end: End,
+        runtime: &tokio::runtime::Handle,
+    ) -> Option<Held> {
         let entry = {
             let mut entries = self.lock();
-            let Some(i) = entries.iter().position(|e| Arc::ptr_eq(&e.sink, &sink)) else {
-                return;
-            };
+            let i = entries.iter().position(|e| Arc::ptr_eq(&e.sink, &sink))?;
             entries.remove(i)
         };
         drop(sink);
@@ -98,7 +114,7 @@ impl Started {
         entry.stop.trigger();
         let Running {
             on_signal,
-            on_close,
+            mut on_close,
             tasks,
         } = entry.running;
         runtime.block_on(async {
@@ -106,25 +122,56 @@ impl Started {
                 let _ = t.await;
             }
         });
-        for t in on_signal {
-            if t.join().is_err() {
-                log::error!("a thread of sink {name} panicked");
+        let join = |threads: Vec<std::thread::JoinHandle<()>>| {
+            for t in threads {
+                if t.join().is_err() {
+                    log::error!("a thread of sink {name} panicked");
+                }
+            }
+        };
+        join(on_signal);
+        let mut held = None;
+        if end != End::Removed {
+            // A memory backlog ends after its insert in flight, leaving the rest.
+            entry.sink.release();
+            join(std::mem::take(&mut on_close));
+            match end {
+                End::Reopened => held = entry.sink.take_held(),
+                End::Discarded => self.discard(&entry.sink),
+                End::Removed => {}
             }
         }
         entry.sink.close();
-        for t in on_close {
-            if t.join().is_err() {
-                log::error!("a closing thread of sink {name} panicked");
-            }
-        }
+        join(on_close);
         // Its part of the ledger stays, as it ended: the records it took still count. A part
-        // kept in its own files goes on in the instance that opens them again.
-        if !(reopened && entry.sink.is_durable()) {
+        // kept in its own files, or with the rows it held, goes on in the next instance.
+        let goes_on = end == End::Reopened && (entry.sink.is_durable() || held.is_some());
+        if !goes_on {
             if let Some(ctx) = self.ctx.get() {
                 ctx.engine.retire(&entry.sink);
             }
         }
         log::info!("sink stopped: name={name}");
+        held
+    }
+
+    /// Gives up what `sink` holds (see [`Sink::discard`]), counted in the engine's
+    /// `discarded` too, which is alerted.
+    fn discard(&self, sink: &Sink) {
+        match sink.discard() {
+            Ok(rows) => {
+                if let Some(ctx) = self.ctx.get() {
+                    ctx.engine
+                        .stats
+                        .discarded
+                        .fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Err(e) => log::error!(
+                "the rows of a sink removed with discard are kept, not given up: sink={} error=\"{e}\"",
+                sink.name()
+            ),
+        }
     }
 
     /// Keeps `sink` (removed from the routes by a reload) running until what it holds is
@@ -167,7 +214,7 @@ impl Started {
             .map(|e| Arc::clone(&e.sink))
             .collect();
         for sink in done {
-            self.stop(sink, false, runtime);
+            self.stop(sink, End::Removed, runtime);
         }
     }
 

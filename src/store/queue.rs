@@ -16,7 +16,7 @@
 //! - `meta`: `next_seq`, `used_bytes`, `rows` and the counters, written in the same transaction
 //!   as the rows they describe, so a crash can never separate the accounting from the rows.
 //! - `ledger`: the queue's part of the loss ledger, key `<field>:<source>` (`acked`,
-//!   `pending`, `delivered`, `evicted`, `dead_lettered`), also written in the transaction that
+//!   `pending`, `delivered`, `evicted`, `dead_lettered`, `discarded`), also written in the transaction that
 //!   changes the rows it counts.
 //!
 //! A row's value starts with a small header naming the record's source ([`encode_row`]), so an
@@ -271,8 +271,11 @@ impl DurableQueue {
         if state.appended_total == 0 {
             // A queue written before `appended_total` existed: every row it ever took is in
             // one of these.
-            state.appended_total =
-                state.rows + state.sent_total + state.evicted_total + state.dead_lettered_total;
+            state.appended_total = state.rows
+                + state.sent_total
+                + state.evicted_total
+                + state.dead_lettered_total
+                + state.discarded_total;
         }
         write_meta(&meta, &mut wtxn, &META_KEYS, state.fields(), None)?;
         let sources = read_ledger(&ledger, &wtxn)?;
@@ -416,6 +419,17 @@ impl DurableQueue {
             at_ms,
             reply,
         })
+    }
+
+    /// Deletes every queued row, counted `discarded` in the ledger (the sink was removed with
+    /// `discard`: the operator gave them up); the rows deleted. The dead letters stay.
+    /// Blocking.
+    pub fn discard(&self) -> Result<u64, StoreError> {
+        let rows = self.call(|reply| Command::Discard { reply })?;
+        if rows > 0 {
+            events::queue_discarded(&self.shared.sink, rows);
+        }
+        Ok(rows)
     }
 
     /// Reads up to `max` rows from the head of the queue, oldest first.

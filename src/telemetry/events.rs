@@ -27,6 +27,12 @@ pub fn queue_write_failed(sink: &str, counters: &QueueCounters, error: &StoreErr
     log::error!("queue write failed: sink={sink} error=\"{error}\" write_errors_total={total}");
 }
 
+/// Sink `sink`, removed by a reload with `discard`, gave up the `rows` it still held (counted
+/// `discarded` in the ledger).
+pub fn queue_discarded(sink: &str, rows: u64) {
+    log::warn!("sink removed with discard, rows it held given up: sink={sink} rows={rows}");
+}
+
 /// The push dead-letter table was over its cap and its oldest rows were deleted.
 pub fn queue_dead_letters_trimmed(sink: &str, rows: u64) {
     log::warn!("queue dead letters trimmed at the cap: sink={sink} rows={rows}");

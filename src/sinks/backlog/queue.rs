@@ -155,6 +155,8 @@ pub struct BacklogCounters {
     pub dead_lettered_total: AtomicU64,
     /// Rows still in the backlog when a clean stop gave up on the database: lost.
     pub lost_at_stop_total: AtomicU64,
+    /// Rows given up when a reload removed the sink with `discard`: lost.
+    pub discarded_total: AtomicU64,
 }
 
 /// The status of one database sink (`/api/status`, under the sink's name).
@@ -194,6 +196,8 @@ pub struct BacklogStatus {
     pub dead_lettered_total: u64,
     /// Rows lost because a clean stop could not insert them.
     pub lost_at_stop_total: u64,
+    /// Rows given up when a reload removed the sink with `discard`.
+    pub discarded_total: u64,
     /// False after a failed insert, until one succeeds.
     pub healthy: bool,
     /// Holding: the database refuses the table (or refused every one of the last
@@ -224,6 +228,9 @@ struct State<T> {
     waiting: VecDeque<Slot<T>>,
     in_flight: usize,
     closing: bool,
+    /// Closing to hand its rows over (or give them up): the insert thread ends after the
+    /// insert in flight and leaves the waiting rows where they are.
+    releasing: bool,
     /// When a clean stop gives up.
     stop_by: Option<Instant>,
 }
@@ -263,6 +270,7 @@ impl<T: Send> Backlog<T> {
                 waiting: VecDeque::new(),
                 in_flight: 0,
                 closing: false,
+                releasing: false,
                 stop_by: None,
             }),
             wake: Condvar::new(),
@@ -385,6 +393,77 @@ impl<T: Send> Backlog<T> {
         self.wake.notify_all();
     }
 
+    /// Stops taking rows and tells the insert thread to end after the insert in flight,
+    /// leaving the rows waiting for [`Self::take`] (a reload hands them to the sink's new
+    /// instance) or [`Self::discard`]. Idempotent; [`Self::close`] after it changes nothing.
+    pub fn release(&self) {
+        let mut s = self.lock();
+        s.closing = true;
+        s.releasing = true;
+        drop(s);
+        self.wake.notify_all();
+    }
+
+    /// Takes every row waiting, oldest first, with the backlog's part of the ledger (which
+    /// counts them pending): what a sink's new instance goes on with ([`Self::adopt`]). Call
+    /// it once the insert thread ended after [`Self::release`].
+    pub fn take(
+        &self,
+    ) -> (
+        Vec<Row<T>>,
+        std::collections::BTreeMap<String, crate::ledger::Counts>,
+    ) {
+        let mut s = self.lock();
+        let rows: Vec<Row<T>> = s.waiting.drain(..).map(|slot| slot.row).collect();
+        drop(s);
+        self.gate.publish(0, 0);
+        (rows, self.book.snapshot())
+    }
+
+    /// Gives up every row waiting, each counted `discarded` in its source's ledger (a reload
+    /// removed the sink with `discard`); the rows given up. Call it once the insert thread
+    /// ended after [`Self::release`].
+    pub fn discard(&self) -> u64 {
+        let (rows, _) = self.take();
+        for row in rows.iter().filter(|r| r.tracked) {
+            self.book
+                .left_queue(&row.record.source, Left::Lost(Cause::Discarded));
+        }
+        let n = rows.len() as u64;
+        self.counters
+            .discarded_total
+            .fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            events::queue_discarded(&self.sink, n);
+        }
+        n
+    }
+
+    /// Goes on from a former instance's backlog (see [`Self::take`]): its rows first in line,
+    /// due now, and its part of the ledger, which counts them. Before the insert thread
+    /// starts. The rows are taken whatever the bound: under `block` admission refuses until
+    /// they are under it again.
+    pub fn adopt(
+        &self,
+        rows: Vec<Row<T>>,
+        part: std::collections::BTreeMap<String, crate::ledger::Counts>,
+    ) {
+        self.book.store(part);
+        let n = rows.len();
+        let mut s = self.lock();
+        let due = Instant::now();
+        for row in rows.into_iter().rev() {
+            s.waiting.push_front(Slot { row, due });
+        }
+        let total = (s.waiting.len() + s.in_flight) as u64;
+        drop(s);
+        self.gate.publish(total, total);
+        self.counters
+            .accepted_total
+            .fetch_add(n as u64, Ordering::Relaxed);
+        self.wake.notify_all();
+    }
+
     /// The status now.
     pub fn status(&self) -> BacklogStatus {
         let s = self.lock();
@@ -419,6 +498,7 @@ impl<T: Send> Backlog<T> {
             insert_failures_total: c.failures_total.load(Ordering::Relaxed),
             dead_lettered_total: c.dead_lettered_total.load(Ordering::Relaxed),
             lost_at_stop_total: c.lost_at_stop_total.load(Ordering::Relaxed),
+            discarded_total: c.discarded_total.load(Ordering::Relaxed),
             healthy: last_error.is_none(),
             held: self.hold.held(),
             holds_total: self.hold.holds_total(),
@@ -480,7 +560,7 @@ impl<T: Send> Backlog<T> {
             delivered: st.inserted_total,
             pending: st.backlog_rows,
             dead_lettered: st.dead_lettered_total,
-            lost: st.dropped_total + st.lost_at_stop_total,
+            lost: st.dropped_total + st.lost_at_stop_total + st.discarded_total,
             unconfirmed: 0,
             kept: "memory",
         };

@@ -10,4 +10,4 @@ mod volatile;
 
 pub use sink::{queue_file, PushSink};
 pub use uplink::{judge, HttpUplink, Refusal};
-pub use volatile::{VolatileBuffer, VOLATILE_QUOTA};
+pub use volatile::{Inner as HeldBuffer, VolatileBuffer, VOLATILE_QUOTA};

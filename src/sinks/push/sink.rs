@@ -2,6 +2,7 @@
 //! uplink drains the queue upstream.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,11 +12,12 @@ use serde_json::{json, Value};
 use super::config::{PushConfig, UplinkConfig};
 use super::preprocess::{Output, Preprocess};
 use super::uplink::HttpUplink;
-use super::volatile::{VolatileBuffer, DEAD_CAP};
+use super::volatile::{Inner as Held, VolatileBuffer, DEAD_CAP};
 use crate::admission::level::LevelTracker;
 use crate::admission::{Gate, Refused, Reservation};
 use crate::alerts::{ComponentReport, QueueReport};
 use crate::alerts::{QueueKind, QueueReading};
+use crate::ledger::Counts;
 use crate::record::Record;
 use crate::sinks::queue::{
     dead_lettered_now, write_samples, Deliverer, DeliveryStatus, DiskQueue, Drain, QueueStatus,
@@ -85,6 +87,11 @@ impl PushSink {
             preprocess: (!cfg.preprocess.is_empty())
                 .then(|| Preprocess::new(cfg.preprocess.clone())),
         })
+    }
+
+    /// True when its queue is the volatile buffer (memory only).
+    pub fn is_volatile(&self) -> bool {
+        matches!(self.buffer, Buffer::Volatile { .. })
     }
 
     /// The admission gate (logical bytes).
@@ -415,6 +422,33 @@ impl PushSink {
         match &self.buffer {
             Buffer::Durable(q) => q.accepting(),
             Buffer::Volatile { buffer, .. } => !buffer.closed(),
+        }
+    }
+
+    /// Gives up every row its queue holds, counted `discarded` (the sink was removed with
+    /// `discard`); the rows given up. After the uplink stopped, before [`Self::close`].
+    pub fn discard(&self) -> Result<u64, StoreError> {
+        match &self.buffer {
+            Buffer::Durable(q) => q.discard(),
+            Buffer::Volatile { buffer, .. } => Ok(buffer.discard()),
+        }
+    }
+
+    /// The rows and dead letters of its volatile buffer, with their part of the ledger, for the
+    /// sink's next instance ([`Self::adopt`]); `None` with a durable queue. After the uplink
+    /// stopped.
+    pub fn take_buffer(&self) -> Option<(Held, BTreeMap<String, Counts>)> {
+        match &self.buffer {
+            Buffer::Durable(_) => None,
+            Buffer::Volatile { buffer, .. } => Some(buffer.take()),
+        }
+    }
+
+    /// Goes on from a former instance's volatile buffer (see [`Self::take_buffer`]), before
+    /// the uplink starts; nothing with a durable queue (see [`Self::is_volatile`]).
+    pub fn adopt(&self, held: Held, part: BTreeMap<String, Counts>) {
+        if let Buffer::Volatile { buffer, .. } = &self.buffer {
+            buffer.adopt(held, part);
         }
     }
 

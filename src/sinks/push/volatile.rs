@@ -28,8 +28,10 @@ pub const VOLATILE_QUOTA: u64 = 16 << 20;
 /// Dead letters kept in memory; older ones are trimmed.
 pub const DEAD_CAP: usize = 1000;
 
+/// What a volatile buffer holds: its rows and dead letters, handed from one instance of its
+/// sink to the next by a reload ([`VolatileBuffer::take`], [`VolatileBuffer::adopt`]).
 #[derive(Default)]
-struct Inner {
+pub struct Inner {
     /// In seq order (a replayed row goes back to its place).
     rows: VecDeque<Row>,
     dead: VecDeque<DeadLetter>,
@@ -40,6 +42,18 @@ struct Inner {
     appended: u64,
     /// Closed at the stop: its rows were counted lost, and it takes none any more.
     closed: bool,
+}
+
+impl Inner {
+    /// The rows held.
+    pub fn rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True when it holds neither rows nor dead letters.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.dead.is_empty()
+    }
 }
 
 /// The memory-only push buffer.
@@ -141,6 +155,60 @@ impl VolatileBuffer {
     /// True once [`close`](Self::close) ran.
     pub fn closed(&self) -> bool {
         self.lock().closed
+    }
+
+    /// Gives up every row it holds, each counted `discarded` in its source's ledger (the sink
+    /// was removed with `discard`); the rows given up. Call it after its uplink stopped.
+    pub fn discard(&self) -> u64 {
+        let mut inner = self.lock();
+        let rows = std::mem::take(&mut inner.rows);
+        inner.used = 0;
+        for row in &rows {
+            if let (_, Some(source)) = size_and_source(&row.line) {
+                self.book.left_queue(source, Left::Lost(Cause::Discarded));
+            }
+        }
+        self.gate.publish(0, 0);
+        drop(inner);
+        let n = rows.len() as u64;
+        if n > 0 {
+            events::queue_discarded(&self.sink, n);
+        }
+        n
+    }
+
+    /// Takes its rows and dead letters, with its part of the ledger (which counts them): what
+    /// the sink's new instance goes on with ([`Self::adopt`]). After its uplink stopped; the
+    /// buffer is closed then, empty.
+    pub fn take(
+        &self,
+    ) -> (
+        Inner,
+        std::collections::BTreeMap<String, crate::ledger::Counts>,
+    ) {
+        let mut inner = self.lock();
+        let held = std::mem::take(&mut *inner);
+        inner.closed = true;
+        self.gate.publish(0, 0);
+        drop(inner);
+        (held, self.book.snapshot())
+    }
+
+    /// Goes on from a former instance's buffer (see [`Self::take`]), before the uplink starts.
+    pub fn adopt(
+        &self,
+        held: Inner,
+        part: std::collections::BTreeMap<String, crate::ledger::Counts>,
+    ) {
+        self.book.store(part);
+        let mut inner = self.lock();
+        let rows = held.rows.len() as u64;
+        *inner = held;
+        inner.closed = false;
+        self.gate.publish(inner.used, rows);
+        drop(inner);
+        self.appended_total.fetch_add(rows, Ordering::Relaxed);
+        self.appended.notify_all();
     }
 
     /// At a clean stop, once its uplink has stopped: the rows left can never be delivered

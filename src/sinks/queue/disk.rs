@@ -274,6 +274,12 @@ impl DiskQueue {
         self.queue.accepting()
     }
 
+    /// Deletes every queued row, counted `discarded` (the sink was removed with `discard`);
+    /// the rows deleted. Call it after its deliverer stopped, before [`Self::close`].
+    pub fn discard(&self) -> Result<u64, StoreError> {
+        self.queue.discard()
+    }
+
     /// Stops the writer after it committed what it holds. Idempotent.
     pub fn close(&self) {
         self.queue.close();

@@ -57,6 +57,10 @@ pub(super) enum Command {
         at_ms: u64,
         reply: Reply<bool>,
     },
+    /// Deletes every queued row (the sink was removed with `discard`), counted discarded.
+    Discard {
+        reply: Reply<u64>,
+    },
 }
 
 /// What the writer's channel carries: one caller's command, or the appends of one batch
@@ -104,9 +108,10 @@ pub(super) struct State {
     pub(super) appended_total: u64,
     pub(super) dead_replayed_total: u64,
     pub(super) dead_deleted_total: u64,
+    pub(super) discarded_total: u64,
 }
 
-pub(super) const META_KEYS: [&str; 15] = [
+pub(super) const META_KEYS: [&str; 16] = [
     "next_seq",
     "used_bytes",
     "rows",
@@ -122,10 +127,11 @@ pub(super) const META_KEYS: [&str; 15] = [
     "appended_total",
     "dead_replayed_total",
     "dead_deleted_total",
+    "discarded_total",
 ];
 
 impl State {
-    pub(super) fn fields(&mut self) -> [&mut u64; 15] {
+    pub(super) fn fields(&mut self) -> [&mut u64; 16] {
         [
             &mut self.next_seq,
             &mut self.used,
@@ -142,6 +148,7 @@ impl State {
             &mut self.appended_total,
             &mut self.dead_replayed_total,
             &mut self.dead_deleted_total,
+            &mut self.discarded_total,
         ]
     }
 }
@@ -398,7 +405,9 @@ impl Writer {
                     reply,
                     ..
                 } => Pending::Seq(reply, outcome.number(), _reservation),
-                Command::RemoveDelivered { reply, .. } => Pending::Count(reply, outcome.number()),
+                Command::RemoveDelivered { reply, .. } | Command::Discard { reply } => {
+                    Pending::Count(reply, outcome.number())
+                }
                 Command::DeadLetter { reply, .. } | Command::DeleteDead { reply, .. } => {
                     Pending::Moved(reply, matches!(outcome, Outcome::Number(1)))
                 }
@@ -580,6 +589,28 @@ impl Writer {
                 }
                 Ok(Outcome::Replays(results))
             }
+            Command::Discard { .. } => {
+                let mut discarded: BTreeMap<String, u64> = BTreeMap::new();
+                let mut count = 0u64;
+                for item in s.rows.iter(txn)? {
+                    let (_, value) = item?;
+                    count += 1;
+                    if let Some(source) = tracked_source(value) {
+                        *discarded.entry(source.to_string()).or_default() += 1;
+                    }
+                }
+                s.rows.clear(txn)?;
+                for (source, n) in discarded {
+                    self.tally(&source, |c| {
+                        c.pending = c.pending.saturating_sub(n);
+                        c.discarded += n;
+                    });
+                }
+                self.state.used = 0;
+                self.state.rows = 0;
+                self.state.discarded_total += count;
+                Ok(Outcome::Number(count))
+            }
             Command::DeleteDead { id, .. } => {
                 if !s.dead.delete(txn, id)? {
                     return Ok(Outcome::Number(0));
@@ -671,7 +702,14 @@ impl Writer {
 }
 
 /// The ledger fields a durable queue keeps on disk.
-const LEDGER_FIELDS: [&str; 5] = ["acked", "pending", "delivered", "evicted", "dead_lettered"];
+const LEDGER_FIELDS: [&str; 6] = [
+    "acked",
+    "pending",
+    "delivered",
+    "evicted",
+    "dead_lettered",
+    "discarded",
+];
 
 /// `d` in whole nanoseconds, saturating (a u64 holds 584 years of them).
 fn nanos(d: Duration) -> u64 {
@@ -685,6 +723,7 @@ fn ledger_field<'a>(c: &'a mut Counts, field: &str) -> Option<&'a mut u64> {
         "delivered" => &mut c.delivered,
         "evicted" => &mut c.evicted,
         "dead_lettered" => &mut c.dead_lettered,
+        "discarded" => &mut c.discarded,
         _ => return None,
     })
 }

@@ -971,3 +971,28 @@ fn callers_arriving_while_a_group_commits_share_the_next_commit_and_none_is_answ
     assert!(c.held_nanos_total.load(Ordering::Relaxed) > 0);
     assert_eq!(q.peek(usize::MAX).unwrap().len(), 64);
 }
+
+#[test]
+fn a_discard_deletes_every_row_keeps_the_dead_letters_and_counts_them_discarded_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(dir.path(), OnFull::Block);
+    let rt = runtime();
+    fill(&q, &rt, 4, 10);
+    assert!(q.dead_letter(0, "HTTP 422: bad").unwrap());
+    assert_eq!(q.discard().unwrap(), 3);
+    assert_eq!(q.gate().usage(), (0, 0, 0), "the room is free again");
+    assert!(q.peek(10).unwrap().is_empty());
+    let c = counts(&q);
+    assert_eq!(
+        (c.acked, c.pending, c.dead_lettered, c.discarded),
+        (4, 0, 1, 3)
+    );
+    assert_eq!(c.imbalance(), 0);
+    q.close_and_wait();
+    let q = open(dir.path(), OnFull::Block);
+    let c = counts(&q);
+    assert_eq!((c.pending, c.discarded), (0, 3), "kept in the file");
+    assert_eq!(q.counters().dead_rows.load(Ordering::Relaxed), 1);
+    assert_eq!(q.appended_total(), 4);
+    assert_eq!(q.discard().unwrap(), 0, "nothing left to give up");
+}

@@ -21,7 +21,10 @@ impl<T: Send> Backlog<T> {
         let mut s = self.lock();
         loop {
             if s.closing {
-                if s.waiting.is_empty() || s.stop_by.is_some_and(|t| Instant::now() >= t) {
+                if s.releasing
+                    || s.waiting.is_empty()
+                    || s.stop_by.is_some_and(|t| Instant::now() >= t)
+                {
                     return None;
                 }
                 break;
@@ -204,6 +207,11 @@ impl<T: Send> Backlog<T> {
             delay = (delay * 2).min(RETRY_MAX);
         }
         let mut s = self.lock();
+        if s.releasing {
+            // Released: the rows wait for the sink's next instance, or a discard.
+            s.in_flight = 0;
+            return;
+        }
         let lost = s.waiting.len() as u64;
         for slot in s.waiting.iter().filter(|slot| slot.row.tracked) {
             self.book
