@@ -96,7 +96,17 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
         }
         ("reload", []) => {
             let file = p.value("--config").unwrap_or_default();
-            match reload::ask::ask(file.as_ref()) {
+            let leftovers = match reload::Leftovers::from_flags(
+                p.has("--drain"),
+                p.has("--discard"),
+            ) {
+                Some(l) => l,
+                None => {
+                    eprintln!("reload: --drain and --discard exclude each other (see opex-connector reload --help)");
+                    return ExitCode::from(2);
+                }
+            };
+            match reload::ask::ask(file.as_ref(), leftovers) {
                 Ok(applied) => emit(&applied),
                 Err(why) => {
                     eprintln!("{why}");

@@ -473,6 +473,16 @@ fn the_reload_command_asks_the_daemon_to_apply_its_file() {
     assert!(stdout.contains("restart: flows"), "{stdout}");
     assert_eq!(daemon.status()["config"]["revision"], json!(2));
 
+    // --drain and --discard together: a wrong command line, nothing sent.
+    let both = run_cli(&["reload", "--config", file, "--drain", "--discard"]);
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    assert_eq!(both.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("exclude each other"), "{stderr}");
+    // With --discard, the same file applies again (nothing to give up): revision 3.
+    let again = run_cli(&["reload", "--config", file, "--discard"]);
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(stdout.starts_with("applied: revision 3 "), "{stdout}");
+
     // A change this version cannot make live: the daemon's reason, exit 1.
     new["connector"]["name"] = json!("renamed");
     std::fs::write(file, to_yaml(&new)).expect("write");
@@ -490,8 +500,8 @@ fn the_reload_command_asks_the_daemon_to_apply_its_file() {
     assert!(stderr.contains("connector.colour: unknown key"), "{stderr}");
     assert!(stderr.contains("nothing was sent"), "{stderr}");
     let status = daemon.status();
-    assert_eq!(status["config"]["revision"], json!(2));
-    assert_eq!(status["config"]["reloads"], json!(1));
+    assert_eq!(status["config"]["revision"], json!(3));
+    assert_eq!(status["config"]["reloads"], json!(2));
 }
 
 #[test]

@@ -1188,11 +1188,33 @@ fn a_database_sink_moved_to_its_server_takes_the_rows_held_in_memory_and_a_remov
         );
     };
     refused(&to_yaml(&queued), "elsewhere");
-    let mut removed = config.clone();
+
+    // With drain=1 the new instance (its disk queue) takes the next records and the old one
+    // keeps the two rows, out of the routes, until its server takes them.
+    let reply = daemon.post(
+        "/api/config?drain=1",
+        Some(ADMIN),
+        to_yaml(&queued).as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["changes"]["restart"], json!(["sink/postgres"]));
+    let draining = || daemon.status()["config"]["draining"].clone();
+    assert_eq!(draining(), json!([{"sink": "postgres", "rows": 2}]));
+    assert_eq!(daemon.ingest("f", "{\"v\": 1}").status, 200);
+    assert_eq!(
+        u64_at(&daemon.status(), "/postgres/queue/rows"),
+        1,
+        "f on disk"
+    );
+
+    // The sink removed: refused for the row its queue holds; drain and discard together a 400.
+    let mut removed = queued.clone();
     removed.as_object_mut().expect("config").remove("postgres");
     removed["flows"] = json!([]);
     let text = to_yaml(&removed);
-    refused(&text, "discard=1");
+    let reply = daemon.post("/api/config", Some(ADMIN), text.as_bytes());
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(reply.body.contains("it holds 1 rows"), "{}", reply.body);
     let both = daemon.post(
         "/api/config?drain=1&discard=1",
         Some(ADMIN),
@@ -1201,23 +1223,33 @@ fn a_database_sink_moved_to_its_server_takes_the_rows_held_in_memory_and_a_remov
     assert_eq!(both.status, 400, "{}", both.body);
     assert!(both.body.contains("exclude each other"), "{}", both.body);
 
-    // With discard=1 it goes at once, and its rows are counted lost as the operator said.
+    // With discard=1 it goes at once, and its row is counted lost as the operator said.
     let reply = daemon.post("/api/config?discard=1", Some(ADMIN), text.as_bytes());
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["changes"]["stop"], json!(["sink/postgres"]));
     let status = daemon.status();
     assert!(status["postgres"].is_null(), "removed: {status}");
-    assert_eq!(status["engine"]["stats"]["discarded"], json!(2), "{status}");
-    let l = assert_balanced(&ledger(&daemon, false), "after the discard");
-    let retired = &l["parts"]["retired"][format!("ingest/{SOURCE}")];
-    assert_eq!(retired["losses"]["discarded"], json!(2), "{l}");
-    assert_eq!(retired["pending"], json!(0), "{l}");
-    assert!(daemon.stderr().contains("sink=postgres rows=2"), "logged");
+    assert_eq!(status["engine"]["stats"]["discarded"], json!(1), "{status}");
+    assert!(daemon.stderr().contains("sink=postgres rows=1"), "logged");
     wait_until(Duration::from_secs(20), "the discard alerted", || {
         daemon.status()["alerts"]
             .as_array()
             .is_some_and(|a| a.iter().any(|x| x["component"] == "engine.discarded"))
     });
+
+    // The server back: the old instance delivers what it kept, then stops.
+    pg.restart();
+    wait_until(Duration::from_secs(60), "the drained rows inserted", || {
+        pg.sql("SELECT count(*) FROM events").trim() == "5"
+    });
+    wait_until(Duration::from_secs(30), "the drained sink stopped", || {
+        draining() == json!([])
+    });
+    let l = assert_balanced(&ledger(&daemon, false), "after the drain and the discard");
+    let retired = &l["parts"]["retired"][format!("ingest/{SOURCE}")];
+    assert_eq!(retired["losses"]["discarded"], json!(1), "{l}");
+    assert_eq!(retired["delivered"], json!(5), "{l}");
+    assert_eq!(retired["pending"], json!(0), "{l}");
 }
 
 #[test]

@@ -171,17 +171,24 @@ pub const COMMANDS: &[Command] = &[
         args: &[],
         summary: "apply a changed config to the running daemon",
         about: "Asks the daemon that runs FILE to apply it while it runs, over its config API (`POST /api/config` on FILE's own `connector.http.listen`, loopback when it listens on every address, with FILE's `connector.http.admin_token`). FILE is validated first: when it has problems, each is printed with its path and nothing is sent. The daemon changes only the parts that changed and keeps FILE as its next revision; prints `applied: revision N` and the parts started, stopped or restarted, or, on stderr, why nothing changed (every problem with its path, the parts this version cannot change while it runs, or `If-Match`'s conflict). Without an admin token, or with `listen` on port 0, send the daemon SIGHUP instead (`systemctl reload opex-connector`).",
-        options: &[&[Opt {
-            long: "--config",
-            short: Some("-c"),
-            value: Some("FILE"),
-            required: true,
-            help: "the config file the daemon runs (YAML)",
-        }]],
+        options: &[&[
+            Opt {
+                long: "--config",
+                short: Some("-c"),
+                value: Some("FILE"),
+                required: true,
+                help: "the config file the daemon runs (YAML)",
+            },
+            switch("--drain", "a sink FILE removes (or gives another kind) that still holds rows delivers them first, out of the routes (`?drain=1`)"),
+            switch("--discard", "such a sink's rows are given up, counted `discarded` and alerted (`?discard=1`); not with --drain"),
+        ]],
         exit: "0 applied; 1 not applied: the file has problems, the daemon did not answer, or it refused the config (stderr says why); 2 wrong arguments",
         examples: &[(
             "opex-connector reload --config /etc/opex-connector/config.yaml",
             "apply an edited config without a restart",
+        ), (
+            "opex-connector reload --config /etc/opex-connector/config.yaml --drain",
+            "apply one that removes a sink still holding rows: they are delivered first",
         )],
     },
     Command {

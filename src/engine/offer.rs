@@ -215,9 +215,12 @@ impl Engine {
             let r = self.retired();
             (r.draining.clone(), r.counts.clone())
         };
+        // Named apart from the routed sinks' parts: a changed sink's new instance may run
+        // under the same name while the old one drains.
         let mut parts: Vec<_> = draining
             .iter()
             .filter_map(|s| s.report().ledger_part)
+            .map(|(name, part)| (format!("{name} (draining)"), part))
             .collect();
         if !counts.is_empty() {
             parts.push(("retired".to_string(), counts));

@@ -54,11 +54,9 @@ async fn post(state: &Arc<AppState>, req: Request<Incoming>) -> Resp {
         })
     };
     let dry_run = flag("dry_run");
-    let leftovers = match (flag("drain"), flag("discard")) {
-        (false, false) => Leftovers::Refuse,
-        (true, false) => Leftovers::Drain,
-        (false, true) => Leftovers::Discard,
-        (true, true) => {
+    let leftovers = match Leftovers::from_flags(flag("drain"), flag("discard")) {
+        Some(l) => l,
+        None => {
             let both = error(
                 StatusCode::BAD_REQUEST,
                 "drain and discard exclude each other: a removed sink's rows are either delivered first or given up",

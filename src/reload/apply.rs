@@ -92,18 +92,40 @@ pub struct Targets<'a> {
     pub body_budget: &'a crate::http::BodyBudget,
 }
 
-/// What a reload does with a removed sink that still holds rows its destination has not
-/// confirmed.
+/// What a reload does with the rows a removed sink still holds for its destination, or a
+/// changed one whose new instance keeps its rows elsewhere (another kind, another queue).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Leftovers {
     /// The config is refused, naming the sink and its rows.
     #[default]
     Refuse,
-    /// The sink leaves the routes and runs until it holds none (`drain=1`).
+    /// The old instance leaves the routes and runs until it holds none (`drain=1`).
     Drain,
-    /// The sink stops and its rows are given up, counted `discarded` and alerted
+    /// The old instance stops and its rows are given up, counted `discarded` and alerted
     /// (`discard=1`).
     Discard,
+}
+
+impl Leftovers {
+    /// From the request's `drain` and `discard` (or the command line's `--drain` and
+    /// `--discard`); `None` when both are given: they exclude each other.
+    pub fn from_flags(drain: bool, discard: bool) -> Option<Self> {
+        match (drain, discard) {
+            (false, false) => Some(Self::Refuse),
+            (true, false) => Some(Self::Drain),
+            (false, true) => Some(Self::Discard),
+            (true, true) => None,
+        }
+    }
+
+    /// Its query string on `POST /api/config` (empty for [`Self::Refuse`]).
+    pub fn query(self) -> &'static str {
+        match self {
+            Self::Refuse => "",
+            Self::Drain => "?drain=1",
+            Self::Discard => "?discard=1",
+        }
+    }
 }
 
 /// A config applied.
@@ -383,15 +405,19 @@ impl Running {
             targets.engine.dead_letters(),
         )
         .map_err(failed)?;
-        // A changed sink with state of its own (a queue file, a history, an empty memory
-        // backlog) is stopped before its new instance opens what it left; one without is
-        // replaced as a new one starts.
+        // A changed sink with state of its own (a queue file, a history, a memory backlog) is
+        // stopped before its new instance opens or takes what it left; one without, or one
+        // whose new instance keeps its rows elsewhere (the old one drains or discards them),
+        // is replaced as a new one starts.
         let (reopened, fresh): (Vec<&str>, Vec<&str>) =
             of("sink/", &[Change::Start, Change::Restart])
                 .into_iter()
                 .partition(|name| {
+                    let cfg = config.sinks.iter().find(|c| c.name == *name);
                     diff.parts.get(&format!("sink/{name}")) == Some(&Change::Restart)
-                        && sinks_now.get(name).is_some_and(|s| !s.is_stateless())
+                        && sinks_now.get(name).is_some_and(|s| {
+                            !s.is_stateless() && (s.held_rows() == 0 || goes_on_from(s, cfg))
+                        })
                 });
         // A Sparkplug node reads the devices and the routes when it starts: a new or changed
         // one starts once those are in place, at the end (checked now, as far as that goes
@@ -507,11 +533,13 @@ impl Running {
         targets
             .engine
             .set_routes(config.plan(), Arc::new(crate::sinks::Sinks::shared(list)));
+        // What a removed sink, or one whose new instance keeps its rows elsewhere, leaves
+        // behind is delivered by it first (drain) or given up (discard).
         for sink in ending {
-            let removed = !config.sinks.iter().any(|c| c.name == sink.name());
+            let left = sink.held_rows() > 0;
             match leftovers {
-                Leftovers::Drain if removed && sink.held_rows() > 0 => targets.sinks.drain(&sink),
-                Leftovers::Discard if removed => {
+                Leftovers::Drain if left => targets.sinks.drain(&sink),
+                Leftovers::Discard if left => {
                     targets.sinks.stop(sink, End::Discarded, &runtime);
                 }
                 _ => {
@@ -590,9 +618,9 @@ impl Running {
 }
 
 /// The sink parts of `diff` that cannot change while the connector runs, each with why: a
-/// removed sink that still holds rows its destination has not confirmed (unless `leftovers`
-/// says to drain or discard them), a changed sink that holds such rows where its new settings
-/// do not go on from them (another file, another kind of memory). Any other sink is started, replaced
+/// removed sink that still holds rows its destination has not confirmed, a changed sink that
+/// holds such rows where its new settings do not go on from them (another file, another kind
+/// of memory), unless `leftovers` says to drain or discard them. Any other sink is started, replaced
 /// or removed live: a changed one's new instance takes the rows the old one held in memory.
 fn sinks_not_live(
     config: &Config,
@@ -615,12 +643,16 @@ fn sinks_not_live(
                 part.clone(),
                 format!("it holds {held} rows its destination has not confirmed: remove it once they are delivered, or with drain=1 (delivered first) or discard=1 (given up)"),
             )),
-            Change::Restart if held > 0 && !goes_on_from(sink, cfg) => out.push((
-                part.clone(),
-                format!(
-                    "it holds {held} rows its destination has not confirmed and its new settings keep them elsewhere (another kind, queue): change it once they are delivered, or remove it with drain=1 first"
-                ),
-            )),
+            Change::Restart
+                if held > 0 && !goes_on_from(sink, cfg) && leftovers == Leftovers::Refuse =>
+            {
+                out.push((
+                    part.clone(),
+                    format!(
+                        "it holds {held} rows its destination has not confirmed and its new settings keep them elsewhere (another kind, queue): change it once they are delivered, or with drain=1 (the old instance delivers them first) or discard=1 (given up)"
+                    ),
+                ))
+            }
             Change::Stop | Change::Restart | Change::Start | Change::Keep => {}
         }
     }

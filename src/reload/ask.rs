@@ -16,9 +16,10 @@ use crate::http::client::{Client, Request};
 /// revision, and syncs them.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Sends the config at `path` to the daemon that runs it; `Ok` with what the daemon applied,
-/// `Err` with why nothing changed (every problem of an invalid file with its path).
-pub fn ask(path: &Path) -> Result<String, String> {
+/// Sends the config at `path` to the daemon that runs it (`leftovers`: what becomes of the
+/// rows a sink it removes still holds); `Ok` with what the daemon applied, `Err` with why
+/// nothing changed (every problem of an invalid file with its path).
+pub fn ask(path: &Path, leftovers: super::Leftovers) -> Result<String, String> {
     let file = path.display();
     let text = crate::config::read(path).map_err(|p| format!("{file}: {p}"))?;
     let config = crate::config::from_yaml(&text)
@@ -36,7 +37,11 @@ pub fn ask(path: &Path) -> Result<String, String> {
              send it SIGHUP instead (systemctl reload opex-connector)"
         ));
     }
-    let url = format!("http://{}/api/config", reachable(http.listen));
+    let url = format!(
+        "http://{}/api/config{}",
+        reachable(http.listen),
+        leftovers.query()
+    );
     let bearer = format!("Bearer {token}");
     let answer = Client::new(ANSWER_TIMEOUT)
         .send(
