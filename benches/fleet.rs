@@ -13,11 +13,21 @@
 //!    (default 10); a `200` is an acked record (the stream's ack came back).
 //! 3. Printed per N: acked records/s in all and per gateway, the told-to-retry answers, the
 //!    gateways' RSS under load (mean and largest), their CPU time per acked record, and the
-//!    stream's own message count once the load stopped, against the acked total (equal:
-//!    every acked record stored once).
+//!    stream's own message count once the load stopped, against every record acked (the
+//!    load during the config rounds below included; equal: every acked record stored once;
+//!    more: stored for callers told to retry).
+//! 4. A config round per N, the load still running: every gateway follows key
+//!    `config.<id>` of the key-value bucket `gateways` (three replicas; `fleet:` in its
+//!    config). The bench puts one signed config per gateway (a new ingest source) and times
+//!    from the first put to each gateway's `state.<id>` showing the new revision: the
+//!    slowest and the median gateway, and the time the puts themselves took (the
+//!    cluster's share). Then one node of the cluster stops (SIGTERM) and the
+//!    same round runs on the two left, puts retried while the bucket elects a new leader;
+//!    the node starts again before the next N.
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it is a smoke run: the synced
-//! cluster, N = 1 and 2, 2 connections each for 1 s, failing unless the stream holds exactly what was acked.
+//! cluster, N = 1 and 2, 2 connections each for 1 s, failing unless the stream holds every
+//! acked record and every gateway reports each round's revision.
 //! Needs `nats-server` on PATH (`scripts/test.sh` installs it). Run it with
 //! `scripts/bench.sh fleet`, which builds the release daemon first.
 
@@ -27,16 +37,19 @@
 mod common;
 mod support;
 
+use std::collections::BTreeMap;
 use std::error::Error;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    ingest_flow, ingest_url, named, padded_payload, poll_until, Client, Daemon, Js, JsSync,
-    NatsCluster, SOURCE, START_DEADLINE, TOKEN,
+    ingest_flow, ingest_url, named, padded_payload, poll_until, Client, Daemon, FleetController,
+    Js, JsSync, NatsCluster, SOURCE, START_DEADLINE, TOKEN,
 };
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::{cpu_secs, daemon_binary, rss_kib};
 
@@ -44,6 +57,12 @@ type BoxResult<T> = Result<T, Box<dyn Error>>;
 
 /// Bytes of one record's body.
 const RECORD_BYTES: usize = 1024;
+
+/// The fleet's key-value bucket.
+const BUCKET: &str = "gateways";
+
+/// Longest wait for a config round (puts and every gateway's state).
+const ROUND_DEADLINE: Duration = Duration::from_secs(90);
 
 fn main() {
     // The gateways log warnings and errors only, as in the other benchmarks (before any
@@ -64,7 +83,6 @@ struct Plan {
     fleets: Vec<usize>,
     conns: usize,
     secs: f64,
-    smoke: bool,
 }
 
 impl Plan {
@@ -78,7 +96,6 @@ impl Plan {
                 fleets: vec![1, 2],
                 conns: 2,
                 secs: 1.0,
-                smoke: true,
             });
         }
         let fleets = match var("BENCH_FLEET") {
@@ -108,7 +125,6 @@ impl Plan {
             secs: var("BENCH_SECS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(10.0),
-            smoke: false,
         })
     }
 }
@@ -126,6 +142,14 @@ fn cluster(plan: &Plan, sync: JsSync) -> BoxResult<()> {
     let mut cluster = NatsCluster::start_with(sync);
     let urls = cluster.urls();
     let js = Js::connect_cluster(&urls);
+    // The bucket as an operator makes it, by a client of NATS's own (nats-py).
+    FleetController::new(&urls).create(BUCKET, 3);
+    let keys = tempfile::tempdir()?;
+    opex_connector::release::keygen(keys.path())?;
+    let fleet_keys = Keys {
+        private: keys.path().join("release.key"),
+        public: keys.path().join("release.pub"),
+    };
     println!(
         "cluster: 3 nats-server nodes, {}; streams of 3 replicas; {} connections per gateway, \
          {} B records, {} s per fleet",
@@ -137,8 +161,9 @@ fn cluster(plan: &Plan, sync: JsSync) -> BoxResult<()> {
         RECORD_BYTES,
         plan.secs
     );
+    let mut rounds = Vec::new();
     println!(
-        "{:>8} {:>10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>10}",
+        "{:>8} {:>10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>12} {:>10} {:>10}",
         "gateways",
         "acked",
         "records/s",
@@ -147,12 +172,13 @@ fn cluster(plan: &Plan, sync: JsSync) -> BoxResult<()> {
         "RSS mean",
         "RSS max",
         "CPU µs/rec",
+        "acked all",
         "stored"
     );
     for &n in &plan.fleets {
-        let figures = fleet(plan, &js, &urls, n)?;
+        let figures = fleet(plan, &js, &mut cluster, &fleet_keys, n)?;
         println!(
-            "{:>8} {:>10} {:>12.0} {:>12.0} {:>8} {:>6} MiB {:>6} MiB {:>12.0} {:>10}",
+            "{:>8} {:>10} {:>12.0} {:>12.0} {:>8} {:>6} MiB {:>6} MiB {:>12.0} {:>10} {:>10}",
             n,
             figures.acked,
             figures.acked as f64 / figures.secs,
@@ -161,26 +187,69 @@ fn cluster(plan: &Plan, sync: JsSync) -> BoxResult<()> {
             figures.rss_mean_kib / 1024,
             figures.rss_max_kib / 1024,
             figures.cpu_secs * 1e6 / figures.acked.max(1) as f64,
+            figures.all_acked,
             figures.stored,
         );
-        if figures.stored != figures.acked {
+        if figures.stored != figures.all_acked {
             println!(
-                "         the stream holds {} messages for {} acked records: {} stored for callers told to retry",
+                "         the stream holds {} messages for {} acked records (the config rounds' load \
+                 included): {} stored for callers told to retry",
                 figures.stored,
-                figures.acked,
-                figures.stored as i64 - figures.acked as i64
+                figures.all_acked,
+                figures.stored as i64 - figures.all_acked as i64
             );
         }
-        if figures.acked == 0 || (plan.smoke && figures.stored != figures.acked) {
+        if figures.acked == 0 || figures.stored < figures.all_acked {
             return Err(format!(
                 "fleet of {n}: {} acked, {} stored",
-                figures.acked, figures.stored
+                figures.all_acked, figures.stored
             )
             .into());
+        }
+        rounds.push((n, figures.rounds));
+    }
+    println!(
+        "config round: one signed `kv put` per gateway → every gateway's state.<id> at the new \
+         revision (load on)"
+    );
+    println!(
+        "{:>8} {:>22} {:>10} {:>12} {:>12}",
+        "gateways", "cluster", "puts ms", "slowest ms", "median ms"
+    );
+    for (n, figures) in rounds {
+        for (what, round) in [
+            ("3 nodes", figures[0]),
+            ("2 nodes (one stopped)", figures[1]),
+        ] {
+            println!(
+                "{:>8} {:>22} {:>10.0} {:>12.0} {:>12.0}",
+                n,
+                what,
+                round.puts.as_secs_f64() * 1e3,
+                round.slowest.as_secs_f64() * 1e3,
+                round.median.as_secs_f64() * 1e3
+            );
         }
     }
     cluster.stop();
     Ok(())
+}
+
+/// The fleet's signing key pair, as `opex-connector keygen` writes it.
+struct Keys {
+    private: PathBuf,
+    public: PathBuf,
+}
+
+/// One config round's times, from the first put.
+#[derive(Clone, Copy)]
+struct Round {
+    /// Until the last put was acked.
+    puts: Duration,
+    /// Until the last gateway's state showed the new revision.
+    slowest: Duration,
+    /// The median gateway's.
+    median: Duration,
 }
 
 /// What one fleet did.
@@ -193,16 +262,27 @@ struct Figures {
     /// CPU seconds the gateways spent during the load, all together.
     cpu_secs: f64,
     stored: u64,
+    /// Acked in all, the load during the config rounds included.
+    all_acked: u64,
+    /// The config round on three nodes, then on two.
+    rounds: [Round; 2],
 }
 
 /// Runs a fleet of `n` gateways against a new stream and measures it.
-fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> {
+fn fleet(
+    plan: &Plan,
+    js: &Js,
+    cluster: &mut NatsCluster,
+    keys: &Keys,
+    n: usize,
+) -> BoxResult<Figures> {
     let stream = format!("FLEET{n}");
     let subjects = format!("fleet{n}.>");
     js.create_replicated_stream(&stream, &[&subjects], 3);
     let bin = daemon_binary()?;
+    let urls = cluster.urls();
     let gateways: Vec<Daemon> = (0..n)
-        .map(|i| Daemon::start_binary(&bin, gateway_config(urls, n, i)))
+        .map(|i| Daemon::start_binary(&bin, gateway_config(&urls, n, i, &keys.public)))
         .collect();
     for gw in &gateways {
         let connected = poll_until(START_DEADLINE, || {
@@ -246,22 +326,32 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> 
         .map(|gw| rss_kib(gw.pid()).unwrap_or(0))
         .collect();
     thread::sleep(Duration::from_secs_f64(plan.secs * 0.1));
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
+    let in_window = acked.load(Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let cpu_after: f64 = gateways
         .iter()
         .map(|gw| cpu_secs(gw.pid()).unwrap_or(0.0))
         .sum();
+    // The config rounds, the load still on: three nodes, then two.
+    let full = config_round(js, keys, &gateways, n, 2);
+    cluster.node_mut(2).stop();
+    let one_lost = config_round(js, keys, &gateways, n, 3);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    cluster.node_mut(2).restart();
+    cluster.wait_for_meta_leader();
     drop(gateways);
+    let rounds = [full?, one_lost?];
     let (stored, _) = js
         .try_stream_state(&stream)
         .map_err(|e| format!("stream {stream}: {e}"))?;
     js.rt.block_on(js.js.delete_stream(&stream))?;
     Ok(Figures {
-        acked: acked.load(Ordering::Relaxed),
+        acked: in_window,
+        all_acked: acked.load(Ordering::Relaxed),
+        rounds,
         retried: retried.load(Ordering::Relaxed),
         secs,
         rss_mean_kib: rss.iter().sum::<u64>() / rss.len().max(1) as u64,
@@ -271,8 +361,101 @@ fn fleet(plan: &Plan, js: &Js, urls: &[String], n: usize) -> BoxResult<Figures> 
     })
 }
 
-/// A gateway's config: ingest → `nats` sink on `fleet<fleet>.gw<i>`, every node listed.
-fn gateway_config(urls: &[String], fleet: usize, i: usize) -> Value {
+/// The fleet id of gateway `i` of the fleet of `n`.
+fn gateway_id(n: usize, i: usize) -> String {
+    format!("f{n}-gw{i}")
+}
+
+/// Puts one config per gateway (each running revision `revision - 1`: a new ingest source
+/// `round<revision>`), signed, and times until every gateway's `state.<id>` shows `revision`.
+fn config_round(
+    js: &Js,
+    keys: &Keys,
+    gateways: &[Daemon],
+    n: usize,
+    revision: u64,
+) -> BoxResult<Round> {
+    let mut values = Vec::new();
+    for (i, gw) in gateways.iter().enumerate() {
+        let text = std::fs::read_to_string(gw.config_path())?;
+        let mut tree: Value = serde_saphyr::from_str(&text)?;
+        let config = tree.as_object_mut().ok_or("the config is not a mapping")?;
+        config.remove("fleet");
+        config["ingest"]["sources"]
+            .as_array_mut()
+            .ok_or("no ingest sources")?
+            .push(json!({"name": format!("round{revision}"), "token": TOKEN}));
+        let yaml = common::to_yaml(&tree);
+        let value = opex_connector::fleet::sign(&yaml, &keys.private)?;
+        values.push((gateway_id(n, i), value));
+    }
+    let pending: BTreeMap<String, ()> = values.iter().map(|(id, _)| (id.clone(), ())).collect();
+    js.rt.block_on(async {
+        let mut states = js.client.subscribe(format!("$KV.{BUCKET}.state.>")).await?;
+        let started = Instant::now();
+        let deadline = started + ROUND_DEADLINE;
+        for (id, value) in &values {
+            put(js, &format!("$KV.{BUCKET}.config.{id}"), value, deadline).await?;
+        }
+        let puts = started.elapsed();
+        let mut pending = pending;
+        let mut times = Vec::new();
+        while !pending.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let message = match tokio::time::timeout(left, states.next()).await {
+                Ok(Some(m)) => m,
+                Ok(None) => return Err("the state subscription ended".into()),
+                Err(_) => {
+                    return Err(format!(
+                        "revision {revision}: no state from {:?} within {ROUND_DEADLINE:?}",
+                        pending.keys().collect::<Vec<_>>()
+                    )
+                    .into())
+                }
+            };
+            let id = message.subject.as_str().rsplit('.').next().unwrap_or("");
+            let state: Value = serde_json::from_slice(&message.payload).unwrap_or_default();
+            if state["revision"] == json!(revision) && pending.remove(id).is_some() {
+                if state["ok"] != json!(true) {
+                    return Err(format!("{id}: revision {revision} refused: {state}").into());
+                }
+                times.push(started.elapsed());
+            }
+        }
+        times.sort();
+        Ok(Round {
+            puts,
+            slowest: times[times.len() - 1],
+            median: times[times.len() / 2],
+        })
+    })
+}
+
+/// Publishes `value` on `subject` through JetStream (a key-value put) until the stream acks
+/// it: a cluster that lost a node may be electing the bucket's leader.
+async fn put(js: &Js, subject: &str, value: &str, deadline: Instant) -> BoxResult<()> {
+    loop {
+        let put = match js
+            .js
+            .publish(subject.to_string(), value.to_string().into())
+            .await
+        {
+            Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match put {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("put {subject}: {e}").into())
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// A gateway's config: ingest → `nats` sink on `fleet<fleet>.gw<i>`, every node listed, in
+/// the fleet of bucket `gateways` as `f<fleet>-gw<i>`, trusting `public`.
+fn gateway_config(urls: &[String], fleet: usize, i: usize, public: &Path) -> Value {
     json!({
         "connector": {
             "name": format!("gw{i}"),
@@ -286,5 +469,11 @@ fn gateway_config(urls: &[String], fleet: usize, i: usize) -> Value {
             "sink": {"subject": format!("fleet{fleet}.gw{i}")},
         },
         "flows": ingest_flow(&["nats"]),
+        "fleet": {
+            "connection": "cluster",
+            "bucket": BUCKET,
+            "id": gateway_id(fleet, i),
+            "trusted_keys": [public],
+        },
     })
 }

@@ -37,8 +37,10 @@
 #            load, publishing into a three-node JetStream cluster (every
 #            write synced, then JetStream's default sync): acked records/s
 #            in all and per gateway, RSS and CPU per record of the gateways,
-#            the stream's stored count against the acked total
-#            (benches/fleet.rs)
+#            the stream's stored count against the acked total; a config
+#            round, load on: one signed kv put per gateway to every
+#            gateway's state.<id> at the new revision, on three nodes and
+#            after one stopped (benches/fleet.rs)
 #   s7       200 points over three DBs (800 bytes) from python-snap7's server:
 #            ReadVar requests per poll against the minimum the PDU allows, and
 #            polls/s of our client against python-snap7's own client

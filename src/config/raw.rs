@@ -68,6 +68,10 @@ pub struct RawConfig {
     pub opcua_server: Option<crate::opcua_server::RawOpcuaServer>,
     /// The built-in simulator, started inside the process (the demo polls it).
     pub simulator: Option<RawSimulator>,
+    /// The fleet this gateway belongs to: its config follows key `config.<id>` of a JetStream
+    /// key-value bucket (signed values only), its state is written to `state.<id>`. Absent:
+    /// configured here only. The section itself is local: a config from the fleet keeps it.
+    pub fleet: Option<crate::fleet::RawFleet>,
     /// NATS: connections, JetStream sources (`nats/<name>`) and the `nats` sink.
     pub nats: Option<RawNats>,
     /// MQTT: connections, sources (`mqtt/<name>`, acked on receipt) and the `mqtt` sink.

@@ -58,6 +58,8 @@ pub struct Config {
     pub commands: Option<CommandsConfig>,
     /// `opcua_server:`; `None` when the section is absent (no server).
     pub opcua_server: Option<OpcuaServerConfig>,
+    /// `fleet:`; `None` when the section is absent (configured here only).
+    pub fleet: Option<crate::fleet::FleetConfig>,
     /// `schedules:`
     pub schedules: Vec<ScheduleConfig>,
     /// `backfills:`
@@ -259,6 +261,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         &mut p,
         &mut warnings,
     );
+    let fleet =
+        crate::fleet::FleetConfig::validate(raw.fleet.as_ref(), "fleet", &nats.connections, &mut p);
     let schedules = validate_schedules(raw.schedules.as_deref(), "schedules", &mut p);
     let backfills = validate_backfills(raw.backfills.as_deref(), "backfills", &mut p);
     let mut all_sources = source_names(&ingest, &webhooks, &devices);
@@ -334,6 +338,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
             alerts,
             commands,
             opcua_server,
+            fleet,
             schedules,
             backfills,
             warnings,

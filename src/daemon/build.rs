@@ -35,6 +35,8 @@ pub struct Parts {
     pub pollers: Vec<Ready>,
     /// `opcua_server:`, to start once the runtime runs.
     pub opcua_server: Option<crate::opcua_server::OpcuaServerConfig>,
+    /// `fleet:`, to follow once the connector runs.
+    pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
 /// Builds every part of the connector `config` describes; `loaded` is its text as read.
@@ -129,5 +131,6 @@ pub fn build(config: Config, loaded: Loaded) -> Result<Parts, DaemonError> {
         alert_workers,
         pollers,
         opcua_server: config.opcua_server.clone(),
+        fleet: config.fleet.clone(),
     })
 }

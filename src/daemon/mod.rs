@@ -63,6 +63,7 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
         alert_workers,
         pollers,
         opcua_server,
+        fleet,
     } = build(config, loaded)?;
     let shutdown = state.shutdown.clone();
     let engine = Arc::clone(&state.engine);
@@ -100,7 +101,12 @@ pub fn run(config: Config, loaded: Loaded) -> Result<(), DaemonError> {
         simulator.spawn(simulator_stop.clone())
     };
 
-    let result = runtime.block_on(serve(Arc::clone(&state), alert_workers, shutdown.clone()));
+    let result = runtime.block_on(serve(
+        Arc::clone(&state),
+        alert_workers,
+        fleet,
+        shutdown.clone(),
+    ));
 
     // Stop, in order. The poll tasks end on the signal; a sample held at that moment is not
     // offered again.
@@ -218,6 +224,7 @@ fn gateway(state: &AppState) -> crate::opcua_server::space::Gateway {
 async fn serve(
     state: Arc<AppState>,
     alert_workers: alerts::channels::Workers,
+    fleet: Option<crate::fleet::FleetConfig>,
     shutdown: Shutdown,
 ) -> Result<(), DaemonError> {
     // SIGHUP is watched before anything says the daemon runs: its default action ends the
@@ -266,6 +273,10 @@ async fn serve(
         .start(&state.commands, &state.engine, &shutdown);
     // The sources' consumers, schedules and backfills; each ends on the shutdown signal.
     state.sources.start(&state.engine, &shutdown);
+    // The fleet's configs, applied as the running parts are.
+    if let Some(fleet) = fleet {
+        crate::fleet::start(&state, fleet);
+    }
     state.alerts.start_workers(alert_workers, &shutdown);
     let sampler = tokio::spawn(crate::trends::sampler::run(
         Arc::clone(&state.trends),

@@ -151,16 +151,25 @@ pub fn sha256_file(path: &Path) -> Result<String, ReleaseError> {
 
 /// Signs `data` with the PKCS#8 key in the file `key` (hex); returns the signature in hex.
 fn sign(data: &[u8], key: &Path) -> Result<String, ReleaseError> {
+    Ok(to_hex(key_pair(key)?.sign(data).as_ref()))
+}
+
+/// The key pair in the file `key` (PKCS#8, hex), as `keygen` writes it.
+pub fn key_pair(key: &Path) -> Result<Ed25519KeyPair, ReleaseError> {
     let pkcs8 = read_hex(key, 0, "hex of a PKCS#8 ed25519 key")?;
-    let pair = Ed25519KeyPair::from_pkcs8(&pkcs8).map_err(|_| ReleaseError::Key)?;
-    Ok(to_hex(pair.sign(data).as_ref()))
+    Ed25519KeyPair::from_pkcs8(&pkcs8).map_err(|_| ReleaseError::Key)
+}
+
+/// The public key in the file `path` (hex, 32 bytes), as `keygen` writes it.
+pub fn public_key(path: &Path) -> Result<Vec<u8>, ReleaseError> {
+    read_hex(path, 32, "32 bytes of hex (an ed25519 public key)")
 }
 
 /// Checks the signature in the file `sig` (hex, 64 bytes) over `data` against the public key
 /// in the file `pubkey` (hex, 32 bytes).
 fn verify(data: &[u8], sig: &Path, pubkey: &Path) -> Result<(), ReleaseError> {
     let sig = read_hex(sig, 64, "64 bytes of hex (an ed25519 signature)")?;
-    let key = read_hex(pubkey, 32, "32 bytes of hex (an ed25519 public key)")?;
+    let key = public_key(pubkey)?;
     UnparsedPublicKey::new(&ED25519, &key)
         .verify(data, &sig)
         .map_err(|_| ReleaseError::BadSignature)

@@ -127,6 +127,11 @@ impl Running {
         self.with(|c| c.revision.revision)
     }
 
+    /// The running config's hash (of its text as applied).
+    pub fn hash(&self) -> String {
+        self.with(|c| c.revision.hash.clone())
+    }
+
     /// Configs applied since the start.
     pub fn reloads(&self) -> u64 {
         self.with(|c| c.reloads)

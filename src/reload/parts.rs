@@ -259,6 +259,7 @@ pub fn parts(tree: &Value) -> BTreeMap<String, Value> {
         ("commands", tree["commands"].clone()),
         ("alerts", tree["telemetry"].clone()),
         ("opcua_server", tree["opcua_server"].clone()),
+        ("fleet", tree["fleet"].clone()),
         ("simulator", tree["simulator"].clone()),
         ("dead_letters", tree["dead_letters"].clone()),
         ("http", http),

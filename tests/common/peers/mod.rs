@@ -12,6 +12,7 @@
 //! |---|---|---|
 //! | `nats-server` with JetStream | [`NatsServer`] (client: [`Js`]) | `nats.rs` |
 //! | three-node JetStream cluster | [`NatsCluster`] | `nats_cluster.rs` |
+//! | nats-py as a fleet's controller (key-value bucket) | [`FleetController`] | `fleet_controller.rs` |
 //! | `mosquitto` | [`Mosquitto`] (client: [`MqttClient`]) | `mosquitto.rs` |
 //! | PostgreSQL | [`Postgres`] (`start_tls` for TLS) | `postgres.rs` |
 //! | ClickHouse | [`ClickHouse`] | `clickhouse.rs` |
@@ -26,12 +27,13 @@
 //! The OPC-UA clients test the connector's own OPC-UA server: they are started by the test,
 //! not waited for on a port, and [`OpcuaClient`] answers requests sent on its standard input.
 //!
-//! The peers' scripts (`modbus_device.py`, `opcua_server.py`, `opcua_client.py`, `s7_plc.py`,
+//! The peers' scripts (`modbus_device.py`, `opcua_server.py`, `opcua_client.py`, `s7_plc.py`, `fleet_controller.py`,
 //! `node_opcua_client.js`) live beside the file that starts them. `process.rs` holds what
 //! they share: finding a program, the child with its log, readiness polling, SIGTERM with a
 //! deadline.
 
 mod clickhouse;
+mod fleet_controller;
 mod modbus;
 mod mosquitto;
 mod nats;
@@ -46,6 +48,6 @@ mod s7;
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]
 pub use self::{
-    clickhouse::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*, node_opcua::*, opcua::*,
-    opcua_client::*, postgres::*, process::PEER_START_DEADLINE, s7::*,
+    clickhouse::*, fleet_controller::*, modbus::*, mosquitto::*, nats::*, nats_cluster::*,
+    node_opcua::*, opcua::*, opcua_client::*, postgres::*, process::PEER_START_DEADLINE, s7::*,
 };

@@ -125,4 +125,16 @@ impl NatsCluster {
             node.stop();
         }
     }
+
+    /// Starts every node again on its ports and store (after [`NatsCluster::stop`]); returns
+    /// once they agree on a meta leader.
+    pub fn restart(&mut self) {
+        for node in &mut self.nodes {
+            node.spawn();
+        }
+        for node in &mut self.nodes {
+            node.wait_ready();
+        }
+        self.wait_for_meta_leader();
+    }
 }
