@@ -272,6 +272,40 @@ fn a_new_flow_plan_is_applied_at_once_kept_as_the_next_revision_and_in_the_file(
 }
 
 #[test]
+fn a_config_the_file_given_to_run_cannot_take_is_refused_before_anything_changes() {
+    let daemon = Daemon::start(flow_config());
+    // A folder where the new file is written first: the write fails as on a full disk.
+    let mut blocked = daemon.config_path().as_os_str().to_owned();
+    blocked.push(".tmp");
+    std::fs::create_dir(&blocked).expect("a folder in the way");
+    let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");
+    new["flows"] = ingest_flow(&["storage"]);
+    new["storage"]["max_quota_mb"] = json!(24);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 500, "{}", reply.body);
+    let error = reply.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains(".tmp") || error.contains("create"),
+        "{error}"
+    );
+    // Nothing changed: the old plan, the old storage, the old file.
+    assert_eq!(daemon.ingest("refused", "{\"v\": 1}").status, 200);
+    assert_eq!(rows(&daemon), 1);
+    let status = daemon.status();
+    assert_eq!(status["config"]["revision"], json!(1));
+    assert!(status["config"]["last_error"].is_string(), "{status}");
+    assert!(!running_text(&daemon).contains("to-storage"));
+
+    std::fs::remove_dir(&blocked).expect("the folder out of the way");
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(running_text(&daemon).contains("to-storage"));
+}
+
+#[test]
 fn if_match_refuses_a_change_made_on_top_of_another_revision() {
     let daemon = Daemon::start(flow_config());
     let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");

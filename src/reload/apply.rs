@@ -438,6 +438,16 @@ impl Running {
                 .map_err(|e| failed((format!("sink/{}", cfg.name), e.to_string())))?;
         }
         let new_sinks = build_sinks(&config, &fresh, targets.data_dir).map_err(failed)?;
+        // The file given to `run` will hold what runs, so that a restart comes back with it
+        // (on SIGHUP it already does): written and synced beside it now, while nothing has
+        // changed (a full disk refuses the config here), put in its place below.
+        let staged = match (&self.path, origin == Origin::Sighup) {
+            (Some(path), false) => Some(
+                crate::store::file::stage(path, text.as_bytes())
+                    .map_err(|e| Refused::Io(format!("{}: {e}", path.display())))?,
+            ),
+            _ => None,
+        };
         // A server with new settings starts before anything else changes: when it cannot (its
         // new port taken), it runs as it was and nothing changes.
         let server_was = match (&config.opcua_server, server_changed) {
@@ -467,10 +477,12 @@ impl Running {
             }
         };
         let sinks_now = targets.engine.sinks();
-        // The file given to `run` holds what runs, so that a restart comes back with it (on
-        // SIGHUP it already does).
-        if let (Some(path), false) = (&self.path, origin == Origin::Sighup) {
-            revisions::write_whole(path, text.as_bytes()).map_err(Refused::Io)?;
+        if let Some(staged) = staged {
+            // A rename in the file's own folder: the one step left that could fail after a
+            // part changed.
+            if let Err(e) = staged.commit() {
+                log::error!("config: the file given to run keeps the previous config: {e}");
+            }
         }
         let now = crate::record::now_ms();
         let at = crate::time::rfc3339(now);

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 /// [`crate::store::file::write_whole`], its error with the file's path.
-pub(super) fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
     crate::store::file::write_whole(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 

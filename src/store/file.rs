@@ -9,18 +9,53 @@ use std::path::{Path, PathBuf};
 /// Writes `bytes` to `path` whole (see the module doc). The error names the step that
 /// failed (`create`, `write`, `sync`, `rename`, `sync folder`).
 pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let step =
-        |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = tmp_path(path);
-    let mut f = File::create(&tmp).map_err(step("create"))?;
+    stage(path, bytes)?.commit()
+}
+
+/// The error of `what`, the step's name before it.
+fn step(what: &'static str) -> impl Fn(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// A file written and synced beside its place, not in it yet: what can fail for lack of
+/// room is done. [`Staged::commit`] renames it into place; dropped uncommitted, it is removed.
+pub struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+/// Writes `bytes` beside `path` and syncs them (the first half of [`write_whole`]).
+pub fn stage(path: &Path, bytes: &[u8]) -> io::Result<Staged> {
+    let staged = Staged {
+        tmp: tmp_path(path),
+        path: path.to_path_buf(),
+        committed: false,
+    };
+    let mut f = File::create(&staged.tmp).map_err(step("create"))?;
     f.write_all(bytes).map_err(step("write"))?;
     f.sync_all().map_err(step("sync"))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(step("rename"))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(step("sync folder"))
+    Ok(staged)
+}
+
+impl Staged {
+    /// Puts the file in its place (rename, then a sync of the folder).
+    pub fn commit(mut self) -> io::Result<()> {
+        self.committed = true;
+        fs::rename(&self.tmp, &self.path).map_err(step("rename"))?;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(step("sync folder"))
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// `path` with `.tmp` after its whole name.
@@ -42,6 +77,21 @@ mod tests {
         write_whole(&path, b"two").expect("write");
         assert_eq!(fs::read(&path).expect("read"), b"two");
         assert!(!dir.path().join("state.json.tmp").exists());
+    }
+
+    #[test]
+    fn a_staged_file_is_in_place_once_committed_and_gone_when_dropped() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("run.yaml");
+        write_whole(&path, b"one").expect("write");
+        drop(stage(&path, b"two").expect("stage"));
+        assert_eq!(fs::read(&path).expect("read"), b"one");
+        assert!(!dir.path().join("run.yaml.tmp").exists());
+        stage(&path, b"three")
+            .expect("stage")
+            .commit()
+            .expect("commit");
+        assert_eq!(fs::read(&path).expect("read"), b"three");
     }
 
     #[test]
