@@ -19,7 +19,8 @@
 //! 4. A config round per N, the load still running: every gateway follows key
 //!    `config.<id>` of the key-value bucket `gateways` (three replicas; `fleet:` in its
 //!    config). The bench puts one signed config per gateway (a new ingest source) and times
-//!    from the first put to each gateway's `state.<id>` showing the new revision: the
+//!    from the first put to each gateway's `state.<id>` showing the new revision (read as
+//!    `nats kv get` reads it, every 5 ms): the
 //!    slowest and the median gateway, and the time the puts themselves took (the
 //!    cluster's share). Then one node of the cluster stops (SIGTERM) and the
 //!    same round runs on the two left, puts retried while the bucket elects a new leader;
@@ -37,7 +38,7 @@
 mod common;
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,7 +50,6 @@ use common::{
     ingest_flow, ingest_url, named, padded_payload, poll_until, Client, Daemon, FleetController,
     Js, JsSync, NatsCluster, SOURCE, START_DEADLINE, TOKEN,
 };
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::{cpu_secs, daemon_binary, rss_kib};
 
@@ -389,37 +389,41 @@ fn config_round(
         let value = opex_connector::fleet::sign(&yaml, &keys.private)?;
         values.push((gateway_id(n, i), value));
     }
-    let pending: BTreeMap<String, ()> = values.iter().map(|(id, _)| (id.clone(), ())).collect();
     js.rt.block_on(async {
-        let mut states = js.client.subscribe(format!("$KV.{BUCKET}.state.>")).await?;
         let started = Instant::now();
         let deadline = started + ROUND_DEADLINE;
         for (id, value) in &values {
             put(js, &format!("$KV.{BUCKET}.config.{id}"), value, deadline).await?;
         }
         let puts = started.elapsed();
-        let mut pending = pending;
+        // Each gateway's state read as `nats kv get` reads it (the last value of its key),
+        // every 5 ms, until it shows the revision.
+        let mut pending: BTreeSet<&str> = values.iter().map(|(id, _)| id.as_str()).collect();
         let mut times = Vec::new();
         while !pending.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let message = match tokio::time::timeout(left, states.next()).await {
-                Ok(Some(m)) => m,
-                Ok(None) => return Err("the state subscription ended".into()),
-                Err(_) => {
-                    return Err(format!(
-                        "revision {revision}: no state from {:?} within {ROUND_DEADLINE:?}",
-                        pending.keys().collect::<Vec<_>>()
-                    )
-                    .into())
-                }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "revision {revision}: no state from {pending:?} within {ROUND_DEADLINE:?}"
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let Ok(stream) = js.js.get_stream(format!("KV_{BUCKET}")).await else {
+                continue;
             };
-            let id = message.subject.as_str().rsplit('.').next().unwrap_or("");
-            let state: Value = serde_json::from_slice(&message.payload).unwrap_or_default();
-            if state["revision"] == json!(revision) && pending.remove(id).is_some() {
-                if state["ok"] != json!(true) {
-                    return Err(format!("{id}: revision {revision} refused: {state}").into());
+            for id in pending.clone() {
+                let subject = format!("$KV.{BUCKET}.state.{id}");
+                let Ok(message) = stream.get_last_raw_message_by_subject(&subject).await else {
+                    continue;
+                };
+                let state: Value = serde_json::from_slice(&message.payload).unwrap_or_default();
+                if state["revision"] == json!(revision) {
+                    if state["ok"] != json!(true) {
+                        return Err(format!("{id}: revision {revision} refused: {state}").into());
+                    }
+                    pending.remove(id);
+                    times.push(started.elapsed());
                 }
-                times.push(started.elapsed());
             }
         }
         times.sort();

@@ -9,9 +9,9 @@
 //! fleet); one without it keeps this gateway's.
 //!
 //! The bucket is the operator's (`nats kv add`): a bucket `B` is the stream `KV_B`, key `K`
-//! its subject `$KV.B.K`. The watch is an ordered consumer of the last value of
-//! `$KV.B.config.<id>` and of every later one; while NATS is away the gateway runs its last
-//! applied config, and the consumer catches up when it is back.
+//! its subject `$KV.B.K`. The watch hears each put of `$KV.B.config.<id>` and reads the
+//! value stored under it; while NATS is away the gateway runs its last applied config, and
+//! it reads the key again when it is back.
 //!
 //! `watch.rs` is the task; this file the section and the envelope.
 

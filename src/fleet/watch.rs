@@ -1,15 +1,15 @@
-//! The fleet task: connects to the bucket's cluster, follows key `config.<id>` with an
-//! ordered consumer (its current value first, then each new one), applies each value as a
-//! reload and writes the outcome to `state.<id>` (also at each connection). It starts again
-//! from the connection when the consumer fails (the bucket not there yet, the cluster away),
-//! backed off; a value it already handled, or whose config it already runs, is not applied
-//! again.
+//! The fleet task: connects to the bucket's cluster, follows key `config.<id>` (its current
+//! value first, then each new one, see [`follow`]), applies each value as a reload and writes
+//! the outcome to `state.<id>` (also at each connection). It starts again from the
+//! connection when the key cannot be read or a state cannot be written (the bucket not there
+//! yet, the cluster away), backed off; a value it already handled, or whose config it already
+//! runs, is not applied again.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::pull::OrderedConfig;
-use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
@@ -20,8 +20,16 @@ use crate::reload::{Leftovers, Origin, Refused};
 /// Longest wait before the watch starts again after a failure.
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// The longest pull request of the watch; the client's idle heartbeat is half of it.
-const PULL_EXPIRES: Duration = Duration::from_secs(2);
+/// How often the watch looks whether its client connected again.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The key is read at least this often, whatever was heard.
+const READ_ANYWAY: Duration = Duration::from_secs(30);
+
+/// The wait before the key is read again when a put was heard and the bucket does not show
+/// it yet, and how many times (a second in all).
+const AGAIN: Duration = Duration::from_millis(20);
+const AGAIN_TIMES: u32 = 50;
 
 /// Starts the fleet task of `cfg` on the current runtime, until the connector stops.
 pub fn start(state: &Arc<AppState>, cfg: FleetConfig) {
@@ -70,75 +78,109 @@ struct Seen {
     failures: usize,
 }
 
-/// Follows the key until the consumer fails; why. Writes the state first: the controller
-/// sees the gateway up, with the revision it runs.
+/// Follows the key until the connection or the bucket fails; why. Writes the state first:
+/// the controller sees the gateway up, with the revision it runs.
+///
+/// A put of the key is a message on its subject: a plain subscription hears it at once, on
+/// whichever server of the cluster the client is (it moves with the client when a server is
+/// lost). The value applied is then read from the bucket, the last one stored under the key
+/// (a put the stream refused is never applied). The key is also read at the start, after
+/// each reconnection of the client (a put made while it was away) and every
+/// [`READ_ANYWAY`].
 async fn follow(
     state: &Arc<AppState>,
     cfg: &FleetConfig,
     client: async_nats::Client,
     seen: &mut Seen,
 ) -> String {
-    let js = async_nats::jetstream::new(client);
-    let subject = format!("$KV.{}.state.{}", cfg.bucket, cfg.id);
+    let js = async_nats::jetstream::new(client.clone());
+    let state_subject = format!("$KV.{}.state.{}", cfg.bucket, cfg.id);
     let report = |outcome: &Outcome| {
         let js = js.clone();
-        let subject = subject.clone();
+        let subject = state_subject.clone();
         let body = state_json(state, outcome).to_string();
         async move {
-            let put = match js.publish(subject, body.into()).await {
-                Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = put {
-                log::warn!("fleet: state not written: error=\"{e}\"");
+            match js.publish(subject.clone(), body.into()).await {
+                Ok(ack) => ack.await.map(drop),
+                Err(e) => Err(e),
             }
+            .map_err(|e| format!("{subject} not written: {e}"))
         }
+    };
+    let key = format!("$KV.{}.config.{}", cfg.bucket, cfg.id);
+    let mut puts = match client.subscribe(key.clone()).await {
+        Ok(s) => s,
+        Err(e) => return format!("{key}: {e}"),
     };
     let stream = match js.get_stream(format!("KV_{}", cfg.bucket)).await {
         Ok(s) => s,
         Err(e) => return format!("bucket {}: {e}", cfg.bucket),
     };
-    let consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: format!("$KV.{}.config.{}", cfg.bucket, cfg.id),
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            // Pull requests of 2 s carry an idle heartbeat of 1 s: a consumer lost with a
-            // server of the cluster is made again within some 4 s (two heartbeats missed
-            // twice), not the half minute of the client's defaults.
-            max_expires: PULL_EXPIRES,
-            ..Default::default()
-        })
-        .await;
-    let mut messages = match consumer {
-        Ok(c) => match c.messages().await {
-            Ok(m) => m,
-            Err(e) => return e.to_string(),
-        },
-        Err(e) => return e.to_string(),
-    };
     log::info!("fleet: following {}.config.{}", cfg.bucket, cfg.id);
     seen.failures = 0;
-    report(&seen.outcome).await;
-    while let Some(message) = messages.next().await {
-        let message = match message {
-            Ok(m) => m,
-            Err(e) => return e.to_string(),
-        };
-        // A deleted or purged key leaves the running config as it is.
-        let removed = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("KV-Operation"))
-            .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
-        let sequence = message.info().map_or(0, |i| i.stream_sequence);
-        if removed || (sequence != 0 && sequence <= seen.sequence) {
-            continue;
-        }
-        seen.sequence = sequence;
-        seen.outcome = apply(state, cfg, message.payload.to_vec()).await;
-        report(&seen.outcome).await;
+    if let Err(e) = report(&seen.outcome).await {
+        return e;
     }
-    "the consumer ended".into()
+    let connects = || client.statistics().connects.load(Ordering::Relaxed);
+    let mut connected = connects();
+    let mut tick = tokio::time::interval(TICK);
+    let mut since_read;
+    // Reads left for a put heard that the bucket does not show yet (the subscription can
+    // hear it before the stream's leader has stored it; one the stream refused never shows).
+    let mut heard = 0;
+    loop {
+        let last = match stream.get_last_raw_message_by_subject(&key).await {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+            Err(e) => return format!("{key}: {e}"),
+        };
+        since_read = Duration::ZERO;
+        match last.filter(|m| m.sequence > seen.sequence) {
+            Some(message) => {
+                heard = 0;
+                seen.sequence = message.sequence;
+                // A deleted or purged key leaves the running config as it is.
+                let removed = message
+                    .headers
+                    .get("KV-Operation")
+                    .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+                if !removed {
+                    seen.outcome = apply(state, cfg, message.payload.to_vec()).await;
+                    // A state not written (the bucket's leader elected again) is written at
+                    // the next start of the watch, which follows at once.
+                    if let Err(e) = report(&seen.outcome).await {
+                        return e;
+                    }
+                }
+            }
+            None if heard > 0 => {
+                heard -= 1;
+                tokio::time::sleep(AGAIN).await;
+                continue;
+            }
+            None => {}
+        }
+        // Until a put is heard, the client has connected again, or it is time to read anyway.
+        loop {
+            tokio::select! {
+                put = puts.next() => {
+                    if put.is_none() {
+                        return "the subscription ended".into();
+                    }
+                    heard = AGAIN_TIMES;
+                    break;
+                }
+                _ = tick.tick() => {
+                    since_read += TICK;
+                    let now = connects();
+                    if now != connected || since_read >= READ_ANYWAY {
+                        connected = now;
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// What became of one value: applied (or already running), or every problem.
