@@ -91,7 +91,7 @@ fn a_signed_config_from_the_bucket_is_applied_and_a_bad_one_a_forged_one_and_ano
     let keys = tempfile::tempdir().expect("keys");
     let (key, public) = keygen(&keys.path().join("fleet"));
     let (stranger, _) = keygen(&keys.path().join("stranger"));
-    let daemon = Daemon::start(gateway_config(&[nats.url()], "line-1", &public));
+    let mut daemon = Daemon::start(gateway_config(&[nats.url()], "line-1", &public));
 
     // A second ingest source, put by the controller: applied as revision 2 and reported.
     let mut config = fleet_side(&daemon);
@@ -172,6 +172,35 @@ fn a_signed_config_from_the_bucket_is_applied_and_a_bad_one_a_forged_one_and_ano
         Some("extra-t0ken-6543210"),
         b"{\"v\": 2}",
     );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+
+    // A local change made since stays across a restart: the value already handled is not
+    // applied again.
+    let mut local = fleet_side(&daemon);
+    local["ingest"]["sources"]
+        .as_array_mut()
+        .expect("sources")
+        .push(json!({"name": "local", "token": "local-t0ken-0123456"}));
+    let text = std::fs::read_to_string(daemon.config_path()).expect("the config file");
+    let mut with_fleet: Value = serde_saphyr::from_str(&text).expect("YAML");
+    with_fleet["ingest"] = local["ingest"].clone();
+    let reply = daemon.post(
+        "/api/config",
+        Some(ADMIN_TOKEN),
+        to_yaml(&with_fleet).as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    daemon.stop();
+    daemon.restart();
+    wait_until(Duration::from_secs(30), "the key read again", || {
+        let log = daemon.stderr();
+        log.rsplit("harness: start #2")
+            .next()
+            .is_some_and(|run| run.contains("holds the value already handled"))
+    });
+    let status = daemon.status();
+    assert_eq!(status["config"]["revision"], json!(4), "{status}");
+    let reply = daemon.post("/api/ingest/local/l-1", Some("local-t0ken-0123456"), b"{}");
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 

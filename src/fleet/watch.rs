@@ -37,7 +37,7 @@ pub fn start(state: &Arc<AppState>, cfg: FleetConfig) {
     super::read_keys(&cfg.trusted_keys);
     let state = Arc::clone(state);
     tokio::spawn(async move {
-        let mut seen = Seen::default();
+        let mut seen = Seen::load(&state.data_dir);
         while !state.shutdown.is_triggered() {
             let shutdown = state.shutdown.clone();
             let client_name = format!("opex-connector fleet/{}", cfg.id);
@@ -66,16 +66,57 @@ pub fn start(state: &Arc<AppState>, cfg: FleetConfig) {
     });
 }
 
+/// The file under the data dir that keeps the stream sequence of the last value handled.
+const SEEN_FILE: &str = "fleet-seen";
+
 /// What the task has handled, kept across its restarts.
 #[derive(Default)]
 struct Seen {
-    /// The stream sequence of the last value handled: one delivered again after a restart
-    /// of the watch is not applied again (a local change made since stays).
+    /// The stream sequence of the last value handled, kept in [`SEEN_FILE`] too: that value
+    /// read again after a restart of the watch or of the connector is not applied again (a
+    /// local change made since stays). Another sequence is another value, even a lower one
+    /// (the bucket made again).
     sequence: u64,
+    /// Where the sequence is kept.
+    file: std::path::PathBuf,
     /// The last value's outcome, reported again at each (re)connection.
     outcome: Outcome,
     /// Failures since the watch last followed the key.
     failures: usize,
+}
+
+impl Seen {
+    /// What was handled before the connector started, as kept in `data_dir`.
+    fn load(data_dir: &std::path::Path) -> Seen {
+        let file = data_dir.join(SEEN_FILE);
+        let sequence = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        Seen {
+            sequence,
+            file,
+            ..Seen::default()
+        }
+    }
+
+    /// `sequence` handled, and kept (off the runtime's threads: the file is synced).
+    async fn handled(&mut self, sequence: u64) {
+        self.sequence = sequence;
+        let file = self.file.clone();
+        let text = format!("{sequence}\n");
+        let written = tokio::task::spawn_blocking(move || {
+            crate::store::file::write_whole(&file, text.as_bytes()).map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        if let Err(e) = written {
+            log::warn!(
+                "fleet: {} not written (the value may be applied again after a restart): {e}",
+                self.file.display()
+            );
+        }
+    }
 }
 
 /// Follows the key until the connection or the bucket fails; why. Writes the state first:
@@ -128,6 +169,7 @@ async fn follow(
     // Reads left for a put heard that the bucket does not show yet (the subscription can
     // hear it before the stream's leader has stored it; one the stream refused never shows).
     let mut heard = 0;
+    let mut first = true;
     loop {
         let last = match stream.get_last_raw_message_by_subject(&key).await {
             Ok(m) => Some(m),
@@ -135,10 +177,18 @@ async fn follow(
             Err(e) => return format!("{key}: {e}"),
         };
         since_read = Duration::ZERO;
-        match last.filter(|m| m.sequence > seen.sequence) {
+        if first && last.as_ref().is_some_and(|m| m.sequence == seen.sequence) {
+            log::info!(
+                "fleet: {}.config.{} holds the value already handled: sequence={}",
+                cfg.bucket,
+                cfg.id,
+                seen.sequence
+            );
+        }
+        first = false;
+        match last.filter(|m| m.sequence != seen.sequence) {
             Some(message) => {
                 heard = 0;
-                seen.sequence = message.sequence;
                 // A deleted or purged key leaves the running config as it is.
                 let removed = message
                     .headers
@@ -146,8 +196,11 @@ async fn follow(
                     .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
                 if !removed {
                     seen.outcome = apply(state, cfg, message.payload.to_vec()).await;
-                    // A state not written (the bucket's leader elected again) is written at
-                    // the next start of the watch, which follows at once.
+                }
+                seen.handled(message.sequence).await;
+                // A state not written (the bucket's leader elected again) is written at the
+                // next start of the watch, which follows at once.
+                if !removed {
                     if let Err(e) = report(&seen.outcome).await {
                         return e;
                     }
