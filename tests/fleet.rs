@@ -271,6 +271,18 @@ fn four_gateways_on_a_three_node_cluster_apply_each_its_config_and_the_one_with_
     );
     assert_eq!(daemons[3].status()["config"]["revision"], json!(1));
 
+    // A wrongly signed value (the config changed after it was signed): refused, gw-3 keeps
+    // revision 2.
+    let mut forged: Value =
+        serde_json::from_str(&signed(&fleet_side(&daemons[2]), &key)).expect("an envelope");
+    forged["config"] = json!(forged["config"]
+        .as_str()
+        .expect("the config")
+        .replace("line-t0ken-0123456", "stolen-t0ken-0123456"));
+    controller.put(BUCKET, "config.gw-3", &forged.to_string());
+    let st = wait_until_problem(&controller, "gw-3", "does not match");
+    assert_eq!(st["revision"], json!(2), "{st}");
+
     // The whole cluster away and back: every gateway catches up with its latest value.
     cluster.stop();
     assert_eq!(daemons[0].ingest("while-away", "{\"v\": 1}").status, 200);

@@ -198,8 +198,8 @@ async fn follow(
                     seen.outcome = apply(state, cfg, message.payload.to_vec()).await;
                 }
                 seen.handled(message.sequence).await;
-                // A state not written (the bucket's leader elected again) is written at the
-                // next start of the watch, which follows at once.
+                // A state not written (the bucket's leader being elected again) is written
+                // when the watch starts again, after a short wait.
                 if !removed {
                     if let Err(e) = report(&seen.outcome).await {
                         return e;
