@@ -127,7 +127,17 @@ impl NotARevision {
 /// `POST /api/config/rollback/{n}`: kept revision `n` applied again, as the next revision
 /// (`404` when it is not kept).
 async fn rollback(state: &Arc<AppState>, n: &str, req: Request<Incoming>) -> Resp {
-    let found = n.parse::<u64>().ok().and_then(|n| state.config.text_of(n));
+    // The kept text is a file: read off the runtime's threads.
+    let found = match n.parse::<u64>() {
+        Ok(n) => {
+            let shared = Arc::clone(state);
+            tokio::task::spawn_blocking(move || shared.config.text_of(n))
+                .await
+                .ok()
+                .flatten()
+        }
+        Err(_) => None,
+    };
     let answer = match (found, if_match(&req)) {
         (_, Err(bad)) => bad.answer(),
         (None, _) => error(
