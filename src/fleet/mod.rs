@@ -76,26 +76,14 @@ impl FleetConfig {
         p: &mut Problems,
     ) -> Option<Self> {
         let raw = raw?;
-        let connection = match (&raw.connection, connections) {
-            (Some(name), _) => {
-                let found = connections.iter().find(|c| &c.name == name);
-                if found.is_none() {
-                    p.push(
-                        format!("{path}.connection"),
-                        format!("names no nats.connections entry: {name}"),
-                    );
-                }
-                found
-            }
-            (None, [only]) => Some(only),
-            (None, _) => {
-                p.push(
-                    format!("{path}.connection"),
-                    "is required: name the nats.connections entry of the bucket's cluster",
-                );
-                None
-            }
-        };
+        let connection = crate::config::pick_connection(
+            connections,
+            |c| c.name.as_str(),
+            raw.connection.as_deref(),
+            "nats.connections",
+            path,
+            p,
+        );
         let token = |key: &str, value: &Option<String>, p: &mut Problems| match value {
             Some(v) if is_token(v) => Some(v.clone()),
             Some(v) => {
@@ -128,7 +116,7 @@ impl FleetConfig {
             }
         }
         Some(Self {
-            connection: connection?.clone(),
+            connection: connection?,
             bucket: bucket?,
             id: id?,
             trusted_keys,
@@ -256,7 +244,7 @@ mod tests {
         assert!(
             problems
                 .to_string()
-                .contains("names no nats.connections entry: c"),
+                .contains("no connection named \"c\" in nats.connections"),
             "{problems}"
         );
     }

@@ -165,7 +165,7 @@ async fn follow(
     let connects = || client.statistics().connects.load(Ordering::Relaxed);
     let mut connected = connects();
     let mut tick = tokio::time::interval(TICK);
-    let mut since_read;
+    let mut read_at;
     // Reads left for a put heard that the bucket does not show yet (the subscription can
     // hear it before the stream's leader has stored it; one the stream refused never shows).
     let mut heard = 0;
@@ -176,7 +176,7 @@ async fn follow(
             Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
             Err(e) => return format!("{key}: {e}"),
         };
-        since_read = Duration::ZERO;
+        read_at = tokio::time::Instant::now();
         if first && last.as_ref().is_some_and(|m| m.sequence == seen.sequence) {
             log::info!(
                 "fleet: {}.config.{} holds the value already handled: sequence={}",
@@ -224,9 +224,8 @@ async fn follow(
                     break;
                 }
                 _ = tick.tick() => {
-                    since_read += TICK;
                     let now = connects();
-                    if now != connected || since_read >= READ_ANYWAY {
+                    if now != connected || read_at.elapsed() >= READ_ANYWAY {
                         connected = now;
                         break;
                     }
