@@ -56,7 +56,7 @@ pub struct Finding {
     pub component: String,
     /// What kind of problem: `device_offline`, `point_bad`, `sink_disconnected`, `sink_failing`,
     /// `uplink_failing`, `sink_held`, `sink_stopped`, `queue_high`, `queue_full`,
-    /// `alert_channel_failing`, `disk_nearly_full`, `schedule_failing`.
+    /// `alert_channel_failing`, `disk_nearly_full`, `schedule_failing`, `config_not_saved`.
     pub kind: &'static str,
     /// What is wrong, in words.
     pub message: String,

@@ -306,6 +306,57 @@ fn a_config_the_file_given_to_run_cannot_take_is_refused_before_anything_changes
 }
 
 #[test]
+fn a_config_file_that_cannot_be_replaced_is_a_problem_until_an_apply_writes_it() {
+    let daemon = Daemon::start(flow_config());
+    let path = daemon.config_path();
+    let text = running_text(&daemon);
+    // The file's place taken by a folder with something in it, as a file mounted alone into a
+    // container: the new file is written beside it, but cannot be renamed over it.
+    std::fs::remove_file(path).expect("the file out of its place");
+    std::fs::create_dir(path).expect("a folder in its place");
+    std::fs::write(path.join("inside"), b"x").expect("a file in the folder");
+    let mut new: Value = serde_saphyr::from_str(&text).expect("YAML");
+    new["flows"] = ingest_flow(&["storage"]);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // It runs, and the status says the file does not hold it.
+    assert_eq!(daemon.ingest("after", "{\"v\": 1}").status, 200);
+    assert_eq!(events(&daemon, &format!("source=ingest/{SOURCE}")).len(), 1);
+    let status = daemon.status();
+    assert_eq!(status["config"]["revision"], json!(2), "{status}");
+    assert!(status["config"]["last_error"].is_null(), "{status}");
+    let error = status["config"]["file_error"].as_str().unwrap_or_default();
+    assert!(error.contains("rename"), "{status}");
+    let problem = status["problems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["kind"] == "config_not_saved")
+        .unwrap_or_else(|| panic!("no config_not_saved problem: {status}"));
+    assert_eq!(problem["component"], json!("config"), "{problem}");
+    assert!(
+        problem["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("revision 2") && m.contains("restart")),
+        "{problem}"
+    );
+    assert_eq!(status["state"], json!("degraded"), "{status}");
+
+    // The folder gone, the next apply writes the file, and the problem clears.
+    std::fs::remove_dir_all(path).expect("the folder out of the way");
+    new["storage"]["max_quota_mb"] = json!(24);
+    let reply = daemon.post("/api/config", Some(ADMIN), to_yaml(&new).as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(running_text(&daemon).contains("to-storage"));
+    let status = daemon.status();
+    assert!(status["config"]["file_error"].is_null(), "{status}");
+    assert!(
+        !status["problems"].to_string().contains("config_not_saved"),
+        "{status}"
+    );
+}
+
+#[test]
 fn if_match_refuses_a_change_made_on_top_of_another_revision() {
     let daemon = Daemon::start(flow_config());
     let mut new: Value = serde_saphyr::from_str(&running_text(&daemon)).expect("YAML");

@@ -1,6 +1,6 @@
 //! What is not working now, read from the parts' own reports: the devices' statuses, the
 //! sinks' [`crate::sinks::Report`]s (by their fields, never by their kind), the alert hub's
-//! queues and channels, the data dir's disk and the schedules. [`crate::health`] remembers
+//! queues and channels, the data dir's disk, the schedules and the config file. [`crate::health`] remembers
 //! since when each lasts and derives the state; this file only finds.
 
 use serde_json::Value;
@@ -83,6 +83,15 @@ pub fn findings(state: &AppState) -> Vec<Finding> {
                 losing: false,
             });
         }
+    }
+    if let Some((error, revision)) = state.config.file_error() {
+        out.push(Finding {
+            component: "config".into(),
+            kind: "config_not_saved",
+            message: format!("revision {revision} runs, but the file given to run was not rewritten with it, so a restart would run what the file holds: {error}"),
+            hint: Some("let the connector replace the file (write access to its folder; a file mounted alone into a container cannot be replaced: mount its folder), then apply the config again".into()),
+            losing: false,
+        });
     }
     out
 }

@@ -477,13 +477,15 @@ impl Running {
             }
         };
         let sinks_now = targets.engine.sinks();
-        if let Some(staged) = staged {
-            // A rename in the file's own folder: the one step left that could fail after a
-            // part changed.
-            if let Err(e) = staged.commit() {
-                log::error!("config: the file given to run keeps the previous config: {e}");
-            }
-        }
+        // A rename in the file's own folder: the one step left that could fail after a part
+        // changed. Its failure is a problem of the connector's until an apply writes the file
+        // (or SIGHUP reads it): a restart would come back with the config the file holds.
+        let file_error = staged.and_then(|staged| {
+            let path = self.path.as_deref().unwrap_or(Path::new(""));
+            let error = format!("{}: {}", path.display(), staged.commit().err()?);
+            log::error!("config: the file given to run keeps the previous config: {error}");
+            Some(error)
+        });
         let now = crate::record::now_ms();
         let at = crate::time::rfc3339(now);
         let kept = self
@@ -617,6 +619,7 @@ impl Running {
             c.revision = revision.clone();
             c.loaded_at_ms = now;
             c.reloads += 1;
+            c.file_error = file_error;
         }
         log::info!(
             "config: applied revision={} origin={} hash={} restarted={:?}",

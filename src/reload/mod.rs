@@ -68,6 +68,9 @@ struct Current {
     loaded_at_ms: u64,
     reloads: u64,
     last_error: Option<String>,
+    /// Why the file given to `run` does not hold the running config (its rename failed),
+    /// until an apply writes it or `SIGHUP` reads it.
+    file_error: Option<String>,
 }
 
 impl Running {
@@ -111,6 +114,7 @@ impl Running {
                 loaded_at_ms: now,
                 reloads: 0,
                 last_error: None,
+                file_error: None,
             }),
             revisions: Mutex::new(revisions),
             applying: Mutex::new(()),
@@ -158,7 +162,7 @@ impl Running {
     }
 
     /// `/api/status`'s `config`: revision, hash, when it was loaded, reloads since the start,
-    /// the last reload's error.
+    /// the last reload's error, why the file given to `run` does not hold it.
     pub fn status(&self) -> Value {
         self.with(|c| {
             json!({
@@ -167,8 +171,15 @@ impl Running {
                 "loaded_at": crate::time::rfc3339(c.loaded_at_ms),
                 "reloads": c.reloads,
                 "last_error": c.last_error,
+                "file_error": c.file_error,
             })
         })
+    }
+
+    /// Why the file given to `run` does not hold the running config, and the running
+    /// revision, when it does not.
+    pub fn file_error(&self) -> Option<(String, u64)> {
+        self.with(|c| Some((c.file_error.clone()?, c.revision.revision)))
     }
 
     /// The text of kept revision `n` (`POST /api/config/rollback/{n}`).
