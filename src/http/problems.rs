@@ -1,7 +1,8 @@
 //! What is not working now, read from the parts' own reports: the devices' statuses, the
 //! sinks' [`crate::sinks::Report`]s (by their fields, never by their kind), the alert hub's
-//! queues and channels, the data dir's disk, the schedules and the config file. [`crate::health`] remembers
-//! since when each lasts and derives the state; this file only finds.
+//! queues and channels, the data dir's disk, the schedules and the config file.
+//! [`crate::health`] remembers since when each lasts and derives the state; this file only
+//! finds.
 
 use serde_json::Value;
 
