@@ -169,6 +169,8 @@ async fn follow(
     // Reads left for a put heard that the bucket does not show yet (the subscription can
     // hear it before the stream's leader has stored it; one the stream refused never shows).
     let mut heard = 0;
+    // The value handled last: a put of it heard was read already, with an earlier put.
+    let mut handled: Option<bytes::Bytes> = None;
     let mut first = true;
     loop {
         let last = match stream.get_last_raw_message_by_subject(&key).await {
@@ -197,6 +199,7 @@ async fn follow(
                 if !removed {
                     seen.outcome = apply(state, cfg, message.payload.to_vec()).await;
                 }
+                handled = (!removed).then(|| message.payload.clone());
                 seen.handled(message.sequence).await;
                 // A state not written (the bucket's leader being elected again) is written
                 // when the watch starts again, after a short wait.
@@ -217,10 +220,14 @@ async fn follow(
         loop {
             tokio::select! {
                 put = puts.next() => {
-                    if put.is_none() {
+                    let Some(put) = put else {
                         return "the subscription ended".into();
-                    }
-                    heard = AGAIN_TIMES;
+                    };
+                    let removal = put
+                        .headers
+                        .as_ref()
+                        .is_some_and(|h| h.get("KV-Operation").is_some());
+                    heard = reads_after(removal, &put.payload, handled.as_deref());
                     break;
                 }
                 _ = tick.tick() => {
@@ -232,6 +239,19 @@ async fn follow(
                 }
             }
         }
+    }
+}
+
+/// The reads to make again, after the one that follows at once, for a put heard (`removal`: a
+/// delete or purge) while `handled` is the value handled last: none when the put carries that
+/// value (it was read already, with an earlier put; or it is the same config put again, which
+/// changes nothing, and a read within [`READ_ANYWAY`] writes its state if this one comes too
+/// early), else up to [`AGAIN_TIMES`] while the bucket does not show it yet.
+fn reads_after(removal: bool, payload: &[u8], handled: Option<&[u8]>) -> u32 {
+    if !removal && handled == Some(payload) {
+        0
+    } else {
+        AGAIN_TIMES
     }
 }
 
@@ -328,4 +348,18 @@ fn state_json(state: &AppState, outcome: &Outcome) -> Value {
         "healthy": crate::http::problems::assess(state).state == crate::health::State::Ok,
         "at": crate::time::rfc3339(crate::record::now_ms()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_put_of_the_value_handled_last_is_read_once_and_another_until_the_bucket_shows_it() {
+        assert_eq!(reads_after(false, b"a", Some(b"a")), 0);
+        assert_eq!(reads_after(false, b"b", Some(b"a")), AGAIN_TIMES);
+        assert_eq!(reads_after(false, b"a", None), AGAIN_TIMES);
+        // A delete carries no value: it is read until the bucket shows it.
+        assert_eq!(reads_after(true, b"", Some(b"")), AGAIN_TIMES);
+    }
 }
