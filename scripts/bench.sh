@@ -89,7 +89,10 @@
 # (instructions: requests counted, default 3200, after 320 not counted),
 # BENCH_POINTS and BENCH_PUBLISHING_MS (opcua-server: points per device,
 # default 100; publishing interval, default 1000; BENCH_DEVICES default 100,
-# BENCH_SECS default 20), BENCH_RELOADS (reload: default 50).
+# BENCH_SECS default 20), BENCH_RELOADS (reload: default 50),
+# OPEX_CONNECTOR_BIN (the daemon the benches run, e.g. a release artifact of
+# scripts/build-release.sh for this machine; default: the release build made
+# here first; instructions always counts its own build).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -97,7 +100,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 usage() {
-    sed -n '2,90p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^# Honours CARGO_TARGET_DIR/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Cargo's target folder as an absolute path (CARGO_TARGET_DIR is relative to
@@ -110,10 +113,19 @@ cargo_target_dir() {
 }
 
 # Builds the release daemon and exports OPEX_CONNECTOR_BIN: a copy of it, since
-# `cargo bench` rebuilds into the same folder with the bench profile.
+# `cargo bench` rebuilds into the same folder with the bench profile. A daemon
+# the caller names in OPEX_CONNECTOR_BIN is measured instead.
 release_daemon() {
     local target_dir
     target_dir="$(cargo_target_dir)"
+    if [[ -n "${OPEX_CONNECTOR_BIN:-}" ]]; then
+        [[ -x "$OPEX_CONNECTOR_BIN" ]] || {
+            echo "OPEX_CONNECTOR_BIN=$OPEX_CONNECTOR_BIN is not an executable" >&2
+            exit 2
+        }
+        echo "==> the daemon measured: $OPEX_CONNECTOR_BIN"
+        return
+    fi
     echo "==> cargo build --release"
     cargo build --release
     # `cargo bench` rebuilds the binary with the bench profile into the same
