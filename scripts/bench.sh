@@ -160,7 +160,8 @@ bench_modbus() {
     fi
     release_daemon
     local bin_dir
-    bin_dir="$(dirname "$OPEX_CONNECTOR_BIN")"
+    bin_dir="$(cargo_target_dir)/bench-bin"
+    mkdir -p "$bin_dir"
     echo "==> cc benches/modbus_client.c -lmodbus"
     # shellcheck disable=SC2046 # pkg-config prints several flags
     cc -O2 -o "$bin_dir/modbus_client" benches/modbus_client.c $(pkg-config --cflags --libs libmodbus)
