@@ -442,10 +442,11 @@ impl Running {
         // (on SIGHUP it already does): written and synced beside it now, while nothing has
         // changed (a full disk refuses the config here), put in its place below.
         let staged = match (&self.path, origin == Origin::Sighup) {
-            (Some(path), false) => Some(
+            (Some(path), false) => Some((
+                path,
                 crate::store::file::stage(path, text.as_bytes())
                     .map_err(|e| Refused::Io(format!("{}: {e}", path.display())))?,
-            ),
+            )),
             _ => None,
         };
         // A server with new settings starts before anything else changes: when it cannot (its
@@ -480,8 +481,7 @@ impl Running {
         // A rename in the file's own folder: the one step left that could fail after a part
         // changed. Its failure is a problem of the connector's until an apply writes the file
         // (or SIGHUP reads it): a restart would come back with the config the file holds.
-        let file_error = staged.and_then(|staged| {
-            let path = self.path.as_deref().unwrap_or(Path::new(""));
+        let file_error = staged.and_then(|(path, staged)| {
             let error = format!("{}: {}", path.display(), staged.commit().err()?);
             log::error!("config: the file given to run keeps the previous config: {error}");
             Some(error)
