@@ -192,10 +192,7 @@ async fn follow(
             Some(message) => {
                 heard = 0;
                 // A deleted or purged key leaves the running config as it is.
-                let removed = message
-                    .headers
-                    .get("KV-Operation")
-                    .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+                let removed = is_removal(Some(&message.headers));
                 if !removed {
                     seen.outcome = apply(state, cfg, message.payload.to_vec()).await;
                 }
@@ -223,10 +220,7 @@ async fn follow(
                     let Some(put) = put else {
                         return "the subscription ended".into();
                     };
-                    let removal = put
-                        .headers
-                        .as_ref()
-                        .is_some_and(|h| h.get("KV-Operation").is_some());
+                    let removal = is_removal(put.headers.as_ref());
                     heard = reads_after(removal, &put.payload, handled.as_deref());
                     break;
                 }
@@ -240,6 +234,13 @@ async fn follow(
             }
         }
     }
+}
+
+/// Whether a message of the key with `headers` is a delete or a purge, not a value.
+fn is_removal(headers: Option<&async_nats::HeaderMap>) -> bool {
+    headers
+        .and_then(|h| h.get("KV-Operation"))
+        .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE")
 }
 
 /// The reads to make again, after the one that follows at once, for a put heard (`removal`: a
