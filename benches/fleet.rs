@@ -400,6 +400,7 @@ fn config_round(
         // every 5 ms, until it shows the revision.
         let mut pending: BTreeSet<&str> = values.iter().map(|(id, _)| id.as_str()).collect();
         let mut times = Vec::new();
+        let mut stream = None;
         while !pending.is_empty() {
             if Instant::now() >= deadline {
                 return Err(format!(
@@ -408,7 +409,11 @@ fn config_round(
                 .into());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
-            let Ok(stream) = js.js.get_stream(format!("KV_{BUCKET}")).await else {
+            // Looked up once (retried while the bucket elects a leader); its reads go by name.
+            if stream.is_none() {
+                stream = js.js.get_stream(format!("KV_{BUCKET}")).await.ok();
+            }
+            let Some(stream) = &stream else {
                 continue;
             };
             for id in pending.clone() {
