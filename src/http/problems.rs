@@ -4,12 +4,15 @@
 //! [`crate::health`] remembers since when each lasts and derives the state; this file only
 //! finds.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
-use super::status::{devices, disk_space, schedules};
+use super::status::{disk_space, schedules};
 use super::AppState;
 use crate::alerts::alert::queue_message;
 use crate::health::{now_secs, Finding, Health};
+use crate::sources::status::DeviceStatus;
 use crate::telemetry::prometheus::{Kind, Page};
 
 /// The health now: every finding, assessed by the connector's board.
@@ -37,11 +40,12 @@ pub fn write_metrics(state: &AppState, p: &mut Page) {
 /// Every part that is not working now.
 pub fn findings(state: &AppState) -> Vec<Finding> {
     let mut out = Vec::new();
-    let devices = devices(state);
-    for d in &devices {
+    let devices = state.devices.devices();
+    let summaries: Vec<Value> = devices.iter().map(|d| d.summary_json()).collect();
+    for d in &summaries {
         device(d, &mut out);
     }
-    bad_points(state, &devices, &mut out);
+    bad_points(state, devices.iter().zip(&summaries), &mut out);
     for sink in state.engine.sinks().iter() {
         let r = sink.report();
         sink_findings(sink.name(), &r.entry, &r.status, r.accepting, &mut out);
@@ -145,17 +149,17 @@ pub const BAD_POINT_POLLS: u64 = 3;
 
 /// The points of connected devices that have stayed bad for more than [`BAD_POINT_POLLS`]
 /// polls of their device (a device that is not connected is one problem, not one per point).
-fn bad_points(state: &AppState, devices: &[Value], out: &mut Vec<Finding>) {
+/// `devices` are each device's status with its `/api/status` entry without values.
+fn bad_points<'a>(
+    state: &AppState,
+    devices: impl Iterator<Item = (&'a Arc<DeviceStatus>, &'a Value)>,
+    out: &mut Vec<Finding>,
+) {
     let mut bad = Vec::new();
-    for d in devices.iter().filter(|d| d["state"] == "connected") {
+    for (status, d) in devices.filter(|(_, d)| d["state"] == "connected") {
         let polls = d["polls_total"].as_u64().unwrap_or(0);
-        let groups = d["values"].as_object().into_iter().flatten();
-        for (group, points) in groups {
-            for (point, v) in points.as_object().into_iter().flatten() {
-                if v["quality"] == "bad" {
-                    bad.push((d, format!("{group}/{point}"), v, polls));
-                }
-            }
+        for (point, v) in status.bad_points() {
+            bad.push((d, point, v, polls));
         }
     }
     let keys: Vec<(String, u64)> = bad

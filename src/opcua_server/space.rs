@@ -345,7 +345,7 @@ pub fn value(p: &PointDef, live: Option<&Live>, device: &DeviceStatus, now_ms: u
     let status = if device.state() != ConnState::Connected {
         StatusCode::BadCommunicationError
     } else if !live.good {
-        point_status(&live.entry)
+        point_status(&live.detail)
     } else if variant.is_none() {
         // A value the point's type cannot hold (a device that answered another type).
         StatusCode::BadTypeMismatch

@@ -147,8 +147,9 @@ pub struct Live {
     pub good: bool,
     /// Unix milliseconds of the poll (or notification) it came with.
     pub ts_ms: u64,
-    /// The point as the group's last record carries it (`{"value","quality",..}`).
-    pub entry: Value,
+    /// The point's entry in the group's last record when it carries more than its value and
+    /// quality (a bad point's `error`, `exception` or `status`, a unit); `null` otherwise.
+    pub detail: Value,
 }
 
 /// Every device of the connector with its points and their live values, in config order.

@@ -1,16 +1,16 @@
 //! What a device shows, whatever its protocol: connection state, counters, start jitter, the
 //! last error and refusal with what they mean, and its points' live values (the
-//! [`crate::sources::catalogue`]). Written by the device's task on the pollers' thread, read
+//! [`crate::sources::catalogue`]; kept small by `kept`). Written by the device's task on the pollers' thread, read
 //! by `/api/status`, `/metrics` ([`metrics`]), Sparkplug and the status page.
 //!
 //! Counters are atomics; the rest sits behind short-held mutexes, never held across an
 //! `.await`. A counter a protocol has no use for stays 0.
 
+mod kept;
 pub mod metrics;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -19,6 +19,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 pub use metrics::write_metrics;
+
+use kept::GroupValues;
 
 use crate::record::now_ms;
 use crate::sources::catalogue::{DeviceDef, Live};
@@ -101,13 +103,6 @@ pub struct GroupStatus {
     pub name: String,
     /// Requests its last cycle sent.
     pub requests_per_cycle: AtomicU64,
-}
-
-/// One group's last values: each point's entry and the time it came.
-#[derive(Debug, Default)]
-struct GroupValues {
-    points: Option<Map<String, Value>>,
-    at: HashMap<String, u64>,
 }
 
 /// A remembered text with what it means.
@@ -217,7 +212,12 @@ impl DeviceStatus {
                     requests_per_cycle: AtomicU64::new(0),
                 })
                 .collect(),
-            values: Mutex::new(def.groups.iter().map(|_| GroupValues::default()).collect()),
+            values: Mutex::new(
+                def.groups
+                    .iter()
+                    .map(|g| GroupValues::new(&g.name, &def.points))
+                    .collect(),
+            ),
             trends: None,
             watcher: OnceLock::new(),
             def,
@@ -328,14 +328,8 @@ impl DeviceStatus {
         if let Some(trends) = &self.trends {
             trends.record_points(&self.def.name, &group.name, points);
         }
-        let mut values = lock(&self.values);
-        let Some(slot) = values.get_mut(g) else {
-            return;
-        };
-        let kept = slot.points.get_or_insert_with(Map::new);
-        for (k, v) in points {
-            kept.insert(k.clone(), v.clone());
-            slot.at.insert(k.clone(), ts_ms);
+        if let Some(kept) = lock(&self.values).get_mut(g) {
+            kept.take(&self.def.points, points, ts_ms);
         }
     }
 
@@ -352,11 +346,21 @@ impl DeviceStatus {
         self.groups
             .iter()
             .zip(values.iter())
-            .map(|(g, v)| {
-                (
-                    g.name.clone(),
-                    v.points.clone().map_or(Value::Null, Value::Object),
-                )
+            .map(|(g, v)| (g.name.clone(), v.json(&self.def.points)))
+            .collect()
+    }
+
+    /// The points read bad, as `<group>/<point>` with their entries (`{"value": null,
+    /// "quality": "bad", ..}`), without the JSON of the good ones.
+    pub fn bad_points(&self) -> Vec<(String, Value)> {
+        let values = lock(&self.values);
+        self.groups
+            .iter()
+            .zip(values.iter())
+            .flat_map(|(g, v)| {
+                v.bad(&self.def.points)
+                    .into_iter()
+                    .map(move |(point, entry)| (format!("{}/{point}", g.name), entry))
             })
             .collect()
     }
@@ -365,13 +369,12 @@ impl DeviceStatus {
     pub fn live(&self, group: &str, name: &str) -> Option<Live> {
         let g = self.groups.iter().position(|x| x.name == group)?;
         let values = lock(&self.values);
-        let slot = values.get(g)?;
-        let entry = slot.points.as_ref()?.get(name)?.clone();
+        let kept = values.get(g)?.get(&self.def.points, name)?;
         Some(Live {
-            value: entry.get("value").cloned().unwrap_or(Value::Null),
-            good: entry.get("quality").is_some_and(|q| q == "good"),
-            ts_ms: slot.at.get(name).copied().unwrap_or(0),
-            entry,
+            value: kept.value(),
+            good: kept.good(),
+            ts_ms: kept.ts_ms,
+            detail: kept.detail(),
         })
     }
 
@@ -385,6 +388,16 @@ impl DeviceStatus {
 
     /// The `/api/status` `devices[]` entry.
     pub fn to_json(&self) -> Value {
+        let mut doc = self.summary_json();
+        if let Some(o) = doc.as_object_mut() {
+            o.insert("values".into(), Value::Object(self.values()));
+        }
+        doc
+    }
+
+    /// The `/api/status` `devices[]` entry without its `values`: what the health model reads
+    /// at each check, without the JSON of every point.
+    pub fn summary_json(&self) -> Value {
         let (p50, p99) = self.jitter();
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -426,7 +439,6 @@ impl DeviceStatus {
             "last_error_hint": error.as_ref().and_then(|n| n.hint.as_ref()),
             "last_exception": exception.as_ref().map(|n| &n.text),
             "last_exception_hint": exception.as_ref().and_then(|n| n.hint.as_ref()),
-            "values": self.values(),
         });
         if let Some(o) = doc.as_object_mut() {
             for (k, v) in lock(&self.details).iter() {
