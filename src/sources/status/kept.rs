@@ -4,6 +4,8 @@
 //! keeps about 50 bytes a point instead of about 400, and a poll replaces a good number
 //! without allocating. The JSON of `/api/status` is made when it is asked for.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
 use crate::sources::catalogue::PointDef;
@@ -92,7 +94,7 @@ pub struct GroupValues {
     /// Each slot's last entry, once read.
     slots: Vec<Option<Kept>>,
     /// Points the device sent that the config does not name in this group.
-    others: Vec<(String, Kept)>,
+    others: BTreeMap<String, Kept>,
 }
 
 impl GroupValues {
@@ -108,7 +110,7 @@ impl GroupValues {
             slots: vec![None; points.len()],
             points,
             by_name,
-            others: Vec::new(),
+            others: BTreeMap::new(),
         }
     }
 
@@ -132,10 +134,9 @@ impl GroupValues {
                         *slot = Some(kept);
                     }
                 }
-                None => match self.others.iter_mut().find(|(n, _)| n == point) {
-                    Some((_, o)) => *o = kept,
-                    None => self.others.push((point.clone(), kept)),
-                },
+                None => {
+                    self.others.insert(point.clone(), kept);
+                }
             }
         }
     }
@@ -144,10 +145,7 @@ impl GroupValues {
     pub fn get(&self, defs: &[PointDef], point: &str) -> Option<&Kept> {
         match self.slot(defs, point) {
             Some(s) => self.slots.get(s)?.as_ref(),
-            None => self
-                .others
-                .iter()
-                .find_map(|(n, k)| (n == point).then_some(k)),
+            None => self.others.get(point),
         }
     }
 
