@@ -1253,8 +1253,8 @@ fn a_database_sink_moved_to_its_server_takes_the_rows_held_in_memory_and_a_remov
 }
 
 #[test]
-fn a_volatile_push_buffer_goes_with_its_rows_to_the_moved_uplink() {
-    let old_uplink = Receiver::start_down();
+fn a_volatile_push_buffer_goes_with_its_rows_and_counters_to_the_moved_uplink() {
+    let old_uplink = Receiver::start();
     let new_uplink = Receiver::start();
     let mut config = json!({
         "connector": {
@@ -1266,6 +1266,19 @@ fn a_volatile_push_buffer_goes_with_its_rows_to_the_moved_uplink() {
     });
     let daemon = Daemon::start(config.clone());
     as_running(&daemon, &mut config);
+    // One row delivered by the old instance, two held while its uplink is down.
+    let first = daemon.ingest("first", "{\"v\": 0}");
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first = first.json()["id"].as_str().expect("id").to_string();
+    wait_until(Duration::from_secs(30), "the first row delivered", || {
+        old_uplink.has_all(std::slice::from_ref(&first))
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the first row counted sent",
+        || u64_at(&daemon.status(), "/uplink/sent_total") == 1,
+    );
+    old_uplink.down();
     let mut ids = Vec::new();
     for k in ["a", "b"] {
         let r = daemon.ingest(k, "{\"v\": 1}");
@@ -1283,7 +1296,11 @@ fn a_volatile_push_buffer_goes_with_its_rows_to_the_moved_uplink() {
     let l = assert_balanced(&ledger(&daemon, false), "after the handover");
     assert_eq!(
         l["parts"]["push_volatile"][format!("ingest/{SOURCE}")]["delivered"],
-        json!(2),
+        json!(3),
         "{l}"
     );
+    // The sink's own counters go on from the old instance's, as the ledger does.
+    wait_until(Duration::from_secs(10), "the rows counted sent", || {
+        u64_at(&daemon.status(), "/uplink/sent_total") == 3
+    });
 }

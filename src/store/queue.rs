@@ -137,6 +137,33 @@ pub struct QueueCounters {
     pub lost_at_stop_total: AtomicU64,
 }
 
+impl QueueCounters {
+    /// Adds the totals of `former` (a former instance's, handed over by a reload) to these;
+    /// the gauges (`dead_rows`, `writer_queued`) stay these.
+    pub fn add_totals(&self, former: &QueueCounters) {
+        fn totals(c: &QueueCounters) -> [&AtomicU64; 13] {
+            [
+                &c.evicted_total,
+                &c.dropped_total,
+                &c.write_errors_total,
+                &c.sent_total,
+                &c.dead_lettered_total,
+                &c.dead_trimmed_total,
+                &c.dead_replayed_total,
+                &c.dead_deleted_total,
+                &c.commits_total,
+                &c.committed_commands_total,
+                &c.sync_nanos_total,
+                &c.held_nanos_total,
+                &c.lost_at_stop_total,
+            ]
+        }
+        for (mine, theirs) in totals(self).into_iter().zip(totals(former)) {
+            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
 /// The stored `pending` counts and the tracked rows of each source, read in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingCheck {

@@ -42,6 +42,9 @@ pub struct Inner {
     appended: u64,
     /// Closed at the stop: its rows were counted lost, and it takes none any more.
     closed: bool,
+    /// Handed over by a reload: the former instance's counters and rows ever appended, which
+    /// the next one goes on from.
+    former: Option<(Arc<QueueCounters>, u64)>,
 }
 
 impl Inner {
@@ -187,27 +190,40 @@ impl VolatileBuffer {
         std::collections::BTreeMap<String, crate::ledger::Counts>,
     ) {
         let mut inner = self.lock();
-        let held = std::mem::take(&mut *inner);
+        let mut held = std::mem::take(&mut *inner);
+        held.former = Some((Arc::clone(&self.counters), self.appended_total()));
         inner.closed = true;
         self.gate.publish(0, 0);
         drop(inner);
         (held, self.book.snapshot())
     }
 
-    /// Goes on from a former instance's buffer (see [`Self::take`]), before the uplink starts.
+    /// Goes on from a former instance's buffer (see [`Self::take`]), before the uplink starts:
+    /// its rows, dead letters, part of the ledger and counters.
     pub fn adopt(
         &self,
-        held: Inner,
+        mut held: Inner,
         part: std::collections::BTreeMap<String, crate::ledger::Counts>,
     ) {
         self.book.store(part);
-        let mut inner = self.lock();
         let rows = held.rows.len() as u64;
+        match held.former.take() {
+            Some((counters, appended)) => {
+                self.counters.add_totals(&counters);
+                self.appended_total.fetch_add(appended, Ordering::Relaxed);
+            }
+            None => {
+                self.appended_total.fetch_add(rows, Ordering::Relaxed);
+            }
+        }
+        let mut inner = self.lock();
         *inner = held;
         inner.closed = false;
+        self.counters
+            .dead_rows
+            .store(inner.dead.len() as u64, Ordering::Relaxed);
         self.gate.publish(inner.used, rows);
         drop(inner);
-        self.appended_total.fetch_add(rows, Ordering::Relaxed);
         self.appended.notify_all();
     }
 
@@ -520,6 +536,45 @@ mod tests {
         assert_eq!((c.delivered, c.pending, c.imbalance()), (5, 1, 0));
         assert_eq!(counters.sent_total.load(Ordering::Relaxed), 5);
         assert_eq!(buf.gate().usage().1, 1);
+    }
+
+    #[test]
+    fn a_buffer_handed_over_goes_on_with_its_rows_dead_letters_and_counters() {
+        let counters = Arc::new(QueueCounters::default());
+        let old = VolatileBuffer::new("push", Arc::clone(&counters));
+        let tag = Tag {
+            source: "ingest/a".into(),
+            tracked: true,
+        };
+        for i in 0..4 {
+            old.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
+                .unwrap();
+        }
+        assert_eq!(confirm(&old, &old.peek(1).unwrap()), 1);
+        assert!(old.dead_letter(1, "HTTP 400: no").unwrap());
+        let (held, part) = old.take();
+        let fresh = Arc::new(QueueCounters::default());
+        let new = VolatileBuffer::new("push", Arc::clone(&fresh));
+        new.adopt(held, part);
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                l(&fresh.sent_total),
+                l(&fresh.dead_lettered_total),
+                l(&fresh.dead_rows)
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            new.appended_total(),
+            4,
+            "rows ever appended, not only the ones held"
+        );
+        new.append(encode_row(&tag, b"{\"i\":4}")).unwrap();
+        assert_eq!(confirm(&new, &new.peek(10).unwrap()), 3);
+        assert_eq!((new.appended_total(), l(&fresh.sent_total)), (5, 4));
+        let c = new.ledger().snapshot()["ingest/a"];
+        assert_eq!((c.delivered, c.pending, c.imbalance()), (4, 0, 0));
     }
 
     #[test]
