@@ -957,6 +957,14 @@ fn a_sink_is_added_replaced_and_removed_while_the_others_keep_their_connections(
     });
     assert!(!topics(&sub).contains(&"cell/c".to_string()));
     assert_eq!(sessions("it-gw-sink-line"), 1, "line connected once");
+    // The old `cell` ended its session (a DISCONNECT) before the new one connected with its
+    // client id: the broker saw no session taken over.
+    let log = std::fs::read_to_string(broker.dir().join("mosquitto.log")).unwrap_or_default();
+    assert!(
+        log.contains("Client it-gw-sink-cell disconnected."),
+        "{log}"
+    );
+    assert!(!log.contains("already connected"), "{log}");
 
     // `cell` removed: stopped; the next record goes to push and line only.
     config["sinks"].as_array_mut().expect("sinks").pop();

@@ -41,6 +41,8 @@ use crate::telemetry::events;
 
 /// How long a refused source is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How long a stop waits for the session's DISCONNECT to be written.
+const GOODBYE: Duration = Duration::from_secs(1);
 
 /// Counters of an `mqtt` sink.
 #[derive(Debug, Default)]
@@ -385,30 +387,12 @@ impl MqttSink {
                 _ = shutdown.wait() => break,
             };
             match event {
-                Ok(Event::Incoming(Incoming::ConnAck(ack))) => {
-                    failures = 0;
-                    self.stats.connected.store(true, Ordering::Relaxed);
-                    self.acks().connected(ack.session_present);
-                    log::info!(
-                        "mqtt sink connected: sink={} session_present={}",
-                        self.name,
-                        ack.session_present
-                    );
-                }
-                Ok(Event::Incoming(Incoming::PubAck(ack))) => {
-                    if self.acks().acked(ack.pkid) {
-                        self.stats.acked.fetch_add(1, Ordering::Relaxed);
+                Ok(event) => {
+                    if matches!(event, Event::Incoming(Incoming::ConnAck(_))) {
+                        failures = 0;
                     }
+                    self.on_event(event);
                 }
-                Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                    self.stats.sent.fetch_add(1, Ordering::Relaxed);
-                    if pkid == 0 {
-                        self.stats.unconfirmed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    self.acks().written(pkid);
-                }
-                Ok(Event::Outgoing(Outgoing::AwaitAck(pkid))) => self.acks().held_back(pkid),
-                Ok(_) => {}
                 Err(e) => {
                     failures += 1;
                     self.stats.connected.store(false, Ordering::Relaxed);
@@ -429,6 +413,9 @@ impl MqttSink {
                 }
             }
         }
+        if self.stats.connected.load(Ordering::Relaxed) {
+            self.goodbye(&mut eventloop).await;
+        }
         self.stats.connected.store(false, Ordering::Relaxed);
         let depth = self.queue_depth();
         if depth > 0 {
@@ -438,6 +425,59 @@ impl MqttSink {
             );
         }
         self.acks().fail_all("the mqtt sink stopped");
+    }
+
+    /// What an event of the client's event loop changes: the connection, and which records
+    /// the broker confirmed.
+    fn on_event(&self, event: Event) {
+        match event {
+            Event::Incoming(Incoming::ConnAck(ack)) => {
+                self.stats.connected.store(true, Ordering::Relaxed);
+                self.acks().connected(ack.session_present);
+                log::info!(
+                    "mqtt sink connected: sink={} session_present={}",
+                    self.name,
+                    ack.session_present
+                );
+            }
+            Event::Incoming(Incoming::PubAck(ack)) if self.acks().acked(ack.pkid) => {
+                self.stats.acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::Outgoing(Outgoing::Publish(pkid)) => {
+                self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                if pkid == 0 {
+                    self.stats.unconfirmed.fetch_add(1, Ordering::Relaxed);
+                }
+                self.acks().written(pkid);
+            }
+            Event::Outgoing(Outgoing::AwaitAck(pkid)) => self.acks().held_back(pkid),
+            _ => {}
+        }
+    }
+
+    /// Ends the session with a DISCONNECT at a stop, so that the broker has closed it before
+    /// a new instance (a reload's) connects with the same client id: without it, the broker
+    /// would see the new session take over one it still held. At most [`GOODBYE`].
+    async fn goodbye(&self, eventloop: &mut EventLoop) {
+        if self.client.try_disconnect().is_err() {
+            return;
+        }
+        let sent = async {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => return,
+                    // Publishes still queued go out first; their confirmations count.
+                    Ok(event) => self.on_event(event),
+                }
+            }
+        };
+        if tokio::time::timeout(GOODBYE, sent).await.is_err() {
+            log::warn!(
+                "mqtt sink stopped without its DISCONNECT within {} ms: sink={}",
+                GOODBYE.as_millis(),
+                self.name
+            );
+        }
     }
 }
 
