@@ -1,7 +1,8 @@
 //! What a device shows, whatever its protocol: connection state, counters, start jitter, the
 //! last error and refusal with what they mean, and its points' live values (the
-//! [`crate::sources::catalogue`]; kept small by `kept`). Written by the device's task on the pollers' thread, read
-//! by `/api/status`, `/metrics` ([`metrics`]), Sparkplug and the status page.
+//! [`crate::sources::catalogue`]; kept small by `kept`). Written by the device's task on the
+//! pollers' thread, read by `/api/status`, `/metrics` ([`metrics`]), Sparkplug and the status
+//! page.
 //!
 //! Counters are atomics; the rest sits behind short-held mutexes, never held across an
 //! `.await`. A counter a protocol has no use for stays 0.
