@@ -330,9 +330,11 @@ impl Sink {
     }
 
     /// True when it keeps nothing of its own between two instances (no queue file, no
-    /// backlog, no history): a reload starts the new instance before the old one stops.
+    /// backlog, no history): a reload starts the new instance before the old one stops. Not
+    /// an `mqtt` sink: its session on the broker is its own, under its client id, and two
+    /// instances holding it at once would take it from each other.
     pub fn is_stateless(&self) -> bool {
-        self.queue.is_none() && matches!(self.kind, Kind::Nats(_) | Kind::Mqtt(_))
+        self.queue.is_none() && matches!(self.kind, Kind::Nats(_))
     }
 
     /// True when what it holds (its rows, its part of the ledger) is in files of its own: a
