@@ -498,6 +498,21 @@ mod tests {
     use crate::sinks::queue::Drain;
     use crate::store::queue::Tag;
 
+    /// An empty buffer of the sink `push`, with its counters.
+    fn buffer() -> (Arc<QueueCounters>, VolatileBuffer) {
+        let counters = Arc::new(QueueCounters::default());
+        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
+        (counters, buf)
+    }
+
+    /// The tag of a tracked row of source `ingest/a`.
+    fn tracked() -> Tag {
+        Tag {
+            source: "ingest/a".into(),
+            tracked: true,
+        }
+    }
+
     /// What the deliverer does once the receiver confirmed `batch`.
     fn confirm(buf: &VolatileBuffer, batch: &[Row]) -> u64 {
         let seqs: Vec<u64> = batch.iter().map(|r| r.seq).collect();
@@ -507,12 +522,8 @@ mod tests {
     #[test]
     fn a_dead_letter_replayed_inside_the_seqs_of_a_batch_in_flight_is_kept_when_the_batch_is_confirmed(
     ) {
-        let counters = Arc::new(QueueCounters::default());
-        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
-        let tag = Tag {
-            source: "ingest/a".into(),
-            tracked: true,
-        };
+        let (counters, buf) = buffer();
+        let tag = tracked();
         for i in 0..6 {
             buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
                 .unwrap();
@@ -540,12 +551,8 @@ mod tests {
 
     #[test]
     fn a_buffer_handed_over_goes_on_with_its_rows_dead_letters_and_counters() {
-        let counters = Arc::new(QueueCounters::default());
-        let old = VolatileBuffer::new("push", Arc::clone(&counters));
-        let tag = Tag {
-            source: "ingest/a".into(),
-            tracked: true,
-        };
+        let (_, old) = buffer();
+        let tag = tracked();
         for i in 0..4 {
             old.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
                 .unwrap();
@@ -553,8 +560,7 @@ mod tests {
         assert_eq!(confirm(&old, &old.peek(1).unwrap()), 1);
         assert!(old.dead_letter(1, "HTTP 400: no").unwrap());
         let (held, part) = old.take();
-        let fresh = Arc::new(QueueCounters::default());
-        let new = VolatileBuffer::new("push", Arc::clone(&fresh));
+        let (fresh, new) = buffer();
         new.adopt(held, part);
         let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         assert_eq!(
@@ -579,13 +585,9 @@ mod tests {
 
     #[test]
     fn volatile_buffer_evicts_oldest_at_sixteen_mib_and_counts_it() {
-        let counters = Arc::new(QueueCounters::default());
-        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
+        let (counters, buf) = buffer();
         let line = vec![b'x'; 1 << 20];
-        let tag = Tag {
-            source: "ingest/a".into(),
-            tracked: true,
-        };
+        let tag = tracked();
         for _ in 0..20 {
             buf.append(encode_row(&tag, &line)).unwrap();
         }
@@ -603,12 +605,8 @@ mod tests {
     #[test]
     fn volatile_dead_letters_are_replayed_to_the_head_in_seq_order_or_deleted_and_the_ledger_balances(
     ) {
-        let counters = Arc::new(QueueCounters::default());
-        let buf = VolatileBuffer::new("push", Arc::clone(&counters));
-        let tag = Tag {
-            source: "ingest/a".into(),
-            tracked: true,
-        };
+        let (counters, buf) = buffer();
+        let tag = tracked();
         for i in 0..5 {
             buf.append(encode_row(&tag, format!("{{\"i\":{i}}}").as_bytes()))
                 .unwrap();
