@@ -305,6 +305,104 @@ fn a_scada_client_browses_reads_subscribes_and_writes_through_the_commands_path(
     assert_eq!(written, 1, "{status:#}");
 }
 
+/// `node`'s references as `(type, forward, node id, type definition)`, sorted.
+fn references(
+    c: &OpcuaClient,
+    node: &str,
+    per_answer: u32,
+) -> (Vec<(String, bool, String, Value)>, u64) {
+    let (refs, answers) = c.references(node, per_answer);
+    let mut out: Vec<_> = refs
+        .iter()
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap_or_default().to_owned(),
+                r["forward"] == json!(true),
+                r["node_id"].as_str().unwrap_or_default().to_owned(),
+                r["type_definition"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.0, a.1, &a.2).cmp(&(&b.0, b.1, &b.2)));
+    (out, answers)
+}
+
+#[test]
+fn a_group_a_point_and_its_property_are_browsed_both_ways_in_as_many_answers_as_the_client_asks() {
+    let device = ModbusTcp::start();
+    let port = free_port();
+    let _d = Daemon::start(config(device.port(), port, both()));
+    let c = client(port, VIEWER);
+    let r = |kind: &str, forward: bool, node: &str, def: Value| {
+        (kind.to_owned(), forward, node.to_owned(), def)
+    };
+    let (analog, plain, property, folder) =
+        (json!("i=2368"), json!("i=63"), json!("i=68"), json!("i=61"));
+
+    // The group: its four points (each with its type), its type, its device. Asked two at a
+    // time, they come in four answers.
+    let (group, answers) = references(&c, "ns=2;s=press-1/main", 2);
+    assert_eq!(
+        group,
+        [
+            r(
+                "HasComponent",
+                true,
+                "ns=2;s=press-1.f32_big",
+                analog.clone()
+            ),
+            r("HasComponent", true, "ns=2;s=press-1.free", analog.clone()),
+            r("HasComponent", true, "ns=2;s=press-1.speed", analog.clone()),
+            r("HasComponent", true, "ns=2;s=press-1.tenths", plain.clone()),
+            r("HasTypeDefinition", true, "i=61", Value::Null),
+            r("Organizes", false, "ns=2;s=press-1", folder.clone()),
+        ],
+        "{group:#?}"
+    );
+    assert_eq!(answers, 3, "six references, two an answer");
+
+    // A point: its type, its unit, its group; all in one answer.
+    let (speed, answers) = references(&c, "ns=2;s=press-1.speed", 0);
+    assert_eq!(
+        speed,
+        [
+            r("HasComponent", false, "ns=2;s=press-1/main", folder.clone()),
+            r(
+                "HasProperty",
+                true,
+                "ns=2;s=press-1.speed#EngineeringUnits",
+                property.clone()
+            ),
+            r("HasTypeDefinition", true, "i=2368", Value::Null),
+        ],
+        "{speed:#?}"
+    );
+    assert_eq!(answers, 1);
+    let (tenths, _) = references(&c, "ns=2;s=press-1.tenths", 0);
+    assert_eq!(
+        tenths,
+        [
+            r("HasComponent", false, "ns=2;s=press-1/main", folder.clone()),
+            r("HasTypeDefinition", true, "i=63", Value::Null),
+        ],
+        "a point without unit or range: {tenths:#?}"
+    );
+
+    // A property: its type and its point.
+    let (range, _) = references(&c, "ns=2;s=press-1.free#EURange", 1);
+    assert_eq!(
+        range,
+        [
+            r("HasProperty", false, "ns=2;s=press-1.free", analog),
+            r("HasTypeDefinition", true, "i=68", Value::Null),
+        ],
+        "{range:#?}"
+    );
+    // A point has only the properties it was given.
+    let (none, _) = references(&c, "ns=2;s=press-1.tenths#EURange", 0);
+    assert!(none.is_empty(), "{none:#?}");
+}
+
 #[test]
 fn a_point_added_by_a_reload_is_served_once_the_server_started_again() {
     let device = ModbusTcp::start();

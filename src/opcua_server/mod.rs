@@ -10,6 +10,8 @@
 //!   (folders, the `Server` object, the types the points refer to).
 //! - `users`: who may log in (Argon2id hashes), and what each may do.
 //! - [`status`]: its figures for `/api/status`.
+//! - `browse`: the node manager the stack is given: `points` in the stack's in-memory
+//!   manager, with Browse and TranslateBrowsePaths over the kept and the made references.
 //! - `points`: the server's one node manager: the devices' points (reads, monitored items,
 //!   writes as commands), the standard nodes' requests handed to `base`.
 //! - `sessions`: the open sessions the status page lists, with their users and client
@@ -22,6 +24,8 @@
 
 #[cfg(feature = "opcua-server")]
 pub mod base;
+#[cfg(feature = "opcua-server")]
+pub mod browse;
 pub mod config;
 #[cfg(feature = "opcua-server")]
 pub mod points;

@@ -28,6 +28,7 @@ use super::sessions::Sessions;
 use super::space::{self, Space};
 use super::Stats;
 use crate::commands::{Origin, PointResult, Request};
+use crate::sources::catalogue::Listed;
 
 /// Builds [`Points`] once the server knows its namespace's index.
 pub struct PointsBuilder {
@@ -91,6 +92,11 @@ pub struct Points {
 }
 
 impl Points {
+    /// The catalogue's devices now.
+    pub fn devices(&self) -> Arc<Listed> {
+        self.parts.catalogue.devices()
+    }
+
     /// Where its figures go (set once the server is built).
     pub fn set_stats(&self, stats: Arc<Stats>) {
         let _ = self.stats.set(stats);

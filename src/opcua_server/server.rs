@@ -1,6 +1,6 @@
 //! The server: `async-opcua`'s, with the address space of [`super::space`] in our own node
 //! manager ([`super::points`]: reads from the address space, writes through the commands
-//! path), our own user check ([`super::users`]), and a task that keeps the values current.
+//! path; browsed by [`super::browse`]), our own user check ([`super::users`]), and a task that keeps the values current.
 //!
 //! - **Values.** At each poll of a device and change of its connection state (the catalogue
 //!   wakes the task), and at least every [`REFRESH`], the task looks at each device: when it
@@ -29,9 +29,10 @@ use opcua::types::{
     UAString, Variant,
 };
 use serde_json::json;
-use ua_server::node_manager::memory::{InMemoryNodeManager, InMemoryNodeManagerBuilder};
+use ua_server::node_manager::memory::InMemoryNodeManager;
 use ua_server::{ServerBuilder, ServerEndpoint};
 
+use super::browse::{Browsed, BrowsedBuilder};
 use super::config::{Mode, OpcuaServerConfig, Policy};
 use super::points::{Points, PointsBuilder};
 use super::space::{self, Gateway};
@@ -96,7 +97,7 @@ pub fn start(
         // The session and subscription counts /api/status shows.
         .diagnostics_enabled(true)
         .with_authenticator(users)
-        .with_node_manager(InMemoryNodeManagerBuilder::new(PointsBuilder {
+        .with_node_manager(BrowsedBuilder(PointsBuilder {
             namespace: config.namespace_uri.clone(),
             parts: parts.clone(),
             monitored_items: config.limits.monitored_items as u64,
@@ -137,8 +138,10 @@ pub fn start(
         .ok_or("the devices' namespace was not registered")?;
     let manager = handle
         .node_managers()
-        .get_of_type::<InMemoryNodeManager<Points>>()
-        .ok_or("the node manager is missing")?;
+        .get_of_type::<Browsed>()
+        .ok_or("the node manager is missing")?
+        .inner()
+        .clone();
     if let Ok(mut e) = stats.endpoints.lock() {
         *e = endpoints;
     }

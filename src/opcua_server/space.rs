@@ -5,6 +5,10 @@
 //!   folder `s=<device>/<group>`): made of names only, so they stay the same across restarts
 //!   and config changes that do not rename the point. The connector's own nodes are under
 //!   `s=@connector`, a name no device can have.
+//! - **References** of the points are not kept in the address space, where each would take
+//!   two hash sets (some 1.2 KB a point): [`Space::made`] makes a group's, a point's and its
+//!   properties' references from the catalogue when a browse or a browse path asks
+//!   ([`super::browse`]). The folders and the connector's own nodes keep theirs.
 //! - **Variables** carry the point's data type (a point with a `scale` other than 1 is a
 //!   Double; a point whose type the device decides, an OPC-UA node without `data_type`, is
 //!   BaseDataType), `EngineeringUnits` from its `unit`, `EURange` from `min` and `max` when
@@ -18,10 +22,12 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use opcua::types::{
-    DataTypeId, DataValue, DateTime, EUInformation, ExtensionObject, LocalizedText, NodeId,
-    ObjectId, QualifiedName, Range, StatusCode, SubStatusCode, VariableTypeId, Variant,
+    DataTypeId, DataValue, DateTime, EUInformation, ExtensionObject, Identifier, LocalizedText,
+    NodeId, ObjectId, QualifiedName, Range, ReferenceTypeId, StatusCode, SubStatusCode,
+    VariableTypeId, Variant,
 };
 use serde_json::Value;
 use ua_server::address_space::{AccessLevel, AddressSpace, VariableBuilder};
@@ -59,12 +65,16 @@ pub struct Served {
 /// The served points and the connector's nodes.
 #[derive(Debug, Default)]
 pub struct Space {
+    /// The devices' namespace.
+    pub ns: u16,
     /// Every point, devices in catalogue order.
     pub points: Vec<Served>,
     /// The index in `points` of each point's node.
     pub by_node: HashMap<NodeId, usize>,
     /// The indices in `points` of each device's points, in catalogue order.
     pub by_device: Vec<std::ops::Range<usize>>,
+    /// Each group folder's device, by its index in the catalogue.
+    pub groups: HashMap<NodeId, usize>,
     /// Each device's state node, in catalogue order.
     pub device_states: Vec<NodeId>,
     /// The connector's health node.
@@ -111,20 +121,23 @@ pub fn build(
     gateway: &Gateway,
 ) -> Space {
     let objects: NodeId = ObjectId::ObjectsFolder.into();
-    let mut out = Space::default();
+    let mut out = Space {
+        ns,
+        ..Space::default()
+    };
     for (d, device) in catalogue.devices().iter().enumerate() {
         let def = &device.def;
         let folder = NodeId::new(ns, def.name.clone());
         add_folder(space, &folder, &def.name, &objects);
         for group in &def.groups {
-            let g = NodeId::new(ns, format!("{}/{}", def.name, group.name));
+            let g = group_id(ns, &def.name, &group.name);
             add_folder(space, &g, &group.name, &folder);
+            out.groups.insert(g, d);
         }
         let first = out.points.len();
         for (p, point) in def.points.iter().enumerate() {
-            let group = NodeId::new(ns, format!("{}/{}", def.name, point.group));
             let node = point_id(ns, &def.name, &point.name);
-            add_point(space, ns, &node, point, &group);
+            add_point(space, ns, &node, point);
             out.by_node.insert(node.clone(), out.points.len());
             out.points.push(Served {
                 device: d,
@@ -236,18 +249,12 @@ fn read_only(
         .insert(space);
 }
 
-/// One point's variable with its properties, under `group`.
-fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, group: &NodeId) {
+/// One point's variable with its properties, without their references ([`Space::made`]).
+fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef) {
     let access = if p.writable {
         AccessLevel::CURRENT_READ | AccessLevel::CURRENT_WRITE
     } else {
         AccessLevel::CURRENT_READ
-    };
-    let analog = p.unit.is_some() || (p.min.is_some() && p.max.is_some());
-    let type_definition = if analog {
-        VariableTypeId::AnalogItemType
-    } else {
-        VariableTypeId::BaseDataVariableType
     };
     VariableBuilder::new(
         node,
@@ -259,18 +266,13 @@ fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, gro
     .access_level(access)
     .user_access_level(access)
     .minimum_sampling_interval(0.0)
-    .has_type_definition(type_definition)
-    .component_of(group.clone())
     .insert(space);
     let property = |space: &mut AddressSpace, name: &str, data_type: DataTypeId, value: Variant| {
-        let id = NodeId::new(ns, format!("{}#{name}", node_text(node)));
-        VariableBuilder::new(&id, QualifiedName::new(0, name), name)
+        VariableBuilder::new(&property_id(node, name), QualifiedName::new(0, name), name)
             .data_type(data_type)
             .value(value)
             .access_level(AccessLevel::CURRENT_READ)
             .user_access_level(AccessLevel::CURRENT_READ)
-            .has_type_definition(VariableTypeId::PropertyType)
-            .property_of(node.clone())
             .insert(space);
     };
     if let Some(unit) = &p.unit {
@@ -283,7 +285,7 @@ fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, gro
         };
         property(
             space,
-            "EngineeringUnits",
+            ENGINEERING_UNITS,
             DataTypeId::EUInformation,
             Variant::from(ExtensionObject::from_message(eu)),
         );
@@ -291,19 +293,153 @@ fn add_point(space: &mut AddressSpace, ns: u16, node: &NodeId, p: &PointDef, gro
     if let (Some(low), Some(high)) = (p.min, p.max) {
         property(
             space,
-            "EURange",
+            EU_RANGE,
             DataTypeId::Range,
             Variant::from(ExtensionObject::from_message(Range { low, high })),
         );
     }
 }
 
+/// The browse names of a point's properties.
+const ENGINEERING_UNITS: &str = "EngineeringUnits";
+const EU_RANGE: &str = "EURange";
+
+/// The node id of group `group` of device `device`.
+fn group_id(ns: u16, device: &str, group: &str) -> NodeId {
+    NodeId::new(ns, format!("{device}/{group}"))
+}
+
+/// The node id of property `name` of point `node`: `<device>.<point>#<name>`.
+fn property_id(node: &NodeId, name: &str) -> NodeId {
+    NodeId::new(
+        node.namespace,
+        format!("{}#{name}", text(node).unwrap_or_default()),
+    )
+}
+
 /// The text of a string node id.
-fn node_text(node: &NodeId) -> String {
-    node.identifier
-        .to_string()
-        .trim_start_matches("s=")
-        .to_string()
+fn text(node: &NodeId) -> Option<&str> {
+    match &node.identifier {
+        Identifier::String(s) => s.value().as_deref(),
+        _ => None,
+    }
+}
+
+/// A reference that [`Space::made`] makes rather than the address space keeping it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Made {
+    /// Its type.
+    pub kind: ReferenceTypeId,
+    /// True from the node asked about to `target`, false from `target` to it.
+    pub forward: bool,
+    /// The node at its other end.
+    pub target: NodeId,
+}
+
+impl Made {
+    fn new(kind: ReferenceTypeId, forward: bool, target: NodeId) -> Self {
+        Made {
+            kind,
+            forward,
+            target,
+        }
+    }
+}
+
+/// The properties point `p` has, by browse name.
+fn properties(p: &PointDef) -> impl Iterator<Item = &'static str> {
+    let range = p.min.is_some() && p.max.is_some();
+    [(p.unit.is_some(), ENGINEERING_UNITS), (range, EU_RANGE)]
+        .into_iter()
+        .filter_map(|(has, name)| has.then_some(name))
+}
+
+impl Space {
+    /// The device and the definition of the point whose variable is `node`.
+    fn point<'a>(
+        &self,
+        devices: &'a [Arc<DeviceStatus>],
+        node: &NodeId,
+    ) -> Option<(&'a str, &'a PointDef)> {
+        let s = self.points.get(*self.by_node.get(node)?)?;
+        let def = &devices.get(s.device)?.def;
+        Some((def.name.as_str(), def.points.get(s.point)?))
+    }
+
+    /// The point that owns property `node` (`<device>.<point>#<name>`), if it has that
+    /// property: its variable's node id.
+    fn property(&self, devices: &[Arc<DeviceStatus>], node: &NodeId) -> Option<NodeId> {
+        let (point, name) = text(node)?.rsplit_once('#')?;
+        let owner = NodeId::new(self.ns, point);
+        let (_, p) = self.point(devices, &owner)?;
+        properties(p).any(|n| n == name).then_some(owner)
+    }
+
+    /// The references of `node` that the address space does not keep, made from the
+    /// catalogue's `devices`: a group's to its points (`HasComponent`), a point's to its type, its group
+    /// and its properties, a property's to its type and its point. `None` for a node whose
+    /// references are all kept (a group's others are: its type and its device).
+    pub fn made(&self, devices: &[Arc<DeviceStatus>], node: &NodeId) -> Option<Vec<Made>> {
+        if node.namespace != self.ns {
+            return None;
+        }
+        if let Some(&d) = self.groups.get(node) {
+            let def = &devices.get(d)?.def;
+            let group = text(node)?.strip_prefix(def.name.as_str())?.get(1..)?;
+            let range = self.by_device.get(d).cloned().unwrap_or_default();
+            let points = self.points.get(range).unwrap_or_default();
+            return Some(
+                points
+                    .iter()
+                    .filter(|s| def.points.get(s.point).is_some_and(|p| p.group == group))
+                    .map(|s| Made::new(ReferenceTypeId::HasComponent, true, s.node.clone()))
+                    .collect(),
+            );
+        }
+        if let Some((device, p)) = self.point(devices, node) {
+            let group = group_id(self.ns, device, &p.group);
+            let mut out = vec![
+                Made::new(ReferenceTypeId::HasTypeDefinition, true, variable_type(p)),
+                Made::new(ReferenceTypeId::HasComponent, false, group),
+            ];
+            out.extend(properties(p).map(|name| {
+                Made::new(ReferenceTypeId::HasProperty, true, property_id(node, name))
+            }));
+            return Some(out);
+        }
+        let owner = self.property(devices, node)?;
+        Some(vec![
+            Made::new(
+                ReferenceTypeId::HasTypeDefinition,
+                true,
+                VariableTypeId::PropertyType.into(),
+            ),
+            Made::new(ReferenceTypeId::HasProperty, false, owner),
+        ])
+    }
+
+    /// The type definition of a point's variable or property; `None` for any other node.
+    pub fn type_definition(&self, devices: &[Arc<DeviceStatus>], node: &NodeId) -> Option<NodeId> {
+        if node.namespace != self.ns {
+            return None;
+        }
+        if let Some((_, p)) = self.point(devices, node) {
+            return Some(variable_type(p));
+        }
+        self.property(devices, node)
+            .map(|_| VariableTypeId::PropertyType.into())
+    }
+}
+
+/// The type definition of point `p`'s variable: `AnalogItemType` when it has a unit or a
+/// range, else `BaseDataVariableType`.
+fn variable_type(p: &PointDef) -> NodeId {
+    let analog = p.unit.is_some() || (p.min.is_some() && p.max.is_some());
+    if analog {
+        VariableTypeId::AnalogItemType.into()
+    } else {
+        VariableTypeId::BaseDataVariableType.into()
+    }
 }
 
 /// The OPC-UA data type of point `p`.
@@ -536,6 +672,108 @@ mod tests {
             down.value,
             Some(Variant::UInt16(7)),
             "the last value is kept"
+        );
+    }
+
+    #[test]
+    fn the_points_references_are_made_from_the_catalogue_and_not_kept() {
+        use crate::sources::catalogue::{DeviceDef, GroupDef};
+        use std::time::Duration;
+        use ua_server::address_space::DefaultTypeTree;
+        use ReferenceTypeId::{HasComponent, HasProperty, HasTypeDefinition};
+        let mut a = point(Some(DataKind::F32), None);
+        (a.name, a.unit) = ("a".into(), Some("°C".into()));
+        let mut b = point(Some(DataKind::U16), None);
+        (b.name, b.group, b.min, b.max) = ("b".into(), "slow".into(), Some(0.0), Some(9.0));
+        let mut c = point(Some(DataKind::U16), None);
+        c.name = "c".into();
+        let catalogue = Catalogue::new(vec![Arc::new(DeviceStatus::new(DeviceDef {
+            name: "d".into(),
+            source: "modbus/d".into(),
+            protocol: "modbus_tcp",
+            address: "h:502".into(),
+            template: None,
+            groups: vec![
+                GroupDef::new("main", Duration::from_secs(1)),
+                GroupDef::new("slow", Duration::from_secs(10)),
+            ],
+            points: vec![a, b, c],
+            details: Vec::new(),
+        }))]);
+        let mut address_space = AddressSpace::new();
+        address_space.add_namespace("urn:test", 2);
+        let space = build(&mut address_space, 2, &catalogue, "1", &Gateway::default());
+        let devices = catalogue.devices();
+        let id = |s: &str| NodeId::new(2, s);
+        let made = |s: &str| space.made(&devices, &id(s));
+        let m = |kind, forward, target: NodeId| Made::new(kind, forward, target);
+
+        assert_eq!(
+            made("d/main"),
+            Some(vec![
+                m(HasComponent, true, id("d.a")),
+                m(HasComponent, true, id("d.c"))
+            ])
+        );
+        assert_eq!(
+            made("d.a"),
+            Some(vec![
+                m(
+                    HasTypeDefinition,
+                    true,
+                    VariableTypeId::AnalogItemType.into()
+                ),
+                m(HasComponent, false, id("d/main")),
+                m(HasProperty, true, id("d.a#EngineeringUnits")),
+            ])
+        );
+        assert_eq!(
+            made("d.c"),
+            Some(vec![
+                m(
+                    HasTypeDefinition,
+                    true,
+                    VariableTypeId::BaseDataVariableType.into()
+                ),
+                m(HasComponent, false, id("d/main")),
+            ])
+        );
+        assert_eq!(
+            made("d.b#EURange"),
+            Some(vec![
+                m(HasTypeDefinition, true, VariableTypeId::PropertyType.into()),
+                m(HasProperty, false, id("d.b")),
+            ])
+        );
+        assert_eq!(
+            space.type_definition(&devices, &id("d.b#EURange")),
+            Some(VariableTypeId::PropertyType.into())
+        );
+        // Not a property the point has, a folder, an unknown node, another namespace.
+        for none in ["d.c#EURange", "d", "d.x", "@connector.version"] {
+            assert_eq!(made(none), None, "{none}");
+            assert_eq!(space.type_definition(&devices, &id(none)), None, "{none}");
+        }
+        assert_eq!(space.made(&devices, &NodeId::new(0, "d.a")), None);
+
+        // The address space holds the nodes but none of their references; a folder keeps
+        // its own.
+        let tree = DefaultTypeTree::new();
+        let kept = |node: &NodeId| {
+            let both = opcua::types::BrowseDirection::Both;
+            let none = None::<(NodeId, bool)>;
+            address_space
+                .find_references(node, none, &tree, both)
+                .count()
+        };
+        for node in ["d.a", "d.b", "d.a#EngineeringUnits", "d.b#EURange"] {
+            assert!(address_space.find_node(&id(node)).is_some(), "{node}");
+            assert_eq!(kept(&id(node)), 0, "{node}");
+        }
+        assert_eq!(
+            kept(&id("d/main")),
+            2,
+            "a folder keeps its type and its device"
         );
     }
 

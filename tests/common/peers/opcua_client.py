@@ -20,6 +20,13 @@ Ops:
                              ("children" is [] unless recursive; recursion does not descend
                              into namespace 0 nodes below the start, e.g. Objects/Server,
                              unless "ns0": true; at most 10 levels and 5000 nodes)
+    references  node,        every reference of node, both directions, in one Browse and as
+                per_answer?  many BrowseNext as its continuation points need, asking for at
+                             most per_answer references an answer (default 0: the server's
+                             bound): {"references": [{"type","forward","node_id",
+                             "browse_name","node_class","type_definition"}], "answers": N}
+                             (type: the reference type's BrowseName; type_definition: a node
+                             id, or null)
     read        nodes        {"results": [{"node","value","data_type","status","source_ts"}]}
                              (data_type: the value's built-in type, e.g. Double; null for no
                              value; source_ts: RFC 3339 or null)
@@ -274,6 +281,43 @@ class Peer:
 
         return {"nodes": await children(start, 1)}
 
+    async def references(self, req):
+        desc = ua.BrowseDescription()
+        desc.NodeId = self.node(req["node"]).nodeid
+        desc.BrowseDirection = ua.BrowseDirection.Both
+        desc.ReferenceTypeId = ua.NodeId(ua.ObjectIds.References)
+        desc.IncludeSubtypes = True
+        desc.NodeClassMask = 0
+        desc.ResultMask = ua.BrowseResultMask.All
+        params = ua.BrowseParameters()
+        params.View.Timestamp = ua.get_win_epoch()
+        params.NodesToBrowse.append(desc)
+        params.RequestedMaxReferencesPerNode = int(req.get("per_answer", 0))
+        results = await self.client.uaclient.browse(params)
+        refs = list(results[0].References or [])
+        answers = 1
+        while results and results[0].ContinuationPoint:
+            more = ua.BrowseNextParameters()
+            more.ContinuationPoints = [results[0].ContinuationPoint]
+            more.ReleaseContinuationPoints = False
+            results = await self.client.uaclient.browse_next(more)
+            answers += 1
+            if results:
+                refs.extend(results[0].References or [])
+        out = []
+        for r in refs:
+            out.append({
+                "type": await self.name_of(r.ReferenceTypeId),
+                "forward": bool(r.IsForward),
+                "node_id": r.NodeId.to_string(),
+                "browse_name": r.BrowseName.Name,
+                "node_class": r.NodeClass.name,
+                "type_definition": (
+                    None if r.TypeDefinition.is_null() else r.TypeDefinition.to_string()
+                ),
+            })
+        return {"references": out, "answers": answers}
+
     async def read(self, req):
         nodes = req.get("nodes") or []
         if self.client is None:
@@ -288,6 +332,13 @@ class Peer:
         results = await self.client.uaclient.read(params)
         return {"results": [data_value(n, dv) for n, dv in zip(nodes, results)]}
 
+    async def name_of(self, node_id):
+        """A node's BrowseName, else its id (a node the server does not expose)."""
+        try:
+            return (await self.client.get_node(node_id).read_browse_name()).Name
+        except Exception:
+            return node_id.to_string()
+
     async def type_name(self, type_id):
         """A DataType NodeId as a name: the built-in type's, else the type node's BrowseName."""
         if type_id.NamespaceIndex == 0 and isinstance(type_id.Identifier, int):
@@ -295,10 +346,7 @@ class Peer:
                 return ua.VariantType(type_id.Identifier).name
             except ValueError:
                 pass
-        try:
-            return (await self.client.get_node(type_id).read_browse_name()).Name
-        except Exception:  # a type the server does not expose: its id says enough
-            return type_id.to_string()
+        return await self.name_of(type_id)
 
     async def read_attrs(self, req):
         node = self.node(req["node"])
@@ -450,6 +498,7 @@ async def main():
     ops = {
         "connect": peer.connect,
         "browse": peer.browse,
+        "references": peer.references,
         "read": peer.read,
         "read_attrs": peer.read_attrs,
         "subscribe": peer.subscribe,

@@ -315,6 +315,17 @@ impl OpcuaClient {
         answer["nodes"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Every reference of `node` in both directions, each `{"type","forward","node_id",
+    /// "browse_name","node_class","type_definition"}` (`type` the reference type's browse
+    /// name), asking for at most `per_answer` references an answer (0: the server's bound),
+    /// and how many answers (Browse and BrowseNext) they took. Panics on an error.
+    pub fn references(&self, node: &str, per_answer: u32) -> (Vec<Value>, u64) {
+        let answer =
+            self.request_ok(json!({"op": "references", "node": node, "per_answer": per_answer}));
+        let refs = answer["references"].as_array().cloned().unwrap_or_default();
+        (refs, answer["answers"].as_u64().unwrap_or(0))
+    }
+
     /// Reads the values of `nodes` in one Read request: per node, in order, `{"node",
     /// "value","data_type","status","source_ts"}` (`data_type` the value's built-in type,
     /// `status` a StatusCode name: a bad node is a result, not an error). Panics when the
