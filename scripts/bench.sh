@@ -64,8 +64,10 @@
 #            same variables (the stack's ceiling), poll -> notification
 #            p50/p99, ingest records/s
 #            from 64 clients with the server and without it
-#            (benches/opcua_server.rs); installs asyncua and node-opcua as
-#            scripts/test.sh pins them when missing
+#            (benches/opcua_server.rs); the daemon is this machine's musl
+#            artifact with the server (scripts/build-release.sh), unless
+#            OPEX_CONNECTOR_BIN names another; installs asyncua and
+#            node-opcua as scripts/test.sh pins them when missing
 #   reload   50 reloads (POST /api/config: the flows, a schedule, an ingest
 #            source's token, a second device's points, a sink added and
 #            removed) under 16 ingest clients while one device of the
@@ -92,7 +94,8 @@
 # BENCH_SECS default 20), BENCH_RELOADS (reload: default 50),
 # OPEX_CONNECTOR_BIN (the daemon the benches run, e.g. a release artifact of
 # scripts/build-release.sh for this machine; default: the release build made
-# here first; instructions always counts its own build).
+# here first, and for opcua-server this machine's musl artifact with the server;
+# instructions always counts its own build).
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -133,6 +136,25 @@ release_daemon() {
     mkdir -p "$target_dir/bench-bin"
     cp -f "$target_dir/release/opex-connector" "$target_dir/bench-bin/opex-connector"
     export OPEX_CONNECTOR_BIN="$target_dir/bench-bin/opex-connector"
+}
+
+# Builds this machine's musl release artifact with the northbound OPC-UA server
+# (scripts/build-release.sh: musl's allocator, as the boards' musl builds have, and
+# the build the server's size limit is measured on) and exports OPEX_CONNECTOR_BIN
+# to it. A daemon the caller names in OPEX_CONNECTOR_BIN is measured instead (the
+# glibc release build: OPEX_CONNECTOR_BIN=target/release/opex-connector).
+musl_server_daemon() {
+    local target version
+    if [[ -n "${OPEX_CONNECTOR_BIN:-}" ]]; then
+        release_daemon
+        return
+    fi
+    target="$(uname -m)-unknown-linux-musl"
+    version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+    echo "==> scripts/build-release.sh --with-opcua-server $target"
+    scripts/build-release.sh --with-opcua-server "$target"
+    export OPEX_CONNECTOR_BIN="$repo/dist/opex-connector-$version-$target-with-opcua-server"
+    echo "==> the daemon measured: $OPEX_CONNECTOR_BIN"
 }
 
 bench_ingest() {
@@ -216,7 +238,7 @@ bench_opcua_server() {
         echo "==> npm install node-opcua-server@$pinned (the reference server)"
         npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error --save-exact "node-opcua-server@$pinned"
     fi
-    release_daemon
+    musl_server_daemon
     echo "==> cargo bench --bench opcua_server (BENCH_SECS=${BENCH_SECS:-20} BENCH_DEVICES=${BENCH_DEVICES:-100} BENCH_POINTS=${BENCH_POINTS:-100})"
     cargo bench --bench opcua_server
 }
