@@ -229,8 +229,7 @@ impl NodeManager for Browsed {
         timestamps_to_return: TimestampsToReturn,
         nodes_to_read: &mut [&mut ReadNode],
     ) -> Result<(), StatusCode> {
-        let inner = &self.inner;
-        inner
+        self.inner
             .read(context, max_age, timestamps_to_return, nodes_to_read)
             .await
     }

@@ -376,9 +376,9 @@ impl Space {
     }
 
     /// The references of `node` that the address space does not keep, made from the
-    /// catalogue's `devices`: a group's to its points (`HasComponent`), a point's to its type, its group
-    /// and its properties, a property's to its type and its point. `None` for a node whose
-    /// references are all kept (a group's others are: its type and its device).
+    /// catalogue's `devices`: a group's to its points (`HasComponent`), a point's to its type,
+    /// its group and its properties, a property's to its type and its point. `None` for a
+    /// node whose references are all kept (a group's others are: its type and its device).
     pub fn made(&self, devices: &[Arc<DeviceStatus>], node: &NodeId) -> Option<Vec<Made>> {
         if node.namespace != self.ns {
             return None;
