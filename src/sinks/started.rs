@@ -40,6 +40,9 @@ struct Entry {
     running: Running,
     /// Removed by a reload with `drain`: out of the routes, delivering what it holds.
     draining: bool,
+    /// Being stopped ([`Started::stop`]): its `running` taken, listed until its ledger part
+    /// is retired, so that `config.draining` and the ledger agree.
+    stopping: bool,
 }
 
 impl Started {
@@ -79,6 +82,7 @@ impl Started {
             stop,
             running,
             draining: false,
+            stopping: false,
         });
         Ok(())
     }
@@ -97,26 +101,30 @@ impl Started {
         end: End,
         runtime: &tokio::runtime::Handle,
     ) -> Option<Held> {
-        let entry = {
+        // The entry stays listed (a draining one in `config.draining`) until its part of the
+        // ledger is retired below.
+        let (stop, running, draining) = {
             let mut entries = self.lock();
-            let i = entries.iter().position(|e| Arc::ptr_eq(&e.sink, &sink))?;
-            entries.remove(i)
+            let e = entries
+                .iter_mut()
+                .find(|e| Arc::ptr_eq(&e.sink, &sink) && !e.stopping)?;
+            e.stopping = true;
+            (e.stop.clone(), std::mem::take(&mut e.running), e.draining)
         };
-        drop(sink);
-        let name = entry.sink.name().to_string();
-        // Held by this entry (and the engine's ledger while it drained) and the routes now
-        // gone: wait for the records that hold those.
-        let own = 1 + usize::from(entry.draining);
+        let name = sink.name().to_string();
+        // Held by its entry, by this call (and by the engine's ledger while it drained) and by
+        // the routes now gone: wait for the records that hold those.
+        let own = 2 + usize::from(draining);
         let began = std::time::Instant::now();
-        while Arc::strong_count(&entry.sink) > own && began.elapsed() < STOP_WAIT {
+        while Arc::strong_count(&sink) > own && began.elapsed() < STOP_WAIT {
             std::thread::sleep(Duration::from_millis(5));
         }
-        entry.stop.trigger();
+        stop.trigger();
         let Running {
             on_signal,
             mut on_close,
             tasks,
-        } = entry.running;
+        } = running;
         runtime.block_on(async {
             for t in tasks {
                 let _ = t.await;
@@ -133,24 +141,25 @@ impl Started {
         let mut held = None;
         if end != End::Removed {
             // A memory backlog ends after its insert in flight, leaving the rest.
-            entry.sink.release();
+            sink.release();
             join(std::mem::take(&mut on_close));
             match end {
-                End::Reopened => held = entry.sink.take_held(),
-                End::Discarded => self.discard(&entry.sink),
+                End::Reopened => held = sink.take_held(),
+                End::Discarded => self.discard(&sink),
                 End::Removed => {}
             }
         }
-        entry.sink.close();
+        sink.close();
         join(on_close);
         // Its part of the ledger stays, as it ended: the records it took still count. A part
         // kept in its own files, or with the rows it held, goes on in the next instance.
-        let goes_on = end == End::Reopened && (entry.sink.is_durable() || held.is_some());
+        let goes_on = end == End::Reopened && (sink.is_durable() || held.is_some());
         if !goes_on {
             if let Some(ctx) = self.ctx.get() {
-                ctx.engine.retire(&entry.sink);
+                ctx.engine.retire(&sink);
             }
         }
+        self.lock().retain(|e| !Arc::ptr_eq(&e.sink, &sink));
         log::info!("sink stopped: name={name}");
         held
     }
@@ -210,7 +219,7 @@ impl Started {
         let done: Vec<Arc<Sink>> = self
             .lock()
             .iter()
-            .filter(|e| e.draining && e.sink.held_rows() == 0)
+            .filter(|e| e.draining && !e.stopping && e.sink.held_rows() == 0)
             .map(|e| Arc::clone(&e.sink))
             .collect();
         for sink in done {
@@ -225,7 +234,8 @@ impl Started {
         let mut draining = Vec::new();
         for e in self.lock().drain(..) {
             all.extend(e.running);
-            if e.draining {
+            // One being stopped is closed by its stop.
+            if e.draining && !e.stopping {
                 draining.push(e.sink);
             }
         }
