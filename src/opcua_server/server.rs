@@ -1,6 +1,7 @@
 //! The server: `async-opcua`'s, with the address space of [`super::space`] in our own node
 //! manager ([`super::points`]: reads from the address space, writes through the commands
-//! path; browsed by [`super::browse`]), our own user check ([`super::users`]), and a task that keeps the values current.
+//! path; browsed by [`super::browse`]), our own user check ([`super::users`]), and a task
+//! that keeps the values current.
 //!
 //! - **Values.** At each poll of a device and change of its connection state (the catalogue
 //!   wakes the task), and at least every [`REFRESH`], the task looks at each device: when it
