@@ -434,8 +434,7 @@ impl Space {
 /// The type definition of point `p`'s variable: `AnalogItemType` when it has a unit or a
 /// range, else `BaseDataVariableType`.
 fn variable_type(p: &PointDef) -> NodeId {
-    let analog = p.unit.is_some() || (p.min.is_some() && p.max.is_some());
-    if analog {
+    if properties(p).next().is_some() {
         VariableTypeId::AnalogItemType.into()
     } else {
         VariableTypeId::BaseDataVariableType.into()
@@ -592,7 +591,23 @@ pub fn to_json(v: &Variant) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::catalogue::{DeviceDef, GroupDef};
     use serde_json::json;
+    use std::time::Duration;
+
+    /// Device `d` (Modbus) with `groups` and `points`.
+    fn device(groups: Vec<GroupDef>, points: Vec<PointDef>) -> DeviceStatus {
+        DeviceStatus::new(DeviceDef {
+            name: "d".into(),
+            source: "modbus/d".into(),
+            protocol: "modbus_tcp",
+            address: "h:502".into(),
+            template: None,
+            groups,
+            points,
+            details: Vec::new(),
+        })
+    }
 
     fn point(kind: Option<DataKind>, scale: Option<f64>) -> PointDef {
         PointDef {
@@ -636,19 +651,11 @@ mod tests {
 
     #[test]
     fn a_value_is_good_while_fresh_uncertain_when_stale_and_bad_while_its_device_is_down() {
-        use crate::sources::catalogue::{DeviceDef, GroupDef};
-        use std::time::Duration;
         let p = point(Some(DataKind::U16), None);
-        let device = DeviceStatus::new(DeviceDef {
-            name: "d".into(),
-            source: "modbus/d".into(),
-            protocol: "modbus_tcp",
-            address: "h:502".into(),
-            template: None,
-            groups: vec![GroupDef::new("main", Duration::from_millis(100))],
-            points: vec![p.clone()],
-            details: Vec::new(),
-        });
+        let device = device(
+            vec![GroupDef::new("main", Duration::from_millis(100))],
+            vec![p.clone()],
+        );
         let before = value(&p, None, &device, 0);
         assert_eq!(before.status, Some(StatusCode::BadCommunicationError));
         let mut points = serde_json::Map::new();
@@ -677,8 +684,6 @@ mod tests {
 
     #[test]
     fn the_points_references_are_made_from_the_catalogue_and_not_kept() {
-        use crate::sources::catalogue::{DeviceDef, GroupDef};
-        use std::time::Duration;
         use ua_server::address_space::DefaultTypeTree;
         use ReferenceTypeId::{HasComponent, HasProperty, HasTypeDefinition};
         let mut a = point(Some(DataKind::F32), None);
@@ -687,19 +692,11 @@ mod tests {
         (b.name, b.group, b.min, b.max) = ("b".into(), "slow".into(), Some(0.0), Some(9.0));
         let mut c = point(Some(DataKind::U16), None);
         c.name = "c".into();
-        let catalogue = Catalogue::new(vec![Arc::new(DeviceStatus::new(DeviceDef {
-            name: "d".into(),
-            source: "modbus/d".into(),
-            protocol: "modbus_tcp",
-            address: "h:502".into(),
-            template: None,
-            groups: vec![
-                GroupDef::new("main", Duration::from_secs(1)),
-                GroupDef::new("slow", Duration::from_secs(10)),
-            ],
-            points: vec![a, b, c],
-            details: Vec::new(),
-        }))]);
+        let groups = vec![
+            GroupDef::new("main", Duration::from_secs(1)),
+            GroupDef::new("slow", Duration::from_secs(10)),
+        ];
+        let catalogue = Catalogue::new(vec![Arc::new(device(groups, vec![a, b, c]))]);
         let mut address_space = AddressSpace::new();
         address_space.add_namespace("urn:test", 2);
         let space = build(&mut address_space, 2, &catalogue, "1", &Gateway::default());
